@@ -1,0 +1,1 @@
+"""SQL -> privacy analysis. sqlglot lives only here and in dpsql.rewrite."""

@@ -1,0 +1,1 @@
+"""Execution backends: where exact aggregates are computed (DuckDB by default)."""

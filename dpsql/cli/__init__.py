@@ -1,0 +1,1 @@
+"""The `dpsql` command."""

@@ -1,0 +1,101 @@
+"""PEP 249 exception tree plus the differential-privacy rejections (DESIGN.md section 6).
+
+Every rejection message says which construct was refused and what would make the query
+acceptable. Messages never quote private values, max frequencies or sensitivities.
+"""
+
+from __future__ import annotations
+
+
+class Warning(Exception):  # the name is mandated by PEP 249
+    """Important warnings (PEP 249)."""
+
+
+class Error(Exception):
+    """Base class of every dpsql error (PEP 249)."""
+
+    def __init__(self, message: str, *, position: tuple[int, int] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        #: (line, column), 1-based, of the offending SQL token when known (parse errors).
+        self.position = position
+
+    def to_json(self) -> dict:
+        """The error object the CLI prints with --json: {"error": {"type", "message"}}."""
+        return {"error": {"type": type(self).__name__, "message": self.message}}
+
+
+class InterfaceError(Error):
+    """Misuse of the driver itself, e.g. a closed cursor (PEP 249)."""
+
+
+class DatabaseError(Error):
+    """Errors related to the database (PEP 249)."""
+
+
+class DataError(DatabaseError):
+    """Problems with processed data (PEP 249)."""
+
+
+class OperationalError(DatabaseError):
+    """Errors in the database's operation, e.g. an unreadable ledger (PEP 249)."""
+
+
+class IntegrityError(DatabaseError):
+    """Relational integrity violated (PEP 249)."""
+
+
+class InternalError(DatabaseError):
+    """An internal inconsistency; a dpsql bug (PEP 249)."""
+
+
+class ProgrammingError(DatabaseError):
+    """SQL syntax errors, unknown tables or columns, invalid metadata (PEP 249)."""
+
+
+class NotSupportedError(DatabaseError):
+    """A method or query dpsql cannot serve (PEP 249); parent of the DP rejections."""
+
+
+class UnsupportedQueryError(NotSupportedError):
+    """The query is not an aggregate query dpsql can release (raw rows, DDL/DML, ...)."""
+
+
+class UnsupportedConstructError(NotSupportedError):
+    """A SQL construct without a sound sensitivity rule (non-equijoin, window, table function)."""
+
+
+class MissingMetricError(NotSupportedError):
+    """A join key without max frequency, or a SUM/AVG argument without declared bounds."""
+
+
+class ProtectedBinError(NotSupportedError):
+    """A GROUP BY key that is not releasable or has no declared domain."""
+
+
+class AggregateArithmeticError(NotSupportedError):
+    """An aggregate used inside a subquery in a way no sensitivity rule covers."""
+
+
+class BudgetExhaustedError(OperationalError):
+    """The query would overspend the analyst's privacy budget; nothing was spent."""
+
+
+__all__ = [
+    "AggregateArithmeticError",
+    "BudgetExhaustedError",
+    "DataError",
+    "DatabaseError",
+    "Error",
+    "IntegrityError",
+    "InterfaceError",
+    "InternalError",
+    "MissingMetricError",
+    "NotSupportedError",
+    "OperationalError",
+    "ProgrammingError",
+    "ProtectedBinError",
+    "UnsupportedConstructError",
+    "UnsupportedQueryError",
+    "Warning",
+]
