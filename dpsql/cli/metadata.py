@@ -1,0 +1,94 @@
+"""`dpsql metadata`: draft a metadata file from a database, and check one (owner-side)."""
+
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+
+import click
+
+from dpsql.metadata import Table, load_metadata, loads_metadata
+from dpsql.metadata_build import build_metadata
+
+
+@click.group("metadata")
+def command() -> None:
+    """Draft and check metadata files (max frequencies, bounds, releasable columns)."""
+
+
+@command.command("build")
+@click.option(
+    "--database", "-d", required=True, type=click.Path(dir_okay=False, path_type=Path),
+    help="DuckDB database file to profile (opened read-only).",
+)
+@click.option("--table", "-t", "tables", multiple=True,
+              help="Describe only this table (repeatable; default: all tables and views).")
+@click.option("--public", multiple=True, help="Mark this table as public (repeatable).")
+@click.option("--domain-max", default=50, show_default=True, type=click.IntRange(min=0),
+              help="Suggest a domain for columns with at most this many distinct values.")
+@click.option("--progress/--no-progress", default=False,
+              help="Show a progress bar (automatic above 1M rows in total).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the YAML here instead of standard output.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --output file.")
+def build(
+    database: Path,
+    tables: tuple[str, ...],
+    public: tuple[str, ...],
+    domain_max: int,
+    progress: bool,
+    output: Path | None,
+    force: bool,
+) -> None:
+    """Profile DATABASE and write a draft metadata file to review.
+
+    Bounds and candidate domains are written as comments: they are privacy decisions.
+    """
+    if output is not None and output.exists() and not force:
+        # a reviewed file holds the owner's bound and domain decisions; never clobber it silently
+        raise click.ClickException(f"{output} exists; pass --force to overwrite it")
+    text = build_metadata(
+        database, list(tables) or None, public=public, progress=progress, domain_max=domain_max
+    )
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text, encoding="utf-8")
+    n = len(loads_metadata(text).tables)
+    click.echo(f"wrote {output} ({n} table{'s' if n != 1 else ''}); review it before use",
+               err=True)
+
+
+def _summary(t: Table, base: Path | None) -> str:
+    cols = list(t.columns.values())
+    parts = [
+        f"{t.name}: {'public' if t.public else 'private'}",
+        f"{len(cols)} column{'s' if len(cols) != 1 else ''}",
+        f"{sum(c.max_freq is not None for c in cols)} with max_freq",
+        f"{sum(c.bounds is not None for c in cols)} with bounds",
+    ]
+    if not t.public:
+        released = [c for c in cols if c.releasable]
+        parts.append(f"{len(released)} releasable")
+        no_domain = [c.name for c in released if c.domain is None]
+        if no_domain:
+            # allowed, but GROUP BY on these is rejected until a domain is declared
+            parts.append(f"no domain for {', '.join(no_domain)}")
+    if t.rows is not None:
+        parts.append(f"{t.rows} rows")
+    if t.source is not None:
+        shown = os.path.relpath(t.source, base) if base and os.path.isabs(t.source) else t.source
+        found = "://" in t.source or glob.glob(t.source)
+        parts.append(f"source {shown}" + ("" if found else " (no file matches)"))
+    return ", ".join(parts)
+
+
+@command.command("check")
+@click.argument("path", type=click.Path(path_type=Path))
+def check(path: Path) -> None:
+    """Load and validate a metadata file (ours or FLEX's); print one line per table."""
+    md = load_metadata(path)  # a ProgrammingError becomes one "error: ..." line in main()
+    for t in md.tables.values():
+        click.echo(_summary(t, Path.cwd()))

@@ -1,0 +1,269 @@
+"""Draft a metadata file from a DuckDB database (owner-side; DESIGN.md section 6).
+
+The draft holds each table's row count, each column's max frequency and DuckDB type. Observed
+numeric ranges and small sets of distinct values are written as YAML *comments*: clamping
+bounds and releasable domains are privacy decisions the data owner makes, never something
+derived from the data and applied automatically.
+
+Everything in the draft describes the private data: it is for the data owner, not analysts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import math
+import os
+import sys
+from collections.abc import Sequence
+from decimal import Decimal
+from pathlib import Path
+
+import click
+import duckdb
+
+from dpsql.errors import OperationalError, ProgrammingError
+from dpsql.metadata import _emit, _flow, load_metadata
+
+#: more rows than this in total turns the progress bar on
+PROGRESS_ROWS = 1_000_000
+
+_NUMERIC = {
+    "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",
+    "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT",
+    "FLOAT", "DOUBLE",
+}  # fmt: skip
+
+
+def quote_ident(name: str) -> str:
+    """``name`` as a DuckDB identifier: double-quoted, embedded quotes doubled."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _is_numeric(duck_type: str) -> bool:
+    return duck_type in _NUMERIC or duck_type.startswith("DECIMAL")
+
+
+def _plain(value: object) -> tuple[bool, object]:
+    """(ok, value) with value as a YAML-friendly scalar; ok is False for values a domain or
+    bound cannot hold (NaN, UUIDs, blobs, nested values, ...)."""
+    if value is None or isinstance(value, bool | int | str | _dt.date):
+        return True, value  # datetime is a date subclass
+    if isinstance(value, Decimal):
+        value = int(value) if value == value.to_integral_value() else float(value)
+        return True, value
+    if isinstance(value, float):
+        return math.isfinite(value), value
+    return False, value
+
+
+class _Relation:
+    def __init__(self, catalog: str, schema: str, name: str) -> None:
+        self.catalog, self.schema, self.name = catalog, schema, name
+        self.sql = ".".join(quote_ident(p) for p in (catalog, schema, name))
+        self.key = name.lower()  # the metadata's table name
+
+    def matches(self, wanted: str) -> bool:
+        parts = [p.lower() for p in wanted.split(".")]
+        mine = [self.catalog.lower(), self.schema.lower(), self.name.lower()]
+        return mine[-len(parts) :] == parts
+
+
+def _connect(con_or_path: duckdb.DuckDBPyConnection | str | os.PathLike) -> tuple[
+    duckdb.DuckDBPyConnection, str, bool
+]:
+    if isinstance(con_or_path, duckdb.DuckDBPyConnection):
+        return con_or_path, "a DuckDB connection", False
+    path = Path(con_or_path)
+    if not path.is_file():
+        raise OperationalError(
+            f"database file {str(path)!r} does not exist; pass an existing DuckDB file"
+        )
+    try:
+        # read-only: profiling must never modify (or lock for writing) the owner's database
+        return duckdb.connect(str(path), read_only=True), str(path), True
+    except duckdb.Error as exc:
+        raise OperationalError(f"cannot open {str(path)!r} read-only: {exc}") from None
+
+
+def _relations(con: duckdb.DuckDBPyConnection) -> list[_Relation]:
+    rows = con.execute(
+        """
+        SELECT database_name, schema_name, table_name FROM duckdb_tables()
+        WHERE NOT internal AND database_name IN (current_database(), 'temp')
+        UNION ALL
+        SELECT database_name, schema_name, view_name FROM duckdb_views()
+        WHERE NOT internal AND database_name IN (current_database(), 'temp')
+        ORDER BY 1, 2, 3
+        """
+    ).fetchall()
+    return [_Relation(*r) for r in rows]
+
+
+def _select(all_rels: list[_Relation], tables: Sequence[str] | None) -> list[_Relation]:
+    if tables is None:
+        chosen = list(all_rels)
+    else:
+        chosen = []
+        for wanted in tables:
+            found = [r for r in all_rels if r.matches(wanted)]
+            if not found:
+                names = ", ".join(r.name for r in all_rels) or "(none)"
+                raise ProgrammingError(
+                    f"table {wanted!r} is not in the database; its tables are: {names}"
+                )
+            if len(found) > 1:
+                raise ProgrammingError(
+                    f"{wanted!r} matches several tables ("
+                    + ", ".join(f"{r.schema}.{r.name}" for r in found)
+                    + "); name one as schema.table"
+                )
+            if found[0] not in chosen:
+                chosen.append(found[0])
+    seen: dict[str, _Relation] = {}
+    for r in chosen:
+        if r.key in seen:
+            other = seen[r.key]
+            raise ProgrammingError(
+                f"tables {other.schema}.{other.name} and {r.schema}.{r.name} would have the same "
+                "name in the metadata (schema prefixes are dropped); choose one with --table"
+            )
+        seen[r.key] = r
+    if not chosen:
+        raise ProgrammingError("the database has no tables or views to describe")
+    return chosen
+
+
+def build_metadata(
+    con_or_path: duckdb.DuckDBPyConnection | str | os.PathLike,
+    tables: Sequence[str] | None = None,
+    *,
+    public: Sequence[str] = (),
+    progress: bool = False,
+    domain_max: int = 50,
+) -> str:
+    """Profile a DuckDB database and return a draft metadata YAML text (our format).
+
+    ``con_or_path`` is an open connection or a database file (opened read-only). ``tables``
+    restricts the draft to these tables (``name`` or ``schema.name``); ``public`` marks tables
+    as public. Per column: one grouped query gives the max frequency (NULL counts as a value),
+    the number of distinct values and the min/max; columns with at most ``domain_max`` distinct
+    values get a commented candidate domain, numeric columns commented bounds. The text loads
+    with :func:`dpsql.metadata.load_metadata`.
+    """
+    con, origin, owned = _connect(con_or_path)
+    try:
+        return _build(con, origin, tables, public, progress, domain_max)
+    except duckdb.Error as exc:
+        raise OperationalError(f"profiling {origin} failed: {exc}") from None
+    finally:
+        if owned:
+            con.close()
+
+
+def _build(
+    con: duckdb.DuckDBPyConnection,
+    origin: str,
+    tables: Sequence[str] | None,
+    public: Sequence[str],
+    progress: bool,
+    domain_max: int,
+) -> str:
+    chosen = _select(_relations(con), tables)
+    public_keys = set()
+    for name in public:
+        match = [r for r in chosen if r.matches(name)]
+        if not match:
+            raise ProgrammingError(
+                f"--public {name!r} is not one of the tables being described; add it with --table"
+            )
+        public_keys.update(r.key for r in match)
+
+    columns = {r.key: con.execute(f"DESCRIBE {r.sql}").fetchall() for r in chosen}
+    rows = {r.key: con.execute(f"SELECT count(*) FROM {r.sql}").fetchone()[0] for r in chosen}
+    show = progress or sum(rows.values()) > PROGRESS_ROWS
+
+    doc_tables: dict[str, dict] = {}
+    table_notes: dict[str, list[str]] = {}
+    column_notes: dict[tuple[str, str], list[str]] = {}
+    for r in chosen:
+        doc_tables[r.key] = {"rows": rows[r.key], "columns": {}}
+        if r.key in public_keys:
+            doc_tables[r.key]["public"] = True
+        if rows[r.key] == 0:
+            table_notes[r.key] = [
+                "empty when profiled: no max frequencies; set max_freq by hand if known"
+            ]
+    steps = [(r, c[0], c[1]) for r in chosen for c in columns[r.key]]
+    bar = (
+        click.progressbar(
+            steps,
+            label="profiling columns",
+            file=sys.stderr,
+            item_show_func=lambda s: f"{s[0].name}.{s[1]}" if s else None,
+        )
+        if show
+        else contextlib.nullcontext(steps)
+    )
+    with bar as items:
+        for r, col_name, col_type in items:
+            spec, notes = _profile_column(
+                con, r, col_name, col_type, r.key in public_keys, domain_max
+            )
+            doc_tables[r.key]["columns"][col_name.lower()] = spec
+            if notes:
+                column_notes[(r.key, col_name.lower())] = notes
+    md = load_metadata({"tables": doc_tables})
+    header = [
+        f"dpsql metadata drafted by `dpsql metadata build` from {origin}.",
+        "OWNER-ONLY: rows, max_freq and the commented observations describe the private data;",
+        "do not share this file with analysts.",
+        "Commented bounds/domains are observations, not decisions: clamping bounds and released",
+        "domains are privacy choices. Review them, then uncomment the ones you accept.",
+        "",
+    ]
+    return _emit(md, header=header, table_notes=table_notes, column_notes=column_notes)
+
+
+def _profile_column(
+    con: duckdb.DuckDBPyConnection,
+    rel: _Relation,
+    name: str,
+    duck_type: str,
+    is_public: bool,
+    domain_max: int,
+) -> tuple[dict, list[str]]:
+    col = quote_ident(name)
+    numeric = _is_numeric(duck_type)
+    minmax = "min(v), max(v)" if numeric else "NULL, NULL"
+    # One grouped scan per column: the largest group is mf(a) (NULL is a group, as in SQL's
+    # GROUP BY), the number of groups is the number of distinct values, and min/max over the
+    # group keys is the column's range.
+    mf, n_distinct, lo, hi = con.execute(
+        f"SELECT max(c), count(*), {minmax} FROM "
+        f"(SELECT {col} AS v, count(*) AS c FROM {rel.sql} GROUP BY {col})"
+    ).fetchone()
+    spec: dict[str, object] = {"type": duck_type}
+    notes: list[str] = []
+    if mf is not None:
+        spec = {"max_freq": int(mf), **spec}
+    if numeric and lo is not None:
+        ok_lo, lo = _plain(lo)
+        ok_hi, hi = _plain(hi)
+        if ok_lo and ok_hi:
+            notes.append(f"bounds: {_flow([lo, hi])}  # observed min/max: review before use")
+    if not is_public and 0 < n_distinct <= domain_max:
+        values = [
+            v
+            for (v,) in con.execute(
+                f"SELECT DISTINCT {col} FROM {rel.sql} ORDER BY 1 NULLS LAST"
+            ).fetchall()
+        ]
+        plain = [_plain(v) for v in values]
+        if all(ok for ok, _ in plain):
+            notes.append("releasable: true  # only if these values may be published")
+            notes.append(
+                f"domain: {_flow({'values': [v for _, v in plain]})}"
+                f"  # the {len(values)} values seen: review before use"
+            )
+    return spec, notes
