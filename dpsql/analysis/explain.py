@@ -1,0 +1,149 @@
+"""The owner-facing privacy report of a query (``dpsql explain``; DESIGN.md section 6).
+
+It shows data-dependent quantities (max frequencies, elastic and smooth sensitivities, noise
+scales), so it is for the data owner only: analyst-facing code never calls it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from dpsql.analysis.elastic import Derivation, QueryAnalysis, analyze
+from dpsql.analysis.parse import DIALECT
+from dpsql.analysis.smooth import NoisePlan, plan_noise
+from dpsql.metadata import Metadata
+
+
+def _load(metadata: Metadata | str | os.PathLike) -> Metadata:
+    if isinstance(metadata, Metadata):
+        return metadata
+    from dpsql.metadata import load_metadata
+
+    return load_metadata(metadata)
+
+
+def _plan_json(plan: NoisePlan) -> dict[str, Any]:
+    sm = plan.smoothed
+    return {
+        "function": plan.measurement.function,
+        "expression": plan.measurement.label,
+        "elastic_sensitivity": plan.elastic_sensitivity,
+        "smooth_sensitivity": sm.smooth_sensitivity if sm else None,
+        "k_max": sm.k_argmax if sm else None,
+        "mechanism": "laplace",
+        "noise_scale": plan.scale,
+        "epsilon": plan.epsilon,
+        "delta": plan.delta,
+    }
+
+
+def explain_report(
+    analysis: QueryAnalysis, epsilon: float, delta: float, distance: int = 0
+) -> dict[str, Any]:
+    """The JSON report of an analysed query (see :func:`explain`)."""
+    plans = plan_noise(analysis, epsilon, delta, distance=distance)
+    columns: list[dict[str, Any]] = []
+    for col in analysis.columns:
+        if col.kind != "aggregate":
+            columns.append({"name": col.name, "kind": col.kind})
+            continue
+        entry: dict[str, Any] = {"name": col.name, "kind": "aggregate"}
+        if len(col.measurements) == 1:
+            plan = plans[col.measurements[0]]
+            entry.update(_plan_json(plan))
+            entry.pop("expression")
+        else:
+            parts = [plans[i] for i in col.measurements]
+            entry.update({
+                "function": col.function,
+                "elastic_sensitivity": None,
+                "smooth_sensitivity": None,
+                "k_max": None,
+                "mechanism": "laplace",
+                "noise_scale": None,
+                "epsilon": sum(p.epsilon for p in parts),
+                "delta": sum(p.delta for p in parts),
+                "components": [_plan_json(p) for p in parts],
+            })
+        columns.append(entry)
+    return {
+        "columns": columns,
+        "measurements": [_plan_json(p) for p in plans],
+        "epsilon": sum(p.epsilon for p in plans),
+        "delta": sum(p.delta for p in plans),
+        "distance": distance,
+    }
+
+
+def explain(
+    sql: str,
+    metadata: Metadata | str | os.PathLike,
+    *,
+    epsilon: float,
+    delta: float,
+    distance: int = 0,
+) -> dict[str, Any]:
+    """Owner-only privacy report: one entry per output column, in SELECT order.
+
+    ``elastic_sensitivity`` is ES at ``distance``. A pure release has
+    ``smooth_sensitivity`` None and ``delta`` 0. Errors raise the dpsql exception classes.
+    """
+    md = _load(metadata)
+    return explain_report(analyze(sql, md), epsilon, delta, distance)
+
+
+def explain_text(
+    sql: str,
+    metadata: Metadata | str | os.PathLike,
+    *,
+    epsilon: float,
+    delta: float,
+    distance: int = 0,
+) -> str:
+    """A readable derivation: the relational tree with stabilities and max frequencies, then
+    each measurement's ES, smoothing scan, S and noise scale."""
+    md = _load(metadata)
+    analysis = analyze(sql, md)
+    plans = plan_noise(analysis, epsilon, delta, distance=distance)
+    lines = ["query (qualified):", "  " + analysis.query.sql(dialect=DIALECT), "",
+             "relational tree (S(k): stability at distance k):"]
+    _tree_lines(analysis.tree, 1, distance, lines)
+    if analysis.max_frequencies_used:
+        lines += ["", "max frequencies used (mf_k):"]
+        lines += [f"  {m}" for m in analysis.max_frequencies_used]
+    if analysis.group_keys:
+        lines += ["", "group keys (every domain value is released, empty bins too):"]
+        for key in analysis.group_keys:
+            d = key.domain
+            src = f"{d.table}.{d.column}" if d.table else f"{len(d.values or ())} listed values"
+            lines.append(f"  {key.node.sql(dialect=DIALECT)}: domain {src}")
+    lines += ["", f"measurements (epsilon {epsilon:g}, delta {delta:g} split evenly):"]
+    for p in plans:
+        m = p.measurement
+        lines.append(f"  {m.label}")
+        lines.append(f"    ES(k) = {m.sensitivity};  ES({distance}) = {p.elastic_sensitivity:g}")
+        if p.smoothed:
+            sm = p.smoothed
+            lines.append(
+                f"    smoothed: beta = {sm.beta:.6g}, scanned k = 0..{sm.k_scan}, "
+                f"S = {sm.smooth_sensitivity:.12g} at k = {sm.k_argmax}"
+            )
+            lines.append(
+                f"    Laplace scale 2S/epsilon = {p.scale:.12g}  "
+                f"(epsilon {p.epsilon:g}, delta {p.delta:g})"
+            )
+        else:
+            lines.append(
+                f"    pure (ES does not depend on k): Laplace scale ES/epsilon = {p.scale:.12g}  "
+                f"(epsilon {p.epsilon:g}, delta 0)"
+            )
+    return "\n".join(lines)
+
+
+def _tree_lines(node: Derivation, depth: int, k: int, out: list[str]) -> None:
+    pad = "  " * depth
+    out.append(f"{pad}{node.label}: S(k) = {node.stability}  [S({k}) = {node.stability.at(k):g}]")
+    out.extend(f"{pad}    {d}" for d in node.details)
+    for child in node.children:
+        _tree_lines(child, depth + 1, k, out)

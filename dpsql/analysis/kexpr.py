@@ -1,0 +1,162 @@
+"""Functions of the distance k: the values elastic sensitivity is built from.
+
+Every elastic stability, mf_k and ES(k) of DESIGN.md section 3 is a combination of constants and
+``c + k`` terms by +, *, max and min, all with non-negative constants. Such a function f has a
+*degree* D (the largest number of ``c + k`` factors multiplied together) and
+``e^(-beta k) f(k)`` is non-increasing for k >= D / beta: each term ``k^j e^(-beta k)`` decreases
+there, and sums, products by non-negative constants, max and min keep that. smooth.py relies on
+this to bound its scan.
+
+An *unknown* value (a column with no max frequency) is not representable here: callers keep it as
+``None`` so that infinity never enters arithmetic (``inf * 0`` is NaN in Python).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+class KExpr:
+    """A non-negative, non-decreasing function of the distance k >= 0."""
+
+    degree: int
+
+    def at(self, k: int) -> float:
+        raise NotImplementedError
+
+    @property
+    def depends_on_k(self) -> bool:
+        return self.degree > 0
+
+    def __add__(self, other: KExpr) -> KExpr:
+        return add(self, other)
+
+    def __mul__(self, other: KExpr) -> KExpr:
+        return mul(self, other)
+
+
+@dataclass(frozen=True)
+class Const(KExpr):
+    value: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", float(self.value))
+        if not (math.isfinite(self.value) and self.value >= 0):
+            raise ValueError(f"a sensitivity constant must be finite and >= 0, got {self.value}")
+
+    @property
+    def degree(self) -> int:  # type: ignore[override]
+        return 0
+
+    def at(self, k: int) -> float:
+        return self.value
+
+    def __str__(self) -> str:
+        v = self.value
+        return str(int(v)) if v == int(v) else repr(v)
+
+
+@dataclass(frozen=True)
+class PlusK(KExpr):
+    """``base + k``: the max frequency of a private column at distance k (mf + k)."""
+
+    base: float
+
+    @property
+    def degree(self) -> int:  # type: ignore[override]
+        return 1
+
+    def at(self, k: int) -> float:
+        return self.base + k
+
+    def __str__(self) -> str:
+        return f"({Const(self.base)}+k)"
+
+
+@dataclass(frozen=True)
+class _Op(KExpr):
+    op: str
+    args: tuple[KExpr, ...]
+
+    @property
+    def degree(self) -> int:  # type: ignore[override]
+        if self.op == "*":
+            return sum(a.degree for a in self.args)
+        return max(a.degree for a in self.args)
+
+    def at(self, k: int) -> float:
+        values = [a.at(k) for a in self.args]
+        if self.op == "+":
+            return math.fsum(values)
+        if self.op == "*":
+            return math.prod(values)
+        if self.op == "max":
+            return max(values)
+        return min(values)
+
+    def __str__(self) -> str:
+        if self.op in ("+", "*"):
+            return "(" + f" {self.op} ".join(map(str, self.args)) + ")"
+        return f"{self.op}(" + ", ".join(map(str, self.args)) + ")"
+
+
+ZERO = Const(0.0)
+ONE = Const(1.0)
+
+
+def is_zero(e: KExpr) -> bool:
+    """True only for the constant 0 (a public relation's stability)."""
+    return isinstance(e, Const) and e.value == 0
+
+
+def add(a: KExpr, b: KExpr) -> KExpr:
+    if is_zero(a):
+        return b
+    if is_zero(b):
+        return a
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(a.value + b.value)
+    return _Op("+", (a, b))
+
+
+def mul(a: KExpr, b: KExpr) -> KExpr:
+    if is_zero(a) or is_zero(b):
+        return ZERO
+    if a == ONE:
+        return b
+    if b == ONE:
+        return a
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(a.value * b.value)
+    return _Op("*", (a, b))
+
+
+def _fold(op: str, args: list[KExpr]) -> KExpr:
+    uniq: list[KExpr] = []
+    for a in args:
+        if a not in uniq:
+            uniq.append(a)
+    consts = [a.value for a in uniq if isinstance(a, Const)]
+    others = [a for a in uniq if not isinstance(a, Const)]
+    if consts:
+        c = Const(max(consts) if op == "max" else min(consts))
+        if not others:
+            return c
+        if op == "max" and c.value == 0:
+            pass  # max(0, f) = f for non-negative f
+        else:
+            others.append(c)
+    if op == "min" and any(is_zero(a) for a in others):
+        return ZERO
+    if len(others) == 1:
+        return others[0]
+    return _Op(op, tuple(others))
+
+
+def kmax(*args: KExpr) -> KExpr:
+    return _fold("max", list(args))
+
+
+def kmin(*args: KExpr) -> KExpr:
+    return _fold("min", list(args))
