@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import difflib
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -708,12 +707,36 @@ def load_metadata(source: str | os.PathLike | Mapping) -> Metadata:
 # --------------------------------------------------------------------------------------------
 
 
+def _double_quoted(text: str) -> str:
+    """A YAML double-quoted scalar with everything outside printable ASCII escaped."""
+    out = ['"']
+    for ch in text:
+        code = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 0x20 <= code < 0x7F:
+            out.append(ch)
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
+
+
 def _scalar(value: object) -> str:
-    if isinstance(value, str) and any(ch in value for ch in "\r\n\x85\u2028\u2029"):
-        return json.dumps(value, ensure_ascii=False)  # a JSON string is a YAML "..." scalar
     # dumped inside a flow list, so that "a,b" or "[x" get quoted for flow context
     text = yaml.safe_dump([value], default_flow_style=True, width=2**31, allow_unicode=True)
-    return text.strip()[1:-1]
+    text = text.strip()[1:-1]
+    if isinstance(value, str):
+        # line breaks, and characters PyYAML writes raw but cannot read back (e.g. U+007F)
+        try:
+            readable = "\n" not in text and yaml.load(f"[{text}]", Loader=_StrictLoader) == [value]
+        except yaml.YAMLError:
+            readable = False
+        if not readable:
+            return _double_quoted(value)
+    return text
 
 
 def _flow(value: object) -> str:
@@ -726,9 +749,14 @@ def _flow(value: object) -> str:
 
 
 def _relative(path: str, base: Path | None) -> str:
+    """``path`` relative to ``base`` when they share more than the file-system root (files kept
+    next to the metadata), else unchanged (an absolute path the owner wrote stays absolute)."""
     if base is None or _has_scheme(path) or not os.path.isabs(path):
         return path
     try:
+        common = os.path.commonpath([path, str(base)])
+        if common == os.path.dirname(common):  # only the root ("/" or "C:\\") in common
+            return path
         return os.path.relpath(path, base)
     except ValueError:  # another drive on Windows
         return path
