@@ -94,10 +94,9 @@ def _relations(con: duckdb.DuckDBPyConnection) -> list[_Relation]:
         UNION ALL
         SELECT database_name, schema_name, view_name FROM duckdb_views()
         WHERE NOT internal AND database_name IN (current_database(), 'temp')
-        ORDER BY 1, 2, 3
         """
     ).fetchall()
-    return [_Relation(*r) for r in rows]
+    return sorted((_Relation(*r) for r in rows), key=lambda r: (r.catalog, r.schema, r.key))
 
 
 def _select(all_rels: list[_Relation], tables: Sequence[str] | None) -> list[_Relation]:
