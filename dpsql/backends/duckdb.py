@@ -1,0 +1,117 @@
+"""The embedded default backend: DuckDB, opened read-only with external access disabled.
+
+The connection can read only the database file and the CSV/Parquet files the metadata declares
+as table sources (registered as temporary views before the configuration is locked), so even a
+rewrite bug cannot read other files, install extensions or write anything.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from dpsql.errors import OperationalError, ProgrammingError
+from dpsql.metadata import Metadata
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _quote_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _is_glob(source: str) -> bool:
+    return any(c in source for c in "*?[")
+
+
+def _reader(source: str) -> str:
+    lowered = source.lower()
+    if ".parquet" in lowered:
+        return "read_parquet"
+    if lowered.endswith(".json") or lowered.endswith(".ndjson"):
+        raise ProgrammingError(f"unsupported table source {source!r}: use CSV or Parquet")
+    return "read_csv_auto"
+
+
+class DuckDBBackend:
+    """Exact aggregates from DuckDB (see module docstring)."""
+
+    dialect = "duckdb"
+
+    def __init__(
+        self, database: str | os.PathLike | None, metadata: Metadata | None = None
+    ) -> None:
+        path = ":memory:" if database in (None, "", ":memory:") else os.fspath(database)
+        if path != ":memory:" and not Path(path).exists():
+            raise OperationalError(f"database file {path!r} does not exist")
+        try:
+            # A file is opened read-only; an in-memory database is empty and private anyway.
+            self._con = duckdb.connect(path, read_only=path != ":memory:")
+            self._lock_down(metadata)
+        except duckdb.Error as err:
+            raise OperationalError(f"cannot open DuckDB database {path!r}: {err}") from None
+        self.path = path
+
+    def _lock_down(self, metadata: Metadata | None) -> None:
+        sources = [t for t in (metadata.tables.values() if metadata else ()) if t.source]
+        # DuckDB shares one database instance between connections to the same file in a
+        # process, so another dpsql connection may already have locked it down.
+        locked = self._setting("lock_configuration")
+        if not locked:
+            files = [s.source for s in sources if not _is_glob(s.source)]
+            dirs = [str(Path(s.source).parent) for s in sources if _is_glob(s.source)]
+            if files:
+                self._con.execute(f"SET allowed_paths=[{', '.join(map(_quote_str, files))}]")
+            if dirs:
+                self._con.execute(
+                    f"SET allowed_directories=[{', '.join(map(_quote_str, dirs))}]"
+                )
+            self._con.execute("SET enable_external_access=false")
+            self._con.execute("SET autoinstall_known_extensions=false")
+            self._con.execute("SET autoload_known_extensions=false")
+        elif self._setting("enable_external_access"):
+            raise OperationalError(
+                "this DuckDB database is already open in this process with external access "
+                "enabled and its configuration locked; dpsql cannot lock it down"
+            )
+        for table in sources:
+            assert table.source is not None
+            # Temporary views belong to this connection only.
+            self._con.execute(
+                f"CREATE OR REPLACE TEMP VIEW {_quote_ident(table.name)} AS SELECT * FROM "
+                f"{_reader(table.source)}({_quote_str(table.source)})"
+            )
+        if not locked:
+            self._con.execute("SET lock_configuration=true")
+
+    def _setting(self, name: str) -> Any:
+        row = self._con.execute("SELECT current_setting(?)", [name]).fetchone()
+        return row[0] if row else None
+
+    def execute(
+        self, sql: str, params: Mapping[str, Any] | None = None
+    ) -> tuple[list[tuple[Any, ...]], list[str]]:
+        """Run generated SQL; DuckDB errors become ``OperationalError``.
+
+        The message names only the error class: DuckDB's text can quote a private value
+        (e.g. a failed conversion), and the analyst may see this error.
+        """
+        try:
+            cur = self._con.execute(sql, dict(params) if params else None)
+            rows = cur.fetchall()
+            types = [str(d[1]) for d in cur.description or ()]
+        except duckdb.Error as err:
+            raise OperationalError(
+                f"the database could not run the query ({type(err).__name__}); check parameter "
+                "types and the metadata's declared column types"
+            ) from None
+        return rows, types
+
+    def close(self) -> None:
+        self._con.close()

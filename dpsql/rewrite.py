@@ -1,0 +1,352 @@
+"""The SQL dpsql actually executes: never the analyst's text, always this rewrite.
+
+From a :class:`~dpsql.analysis.elastic.QueryAnalysis` it builds
+
+* the *exact* query, run by the backend on private data: one row per bin (every value of the
+  declared domains, empty bins included as 0) with the group keys ``__k<i>`` and the exact
+  measurements ``__m<j>``; SUM/AVG arguments clamped to their declared bounds; every expression
+  that could raise a data-dependent error (overflow, failed cast, division by zero) wrapped in
+  ``TRY(...)`` so it yields NULL instead (an error would reveal that some row exists);
+  ``x NOT IN (subquery)`` evaluated with NOT EXISTS semantics (one NULL in the subquery must not
+  empty the result);
+* the *post-processing* query, run on an in-memory table of NOISY values only: the analyst's
+  SELECT expressions, HAVING, ORDER BY, DISTINCT and LIMIT over the noisy aggregates.
+
+Contract: with noise switched off, running both returns exactly what the analyst's SQL returns
+on the same data (for group keys, restricted to and completed with the declared domain; for SUM,
+when the data lie inside the bounds; for NOT IN, when the subquery has no NULLs).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from dpsql.analysis.elastic import QueryAnalysis
+from dpsql.analysis.parse import DIALECT
+
+NOISY_TABLE = "__noisy"
+_PARAM_PREFIX = "__dpsql_param_"
+
+_ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Pow, exp.Cast)
+_AGGREGATES = (exp.Count, exp.Sum, exp.Avg)
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """How one output column is read from the noisy row (the post-processing fast path)."""
+
+    kind: str  # "key" | "measurement" | "avg"
+    index: int  # key or measurement index (the SUM for avg)
+    count_index: int = -1  # the COUNT for avg
+    bounds: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """The exact query for the backend, and how to post-process its noisy values."""
+
+    exact_sql: str
+    exact_params: tuple[int, ...]  # positions of the analyst's parameters it uses, in order
+    n_keys: int
+    n_measurements: int
+    output_names: tuple[str, ...]
+    post_sql: str | None  # over NOISY_TABLE; None when the fast path below suffices
+    post_params: tuple[int, ...]
+    fast_path: tuple[OutputSpec, ...] | None
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def _number_parameters(query: exp.Expression) -> exp.Expression:
+    """Give each ``?`` a name carrying its position in the analyst's SQL text."""
+    query = query.copy()
+    placeholders = [p for p in query.find_all(exp.Placeholder) if not p.this]
+    for i, p in enumerate(placeholders):
+        p.set("this", f"{_PARAM_PREFIX}tmp{i}")
+    # The generator writes clauses in textual order, which is the order DuckDB binds ``?``.
+    text = query.sql(dialect=DIALECT)
+    order = [int(m) for m in re.findall(rf"\$?{_PARAM_PREFIX}tmp(\d+)", text)]
+    position = {tmp: pos for pos, tmp in enumerate(order)}
+    for i, p in enumerate(placeholders):
+        p.set("this", f"{_PARAM_PREFIX}{position[i]}")
+    return query
+
+
+def _used_params(sql: str) -> tuple[int, ...]:
+    return tuple(sorted({int(m) for m in re.findall(rf"{_PARAM_PREFIX}(\d+)", sql)}))
+
+
+def bind_params(positions: tuple[int, ...], params) -> dict[str, object]:
+    """The named parameters one generated query needs, from the analyst's qmark sequence."""
+    if not positions:
+        return {}
+    return {f"{_PARAM_PREFIX}{i}": params[i] for i in positions}
+
+
+# --------------------------------------------------------------------------- totality
+
+
+def _risky(node: exp.Expression) -> bool:
+    """Could evaluating ``node`` raise an error that depends on row values?"""
+    for sub in node.walk():
+        if isinstance(sub, (exp.Subquery, exp.Select)):
+            return False
+        is_op = isinstance(sub, _ARITHMETIC) or (
+            isinstance(sub, exp.Func)
+            and not isinstance(sub, (*_AGGREGATES, exp.Coalesce, exp.Case, exp.If, exp.TryCast,
+                                     exp.Connector))
+        )
+        # Constant sub-expressions fail (or not) at bind time, independently of the data.
+        if is_op and sub.find(exp.Column) is not None:
+            return True
+    return False
+
+
+def _make_total(node: exp.Expression) -> exp.Expression:
+    """Wrap maximal risky scalar sub-expressions in TRY(...), keeping predicates' structure."""
+    if isinstance(node, (exp.Connector, exp.Not, exp.Paren)):
+        for key, child in list(node.args.items()):
+            if isinstance(child, exp.Expression):
+                node.set(key, _make_total(child))
+        return node
+    if node.find(exp.Subquery, exp.Select, exp.Exists, *_AGGREGATES) is not None:
+        for key, child in list(node.args.items()):
+            if isinstance(child, exp.Expression):
+                node.set(key, _make_total(child))
+            elif isinstance(child, list):
+                node.set(key, [_make_total(c) if isinstance(c, exp.Expression) else c
+                               for c in child])
+        return node
+    if _risky(node):
+        return exp.func("TRY", node)
+    return node
+
+
+def _total_query(query: exp.Expression) -> None:
+    """Make every SELECT in ``query`` total (see :func:`_make_total`), in place."""
+    for select in list(query.find_all(exp.Select)):
+        where = select.args.get("where")
+        if where is not None:
+            where.set("this", _make_total(where.this))
+        having = select.args.get("having")
+        if having is not None:
+            having.set("this", _make_total(having.this))
+        for join in select.args.get("joins") or []:
+            if join.args.get("on") is not None:
+                join.set("on", _make_total(join.args["on"]))
+        select.set("expressions", [_make_total(e) for e in select.expressions])
+        group = select.args.get("group")
+        if group is not None:
+            group.set("expressions", [_make_total(e) for e in group.expressions])
+
+
+def _not_in_as_not_exists(query: exp.Expression) -> None:
+    """``x NOT IN (SELECT y ...)`` -> ``NOT EXISTS (SELECT 1 FROM (...) s WHERE s.y = x)``."""
+    for n, not_node in enumerate(list(query.find_all(exp.Not))):
+        inner = not_node.this.unnest()
+        if not (isinstance(inner, exp.In) and inner.args.get("query") is not None):
+            continue
+        sub = inner.args["query"]
+        sub = sub.this if isinstance(sub, exp.Subquery) else sub
+        alias = f"__dpsql_notin{n}"
+        column = sub.selects[0].alias_or_name
+        probe = exp.select("1").from_(exp.alias_(sub.copy().subquery(), alias)).where(
+            exp.EQ(this=exp.column(column, alias), expression=inner.this.copy())
+        )
+        not_node.set("this", exp.Exists(this=probe))
+
+
+# --------------------------------------------------------------------------- exact query
+
+
+def _clamp(arg: exp.Expression, bounds: tuple[float, float]) -> exp.Expression:
+    lo, hi = bounds
+    value = exp.cast(arg.copy(), "DOUBLE")
+    clamped = exp.func("LEAST", exp.func("GREATEST", value, exp.convert(float(lo))),
+                       exp.convert(float(hi)))
+    # GREATEST/LEAST skip NULLs in DuckDB; keep NULL as NULL so SUM and COUNT(x) ignore it.
+    return exp.Case(ifs=[exp.If(this=exp.Is(this=arg.copy(), expression=exp.Null()),
+                                true=exp.Null())], default=clamped)
+
+
+def _measurement_sql(analysis: QueryAnalysis) -> list[exp.Expression]:
+    out = []
+    for m in analysis.measurements:
+        node = m.node.copy()
+        if m.function == "SUM":
+            assert m.bounds is not None
+            node = exp.Sum(this=_clamp(node.this, m.bounds))
+        out.append(exp.alias_(node, f"__m{m.index}"))
+    return out
+
+
+def _domain_relation(analysis: QueryAnalysis, i: int) -> exp.Expression:
+    """SELECT value, ordinal for the declared domain of group key i."""
+    domain = analysis.group_keys[i].domain
+    if domain.table is not None:
+        return exp.select(exp.alias_(exp.column(domain.column), "__v")).from_(
+            domain.table).distinct()
+    values = domain.values or ()
+    rows = [exp.tuple_(exp.convert(v), exp.convert(j)) for j, v in enumerate(values)]
+    return exp.select("__v", "__o").from_(
+        exp.Values(expressions=rows, alias=exp.TableAlias(
+            this=exp.to_identifier("__d"),
+            columns=[exp.to_identifier("__v"), exp.to_identifier("__o")]))
+    )
+
+
+def build_exact(analysis: QueryAnalysis, query: exp.Select) -> exp.Expression:
+    """The exact query: keys and measurements, one row per domain bin (or one row)."""
+    inner = query.copy()
+    for arg in ("order", "limit", "offset", "having", "distinct"):
+        inner.set(arg, None)
+    with_ = inner.args.get("with_")
+    inner.set("with_", None)
+    keys = [exp.alias_(k.node.copy(), f"__k{k.index}") for k in analysis.group_keys]
+    inner.set("expressions", keys + _measurement_sql(analysis))
+    _not_in_as_not_exists(inner)
+    _total_query(inner)
+    if not analysis.group_keys:
+        if with_ is not None:
+            inner.set("with_", with_)
+        return inner
+
+    ctes = list(with_.expressions) if with_ is not None else []
+    ctes.append(exp.CTE(this=inner, alias=exp.TableAlias(this=exp.to_identifier("__exact"))))
+    select_list: list[exp.Expression] = []
+    from_: exp.Expression | None = None
+    joins = []
+    on: list[exp.Expression] = []
+    order = []
+    for key in analysis.group_keys:
+        d = f"__d{key.index}"
+        ctes.append(exp.CTE(this=_domain_relation(analysis, key.index),
+                            alias=exp.TableAlias(this=exp.to_identifier(d))))
+        select_list.append(exp.alias_(exp.column("__v", d), f"__k{key.index}"))
+        order.append(exp.column("__o", d) if analysis.group_keys[key.index].domain.values
+                     is not None else exp.column("__v", d))
+        if from_ is None:
+            from_ = exp.to_table(d)
+        else:
+            joins.append(exp.Join(this=exp.to_table(d), kind="CROSS"))
+        on.append(exp.NullSafeEQ(this=exp.column(f"__k{key.index}", "__e"),
+                                 expression=exp.column("__v", d)))
+    for m in analysis.measurements:
+        select_list.append(exp.alias_(
+            exp.func("COALESCE", exp.column(f"__m{m.index}", "__e"), exp.convert(0)),
+            f"__m{m.index}"))
+    outer = exp.select(*select_list).from_(from_)
+    for j in joins:
+        outer = outer.join(j)
+    outer = outer.join(exp.alias_(exp.to_table("__exact"), "__e"), on=exp.and_(*on),
+                       join_type="LEFT")
+    outer = outer.order_by(*order)
+    outer.set("with_", exp.With(expressions=ctes))
+    return outer
+
+
+# --------------------------------------------------------------------------- post-processing
+
+
+def _replacement_map(analysis: QueryAnalysis) -> dict[str, exp.Expression]:
+    """SQL text of a key / aggregate in the analyst's query -> its noisy column."""
+    repl: dict[str, exp.Expression] = {}
+    for key in analysis.group_keys:
+        repl[key.node.sql(dialect=DIALECT)] = exp.column(f"__k{key.index}")
+    by_label = {m.label: m for m in analysis.measurements}
+    for agg_sql, m in by_label.items():
+        repl[agg_sql] = exp.column(f"__m{m.index}")
+    return repl
+
+
+def _avg_expression(sum_i: int, count_i: int, bounds: tuple[float, float]) -> exp.Expression:
+    # Post-processing of noisy values: a noisy count can be <= 0, so divide by max(count, 1)
+    # and clamp to the bounds the true average lies in.
+    ratio = exp.Div(this=exp.column(f"__m{sum_i}"),
+                    expression=exp.func("GREATEST", exp.column(f"__m{count_i}"),
+                                        exp.convert(1)))
+    return exp.func("LEAST", exp.func("GREATEST", ratio, exp.convert(float(bounds[0]))),
+                    exp.convert(float(bounds[1])))
+
+
+def _to_noisy(node: exp.Expression, analysis: QueryAnalysis, repl) -> exp.Expression:
+    def transform(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Avg):
+            arg = n.this.unnest()
+            s = repl[exp.Sum(this=arg.copy()).sql(dialect=DIALECT)]
+            c = repl[exp.Count(this=arg.copy()).sql(dialect=DIALECT)]
+            m = next(m for m in analysis.measurements
+                     if f"__m{m.index}" == s.name)
+            assert m.bounds is not None
+            return _avg_expression(m.index, int(c.name[3:]), m.bounds)
+        key = n.sql(dialect=DIALECT)
+        if key in repl and isinstance(n, (exp.Column, *_AGGREGATES)):
+            return repl[key].copy()
+        return n
+
+    return node.copy().transform(transform)
+
+
+def build_post(analysis: QueryAnalysis, query: exp.Select) -> exp.Select:
+    """The analyst's outer SELECT, evaluated over NOISY_TABLE."""
+    repl = _replacement_map(analysis)
+    post = exp.select(*[_to_noisy(e, analysis, repl) for e in query.expressions]).from_(
+        NOISY_TABLE)
+    having = query.args.get("having")
+    if having is not None:
+        post = post.where(_to_noisy(having.this, analysis, repl))
+    order = query.args.get("order")
+    if order is not None:
+        post.set("order", _to_noisy(order, analysis, repl))
+    for arg in ("limit", "offset", "distinct"):
+        if query.args.get(arg) is not None:
+            post.set(arg, query.args[arg].copy())
+    return post
+
+
+def _fast_path(analysis: QueryAnalysis, query: exp.Select) -> tuple[OutputSpec, ...] | None:
+    """Output specs when post-processing is only picking columns (no SQL needed)."""
+    if any(query.args.get(a) is not None for a in ("having", "order", "limit", "offset",
+                                                   "distinct")):
+        return None
+    key_index = {k.node.sql(dialect=DIALECT): k.index for k in analysis.group_keys}
+    by_label = {m.label: m.index for m in analysis.measurements}
+    specs = []
+    for item in query.expressions:
+        inner = item.this if isinstance(item, exp.Alias) else item
+        text = inner.sql(dialect=DIALECT)
+        if text in key_index:
+            specs.append(OutputSpec("key", key_index[text]))
+        elif isinstance(inner, (exp.Count, exp.Sum)) and text in by_label:
+            specs.append(OutputSpec("measurement", by_label[text]))
+        elif isinstance(inner, exp.Avg):
+            arg = inner.this.unnest()
+            s = by_label[exp.Sum(this=arg.copy()).sql(dialect=DIALECT)]
+            c = by_label[exp.Count(this=arg.copy()).sql(dialect=DIALECT)]
+            specs.append(OutputSpec("avg", s, c, analysis.measurements[s].bounds))
+        else:
+            return None
+    return tuple(specs)
+
+
+def plan_execution(analysis: QueryAnalysis) -> ExecutionPlan:
+    """Build the exact and post-processing queries for ``analysis`` (see module contract)."""
+    query = _number_parameters(analysis.query)
+    assert isinstance(query, exp.Select)
+    exact_sql = build_exact(analysis, query).sql(dialect=DIALECT)
+    fast = _fast_path(analysis, query)
+    post_sql = None if fast is not None else build_post(analysis, query).sql(dialect=DIALECT)
+    return ExecutionPlan(
+        exact_sql=exact_sql,
+        exact_params=_used_params(exact_sql),
+        n_keys=len(analysis.group_keys),
+        n_measurements=len(analysis.measurements),
+        output_names=tuple(c.name for c in analysis.columns),
+        post_sql=post_sql,
+        post_params=_used_params(post_sql) if post_sql else (),
+        fast_path=fast,
+    )
