@@ -2,6 +2,12 @@
 
 Names are stored lower-case (DuckDB identifiers are case-insensitive); a schema prefix such as
 ``public.orders`` names the same table as ``orders``.
+
+``load_metadata`` (a file or a parsed mapping) and ``loads_metadata`` (YAML text) read our format
+or FLEX's schema.yaml and raise ProgrammingError naming the file, line, table and column of any
+problem; ``dump_metadata`` writes our format back. Columns of public tables are always
+releasable, with the column itself as their domain unless another is declared. Drafting a file
+from a database lives in ``dpsql.metadata_build``.
 """
 
 from __future__ import annotations
