@@ -1,0 +1,182 @@
+"""`dpsql budget`: the data owner's view of the privacy-budget ledger (set, show, reset).
+
+Budgets are kept per (database, analyst); ``--database`` is the DuckDB file the analyst queries
+(its realpath is the key, see :func:`dpsql.accounting.database_identity`). Ledger problems raise
+dpsql errors, which ``dpsql.cli.main.main`` prints as one line with exit status 1.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from dpsql.accounting import BudgetStatus, CompositionReport, Ledger, database_identity
+
+# The history is printed newest last; older entries are summarised so `show` stays readable.
+_TEXT_HISTORY_LIMIT = 20
+
+_ledger_option = click.option(
+    "--ledger",
+    required=True,
+    envvar="DPSQL_LEDGER",
+    type=click.Path(dir_okay=False),
+    help="Privacy ledger file (SQLite). Default: $DPSQL_LEDGER.",
+)
+_analyst_option = click.option("--analyst", required=True, help="The analyst (principal).")
+_database_option = click.option(
+    "--database",
+    default=":memory:",
+    show_default=True,
+    help="The DuckDB database file the budget applies to.",
+)
+
+
+def _open_unit_interval(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not 0 < value < 1:
+        raise click.BadParameter("must be in (0, 1)")
+    return value
+
+
+@click.group("budget")
+def command() -> None:
+    """Set, show and reset analysts' privacy budgets (data owner)."""
+
+
+@command.command("set")
+@_ledger_option
+@_analyst_option
+@_database_option
+@click.option("--epsilon", type=click.FloatRange(min=0), required=True, help="Total epsilon.")
+@click.option(
+    "--delta", type=click.FloatRange(min=0, max=1), default=0.0, show_default=True,
+    help="Total delta.",
+)
+def set_budget(ledger: str, analyst: str, database: str, epsilon: float, delta: float) -> None:
+    """Grant ANALYST a total (epsilon, delta) budget on DATABASE; earlier charges still count."""
+    identity = database_identity(database)
+    with Ledger(ledger) as book:
+        book.set_budget(identity, analyst, epsilon, delta)
+        status = book.status(identity, analyst)
+    click.echo(
+        f"budget for {analyst} on {identity}: epsilon {status.epsilon_total!r}, "
+        f"delta {status.delta_total!r} (spent so far: epsilon {status.epsilon_spent!r}, "
+        f"delta {status.delta_spent!r})"
+    )
+
+
+def _bound_json(report: CompositionReport) -> dict:
+    return {
+        key: {"epsilon": b.epsilon, "delta": b.delta, "note": b.note}
+        for key, b in (
+            ("basic", report.basic),
+            ("advanced", report.advanced),
+            ("kov_bound", report.kov_bound),
+            ("kov_optimal", report.kov_optimal),
+        )
+    }
+
+
+def _status_json(
+    ledger: str, identity: str, analyst: str, status: BudgetStatus, report: CompositionReport
+) -> dict:
+    return {
+        "ledger": ledger,
+        "database": identity,
+        "analyst": analyst,
+        "epsilon_total": status.epsilon_total,
+        "delta_total": status.delta_total,
+        "epsilon_spent": status.epsilon_spent,
+        "delta_spent": status.delta_spent,
+        "epsilon_remaining": status.epsilon_remaining,
+        "delta_remaining": status.delta_remaining,
+        "charges": len(status.history),
+        "composition": {
+            "delta_prime": report.delta_prime,
+            "homogeneous": report.homogeneous,
+            **_bound_json(report),
+        },
+        "history": [
+            {
+                "id": c.id, "at": c.at, "fingerprint": c.fingerprint, "epsilon": c.epsilon,
+                "delta": c.delta, "mechanism": c.mechanism,
+            }
+            for c in status.history
+        ],
+    }
+
+
+def _status_text(
+    ledger: str, identity: str, analyst: str, status: BudgetStatus, report: CompositionReport
+) -> str:
+    lines = [
+        f"ledger:    {ledger}",
+        f"database:  {identity}",
+        f"analyst:   {analyst}",
+        f"budget:    epsilon {status.epsilon_total!r}  delta {status.delta_total!r}",
+        f"spent:     epsilon {status.epsilon_spent!r}  delta {status.delta_spent!r}"
+        f"  ({len(status.history)} charges)",
+        f"remaining: epsilon {status.epsilon_remaining!r}  delta {status.delta_remaining!r}",
+        f"composition of {report.k} charges (delta' = {report.delta_prime:g}):",
+    ]
+    for bound in report.bounds():
+        lines.append(
+            f"  {bound.method:<15} epsilon {bound.epsilon:<12.6g} delta {bound.delta:<12.6g}"
+            f" {bound.note}"
+        )
+    if status.history:
+        lines.append("history:")
+        shown = status.history[-_TEXT_HISTORY_LIMIT:]
+        if len(shown) < len(status.history):
+            lines.append(f"  ... {len(status.history) - len(shown)} earlier charges (see --json)")
+        for c in shown:
+            lines.append(
+                f"  #{c.id:<6} {c.at}  epsilon {c.epsilon!r}  delta {c.delta!r}  "
+                f"{c.mechanism}  {c.fingerprint}"
+            )
+    return "\n".join(lines)
+
+
+@command.command("show")
+@_ledger_option
+@_analyst_option
+@_database_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.option(
+    "--delta-prime", type=float, default=1e-6, show_default=True, callback=_open_unit_interval,
+    help="Slack delta' for the advanced and KOV composition bounds.",
+)
+def show(ledger: str, analyst: str, database: str, as_json: bool, delta_prime: float) -> None:
+    """Show ANALYST's budget, spending, composition bounds and charge history on DATABASE."""
+    identity = database_identity(database)
+    with Ledger(ledger, create=False) as book:
+        status = book.status(identity, analyst)
+    report = status.composition(delta_prime)
+    if as_json:
+        payload = _status_json(ledger, identity, analyst, status, report)
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        click.echo(_status_text(ledger, identity, analyst, status, report))
+
+
+@command.command("reset")
+@_ledger_option
+@_analyst_option
+@_database_option
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+def reset(ledger: str, analyst: str, database: str, yes: bool) -> None:
+    """Forget ANALYST's charges on DATABASE (the budget itself stays)."""
+    identity = database_identity(database)
+    with Ledger(ledger, create=False) as book:
+        if not yes:
+            click.confirm(
+                f"Forget every charge of {analyst} on {identity}? Their full budget becomes "
+                "available again",
+                abort=True,
+            )
+        book.reset(identity, analyst)
+        status = book.status(identity, analyst)
+    click.echo(
+        f"charges of {analyst} on {identity} forgotten; remaining: epsilon "
+        f"{status.epsilon_remaining!r}, delta {status.delta_remaining!r}"
+    )
