@@ -672,7 +672,6 @@ def analyze_query(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
             f"{query.key.upper()} at the top level is not supported: send each branch as its "
             "own aggregate query"
         )
-    _reject_top_level_shapes(query)
     rel, _ = analyzer.from_where(query, correlated_ok=False)
     keys = list(query.args["group"].expressions) if query.args.get("group") else []
     group_keys = _group_keys(keys, rel, metadata)
@@ -753,15 +752,6 @@ def analyze_query(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
         group_keys=tuple(group_keys), tree=tree,
         max_frequencies_used=tuple(analyzer.used_mf),
     )
-
-
-def _reject_top_level_shapes(query: exp.Select) -> None:
-    for star in query.expressions:
-        if isinstance(star, exp.Star) or (isinstance(star, exp.Column) and star.is_star):
-            raise UnsupportedQueryError(
-                "SELECT * releases raw rows: dpsql answers aggregate queries only "
-                "(COUNT, SUM, AVG, optionally GROUP BY)"
-            )
 
 
 def _check_over_keys(node: exp.Expression, key_sql: dict[str, int], name: str) -> None:

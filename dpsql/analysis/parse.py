@@ -224,6 +224,18 @@ def _strip_default_schema(query: exp.Expression) -> exp.Expression:
     return query
 
 
+def _reject_star(query: exp.Expression) -> None:
+    """``SELECT *`` at the top level releases raw rows (checked before qualify expands it)."""
+    if isinstance(query, exp.Select) and any(
+        isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star)
+        for e in query.expressions
+    ):
+        raise UnsupportedQueryError(
+            "SELECT * releases raw rows: dpsql answers aggregate queries only "
+            "(COUNT, SUM, AVG, optionally with GROUP BY)"
+        )
+
+
 def _name_outputs(query: exp.Expression) -> None:
     """Alias unnamed top-level outputs with their SQL text (``COUNT(*)``), as the analyst wrote
     them, instead of qualify's ``_col_0``."""
@@ -237,6 +249,7 @@ def _name_outputs(query: exp.Expression) -> None:
 def parse_query(sql: str, metadata: Metadata) -> exp.Query:
     """Parse, allow-list check and qualify ``sql`` against ``metadata`` (see module contract)."""
     query = parse_sql(sql)
+    _reject_star(query)
     check_allowed(query, metadata)
     query = _strip_default_schema(query)
     _name_outputs(query)

@@ -1,0 +1,44 @@
+"""`dpsql explain`: the owner-only privacy derivation of a query (nothing is executed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from dpsql.analysis.explain import explain, explain_text
+from dpsql.errors import Error
+from dpsql.metadata import load_metadata
+
+
+@click.command("explain")
+@click.option("--metadata", "-m", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Metadata YAML (ours or FLEX's schema.yaml).")
+@click.option("--epsilon", "-e", default=0.1, show_default=True, type=float,
+              help="Privacy budget of the query.")
+@click.option("--delta", default=1e-8, show_default=True, type=float,
+              help="Delta of the query (used only by smoothed releases).")
+@click.option("--distance", "-k", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Report elastic_sensitivity at this distance k.")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
+@click.argument("sql")
+def command(metadata: Path, epsilon: float, delta: float, distance: int, as_json: bool,
+            sql: str) -> int:
+    """Show how dpsql would protect SQL: sensitivities, smoothing and noise scales.
+
+    OWNER ONLY: the report contains max frequencies and data-dependent sensitivities.
+    """
+    try:
+        md = load_metadata(metadata)
+        if as_json:
+            report = explain(sql, md, epsilon=epsilon, delta=delta, distance=distance)
+            click.echo(json.dumps(report, indent=2))
+        else:
+            click.echo(explain_text(sql, md, epsilon=epsilon, delta=delta, distance=distance))
+    except Error as err:
+        if not as_json:
+            raise
+        click.echo(json.dumps(err.to_json()))
+        return 1
+    return 0

@@ -1,0 +1,47 @@
+"""Rendering noisy results and release records for the terminal (table, CSV, JSON)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from tabulate import tabulate
+
+FORMATS = ("table", "csv", "json")
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 6)
+    return value
+
+
+def render_rows(names: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str) -> str:
+    """The rows as an aligned table, CSV with a header, or a JSON list of objects."""
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(names)
+        writer.writerows(rows)
+        return buf.getvalue().rstrip("\n")
+    if fmt == "json":
+        return json.dumps([dict(zip(names, row, strict=True)) for row in rows], default=str)
+    return tabulate([[_cell(v) for v in row] for row in rows], headers=list(names),
+                    tablefmt="simple", floatfmt="g", disable_numparse=True)
+
+
+def release_line(release: Any, remaining: tuple[float, float] | None = None) -> str:
+    """One line: what the query spent, the budget left, and publishable 95% intervals."""
+    parts = [f"spent epsilon={release.epsilon:g} delta={release.delta:g}"]
+    if getattr(release, "cached", False):
+        parts[0] = "cached answer, spent nothing"
+    if remaining is not None:
+        parts.append(f"remaining epsilon={remaining[0]:g} delta={remaining[1]:g}")
+    widths = [f"{c.name} ±{c.half_width_95:.4g}" for c in release.columns
+              if c.half_width_95 is not None]
+    if widths:
+        parts.append("95% interval: " + ", ".join(widths))
+    return "; ".join(parts)

@@ -1,0 +1,52 @@
+"""`dpsql query`: answer one SQL query privately and print the noisy result."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+
+import dpsql
+from dpsql.cli.output import FORMATS, release_line, render_rows
+from dpsql.errors import Error
+
+
+@click.command("query")
+@click.option("--metadata", "-m", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Metadata YAML describing the reachable tables.")
+@click.option("--database", "-d", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="DuckDB database file (default: in-memory, for CSV/Parquet-backed tables).")
+@click.option("--epsilon", "-e", required=True, type=float, help="Privacy budget to spend.")
+@click.option("--delta", default=0.0, show_default=True, type=float,
+              help="Delta to spend (needed by joins between private tables, e.g. 1e-8).")
+@click.option("--analyst", "-a", default="analyst", show_default=True,
+              help="Who is charged in the ledger.")
+@click.option("--ledger", "-l", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="Privacy ledger (SQLite); the metadata's ledger always applies.")
+@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table",
+              show_default=True)
+@click.argument("sql")
+def command(metadata: Path, database: Path | None, epsilon: float, delta: float, analyst: str,
+            ledger: Path | None, fmt: str, sql: str) -> int:
+    """Run SQL with differential privacy and print the noisy rows and the release record."""
+    try:
+        with dpsql.connect(database, metadata, analyst=analyst, ledger=ledger) as conn:
+            cur = conn.cursor()
+            cur.execute(sql, epsilon=epsilon, delta=delta)
+            names = [d[0] for d in cur.description]
+            rows = cur.fetchall()
+            release = cur.release
+    except Error as err:
+        if fmt != "json":
+            raise
+        click.echo(json.dumps(err.to_json()))
+        return 1
+    if fmt == "json":
+        click.echo(json.dumps({"columns": names, "rows": [list(r) for r in rows],
+                               "release": asdict(release)}, default=str))
+    else:
+        click.echo(render_rows(names, rows, fmt))
+        click.echo(release_line(release), err=fmt == "csv")
+    return 0
