@@ -159,17 +159,13 @@ class Engine:
         return Result(names, types, out_rows, release)
 
     def _noise(self, exact: np.ndarray, plan: NoisePlan) -> np.ndarray:
+        """Noise one measurement over all bins, as ``plan`` prescribes (see smooth.py)."""
         exact = np.where(exact == None, 0, exact) if exact.dtype == object else exact  # noqa: E711
         if plan.measurement.function == "COUNT":
-            counts = exact.astype(np.int64)
-            if plan.pure:
-                return mechanisms.release_counts(counts, plan.scale, sampler=self._sampler)
-            # Smoothed scales are real numbers: continuous (grid-snapped) Laplace, then
-            # rounding to an integer, which is post-processing.
-            noisy = mechanisms.release_sums(counts, plan.scale, sampler=self._sampler)
-            return np.rint(noisy).astype(np.int64)
+            return mechanisms.release_counts(exact.astype(np.int64), plan.scale,
+                                             sampler=self._sampler)
         return mechanisms.release_sums(exact.astype(np.float64), plan.scale,
-                                       sampler=self._sampler)
+                                       sampler=self._sampler, granularity=plan.granularity)
 
     def _post_process(self, prepared: Prepared, keys, key_types, noisy, params):
         plan = prepared.plan
@@ -215,9 +211,8 @@ def _count_params(prepared: Prepared) -> int:
 
 
 def _mechanism_name(plan: NoisePlan) -> str:
-    if plan.measurement.function == "COUNT" and plan.pure:
-        return "discrete_laplace"
-    return "snapped_laplace" if plan.pure else "smoothed_laplace"
+    kind = "discrete_laplace" if plan.measurement.function == "COUNT" else "snapped_laplace"
+    return kind if plan.pure else f"smoothed_{kind}"
 
 
 def _release_record(prepared: Prepared, plans: tuple[NoisePlan, ...], n_bins: int | None):
@@ -234,7 +229,7 @@ def _release_record(prepared: Prepared, plans: tuple[NoisePlan, ...], n_bins: in
             p = parts[0]
             width = mechanisms.laplace_half_width(p.scale, CONFIDENCE, cells=n_bins)
             # discrete counts: integer error <= alpha + 1/2; sums: <= alpha + grid step
-            width += 0.5 if p.measurement.integer else mechanisms.sum_granularity(p.scale)
+            width += 0.5 if p.measurement.integer else (p.granularity or 0.0)
         columns.append(ColumnRelease(
             col.name, mech, math.fsum(p.epsilon for p in parts),
             math.fsum(p.delta for p in parts), width,

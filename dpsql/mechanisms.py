@@ -276,11 +276,22 @@ def sum_granularity(scale: float) -> float:
     return math.ldexp(1.0, ceil_log2 - SUM_GRID_BITS)
 
 
+def _check_granularity(g: float, scale: float) -> float:
+    g = _check_scale(g, "granularity")
+    if math.frexp(g)[0] != 0.5:
+        raise ValueError("granularity must be a power of two")
+    if scale / g > MAX_DISCRETE_SCALE:
+        raise ValueError("scale / granularity exceeds MAX_DISCRETE_SCALE = 2^32")
+    return g
+
+
 def release_sums(values: np.ndarray, scale: float, *,
-                 sampler: Sampler | None = None) -> np.ndarray:
+                 sampler: Sampler | None = None,
+                 granularity: float | None = None) -> np.ndarray:
     """Release real-valued sums with grid-snapped discrete Laplace noise (secure noise).
 
-    With ``g = sum_granularity(scale)``, each value ``v`` becomes
+    With ``g = granularity`` (a power of two with ``scale / g <= MAX_DISCRETE_SCALE``) or, by
+    default, ``g = sum_granularity(scale)``, each value ``v`` becomes
     ``g * (R(v / g) + Y)``, where ``R(y) = floor(y + 1/2)`` (round half up, computed exactly)
     and ``Y ~ discrete_laplace(scale / g)``.
 
@@ -306,7 +317,9 @@ def release_sums(values: np.ndarray, scale: float, *,
         raise ValueError("sums must be finite (NaN or infinity found)")
     if x.size and np.max(np.abs(x)) > _SUM_MAX_ABS_VALUE:
         raise ValueError("a sum exceeds 2^1020 in magnitude")
-    g = sum_granularity(scale)
+    # An explicit grid lets callers keep the grid independent of a data-dependent scale
+    # (smoothed releases): the output's granularity must not reveal the scale.
+    g = sum_granularity(scale) if granularity is None else _check_granularity(granularity, scale)
     with np.errstate(over="ignore"):
         y = x / g                                  # exact: g is a power of two
     if not np.all(np.isfinite(y)):

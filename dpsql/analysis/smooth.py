@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from dpsql import mechanisms
 from dpsql.analysis.elastic import Measurement, QueryAnalysis
 from dpsql.analysis.kexpr import KExpr
 from dpsql.errors import NotSupportedError, ProgrammingError
@@ -76,6 +77,8 @@ class NoisePlan:
     elastic_sensitivity: float  # ES at the requested distance (owner-only)
     smoothed: Smoothed | None  # None for a pure release
     scale: float  # Laplace scale b
+    #: SUM only: the power-of-two grid the value is snapped to (mechanisms.release_sums)
+    granularity: float | None = None
 
     @property
     def pure(self) -> bool:
@@ -106,13 +109,67 @@ def plan_noise(
         _check_finite(es_at, "elastic sensitivity")
         if m.sensitivity.depends_on_k:
             sm = smooth(m.sensitivity, eps_each, delta_each)
-            scale = 2.0 * sm.smooth_sensitivity / eps_each
-            plans.append(NoisePlan(m, eps_each, delta_each, es_at, sm, scale))
+            plan = _smoothed_plan(m, eps_each, delta_each, es_at, sm)
         else:
-            scale = m.sensitivity.at(0) / eps_each
-            plans.append(NoisePlan(m, eps_each, 0.0, es_at, None, scale))
-        _check_finite(plans[-1].scale, "noise scale")
+            plan = _pure_plan(m, eps_each, es_at)
+        _check_finite(plan.scale, "noise scale")
+        plans.append(plan)
     return tuple(plans)
+
+
+def _too_noisy() -> NotSupportedError:
+    return NotSupportedError(
+        "the noise this query needs is too large to release anything useful: raise epsilon, "
+        "tighten the bounds, or split the query"
+    )
+
+
+def _pure_plan(m: Measurement, epsilon: float, es_at: float) -> NoisePlan:
+    """Global sensitivity ES: scale ES/epsilon (counts: exact discrete Laplace).
+
+    A SUM is snapped to a grid g; a neighbour then moves the snapped value by at most ES + g,
+    so the scale is (ES + g)/epsilon with g the grid of that scale (g grows with the scale, so
+    the second step settles it). The scale is data-independent, so the grid leaks nothing.
+    """
+    es = m.sensitivity.at(0)
+    if m.function == "COUNT":
+        scale = es / epsilon
+        if scale > mechanisms.MAX_DISCRETE_SCALE:
+            raise _too_noisy()
+        return NoisePlan(m, epsilon, 0.0, es_at, None, scale)
+    scale = es / epsilon
+    for _ in range(3):
+        g = mechanisms.sum_granularity(scale)
+        scale = (es + g) / epsilon
+    g = mechanisms.sum_granularity(scale)
+    assert (es + g) / epsilon <= scale * (1 + 1e-12)
+    return NoisePlan(m, epsilon, 0.0, es_at, None, scale, g)
+
+
+def _smoothed_plan(
+    m: Measurement, epsilon: float, delta: float, es_at: float, sm: Smoothed
+) -> NoisePlan:
+    """Smoothed sensitivity S: Laplace scale 2S/epsilon.
+
+    Counts use grid-free discrete Laplace: the smooth-sensitivity proof (sliding by an integer
+    shift <= S, dilation between scales within e^beta) holds for it as for continuous Laplace,
+    its normalising constant tanh(1/2b) playing the role of 1/2b. Sums are snapped to a grid g0
+    fixed by the bounds and epsilon alone (the smallest scale any smoothed SUM of this column
+    could have), never by the data-dependent scale, whose power of two the grid would reveal;
+    the snapped shift is at most LS + g0, and S + g0 is still beta-smooth.
+    """
+    if m.function == "COUNT":
+        scale = 2.0 * sm.smooth_sensitivity / epsilon
+        if scale > mechanisms.MAX_DISCRETE_SCALE:
+            raise _too_noisy()
+        return NoisePlan(m, epsilon, delta, es_at, sm, scale)
+    assert m.bounds is not None
+    width = max(m.bounds[1], 0.0) - min(m.bounds[0], 0.0)
+    g0 = mechanisms.sum_granularity(2.0 * max(width, 1e-300) / epsilon)
+    scale = 2.0 * (sm.smooth_sensitivity + g0) / epsilon
+    if scale / g0 > mechanisms.MAX_DISCRETE_SCALE:
+        raise _too_noisy()
+    return NoisePlan(m, epsilon, delta, es_at, sm, scale, g0)
 
 
 def check_budget_parameters(epsilon: float, delta: float) -> None:

@@ -1,0 +1,58 @@
+"""Noise plans: the grid of snapped sums never weakens the charged epsilon, never leaks a
+data-dependent scale, and smoothed counts stay on the integers."""
+
+import math
+
+import pytest
+
+from dpsql import mechanisms
+from dpsql.analysis.elastic import analyze
+from dpsql.analysis.smooth import plan_noise
+from dpsql.metadata import Column, Metadata, Table
+
+
+def shop(mf_customer: int) -> Metadata:
+    return Metadata(tables={
+        "orders": Table("orders", {
+            "customer_id": Column("customer_id", mf_customer),
+            "cost": Column("cost", bounds=(-5.0, 1000.0)),
+        }),
+        "recs": Table("recs", {"customer_id": Column("customer_id", 250)}),
+    })
+
+
+def test_pure_sum_scale_absorbs_the_grid():
+    (plan,) = plan_noise(analyze("SELECT SUM(cost) FROM orders", shop(100)), 0.3, 0.0)
+    es = 1005.0  # max(u,0) - min(l,0) = 1000 - (-5)
+    g = plan.granularity
+    assert g == mechanisms.sum_granularity(plan.scale)
+    # a neighbour moves the snapped sum by at most ceil(ES/g)*g <= ES + g grid units
+    assert math.ceil(es / g) * g / plan.scale <= 0.3 * (1 + 1e-12)
+    assert plan.scale >= es / 0.3
+    assert plan.scale <= es / 0.3 * (1 + 2**-18)
+
+
+def test_smoothed_sum_grid_does_not_depend_on_the_data():
+    sql = ("SELECT SUM(o.cost) FROM orders o JOIN recs r ON o.customer_id = r.customer_id")
+    small = plan_noise(analyze(sql, shop(3)), 0.5, 1e-8)[0]
+    large = plan_noise(analyze(sql, shop(90_000)), 0.5, 1e-8)[0]
+    assert small.smoothed and large.smoothed
+    assert small.scale < large.scale
+    # fixed by the bounds and epsilon alone: 2 * 1005 / 0.5
+    assert small.granularity == large.granularity == mechanisms.sum_granularity(2 * 1005 / 0.5)
+    assert large.scale == pytest.approx(
+        2 * (large.smoothed.smooth_sensitivity + large.granularity) / 0.5)
+
+
+def test_smoothed_count_is_grid_free_discrete():
+    sql = "SELECT COUNT(*) FROM orders o JOIN recs r ON o.customer_id = r.customer_id"
+    (plan,) = plan_noise(analyze(sql, shop(100)), 0.1, 1e-8)
+    assert plan.granularity is None
+    assert plan.scale == pytest.approx(5409.18185629817, rel=1e-12)
+
+
+def test_absurd_noise_is_rejected_before_anything_runs():
+    from dpsql.errors import NotSupportedError
+
+    with pytest.raises(NotSupportedError, match="too large"):
+        plan_noise(analyze("SELECT COUNT(*) FROM orders", shop(1)), 1e-10, 0.0)
