@@ -167,6 +167,19 @@ def _mf_str(mf: KExpr | None) -> str:
     return "unknown" if mf is None else str(mf)
 
 
+def _check_unique_output(name: str, out: dict[tuple[str, str], ColumnFacts]) -> None:
+    """Reject a second output column of the same name in a subquery, CTE or UNION branch.
+
+    DuckDB binds ``t.x`` to the FIRST column named x (it renames the second to x_1), while a
+    dict keyed by name would keep the LAST one's facts: ``(SELECT customer_id AS x, order_id AS
+    x ...) t JOIN c ON c.id = t.x`` would use order_id's mf 1 for a join on customer_id.
+    """
+    if any(key.lower() == name.lower() for _, key in out):
+        raise UnsupportedConstructError(
+            f"a subquery outputs two columns named {name!r}: give each column a distinct alias"
+        )
+
+
 def _scale_mf(mf: KExpr | None, factor: KExpr | None) -> KExpr | None:
     if mf is None or factor is None:
         return None
@@ -275,6 +288,7 @@ class _Analyzer:
             self._check_filter(select.args.get("having"), "HAVING")
             for item in select.expressions:
                 name = item.alias_or_name
+                _check_unique_output(name, out)
                 inner = item.this if isinstance(item, exp.Alias) else item
                 if isinstance(inner, exp.Column) and _sql(inner) in key_sql:
                     facts = rel.facts((inner.table, inner.name))
@@ -297,6 +311,7 @@ class _Analyzer:
         distinct = select.args.get("distinct") is not None
         for item in select.expressions:
             name = item.alias_or_name
+            _check_unique_output(name, out)
             inner = item.this if isinstance(item, exp.Alias) else item
             if isinstance(inner, exp.Column) and (inner.table, inner.name) in rel.columns:
                 facts = rel.facts((inner.table, inner.name))
