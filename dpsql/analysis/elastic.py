@@ -342,6 +342,14 @@ class _Analyzer:
             alias = node.alias_or_name
         else:
             raise UnsupportedConstructError(f"{node.key.upper()} is not supported in FROM")
+        table_alias = node.args.get("alias")
+        if table_alias is not None and table_alias.columns:
+            # ``orders AS t(a, b)`` renames the table's columns by their physical position in
+            # the database, which the metadata does not record: t.b may be any column.
+            raise UnsupportedConstructError(
+                f"column aliases on {_sql(table_alias)} are not supported: select the columns "
+                "with aliases in a subquery instead, (SELECT x AS a, y AS b FROM t) AS t"
+            )
         cols = {(alias, name): facts for (_, name), facts in rel.columns.items()}
         return alias, replace(rel, columns=cols)
 
