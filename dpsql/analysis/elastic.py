@@ -180,6 +180,28 @@ def _check_unique_output(name: str, out: dict[tuple[str, str], ColumnFacts]) -> 
         )
 
 
+def _reject_outer_references(select: exp.Select) -> None:
+    """Reject a derived table, CTE or IN subquery that refers to an enclosing query's columns.
+
+    DuckDB evaluates such a subquery once per outer row (an implicit LATERAL join), so its
+    relation is not one fixed relation with one stability: in
+    ``EXISTS (SELECT 1 FROM (SELECT COUNT(*) AS n FROM r WHERE r.k = o.k) t WHERE t.n = o.q)``
+    one changed row of r changes n for every outer row with that k, which no mf of o.q bounds.
+    Correlated EXISTS conditions are analysed by the semi-join rule instead (from_where with
+    correlated_ok=True), not here.
+    """
+    items = [select.args["from_"].this] + [j.this for j in select.args.get("joins") or []]
+    aliases = {item.alias_or_name for item in items}
+    for col in select.find_all(exp.Column):
+        if col.table and col.table not in aliases and _in_same_select(col, select):
+            raise UnsupportedConstructError(
+                f"a subquery in FROM, a CTE or an IN subquery refers to {_sql(col)} of an "
+                "enclosing query (an implicit LATERAL join), which has no sensitivity rule: "
+                "join the tables instead, or correlate only through EXISTS (... WHERE "
+                "inner.k = outer.k)"
+            )
+
+
 def _scale_mf(mf: KExpr | None, factor: KExpr | None) -> KExpr | None:
     if mf is None or factor is None:
         return None
@@ -279,6 +301,7 @@ class _Analyzer:
                 "private data; apply LIMIT only to the final result"
             )
         rel = self.from_where(select, correlated_ok=False)[0]
+        _reject_outer_references(select)
         grouped = select.args.get("group") is not None
         aggregated = any(_has_aggregate(e) for e in select.expressions)
         out: dict[tuple[str, str], ColumnFacts] = {}
