@@ -55,6 +55,11 @@ _ALLOWED_FUNCS: tuple[type[exp.Expression], ...] = (
     exp.DateDiff, exp.If, exp.Case,
 )
 
+#: Clauses no sensitivity rule covers a subquery in (WHERE, FROM and WITH are analysed).
+_CLAUSES_WITHOUT_SUBQUERIES: tuple[type[exp.Expression], ...] = (
+    exp.Order, exp.Limit, exp.Offset, exp.Group, exp.Fetch,
+)
+
 _NONDETERMINISTIC: tuple[type[exp.Expression], ...] = (
     exp.Rand, exp.Uuid, exp.CurrentDate, exp.CurrentTimestamp, exp.CurrentTime,
     exp.CurrentDatetime,
@@ -124,6 +129,22 @@ def check_allowed(query: exp.Expression, metadata: Metadata) -> None:
         elif isinstance(node, exp.With) and node.args.get("recursive"):
             raise UnsupportedConstructError(
                 "recursive CTEs (WITH RECURSIVE) are not supported: write a non-recursive query"
+            )
+        elif isinstance(node, exp.Distinct) and node.args.get("on") is not None:
+            # DISTINCT ON keeps one arbitrary row per key: the kept rows' other columns repeat
+            # across keys (no mf 1) and a changed row can swap two representatives.
+            raise UnsupportedConstructError(
+                "DISTINCT ON is not supported: it keeps an arbitrary row per key; use GROUP BY"
+            )
+        elif isinstance(node, _CLAUSES_WITHOUT_SUBQUERIES) and node.find(exp.Query):
+            # No sensitivity rule looks at these clauses: an exact private aggregate in
+            # LIMIT (SELECT COUNT(*) ...) would set how many rows are released, and a scalar
+            # subquery's "more than one row" error depends on private data.
+            clause = type(node).__name__.upper().replace("ORDER", "ORDER BY")
+            clause = clause.replace("GROUP", "GROUP BY")
+            raise UnsupportedConstructError(
+                f"a subquery in {clause} is not supported: only FROM, WITH and IN / EXISTS "
+                "conditions in WHERE may contain subqueries"
             )
         elif isinstance(node, _ALLOWED_NODES):
             continue
