@@ -8,6 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from dpsql.dbapi import (
+    BINARY,
+    DATETIME,
+    NUMBER,
+    ROWID,
+    STRING,
+    Binary,
+    Connection,
+    Cursor,
+    Date,
+    DateFromTicks,
+    Time,
+    TimeFromTicks,
+    Timestamp,
+    TimestampFromTicks,
+)
 from dpsql.errors import (
     AggregateArithmeticError,
     BudgetExhaustedError,
@@ -48,10 +64,20 @@ def explain(sql: str, metadata: Any, *, epsilon: float, delta: float, distance: 
 
 
 __all__ = [
+    "BINARY",
+    "DATETIME",
+    "NUMBER",
+    "ROWID",
+    "STRING",
     "AggregateArithmeticError",
+    "Binary",
     "BudgetExhaustedError",
+    "Connection",
+    "Cursor",
     "DataError",
     "DatabaseError",
+    "Date",
+    "DateFromTicks",
     "Error",
     "IntegrityError",
     "InterfaceError",
@@ -61,6 +87,10 @@ __all__ = [
     "OperationalError",
     "ProgrammingError",
     "ProtectedBinError",
+    "Time",
+    "TimeFromTicks",
+    "Timestamp",
+    "TimestampFromTicks",
     "UnsupportedConstructError",
     "UnsupportedQueryError",
     "Warning",
