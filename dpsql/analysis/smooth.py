@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from dpsql import mechanisms
 from dpsql.analysis.elastic import Measurement, QueryAnalysis
 from dpsql.analysis.kexpr import KExpr
@@ -48,15 +50,55 @@ def smooth(es: KExpr, epsilon: float, delta: float) -> Smoothed:
             "epsilon/delta are too small for this join query to be smoothed: raise epsilon "
             "or delta"
         )
+    # No early stopping: FLEX stops at the first decrease, which is wrong for sums of terms.
+    best, best_k = _scan(es, beta, k_scan)
+    _check_finite(best, "smooth sensitivity")
+    return Smoothed(best, best_k, k_scan, beta)
+
+
+#: Vectorised values within this relative distance of the largest are re-evaluated exactly.
+_NEAR_MAX = 1e-9
+#: k values evaluated per numpy pass (bounds the scan's memory).
+_CHUNK = 1 << 20
+
+
+def _scan(es: KExpr, beta: float, k_scan: int) -> tuple[float, int]:
+    """max over k = 0..k_scan of e^(-beta k) ES(k) and the first k attaining it.
+
+    The result is exactly that of the scalar loop :func:`_scan_scalar`: numpy evaluates the
+    k in chunks (within a few ulps, far inside ``_NEAR_MAX``), and only the k whose value is
+    within ``_NEAR_MAX`` of the largest are re-evaluated with the scalar expression, in
+    increasing order. Non-finite or non-positive values fall back to the scalar loop.
+    """
+    near: list[tuple[int, float]] = []  # (k, approximate value) close to the running max
+    top = -math.inf
+    threshold = -math.inf
+    for start in range(0, k_scan + 1, _CHUNK):
+        ks = np.arange(start, min(start + _CHUNK, k_scan + 1), dtype=np.float64)
+        with np.errstate(all="ignore"):
+            values = np.exp(-beta * ks) * es.at_array(ks)
+        if not bool(np.isfinite(values).all()):
+            return _scan_scalar(es, beta, range(k_scan + 1))
+        chunk_top = float(values.max())
+        if chunk_top > top:
+            top = chunk_top
+            threshold = top * (1.0 - _NEAR_MAX)
+            near = [(k, v) for k, v in near if v >= threshold]
+        if chunk_top >= threshold:
+            idx = np.flatnonzero(values >= threshold)
+            near += [(start + int(i), float(values[i])) for i in idx]
+    if not top > 0:
+        return _scan_scalar(es, beta, range(k_scan + 1))
+    return _scan_scalar(es, beta, [k for k, _ in near])
+
+
+def _scan_scalar(es: KExpr, beta: float, ks) -> tuple[float, int]:
     best, best_k = -1.0, 0
-    # The scan is the hot path of analysis for deep joins: evaluate in steps of one k without
-    # early stopping (FLEX stops at the first decrease, which is wrong for sums of terms).
-    for k in range(k_scan + 1):
+    for k in ks:
         value = math.exp(-beta * k) * es.at(k)
         if value > best:
             best, best_k = value, k
-    _check_finite(best, "smooth sensitivity")
-    return Smoothed(best, best_k, k_scan, beta)
+    return best, best_k
 
 
 def _check_finite(value: float, what: str) -> None:
