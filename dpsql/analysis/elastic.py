@@ -423,6 +423,14 @@ class _Analyzer:
             if id(cond) in used:
                 continue
             if correlated_ok and self._references_outside(cond, aliases):
+                if cond.find(exp.Query) is not None:
+                    # Conditions on the outer row are only read for their equi-keys; a
+                    # subquery inside one (o.y IN (SELECT ...), o.y < (SELECT COUNT(*) ...))
+                    # would escape the analysis altogether.
+                    raise UnsupportedConstructError(
+                        f"the condition {_sql(cond)[:60]} inside EXISTS mixes the outer "
+                        "query's columns with a subquery: move it to the outer WHERE"
+                    )
                 outer_refs.append(cond)
                 continue
             semi = self._semijoin_parts(cond)
