@@ -1,0 +1,366 @@
+"""With noise switched off, the engine answers exactly what the analyst's SQL answers on DuckDB.
+
+This is the contract of :mod:`dpsql.rewrite` (clamping, domain bins, TRY totality, NOT IN with
+NOT EXISTS semantics, post-processing over the noisy table) checked end to end through
+:meth:`Engine.run`: the shop database (``tests/unit/shop_fixture.py``) keeps every SUM argument
+inside its bounds and every group-key value inside its declared domain, so the only differences
+the rewrite may introduce are the documented ones, each tested on its own below (an extra domain
+value gains an empty bin, a value outside the domain is dropped, NOT IN over a NULL follows NOT
+EXISTS).
+
+The zero-noise sampler is defined here (tests only; production always uses the secure sampler).
+Sums are snapped to a power-of-two grid even without noise (smoothed sums to a grid fixed by the
+bounds and epsilon); epsilon 1000 keeps every grid finer than the 1/4 granularity of the
+data, so sums come back exact. Floats are compared with a tight tolerance (AVG divides).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal
+
+import duckdb
+import numpy as np
+import pytest
+
+from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.engine import Engine
+from dpsql.errors import OperationalError, ProgrammingError
+from tests.unit.shop_fixture import STATUSES, build_shop
+
+EPSILON = 1000.0
+DELTA = 1e-6
+
+
+class ZeroNoise:
+    """A Sampler that adds no noise and records how many cells it was asked for."""
+
+    def __init__(self) -> None:
+        self.cells = 0
+
+    def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
+        assert scale > 0 and math.isfinite(scale)
+        self.cells += size
+        return np.zeros(size, dtype=np.int64)
+
+
+class RecordingBackend(DuckDBBackend):
+    """The real DuckDB backend, recording every SQL text it is asked to run."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.executed: list[str] = []
+
+    def execute(self, sql, params=None):
+        self.executed.append(sql)
+        return super().execute(sql, params)
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory):
+    return build_shop(tmp_path_factory.mktemp("equivalence") / "shop.duckdb")
+
+
+@pytest.fixture(scope="module")
+def reference(shop):
+    con = duckdb.connect(str(shop.path), read_only=True)
+    yield con
+    con.close()
+
+
+def _engine(shop, **metadata_options):
+    metadata = shop.metadata(**metadata_options)
+    sampler = ZeroNoise()
+    backend = RecordingBackend(shop.path, metadata)
+    return Engine(metadata, backend, sampler=sampler), sampler, backend
+
+
+@pytest.fixture(scope="module")
+def engine(shop):
+    return _engine(shop)
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
+
+
+def _sort_key(row):
+    return tuple((0, round(float(v), 6), "") if _is_number(v) else (1, 0.0, repr(v))
+                 for v in row)
+
+
+def _same_value(got, want) -> bool:
+    if _is_number(got) and _is_number(want):
+        return math.isclose(float(got), float(want), rel_tol=1e-9, abs_tol=1e-9)
+    return type(got) is type(want) and got == want
+
+
+def assert_same_rows(got, want, *, ordered: bool) -> None:
+    assert len(got) == len(want), (got, want)
+    if not ordered:
+        got, want = sorted(got, key=_sort_key), sorted(want, key=_sort_key)
+    for g, w in zip(got, want, strict=True):
+        assert len(g) == len(w), (g, w)
+        assert all(_same_value(a, b) for a, b in zip(g, w, strict=True)), (g, w, got, want)
+
+
+def _reference(con, sql, params):
+    cur = con.execute(sql, params)
+    return cur.fetchall(), [d[0] for d in cur.description]
+
+
+def assert_equivalent(engine_parts, con, sql, params=(), *, ordered=False):
+    engine, sampler, _ = engine_parts
+    before = sampler.cells
+    result = engine.run(sql, list(params), epsilon=EPSILON, delta=DELTA)
+    want, names = _reference(con, sql, list(params))
+    assert sampler.cells > before, "every release goes through the sampler"
+    assert len(result.names) == len(names)
+    for got_name, want_name in zip(result.names, names, strict=True):
+        if re.fullmatch(r"[a-z_][a-z0-9_]*", want_name):  # an alias or a plain key column
+            assert got_name == want_name
+    assert_same_rows(result.rows, want, ordered=ordered)
+    return result, want
+
+
+# --------------------------------------------------------------------------- the corpus
+
+# (id, sql, params, ordered). Every query is supported; each must match DuckDB exactly.
+QUERIES = [
+    ("count_star", "SELECT COUNT(*) FROM orders", (), False),
+    ("count_column_skips_nulls", "SELECT COUNT(order_cost) AS n FROM orders", (), False),
+    ("count_distinct", "SELECT COUNT(DISTINCT customer_id) AS n FROM orders", (), False),
+    ("sum_and_avg_filtered",
+     "SELECT SUM(order_cost) AS s, AVG(order_cost) AS a FROM orders WHERE status = 'shipped'",
+     (), False),
+    ("sum_and_avg_integer_column", "SELECT SUM(age) AS s, AVG(age) AS a FROM customers", (),
+     False),
+    ("group_by_value_list_domain",
+     "SELECT status, COUNT(*) AS n, SUM(order_cost) AS s, AVG(order_cost) AS a "
+     "FROM orders GROUP BY status", (), False),
+    ("group_by_public_table_domain",
+     "SELECT product_id, COUNT(*) AS n FROM orders GROUP BY product_id", (), False),
+    ("group_by_public_table_column",
+     "SELECT p.category, COUNT(*) AS n FROM orders o JOIN products p "
+     "ON o.product_id = p.product_id GROUP BY p.category", (), False),
+    ("group_by_two_keys",
+     "SELECT c.region, o.status, COUNT(*) AS n FROM orders o JOIN customers c "
+     "ON o.customer_id = c.customer_id GROUP BY c.region, o.status", (), False),
+    ("group_by_integer_value_list_ordered_by_key",
+     "SELECT quantity, SUM(order_cost) AS s FROM orders GROUP BY quantity "
+     "ORDER BY quantity DESC", (), True),
+    ("explicit_join_sum",
+     "SELECT SUM(o.order_cost) AS s FROM orders o JOIN customers c "
+     "ON o.customer_id = c.customer_id WHERE c.segment = 'business'", (), False),
+    ("comma_join",
+     "SELECT COUNT(*) AS n FROM orders o, customers c "
+     "WHERE o.customer_id = c.customer_id AND c.age > 40", (), False),
+    ("three_way_comma_join",
+     "SELECT COUNT(*) AS n FROM orders o, products p, customers c "
+     "WHERE o.customer_id = c.customer_id AND p.product_id = o.product_id AND p.price > 20",
+     (), False),
+    ("multi_conjunct_join",
+     "SELECT COUNT(*) AS n FROM orders o JOIN recommendations r "
+     "ON o.customer_id = r.customer_id AND o.product_id = r.product_id", (), False),
+    ("join_with_on_filter_and_params",
+     "SELECT COUNT(*) AS n FROM orders o JOIN customers c "
+     "ON o.customer_id = c.customer_id AND c.age > ? WHERE o.quantity < ?", (50, 3), False),
+    ("self_join",
+     "SELECT COUNT(*) AS n FROM orders o1 JOIN orders o2 ON o1.customer_id = o2.customer_id "
+     "WHERE o1.order_id < o2.order_id", (), False),
+    ("cte_used_twice",
+     "WITH big AS (SELECT customer_id, product_id FROM orders WHERE quantity >= 4) "
+     "SELECT COUNT(*) AS n FROM big b1 JOIN big b2 ON b1.customer_id = b2.customer_id",
+     (), False),
+    ("cte_grouped",
+     "WITH s AS (SELECT * FROM orders WHERE order_cost > 100) "
+     "SELECT status, COUNT(*) AS n FROM s GROUP BY status", (), False),
+    ("cte_with_params_everywhere",
+     "WITH s AS (SELECT * FROM orders WHERE quantity > ?) "
+     "SELECT status, COUNT(*) * ? AS n FROM s WHERE s.order_cost > ? GROUP BY status "
+     "HAVING COUNT(*) > ? ORDER BY n LIMIT 2", (2, 3, 100.0, 10), True),
+    ("derived_table",
+     "SELECT COUNT(*) AS n, SUM(t.order_cost) AS s "
+     "FROM (SELECT order_cost, quantity FROM orders WHERE quantity > 2) AS t", (), False),
+    ("grouped_subquery_feeding_count",
+     "SELECT COUNT(*) AS n FROM (SELECT customer_id, COUNT(*) AS k FROM orders "
+     "GROUP BY customer_id) AS t WHERE t.k >= 10", (), False),
+    ("in_subquery",
+     "SELECT COUNT(*) AS n FROM orders o WHERE o.customer_id IN "
+     "(SELECT c.customer_id FROM customers c WHERE c.region = 'north')", (), False),
+    ("in_public_subquery_grouped",
+     "SELECT status, COUNT(*) AS n FROM orders WHERE product_id IN "
+     "(SELECT product_id FROM products WHERE category = 'books') GROUP BY status", (), False),
+    ("exists_subquery",
+     "SELECT COUNT(*) AS n FROM customers c WHERE EXISTS (SELECT 1 FROM orders o "
+     "WHERE o.customer_id = c.customer_id AND o.status = 'returned')", (), False),
+    ("not_in_subquery",
+     "SELECT COUNT(*) AS n FROM recommendations r WHERE r.customer_id NOT IN "
+     "(SELECT c.customer_id FROM customers c)", (), False),
+    ("not_exists_subquery",
+     "SELECT COUNT(*) AS n FROM customers c WHERE NOT EXISTS "
+     "(SELECT 1 FROM recommendations r WHERE r.customer_id = c.customer_id)", (), False),
+    ("union_all_in_subquery",
+     "SELECT COUNT(*) AS n FROM (SELECT customer_id FROM orders WHERE status = 'new' "
+     "UNION ALL SELECT customer_id FROM recommendations) AS u", (), False),
+    ("qmark_in_where",
+     "SELECT COUNT(*) AS n, SUM(order_cost) AS s FROM orders WHERE quantity >= ? AND status = ?",
+     (3, "shipped"), False),
+    ("qmark_in_where_and_having",
+     "SELECT product_id, COUNT(*) AS n FROM orders WHERE quantity > ? GROUP BY product_id "
+     "HAVING COUNT(*) > ?", (1, 120), False),
+    ("qmark_in_select_list", "SELECT ? AS x, COUNT(*) AS n FROM orders WHERE quantity = ?",
+     (7, 2), False),
+    ("arithmetic_on_aggregates",
+     "SELECT COUNT(*) * 100.0 / 7 AS pct, SUM(order_cost) / COUNT(*) AS mean, "
+     "COUNT(order_cost) - 5 AS d FROM orders", (), False),
+    ("having",
+     "SELECT c.region, COUNT(*) AS n FROM orders o JOIN customers c "
+     "ON o.customer_id = c.customer_id GROUP BY c.region HAVING COUNT(*) > 700", (), False),
+    ("order_by_alias", "SELECT status, COUNT(*) AS n FROM orders GROUP BY status ORDER BY n DESC",
+     (), True),
+    ("order_by_aggregate_limit",
+     "SELECT product_id, COUNT(*) AS n FROM orders GROUP BY product_id "
+     "ORDER BY COUNT(*) DESC, product_id LIMIT 5", (), True),
+    ("distinct_over_post_processed",
+     "SELECT DISTINCT COUNT(*) > 500 AS big FROM orders GROUP BY status", (), False),
+    ("expression_over_key", "SELECT quantity * 10 AS q10, COUNT(*) AS n FROM orders "
+     "GROUP BY quantity", (), False),
+    ("where_between_in_not",
+     "SELECT COUNT(*) AS n FROM orders WHERE order_cost BETWEEN 50 AND 150 "
+     "AND status IN ('new', 'returned') AND NOT quantity = 3", (), False),
+    ("avg_with_public_join_filter",
+     "SELECT o.status, AVG(o.order_cost) AS a FROM orders o JOIN products p "
+     "ON o.product_id = p.product_id WHERE p.category IN ('books', 'tools') GROUP BY o.status",
+     (), False),
+    ("count_distinct_grouped",
+     "SELECT c.segment, COUNT(DISTINCT o.product_id) AS n FROM orders o JOIN customers c "
+     "ON o.customer_id = c.customer_id GROUP BY c.segment", (), False),
+    ("where_with_scalar_functions",
+     "SELECT COUNT(*) AS n FROM orders WHERE UPPER(status) = 'NEW' AND ABS(quantity - 3) <= 1 "
+     "AND FLOOR(order_cost / 100) = 1 AND quantity // 2 = 1 AND order_id % 3 = 0", (), False),
+]
+
+
+@pytest.mark.parametrize(("sql", "params", "ordered"),
+                         [pytest.param(q, p, o, id=i) for i, q, p, o in QUERIES])
+def test_zero_noise_answer_equals_duckdb(engine, reference, sql, params, ordered):
+    _, want = assert_equivalent(engine, reference, sql, params, ordered=ordered)
+    # The corpus is not vacuous: every reference answer has rows and not only zeros.
+    assert want and any(v not in (0, None) for row in want for v in row), want
+
+
+def test_corpus_is_large_enough():
+    assert len(QUERIES) >= 25
+
+
+# Supported queries the rewrite currently breaks (generated SQL does not parse: DuckDB raises
+# ParserException, surfaced as OperationalError on every database, after the charge).
+BROKEN = [
+    pytest.param(
+        "SELECT COUNT(*) AS n FROM (SELECT o.quantity * 2 AS q2 FROM orders o) AS t "
+        "WHERE t.q2 > 4",
+        id="derived_table_computed_column",
+        marks=pytest.mark.xfail(strict=True, raises=OperationalError, reason=(
+            "rewrite._make_total wraps the whole aliased item of a subquery SELECT list: "
+            "'SELECT TRY(o.quantity * 2 AS q2) FROM orders AS o' does not parse"))),
+    pytest.param(
+        "SELECT COUNT(*) AS n FROM orders o WHERE o.customer_id IN "
+        "(SELECT c.customer_id FROM customers c WHERE c.age + 1 > 40)",
+        id="in_subquery_with_arithmetic_filter",
+        marks=pytest.mark.xfail(strict=True, raises=OperationalError, reason=(
+            "rewrite._make_total descends from the outer WHERE into the IN subquery and wraps "
+            "its Where node: '... FROM customers AS cTRY(TRY( WHERE c.age + 1 > 40)))'"))),
+    pytest.param(
+        "SELECT COUNT(*) AS n FROM customers c WHERE EXISTS (SELECT 1 FROM orders o "
+        "WHERE o.customer_id = c.customer_id AND UPPER(o.status) = 'RETURNED')",
+        id="exists_subquery_with_function_filter",
+        marks=pytest.mark.xfail(strict=True, raises=OperationalError, reason=(
+            "same root cause as in_subquery_with_arithmetic_filter: the EXISTS subquery's "
+            "WHERE clause node is wrapped in TRY(...)"))),
+]
+
+
+@pytest.mark.parametrize("sql", BROKEN)
+def test_zero_noise_answer_equals_duckdb_for_computed_subquery_expressions(engine, reference,
+                                                                          sql):
+    assert_equivalent(engine, reference, sql)
+
+
+# --------------------------------------------------------------------------- domains
+
+
+def test_domain_value_absent_from_data_gets_a_zero_bin(shop, reference):
+    parts = _engine(shop, status_domain=(*STATUSES, "lost"))
+    sql = "SELECT status, COUNT(*) AS n, SUM(order_cost) AS s FROM orders GROUP BY status"
+    result = parts[0].run(sql, epsilon=EPSILON, delta=DELTA)
+    want, _ = _reference(reference, sql, [])
+    assert "lost" not in {row[0] for row in want}
+    assert_same_rows(result.rows, [*want, ("lost", 0, 0.0)], ordered=False)
+
+
+def test_data_value_outside_the_domain_is_dropped(shop, reference):
+    parts = _engine(shop, status_domain=("new", "shipped"))
+    sql = "SELECT status, COUNT(*) AS n, AVG(order_cost) AS a FROM orders GROUP BY status"
+    result = parts[0].run(sql, epsilon=EPSILON, delta=DELTA)
+    want, _ = _reference(reference, sql, [])
+    assert "returned" in {row[0] for row in want}
+    assert_same_rows(result.rows, [r for r in want if r[0] != "returned"], ordered=False)
+    # The domain restricts bins only: the rows themselves still count elsewhere.
+    total = parts[0].run("SELECT COUNT(*) AS n FROM orders", epsilon=EPSILON)
+    assert total.rows == reference.execute("SELECT COUNT(*) FROM orders").fetchall()
+
+
+# --------------------------------------------------------------------------- NOT IN semantics
+
+NOT_IN_OVER_NULL = (
+    "SELECT COUNT(*) AS n FROM orders o WHERE o.product_id NOT IN "
+    "(SELECT r.product_id FROM recommendations r WHERE r.customer_id < 20)"
+)
+NOT_EXISTS_EQUIVALENT = (
+    "SELECT COUNT(*) AS n FROM orders o WHERE NOT EXISTS (SELECT 1 FROM recommendations r "
+    "WHERE r.customer_id < 20 AND r.product_id = o.product_id)"
+)
+
+
+def test_not_in_over_a_null_follows_not_exists_semantics(engine, reference):
+    # Plain SQL: one NULL in the subquery makes NOT IN unknown for every row, so the count is 0
+    # and a single row would flip the whole answer. dpsql executes it as NOT EXISTS.
+    assert reference.execute(NOT_IN_OVER_NULL).fetchall() == [(0,)]
+    (expected,) = reference.execute(NOT_EXISTS_EQUIVALENT).fetchall()
+    assert expected[0] > 0
+    assert engine[0].run(NOT_IN_OVER_NULL, epsilon=EPSILON, delta=DELTA).rows == [expected]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "rewrite.build_exact detaches the WITH clause before _not_in_as_not_exists runs, so NOT IN "
+    "inside a CTE keeps SQL semantics: one NULL in the subquery empties the result"))
+def test_not_in_inside_a_cte_follows_not_exists_semantics(engine, reference):
+    sql = ("WITH keep AS (SELECT * FROM orders o WHERE o.product_id NOT IN "
+           "(SELECT r.product_id FROM recommendations r WHERE r.customer_id < 20)) "
+           "SELECT COUNT(*) AS n FROM keep")
+    (expected,) = reference.execute(NOT_EXISTS_EQUIVALENT).fetchall()
+    assert engine[0].run(sql, epsilon=EPSILON, delta=DELTA).rows == [expected]
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+@pytest.mark.parametrize(("sql", "params"), [
+    ("SELECT COUNT(*) AS n FROM orders WHERE quantity >= ? AND status = ?", [3]),
+    ("SELECT COUNT(*) AS n FROM orders WHERE quantity >= ? AND status = ?", [3, "new", 1]),
+    ("SELECT COUNT(*) AS n FROM orders WHERE quantity >= ?", []),
+    ("SELECT COUNT(*) AS n FROM orders", [1]),
+    ("SELECT product_id, COUNT(*) AS n FROM orders GROUP BY product_id HAVING COUNT(*) > ?",
+     None),
+])
+def test_wrong_number_of_parameters_is_a_programming_error(shop, sql, params):
+    engine, sampler, backend = _engine(shop)
+    charges = []
+    with pytest.raises(ProgrammingError, match="parameter"):
+        engine.run(sql, params, epsilon=EPSILON, charge=charges.append)
+    assert charges == [] and backend.executed == [] and sampler.cells == 0
