@@ -1,0 +1,419 @@
+"""`dpsql shell`: an interactive SQL shell, and its batch mode, over the DB-API driver.
+
+The shell is only a client of :func:`dpsql.connect` (as litecli is of its driver): every query
+goes through the driver, which analyses, charges and noises it; the shell adds prompt_toolkit
+editing (history, multi-line statements ended by ``;``, completion from the metadata, SQL
+highlighting), result rendering (:mod:`dpsql.cli.output`) and backslash commands
+(:mod:`dpsql.cli.commands`).
+
+Batch mode: ``-e "SQL"`` or a script on standard input (when it is not a terminal) runs the
+statements and commands in order and stops with exit status 1 at the first error.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+import dpsql
+from dpsql.cli.commands import COMMANDS, CommandError, QuitShell, run_command
+from dpsql.cli.output import FORMATS, release_line, render_rows
+from dpsql.errors import Error
+from dpsql.metadata import Metadata, load_metadata
+
+DEFAULT_EPSILON = 0.1
+DEFAULT_DELTA = 1e-8
+
+# ---------------------------------------------------------------------------------------------
+# Splitting input into statements
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One SQL statement (without its ``;``) or one backslash command line, with the 1-based
+    line and column of its first character in the input (to place parse errors)."""
+
+    text: str
+    line: int
+    column: int
+    command: bool = False
+
+
+def _position(text: str, index: int) -> tuple[int, int]:
+    line = text.count("\n", 0, index) + 1
+    return line, index - (text.rfind("\n", 0, index) + 1) + 1
+
+
+def split_script(text: str) -> tuple[list[Statement], Statement | None]:
+    """The complete statements and backslash commands of ``text``, and the pending statement.
+
+    A statement ends at a ``;`` outside quotes and comments. A line starting with ``\\`` (when
+    no statement is pending) is a command. Statements holding only comments are dropped. The
+    pending statement is SQL still waiting for its ``;`` (None if there is none).
+    """
+    items: list[Statement] = []
+    i, n = 0, len(text)
+    start: int | None = None  # index where the pending statement starts
+    has_code = False  # the pending statement has more than comments
+    while i < n:
+        ch = text[i]
+        if start is None:
+            if ch.isspace():
+                i += 1
+                continue
+            if ch == "\\":
+                end = text.find("\n", i)
+                end = n if end < 0 else end
+                items.append(Statement(text[i:end].strip(), *_position(text, i), command=True))
+                i = end
+                continue
+            start, has_code = i, False
+        if text.startswith("--", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        if text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+            continue
+        if ch in "'\"":
+            # '...' strings and "..." identifiers; a doubled quote inside is an escaped quote
+            j = i + 1
+            while True:
+                j = text.find(ch, j)
+                if j < 0 or not text.startswith(ch, j + 1):
+                    break
+                j += 2
+            i = n if j < 0 else j + 1
+            has_code = True
+            continue
+        if ch == ";":
+            if has_code:
+                items.append(Statement(text[start:i].strip(), *_position(text, start)))
+            start = None
+            i += 1
+            continue
+        if not ch.isspace():
+            has_code = True
+        i += 1
+    pending = None
+    if start is not None and has_code:
+        pending = Statement(text[start:].strip(), *_position(text, start))
+    return items, pending
+
+
+def statement_complete(text: str) -> bool:
+    """Whether Enter should run the buffer: nothing pending, a backslash command, or SQL
+    ending with ``;`` (a trailing comment is fine)."""
+    if text.lstrip().startswith("\\"):
+        return True
+    return split_script(text)[1] is None
+
+
+def script_items(text: str) -> list[Statement]:
+    """Every statement of a script; a final statement without ``;`` is included."""
+    items, pending = split_script(text)
+    return [*items, pending] if pending is not None else items
+
+
+# ---------------------------------------------------------------------------------------------
+# The session
+# ---------------------------------------------------------------------------------------------
+
+
+class Shell:
+    """One session: a DB-API connection, the metadata it was opened with, and the settings
+    backslash commands change (per-query epsilon and delta, output format)."""
+
+    def __init__(self, conn: Any, metadata: Metadata, *, analyst: str, epsilon: float,
+                 delta: float, owner: bool = False, fmt: str = "table") -> None:
+        self.conn = conn
+        self.metadata = metadata
+        self.analyst = analyst
+        self.epsilon = epsilon
+        self.delta = delta
+        self.owner = owner
+        self.fmt = fmt
+
+    # -- output -------------------------------------------------------------------------------
+
+    def echo(self, text: str = "", *, err: bool = False) -> None:
+        click.echo(text, err=err)
+
+    def error(self, message: str) -> None:
+        """One red line on standard error (colour is dropped when it is not a terminal)."""
+        click.echo(click.style(f"error: {message}", fg="red"), err=True)
+
+    def budget_status(self) -> Any | None:
+        """The driver's BudgetStatus, or None when there is no ledger to ask."""
+        try:
+            return self.conn.budget
+        except Error:
+            return None
+
+    # -- running ------------------------------------------------------------------------------
+
+    def run_query(self, sql: str) -> None:
+        """Run one SQL statement through the driver and print rows and the release line."""
+        cur = self.conn.cursor()
+        try:
+            cur.execute(sql, epsilon=self.epsilon, delta=self.delta)
+            names = [d[0] for d in cur.description]
+            rows = cur.fetchall()
+            release = cur.release
+        finally:
+            cur.close()
+        self.echo(render_rows(names, rows, self.fmt))
+        status = self.budget_status()
+        remaining = (status.epsilon_remaining, status.delta_remaining) if status else None
+        # With csv/json the data stay alone on standard output, ready to be piped.
+        self.echo(release_line(release, remaining), err=self.fmt != "table")
+
+    def run(self, item: Statement) -> bool:
+        """Run one statement or command; print any error as one line. True if it succeeded.
+
+        Raises QuitShell for ``\\q``.
+        """
+        try:
+            if item.command:
+                run_command(self, item.text)
+            else:
+                self.run_query(item.text)
+        except CommandError as err:
+            self.error(err.message)
+            return False
+        except Error as err:
+            self.error(err.message + _where(err, item))
+            return False
+        except (QuitShell, KeyboardInterrupt):
+            raise
+        except Exception as err:  # a bug must not end the session with a traceback
+            self.error(f"internal error ({type(err).__name__}: {err}); please report this "
+                       "dpsql bug with the statement that caused it")
+            return False
+        return True
+
+    def run_all(self, items: Iterable[Statement], *, stop_on_error: bool) -> bool:
+        """Run ``items`` in order; with ``stop_on_error`` stop at the first failure."""
+        ok = True
+        for item in items:
+            if not self.run(item):
+                ok = False
+                if stop_on_error:
+                    break
+        return ok
+
+
+def _where(err: Error, item: Statement) -> str:
+    """The ' (line L, column C)' of a parse error, counted in the script or buffer typed."""
+    if err.position is None:
+        return ""
+    line, column = err.position
+    if line == 1:
+        column += item.column - 1
+    return f" (line {item.line + line - 1}, column {column})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Completion and the interactive loop
+# ---------------------------------------------------------------------------------------------
+
+KEYWORDS = (
+    "SELECT", "FROM", "WHERE", "GROUP BY", "ORDER BY", "HAVING", "LIMIT", "JOIN", "INNER JOIN",
+    "ON", "AS", "AND", "OR", "NOT", "IN", "EXISTS", "BETWEEN", "LIKE", "IS NULL", "IS NOT NULL",
+    "DISTINCT", "WITH", "UNION ALL", "CASE", "WHEN", "THEN", "ELSE", "END", "ASC", "DESC",
+    "COUNT", "SUM", "AVG", "CAST", "DATE", "NULL", "TRUE", "FALSE",
+)  # fmt: skip
+_TABLE_CONTEXT = re.compile(r"\b(FROM|JOIN)\s+(?:[\w.]+\s*,\s*)*$", re.I)
+_ALIAS = re.compile(r"\b(?:FROM|JOIN)\s+(\w+)(?:\s+(?:AS\s+)?(\w+))?", re.I)
+
+
+def sql_completer(metadata: Metadata) -> Any:
+    """A prompt_toolkit completer for SQL over ``metadata`` and for backslash commands."""
+    from prompt_toolkit.completion import Completer, Completion
+
+    tables = {t.name: list(t.columns) for t in metadata.tables.values()}
+    all_columns = sorted({c for cols in tables.values() for c in cols})
+
+    def matches(prefix: str, candidates: Iterable[str], meta: str) -> Iterator[Completion]:
+        low = prefix.lower()
+        for cand in candidates:
+            if cand.lower().startswith(low) and cand.lower() != low:
+                shown = cand.lower() if meta == "keyword" and prefix.islower() else cand
+                yield Completion(shown, start_position=-len(prefix), display_meta=meta)
+
+    class SqlCompleter(Completer):
+        """Keywords, tables after FROM/JOIN, columns (qualified by table or alias),
+        backslash commands, and table names after \\describe."""
+
+        def get_completions(self, document: Any, complete_event: Any) -> Iterator[Completion]:
+            before = document.text_before_cursor
+            word = re.search(r"[\\\w.]*$", before).group()
+            if before.lstrip().startswith("\\"):
+                head = before.lstrip()
+                if " " not in head:
+                    yield from matches(word, COMMANDS.names(), "command")
+                    return
+                name = head.split(" ", 1)[0]
+                if name in ("\\describe", "\\d"):
+                    yield from matches(word, tables, "table")
+                    return
+                if name == "\\format":
+                    yield from matches(word, ("table", "csv", "json"), "format")
+                    return
+                if name == "\\help":
+                    yield from matches(word, [c.lstrip("\\") for c in COMMANDS.names()],
+                                       "command")
+                    return
+            if "." in word:
+                qualifier, prefix = word.rsplit(".", 1)
+                # the FROM clause usually comes after the cursor: read aliases from all the text
+                aliases = {a.lower(): t.lower() for t, a in _ALIAS.findall(document.text) if a}
+                table = aliases.get(qualifier.lower(), qualifier.lower())
+                yield from matches(prefix, tables.get(table, ()), "column")
+                return
+            if _TABLE_CONTEXT.search(before[: len(before) - len(word)]):
+                yield from matches(word, tables, "table")
+                return
+            if not word:
+                return
+            yield from matches(word, all_columns, "column")
+            yield from matches(word, tables, "table")
+            yield from matches(word, KEYWORDS, "keyword")
+
+    return SqlCompleter()
+
+
+def _history(path: Path) -> Any:
+    from prompt_toolkit.history import FileHistory, InMemoryHistory
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(exist_ok=True)
+        return FileHistory(str(path))
+    except OSError:
+        return InMemoryHistory()  # an unwritable cache folder must not stop the shell
+
+
+def interact(shell: Shell, history_path: Path) -> int:
+    """The prompt_toolkit loop. Ctrl-C clears the line, Ctrl-D (or ``\\q``) exits 0."""
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.application import get_app
+    from prompt_toolkit.filters import Condition
+    from prompt_toolkit.lexers import PygmentsLexer
+    from pygments.lexers.sql import SqlLexer
+
+    # Enter inserts a newline until the statement is complete (ends with ';').
+    multiline = Condition(lambda: not statement_complete(get_app().current_buffer.text))
+    session: PromptSession[str] = PromptSession(
+        lexer=PygmentsLexer(SqlLexer),
+        completer=sql_completer(shell.metadata),
+        complete_while_typing=True,
+        history=_history(history_path),
+        multiline=multiline,
+        prompt_continuation=lambda width, line, wrap: "...> ".rjust(width),
+    )
+    while True:
+        try:
+            text = session.prompt("dpsql> ")
+        except KeyboardInterrupt:
+            continue  # the line is discarded; the session goes on
+        except EOFError:
+            return 0
+        try:
+            shell.run_all(script_items(text), stop_on_error=False)
+        except QuitShell:
+            return 0
+        except KeyboardInterrupt:
+            shell.error("interrupted")
+
+
+def _banner(shell: Shell, database: str) -> str:
+    status = shell.budget_status()
+    left = (f"budget left: epsilon {status.epsilon_remaining:g}, delta "
+            f"{status.delta_remaining:g}" if status else "no ledger")
+    return (f"dpsql shell: analyst {shell.analyst} on {database} ({left})\n"
+            f"each query spends epsilon {shell.epsilon:g}, delta {shell.delta:g} (only joins of "
+            "private tables use delta); \\help lists commands, Ctrl-D quits")
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+# ---------------------------------------------------------------------------------------------
+
+
+def history_file() -> Path:
+    """The shell's persistent history: ``$DPSQL_HOME/shell_history`` (default under
+    ``~/.cache/dpsql``)."""
+    from dpsql.demo import dpsql_home
+
+    return dpsql_home() / "shell_history"
+
+
+@click.command("shell")
+@click.argument("database", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--metadata", "-m", type=click.Path(dir_okay=False, path_type=Path),
+              help="Metadata YAML describing the reachable tables (not needed with --demo).")
+@click.option("--analyst", "-a", help="Who is charged in the ledger (with --demo: demo).")
+@click.option("--ledger", "-l", type=click.Path(dir_okay=False, path_type=Path),
+              help="Privacy ledger (SQLite); the metadata's ledger always applies.")
+@click.option("--epsilon", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_EPSILON,
+              show_default=True, help="Epsilon each query spends (\\epsilon changes it).")
+@click.option("--delta", type=click.FloatRange(min=0, max=1, max_open=True),
+              default=DEFAULT_DELTA, show_default=True,
+              help="Delta each query may spend; only joins between private tables use it.")
+@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table",
+              show_default=True, help="How results are printed (\\format changes it).")
+@click.option("--owner", is_flag=True,
+              help="You own the data: enables \\explain (shows data-dependent values).")
+@click.option("--demo", is_flag=True,
+              help="Use the demo shop (built on first use) as analyst 'demo'.")
+@click.option("--execute", "-e", "sql", metavar="SQL",
+              help="Run SQL (statements and backslash commands) and exit; exit 1 on an error.")
+def command(database: Path | None, metadata: Path | None, analyst: str | None,
+            ledger: Path | None, epsilon: float, delta: float, fmt: str, owner: bool,
+            demo: bool, sql: str | None) -> int:
+    """Interactive SQL shell with differential privacy (batch mode with -e or a piped script).
+
+    SQL statements end with ';'. Results are noisy; each query spends the per-query epsilon
+    from your budget, and a rejected query spends nothing. Type \\help for the commands.
+    """
+    if demo:
+        if database is not None or metadata is not None:
+            raise click.UsageError("--demo chooses the database and metadata; drop DATABASE "
+                                   "and --metadata, or drop --demo")
+        from dpsql.demo import DEMO_ANALYST, create_demo, existing_demo
+
+        if existing_demo() is None:
+            click.echo("building the demo shop database (once)...", err=True)
+        files = create_demo()
+        database, metadata = files.database, files.metadata
+        analyst = analyst or DEMO_ANALYST
+    if metadata is None:
+        raise click.UsageError("missing --metadata M.yaml (or use --demo)")
+    if not analyst:
+        raise click.UsageError("missing --analyst NAME: the ledger charges queries to someone")
+    md = load_metadata(metadata)
+    conn = dpsql.connect(str(database) if database is not None else None, str(metadata),
+                         analyst=analyst, ledger=str(ledger) if ledger is not None else None)
+    try:
+        shell = Shell(conn, md, analyst=analyst, epsilon=epsilon, delta=delta, owner=owner,
+                      fmt=fmt)
+        if sql is not None or not sys.stdin.isatty():
+            text = sql if sql is not None else click.get_text_stream("stdin").read()
+            try:
+                ok = shell.run_all(script_items(text), stop_on_error=True)
+            except QuitShell:
+                return 0
+            return 0 if ok else 1
+        click.echo(_banner(shell, str(database) if database is not None else ":memory:"))
+        return interact(shell, history_file())
+    finally:
+        conn.close()

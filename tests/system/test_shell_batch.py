@@ -1,0 +1,346 @@
+"""`dpsql shell` in batch mode (-e and scripts on standard input), run as a real process on a
+small demo shop: every backslash command, exit statuses, error lines, and the budget."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dpsql.accounting import Ledger, database_identity
+from dpsql.cli.commands import COMMANDS
+from dpsql.cli.main import main
+from dpsql.demo import DEMO_DELTA, DEMO_EPSILON, DemoFiles, create_demo
+from dpsql.metadata import load_metadata
+
+JOIN = ("SELECT COUNT(*) AS n FROM orders o JOIN customers c "
+        "ON o.customer_id = c.customer_id")
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> DemoFiles:
+    return create_demo(tmp_path_factory.mktemp("template") / "demo", customers=500,
+                       orders=5_000, products=50)
+
+
+@pytest.fixture
+def shop(template: DemoFiles, tmp_path: Path) -> DemoFiles:
+    """A fresh copy of the small shop per test, with demo's full budget (the ledger keys
+    budgets by the database's real path, so the copy gets its own)."""
+    folder = Path(shutil.copytree(template.folder, tmp_path / "demo"))
+    files = dataclasses.replace(template, folder=folder, database=folder / "shop.duckdb",
+                                metadata=folder / "shop.yaml", ledger=folder / "ledger.sqlite")
+    with Ledger(files.ledger) as ledger:
+        ledger.set_budget(database_identity(files.database), "demo", DEMO_EPSILON, DEMO_DELTA)
+    return files
+
+
+@dataclass
+class Run:
+    """What one run of the shell did."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+ShellRunner = Callable[..., Run]
+
+
+@pytest.fixture
+def sh(shop: DemoFiles, capsys: pytest.CaptureFixture[str],
+       monkeypatch: pytest.MonkeyPatch) -> ShellRunner:
+    """``sh(*args, stdin=None, owner=False)`` runs ``dpsql shell`` on ``shop``: as a real
+    process reading ``stdin`` when given; otherwise (the -e cases, which never read standard
+    input) through the same entry point in this process, to keep the file fast."""
+    monkeypatch.setenv("DPSQL_HOME", str(shop.folder.parent))  # history goes there
+
+    def run(*args: str, stdin: str | None = None, owner: bool = False) -> Run:
+        argv = ["shell", str(shop.database), "--metadata", str(shop.metadata), "--analyst",
+                "demo", *args, *(["--owner"] if owner else [])]
+        if stdin is None:
+            capsys.readouterr()
+            code = main(argv)
+            out = capsys.readouterr()
+            return Run(code, out.out, out.err)
+        proc = subprocess.run([sys.executable, "-m", "dpsql.cli.main", *argv], input=stdin,
+                              capture_output=True, text=True, env=dict(os.environ),
+                              timeout=60)
+        assert "Traceback" not in proc.stderr + proc.stdout
+        return Run(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+def spent(shop: DemoFiles) -> tuple[float, float, int]:
+    with Ledger(shop.ledger) as ledger:
+        status = ledger.status(database_identity(shop.database), "demo")
+    return status.epsilon_spent, status.delta_spent, len(status.history)
+
+
+# -- SQL ----------------------------------------------------------------------------------------
+
+
+def test_execute_option_prints_table_and_release_line(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("-e", "SELECT COUNT(*) AS n FROM orders")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].strip() == "n" and set(lines[1]) == {"-"}
+    assert abs(int(lines[2]) - 5_000) < 500  # epsilon 0.1: the noise is tens, not hundreds
+    assert lines[3].startswith("spent epsilon=0.1 delta=0; remaining epsilon=9.9 delta=1e-06; "
+                               "95% interval: n ±")
+    assert spent(shop) == (0.1, 0.0, 1)
+
+
+def test_stdin_script_multiline_statements_and_comments(shop: DemoFiles, sh: ShellRunner) -> None:
+    script = (
+        "-- revenue by status\n"
+        "SELECT status,\n"
+        "       SUM(order_cost) AS revenue   -- clamped to the declared bounds\n"
+        "FROM orders\n"
+        "GROUP BY status; SELECT COUNT(*) AS n_customers FROM customers;\n"
+        "/* a trailing comment; with a semicolon */\n"
+    )
+    proc = sh("--epsilon", "0.5", stdin=script)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for status in ("delivered", "shipped", "processing", "cancelled", "returned"):
+        assert status in out
+    assert "n_customers" in out
+    assert out.count("spent epsilon=0.5") == 2
+    assert spent(shop)[0] == pytest.approx(1.0)
+
+
+def test_first_error_stops_the_script_with_status_1(shop: DemoFiles, sh: ShellRunner) -> None:
+    script = ("SELECT COUNT(*) AS first FROM orders;\n"
+              "SELECT order_id FROM orders;\n"
+              "SELECT COUNT(*) AS third FROM orders;\n")
+    proc = sh(stdin=script)
+    assert proc.returncode == 1
+    assert "first" in proc.stdout and "third" not in proc.stdout
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1  # one line, no traceback
+    assert err[0].startswith("error: column 'order_id' is neither aggregated nor a GROUP BY key")
+    assert "aggregate it (COUNT/SUM/AVG) or add it to GROUP BY" in err[0]  # the fix
+    assert spent(shop) == (0.1, 0.0, 1)  # only the first query was charged
+
+
+def test_rejected_query_spends_nothing(shop: DemoFiles, sh: ShellRunner) -> None:
+    for sql in ("SELECT customer_id, order_cost FROM orders",  # raw rows
+                "SELECT SUM(price) AS s FROM orders",  # unknown column
+                "SELECT country, COUNT(*) FROM customers c JOIN orders o "
+                "ON o.customer_id < c.customer_id GROUP BY country",  # non-equijoin
+                "DELETE FROM orders"):
+        proc = sh("-e", sql)
+        assert proc.returncode == 1
+        assert proc.stderr.startswith("error: ") and proc.stdout == ""
+    assert spent(shop) == (0.0, 0.0, 0)
+
+
+def test_parse_error_reports_its_position_in_the_script(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh(stdin="\\budget\n\nSELECT COUNT(*)\n  FRM orders;\n")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: SQL syntax error")
+    assert "(line 4, column " in proc.stderr  # line 2 of a statement starting on line 3
+    proc = sh("-e", "SELECT COUNT(*) FROM orders WHERE")
+    assert "(line 1, column " in proc.stderr
+
+
+def test_budget_exhausted_is_one_line_and_spends_nothing(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("--epsilon", "11", "-e", "SELECT COUNT(*) FROM orders")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: ") and len(proc.stderr.splitlines()) == 1
+    assert spent(shop) == (0.0, 0.0, 0)
+
+
+def test_repeated_query_is_cached_and_free(shop: DemoFiles, sh: ShellRunner) -> None:
+    first = sh("-e", "SELECT COUNT(*) AS n FROM orders")
+    second = sh("-e", "SELECT COUNT(*) AS n FROM orders")
+    assert first.stdout.splitlines()[2] == second.stdout.splitlines()[2]  # same noisy answer
+    assert second.stdout.splitlines()[3].startswith("cached answer, spent nothing")
+    assert spent(shop)[2] == 1
+
+
+# -- backslash commands --------------------------------------------------------------------------
+
+
+def test_tables_lists_public_and_private(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("-e", "\\tables")
+    assert proc.returncode == 0
+    rows = {line.split()[0]: line.split()[1] for line in proc.stdout.splitlines()[2:]}
+    assert rows == {"customers": "private", "orders": "private", "products": "public",
+                    "recommendations": "private"}
+
+
+def test_describe_shows_policy_never_max_frequencies(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("-e", "\\describe orders")
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "orders (private table: only noisy aggregates are released)"
+    assert lines[1].split() == ["column", "type", "releasable", "bounds", "domain"]
+    cells = {line.split()[0]: line.split()[1:] for line in lines[3:]}
+    assert cells["order_cost"] == ["DOUBLE", "no", "[0,", "1000]"]
+    assert cells["status"] == ["VARCHAR", "yes", "delivered,", "shipped,", "processing,",
+                               "cancelled,", "returned"]
+    assert cells["product_id"] == ["BIGINT", "yes", "products.product_id"]
+    assert cells["customer_id"] == ["BIGINT", "no"]
+    # the data-dependent numbers stay in the owner's metadata file
+    md = load_metadata(shop.metadata)
+    assert md.table("orders").column("customer_id").max_freq is not None
+    assert "freq" not in proc.stdout.lower() and "rows" not in proc.stdout.lower()
+    public = sh("-e", "\\d products")
+    assert public.stdout.startswith("products (public table")
+    assert "its own values" in public.stdout
+
+
+def test_describe_unknown_table_is_an_error(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("-e", "\\describe order")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: table 'order' is not declared in the metadata; "
+                                  "declared tables: customers, orders")
+    assert sh("-e", "\\describe").returncode == 1
+
+
+def test_budget_command(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("-e", "SELECT COUNT(*) FROM orders;\n\\budget\n")
+    assert proc.returncode == 0
+    tail = proc.stdout.splitlines()[-5:]
+    assert tail == [
+        "analyst:   demo",
+        "budget:    epsilon 10  delta 1e-06",
+        "spent:     epsilon 0.1  delta 0  (1 charges)",
+        "remaining: epsilon 9.9  delta 1e-06",
+        "per query: epsilon 0.1  delta 1e-08  (change with \\epsilon E, \\delta D)",
+    ]
+
+
+def test_epsilon_command_sets_the_per_query_spend(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("-e", "\\epsilon 0.25\nSELECT COUNT(*) FROM orders;\n\\epsilon\n")
+    assert proc.returncode == 0
+    assert "epsilon per query: 0.25" in proc.stdout
+    assert "spent epsilon=0.25 delta=0" in proc.stdout
+    assert spent(shop)[0] == 0.25
+    for bad in ("0", "-1", "abc", "nan"):
+        proc = sh("-e", f"\\epsilon {bad}")
+        assert proc.returncode == 1 and proc.stderr.startswith("error: epsilon must be")
+
+
+def test_delta_command_enables_joins_of_private_tables(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("-e", f"\\delta 0\n{JOIN};\n")
+    assert proc.returncode == 1
+    assert "needs delta > 0" in proc.stderr
+    proc = sh("-e", f"\\delta 1e-7\n{JOIN};\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "delta per query: 1e-07" in proc.stdout
+    assert "spent epsilon=0.1 delta=1e-07" in proc.stdout
+    assert "95% interval" not in proc.stdout  # smoothed: its error bar would depend on the data
+    assert spent(shop) == (0.1, 1e-7, 1)
+    assert sh("-e", "\\delta 1").returncode == 1
+
+
+def test_format_command(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("-e", "\\format csv\nSELECT status, COUNT(*) AS n FROM orders "
+              "GROUP BY status ORDER BY status;\n")
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "format: csv"
+    assert lines[1] == "status,n"
+    assert [line.split(",")[0] for line in lines[2:]] == sorted(
+        ["cancelled", "delivered", "processing", "returned", "shipped"])
+    assert proc.stderr.startswith("spent epsilon=0.1")  # data alone on stdout
+    proc = sh("-e", "\\format json\nSELECT COUNT(*) AS n FROM orders;\n")
+    data = json.loads(proc.stdout.splitlines()[1])
+    assert list(data[0]) == ["n"]
+    bad = sh("-e", "\\format xml")
+    assert bad.returncode == 1 and "use one of table, csv, json" in bad.stderr
+
+
+def test_format_option(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("-f", "csv", "-e", "SELECT COUNT(*) AS n FROM orders")
+    assert proc.stdout.splitlines()[0] == "n"
+
+
+def test_explain_is_refused_without_owner(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("-e", f"\\explain {JOIN}")
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("error: \\explain is for the data owner only")
+    assert "--owner" in proc.stderr
+
+
+def test_explain_works_for_the_owner(shop: DemoFiles, sh: ShellRunner) -> None:
+    mf = load_metadata(shop.metadata).table("orders").column("customer_id").max_freq
+    proc = sh("-e", f"\\explain {JOIN};", owner=True)
+    assert proc.returncode == 0, proc.stderr
+    assert f"mf_k(o.customer_id) = ({mf}+k)" in proc.stdout
+    assert "smoothed: beta" in proc.stdout and "Laplace scale 2S/epsilon" in proc.stdout
+    assert spent(shop) == (0.0, 0.0, 0)  # explaining runs nothing
+
+
+def test_help_lists_every_command(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("-e", "\\help")
+    assert proc.returncode == 0
+    for command in COMMANDS:
+        assert command.usage in proc.stdout
+    one = sh("-e", "\\help describe")
+    assert one.stdout.startswith("\\describe TABLE\n  Columns of TABLE")
+
+
+def test_every_registered_command_has_help_text() -> None:
+    """Fails as soon as someone registers a command without explaining it."""
+    commands = list(COMMANDS)
+    assert len(commands) >= 9
+    for command in commands:
+        assert command.name.startswith("\\")
+        assert command.usage.startswith(command.name), command.name
+        assert len(command.help.strip()) >= 20, f"{command.name} has no real help text"
+
+
+def test_quit_ends_the_script_successfully(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh(stdin="\\q\nSELECT COUNT(*) AS n FROM orders;\n")
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert spent(shop)[2] == 0
+
+
+def test_unknown_command_suggests_one(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("-e", "\\budgte")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: unknown command \\budgte; did you mean \\budget?")
+
+
+# -- starting the shell --------------------------------------------------------------------------
+
+
+def test_usage_errors(shop: DemoFiles, capsys: pytest.CaptureFixture[str]) -> None:
+    def usage(*args: str) -> str:
+        assert main(["shell", *args, "-e", "\\q"]) == 2
+        return capsys.readouterr().err
+
+    assert "missing --metadata" in usage(str(shop.database), "-a", "x")
+    assert "missing --analyst" in usage(str(shop.database), "-m", str(shop.metadata))
+    assert "--demo chooses" in usage("--demo", "-m", str(shop.metadata))
+
+
+def test_another_ledger_than_the_metadata_s_is_refused(
+    shop: DemoFiles, sh: ShellRunner, tmp_path: Path
+) -> None:
+    proc = sh("--ledger", str(tmp_path / "other.sqlite"), "-e", "\\q")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: the metadata") and "cannot replace it" in proc.stderr
+
+
+def test_demo_option_uses_the_demo_files(
+    shop: DemoFiles, sh: ShellRunner, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # ``sh`` set $DPSQL_HOME to the folder holding ``demo/``: --demo must find and reuse it
+    assert main(["shell", "--demo", "-e", "SELECT COUNT(*) AS n FROM customers"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].strip() == "n"
+    assert spent(shop) == (0.1, 0.0, 1)  # charged to analyst demo in the demo ledger

@@ -1,0 +1,161 @@
+"""The interactive `dpsql shell`, driven in a pseudo-terminal as a person would use it."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import pexpect
+import pytest
+from prompt_toolkit.document import Document
+
+from dpsql.cli.shell import sql_completer
+from dpsql.demo import DemoFiles, create_demo
+from dpsql.metadata import Metadata, load_metadata
+
+PROMPT = "dpsql>"
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> DemoFiles:
+    return create_demo(tmp_path / "demo", customers=500, orders=5_000, products=50)
+
+
+def spawn(shop: DemoFiles, *extra: str) -> pexpect.spawn:
+    env = dict(
+        os.environ,
+        TERM="xterm",
+        DPSQL_HOME=str(shop.folder.parent),
+        # pexpect does not answer prompt_toolkit's cursor-position request as a terminal would
+        PROMPT_TOOLKIT_NO_CPR="1",
+    )
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "dpsql.cli.main", "shell", str(shop.database), "--metadata", str(shop.metadata),
+         "--analyst", "demo", *extra],
+        env=env, encoding="utf-8", timeout=20, dimensions=(40, 160),
+    )
+    child.expect(PROMPT)
+    return child
+
+
+def type_slowly(child: pexpect.spawn, text: str) -> None:
+    """Type like a person: completion runs in the background between keystrokes."""
+    child.send(text)
+    time.sleep(0.3)
+
+
+def plain(text: str) -> str:
+    return ANSI.sub("", text).replace("\r", "")
+
+
+def spent_line(child: pexpect.spawn) -> str:
+    child.sendline("\\budget")
+    child.expect(r"spent: +epsilon [^\r\n]+")
+    line = child.after
+    child.expect(PROMPT)
+    return line
+
+
+def test_session(shop: DemoFiles) -> None:
+    child = spawn(shop)
+    # the banner said who pays and how much is left
+    assert "analyst demo" in plain(child.before) and "epsilon 10" in plain(child.before)
+
+    # a statement over two lines: Enter continues until the ';'
+    child.send("SELECT COUNT(*) AS n\r")
+    child.expect(r"\.\.\.>")
+    child.send("FROM orders;\r")
+    child.expect(r"spent epsilon=0\.1 delta=0; remaining epsilon=9\.9 delta=1e-06; "
+                 r"95% interval: n ±[0-9.]+")
+    table = plain(child.before).splitlines()
+    assert table[-3].strip() == "n" and set(table[-2].strip()) == {"-"}
+    assert abs(int(table[-1]) - 5_000) < 500
+    child.expect(PROMPT)
+
+    assert spent_line(child) == "spent:     epsilon 0.1  delta 0  (1 charges)"
+
+    # a rejected query: one red line with the fix, and nothing spent
+    child.sendline("SELECT customer_id FROM orders;")
+    child.expect(r"\x1b\[31merror: column 'customer_id' is neither aggregated nor a GROUP BY "
+                 r"key, so it would release raw values: aggregate it")
+    child.expect(PROMPT)
+    assert "Traceback" not in child.before
+    assert spent_line(child) == "spent:     epsilon 0.1  delta 0  (1 charges)"
+
+    # Ctrl-C throws the half-typed line away; the session goes on
+    type_slowly(child, "SELECT garbage FROM")
+    child.sendcontrol("c")
+    child.expect(PROMPT)
+    child.sendline("\\epsilon")
+    child.expect("epsilon per query: 0.1")
+    child.expect(PROMPT)
+
+    # Ctrl-D leaves with status 0
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    history = (shop.folder.parent / "shell_history").read_text(encoding="utf-8")
+    assert "+SELECT COUNT(*) AS n\n+FROM orders;" in history
+    assert "garbage" not in history
+
+
+def test_tab_completes_tables(shop: DemoFiles) -> None:
+    child = spawn(shop)
+    type_slowly(child, "\\describe cust")
+    type_slowly(child, "\t")
+    child.send("\r")
+    child.expect(r"customers \(private table")  # the completed name was run
+    child.expect(PROMPT)
+
+    type_slowly(child, "SELECT COUNT(*) AS n FROM ord")
+    type_slowly(child, "\t")
+    child.send(";\r")
+    child.expect(r"spent epsilon=0\.1")
+    child.expect(PROMPT)
+
+    child.sendline("\\q")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_explain_needs_owner_interactively(shop: DemoFiles) -> None:
+    child = spawn(shop)
+    child.sendline("\\explain SELECT COUNT(*) FROM orders")
+    child.expect(r"error: \\explain is for the data owner only")
+    child.expect(PROMPT)
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+@pytest.fixture(scope="module")
+def shop_metadata(tmp_path_factory: pytest.TempPathFactory) -> Metadata:
+    folder = tmp_path_factory.mktemp("completion") / "demo"
+    return load_metadata(create_demo(folder, customers=50, orders=500, products=20).metadata)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("SELECT COUNT(*) FROM ord", ["orders"]),  # only tables after FROM/JOIN
+    ("SELECT COUNT(*) FROM orders, cus", ["customers"]),
+    ("SELECT o.cu FROM orders AS o", ["customer_id"]),  # alias defined after the cursor
+    ("SELECT COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.co", ["country"]),
+    ("SELECT COUNT(*) FROM orders WHERE stat", ["status"]),
+    ("sel", ["select"]),  # keywords in the case being typed
+    ("\\de", ["\\describe", "\\delta"]),
+    ("\\describe pro", ["products"]),
+    ("\\format j", ["json"]),
+])
+def test_completer(shop_metadata: Metadata, text: str, expected: list[str]) -> None:
+    """What TAB offers in the sessions above (the same completer, without a terminal)."""
+    cursor = text.index(" FROM orders AS") if "AS o" in text else len(text)
+    completer = sql_completer(shop_metadata)
+    found = [c.text for c in completer.get_completions(Document(text, cursor), None)]
+    assert found == expected
