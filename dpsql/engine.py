@@ -161,6 +161,9 @@ class Engine:
     def _noise(self, exact: np.ndarray, plan: NoisePlan) -> np.ndarray:
         """Noise one measurement over all bins, as ``plan`` prescribes (see smooth.py)."""
         exact = np.where(exact == None, 0, exact) if exact.dtype == object else exact  # noqa: E711
+        if plan.scale == 0:  # public data only (sensitivity 0): nothing to protect
+            integer = plan.measurement.function == "COUNT"
+            return exact.astype(np.int64 if integer else np.float64)
         if plan.measurement.function == "COUNT":
             return mechanisms.release_counts(exact.astype(np.int64), plan.scale,
                                              sampler=self._sampler)
@@ -225,7 +228,9 @@ def _release_record(prepared: Prepared, plans: tuple[NoisePlan, ...], n_bins: in
         mech = "+".join(sorted({_mechanism_name(p) for p in parts}))
         width = None
         single = len(parts) == 1 and parts[0].pure and col.node is not None
-        if single and n_bins is not None and _is_bare_aggregate(col.node):
+        if single and parts[0].scale == 0:
+            width = 0.0  # public data only: released exactly
+        elif single and n_bins is not None and _is_bare_aggregate(col.node):
             p = parts[0]
             width = mechanisms.laplace_half_width(p.scale, CONFIDENCE, cells=n_bins)
             # discrete counts: integer error <= alpha + 1/2; sums: <= alpha + grid step

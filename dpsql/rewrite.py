@@ -90,8 +90,25 @@ def bind_params(positions: tuple[int, ...], params) -> dict[str, object]:
 # --------------------------------------------------------------------------- totality
 
 
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between,
+                exp.Like, exp.ILike, exp.NullSafeEQ, exp.NullSafeNEQ)
+
+
+def _is_key_equality(node: exp.Expression) -> bool:
+    """``a.x = b.y`` between bare columns: join keys, kept plain so DuckDB can hash-join."""
+    return isinstance(node, (exp.EQ, exp.NullSafeEQ)) and all(
+        isinstance(side.unnest(), exp.Column) for side in (node.left, node.right)
+    )
+
+
 def _risky(node: exp.Expression) -> bool:
-    """Could evaluating ``node`` raise an error that depends on row values?"""
+    """Could evaluating ``node`` raise an error that depends on row values?
+
+    Arithmetic, casts and functions of columns can; so can comparisons, which cast implicitly
+    (a VARCHAR column compared with 5 fails on the first non-numeric row).
+    """
+    if isinstance(node, _COMPARISONS) and not _is_key_equality(node) and node.find(exp.Column):
+        return True
     for sub in node.walk():
         if isinstance(sub, (exp.Subquery, exp.Select)):
             return False
@@ -107,7 +124,15 @@ def _risky(node: exp.Expression) -> bool:
 
 
 def _make_total(node: exp.Expression) -> exp.Expression:
-    """Wrap maximal risky scalar sub-expressions in TRY(...), keeping predicates' structure."""
+    """Wrap maximal risky scalar sub-expressions in TRY(...), keeping predicates' structure.
+
+    Subqueries are left alone: :func:`_total_query` visits every SELECT itself.
+    """
+    if isinstance(node, (exp.Query, exp.Subquery)):
+        return node
+    if isinstance(node, exp.Alias):
+        node.set("this", _make_total(node.this))
+        return node
     if isinstance(node, (exp.Connector, exp.Not, exp.Paren)):
         for key, child in list(node.args.items()):
             if isinstance(child, exp.Expression):
@@ -180,6 +205,8 @@ def _measurement_sql(analysis: QueryAnalysis) -> list[exp.Expression]:
         if m.function == "SUM":
             assert m.bounds is not None
             node = exp.Sum(this=_clamp(node.this, m.bounds))
+        elif isinstance(node.this, exp.Expression) and not isinstance(node.this, exp.Star):
+            node.set("this", _make_total(node.this))  # COUNT(a // b) must not raise
         out.append(exp.alias_(node, f"__m{m.index}"))
     return out
 
@@ -204,12 +231,14 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select) -> exp.Expression:
     inner = query.copy()
     for arg in ("order", "limit", "offset", "having", "distinct"):
         inner.set(arg, None)
-    with_ = inner.args.get("with_")
-    inner.set("with_", None)
     keys = [exp.alias_(k.node.copy(), f"__k{k.index}") for k in analysis.group_keys]
-    inner.set("expressions", keys + _measurement_sql(analysis))
+    # Totality and NOT IN semantics apply to CTE bodies too, so transform before splitting
+    # the WITH clause off; the measurement list is set afterwards (its clamp is already total).
     _not_in_as_not_exists(inner)
     _total_query(inner)
+    inner.set("expressions", keys + _measurement_sql(analysis))
+    with_ = inner.args.get("with_")
+    inner.set("with_", None)
     if not analysis.group_keys:
         if with_ is not None:
             inner.set("with_", with_)

@@ -101,7 +101,10 @@ class _Op(KExpr):
     def at(self, k: int) -> float:
         values = [a.at(k) for a in self.args]
         if self.op == "+":
-            return math.fsum(values)
+            try:
+                return math.fsum(values)
+            except OverflowError:  # finite terms whose sum overflows: reject downstream
+                return math.inf
         if self.op == "*":
             return math.prod(values)
         if self.op == "max":

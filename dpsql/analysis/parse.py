@@ -81,11 +81,32 @@ def _position(err: ParseError) -> tuple[int, int] | None:
     return None
 
 
+_STATEMENT_KEYWORDS = frozenset({
+    "ALTER", "ANALYZE", "ATTACH", "BEGIN", "CALL", "CHECKPOINT", "COMMIT", "COPY", "CREATE",
+    "DEALLOCATE", "DELETE", "DESCRIBE", "DETACH", "DROP", "EXECUTE", "EXPORT", "FORCE", "GRANT",
+    "IMPORT", "INSERT", "INSTALL", "LOAD", "MERGE", "PIVOT", "PRAGMA", "PREPARE", "RESET",
+    "REVOKE", "ROLLBACK", "SET", "SHOW", "SUMMARIZE", "TRUNCATE", "UNPIVOT", "UPDATE", "USE",
+    "VACUUM",
+})
+
+
+def _reject_statement_keyword(sql: str) -> None:
+    """Name a non-SELECT statement by its first keyword (sqlglot cannot parse them all)."""
+    words = sql.strip().split(None, 1)
+    first = words[0].upper().rstrip(";") if words else ""
+    if first in _STATEMENT_KEYWORDS:
+        raise UnsupportedQueryError(
+            f"{first} statements are not allowed: dpsql answers only SELECT queries that "
+            "compute aggregates (COUNT, SUM, AVG)"
+        )
+
+
 def parse_sql(sql: str) -> exp.Expression:
     """Parse exactly one statement (DuckDB dialect); reject several statements or a non-query."""
     try:
         statements = [s for s in sqlglot.parse(sql, dialect=DIALECT) if s is not None]
     except ParseError as err:
+        _reject_statement_keyword(sql)
         detail = err.errors[0].get("description") if err.errors else str(err)
         raise ProgrammingError(f"SQL syntax error: {detail}", position=_position(err)) from None
     except SqlglotError as err:
@@ -98,6 +119,7 @@ def parse_sql(sql: str) -> exp.Expression:
         )
     stmt = statements[0]
     if not isinstance(stmt, exp.Query):
+        _reject_statement_keyword(sql)
         kind = stmt.key.upper() if not isinstance(stmt, exp.Command) else str(stmt.this).upper()
         raise UnsupportedQueryError(
             f"{kind} statements are not allowed: dpsql answers only SELECT queries that "
@@ -121,6 +143,11 @@ def check_allowed(query: exp.Expression, metadata: Metadata) -> None:
             raise UnsupportedConstructError(
                 f"function {name}() is not allowed: dpsql only runs built-in deterministic "
                 "scalar functions and COUNT/SUM/AVG (no macros or user functions)"
+            )
+        elif isinstance(node, exp.Placeholder) and node.this:
+            raise ProgrammingError(
+                f"parameter marker {node.sql(dialect=DIALECT)} is not supported: dpsql uses "
+                "qmark parameters, write ? and pass the values in order"
             )
         elif isinstance(node, exp.Window):
             raise UnsupportedConstructError(

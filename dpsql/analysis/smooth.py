@@ -174,6 +174,9 @@ def _pure_plan(m: Measurement, epsilon: float, es_at: float) -> NoisePlan:
     the second step settles it). The scale is data-independent, so the grid leaks nothing.
     """
     es = m.sensitivity.at(0)
+    if es == 0:
+        # Only public tables: no row of private data can change the answer; release it exactly.
+        return NoisePlan(m, epsilon, 0.0, es_at, None, 0.0)
     if m.function == "COUNT":
         scale = es / epsilon
         if scale > mechanisms.MAX_DISCRETE_SCALE:

@@ -26,7 +26,7 @@ import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.engine import Engine
-from dpsql.errors import OperationalError, ProgrammingError
+from dpsql.errors import ProgrammingError
 from tests.unit.shop_fixture import STATUSES, build_shop
 
 EPSILON = 1000.0
@@ -258,30 +258,21 @@ def test_corpus_is_large_enough():
     assert len(QUERIES) >= 25
 
 
-# Supported queries the rewrite currently breaks (generated SQL does not parse: DuckDB raises
-# ParserException, surfaced as OperationalError on every database, after the charge).
+# Supported queries an earlier rewrite broke (generated SQL did not parse: DuckDB raised
+# ParserException, surfaced as OperationalError after the charge); kept as regressions.
 BROKEN = [
     pytest.param(
         "SELECT COUNT(*) AS n FROM (SELECT o.quantity * 2 AS q2 FROM orders o) AS t "
         "WHERE t.q2 > 4",
-        id="derived_table_computed_column",
-        marks=pytest.mark.xfail(strict=True, raises=OperationalError, reason=(
-            "rewrite._make_total wraps the whole aliased item of a subquery SELECT list: "
-            "'SELECT TRY(o.quantity * 2 AS q2) FROM orders AS o' does not parse"))),
+        id="derived_table_computed_column"),
     pytest.param(
         "SELECT COUNT(*) AS n FROM orders o WHERE o.customer_id IN "
         "(SELECT c.customer_id FROM customers c WHERE c.age + 1 > 40)",
-        id="in_subquery_with_arithmetic_filter",
-        marks=pytest.mark.xfail(strict=True, raises=OperationalError, reason=(
-            "rewrite._make_total descends from the outer WHERE into the IN subquery and wraps "
-            "its Where node: '... FROM customers AS cTRY(TRY( WHERE c.age + 1 > 40)))'"))),
+        id="in_subquery_with_arithmetic_filter"),
     pytest.param(
         "SELECT COUNT(*) AS n FROM customers c WHERE EXISTS (SELECT 1 FROM orders o "
         "WHERE o.customer_id = c.customer_id AND UPPER(o.status) = 'RETURNED')",
-        id="exists_subquery_with_function_filter",
-        marks=pytest.mark.xfail(strict=True, raises=OperationalError, reason=(
-            "same root cause as in_subquery_with_arithmetic_filter: the EXISTS subquery's "
-            "WHERE clause node is wrapped in TRY(...)"))),
+        id="exists_subquery_with_function_filter"),
 ]
 
 
@@ -336,9 +327,6 @@ def test_not_in_over_a_null_follows_not_exists_semantics(engine, reference):
     assert engine[0].run(NOT_IN_OVER_NULL, epsilon=EPSILON, delta=DELTA).rows == [expected]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "rewrite.build_exact detaches the WITH clause before _not_in_as_not_exists runs, so NOT IN "
-    "inside a CTE keeps SQL semantics: one NULL in the subquery empties the result"))
 def test_not_in_inside_a_cte_follows_not_exists_semantics(engine, reference):
     sql = ("WITH keep AS (SELECT * FROM orders o WHERE o.product_id NOT IN "
            "(SELECT r.product_id FROM recommendations r WHERE r.customer_id < 20)) "

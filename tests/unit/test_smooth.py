@@ -228,10 +228,6 @@ def test_smoothed_sum_scale_is_at_least_2s_over_epsilon():
     assert plan.scale <= 2 * s / 1.0 * 1.01
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "BUG (smooth._pure_plan): a SUM over a public table has ES 0 and the plan asks "
-    "mechanisms.sum_granularity for the grid of scale 0, which raises a bare ValueError; a "
-    "COUNT over the same table gets scale 0"))
 def test_sum_over_a_public_table_is_planned():
     (plan,) = plan_noise(analyze("SELECT SUM(price) FROM p", SUM_MD), 1.0, 0.0)
     assert plan.pure and plan.scale == 0.0
@@ -308,10 +304,6 @@ def test_inf_and_nan_never_reach_a_scale(es):
         smooth(es, 0.1, 1e-8)
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason=(
-    "BUG (kexpr._Op.at): '+' uses math.fsum, which raises OverflowError when finite terms "
-    "overflow (e.g. two products near 1e308 in a deep join) instead of the NotSupportedError "
-    "every other non-finite ES gets"))
 def test_overflowing_sum_is_a_clear_rejection():
     with pytest.raises(NotSupportedError):
         plan_noise(_with_sensitivity(add(PlusK(1e308), PlusK(1e308))), 0.1, 1e-8)
