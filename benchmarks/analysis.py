@@ -1,0 +1,143 @@
+"""Part ``analysis``: uncached analysis time per query over the TPC-H corpus, and a profile.
+
+Analysis = ``analyze`` (parse, allow-list, sqlglot qualify, elastic sensitivity) +
+``plan_noise`` (budget split and the smoothing scan) + ``plan_execution`` (the rewritten exact
+and post-processing SQL): everything dpsql does before touching the database, measured without
+the Engine's memo. Target (the analysis issue): median <= 2 ms for TPC-H-sized queries.
+
+The profile (cProfile over the whole corpus) attributes the time to the pipeline's stages and
+to the sqlglot passes inside them; see ``profile`` in the JSON.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import statistics
+from typing import Any
+
+from dpsql.analysis.elastic import analyze
+from dpsql.analysis.smooth import plan_noise
+from dpsql.rewrite import plan_execution
+
+from .common import Handles, Settings
+from .overhead import ANALYSIS_TARGET_MS, analysis_times
+from .queries import analysis_corpus
+
+#: Functions whose cumulative time the profile reports: (label, file suffix, function name).
+_STAGES = [
+    ("analyze (total)", "dpsql/analysis/elastic.py", "analyze"),
+    ("  parse_sql (sqlglot parse)", "dpsql/analysis/parse.py", "parse_sql"),
+    ("  check_allowed (allow-list walk)", "dpsql/analysis/parse.py", "check_allowed"),
+    ("  sqlglot qualify", "sqlglot/optimizer/qualify.py", "qualify"),
+    ("    qualify_tables", "sqlglot/optimizer/qualify_tables.py", "qualify_tables"),
+    ("    qualify_columns", "sqlglot/optimizer/qualify_columns.py", "qualify_columns"),
+    ("    normalize_identifiers", "sqlglot/optimizer/normalize_identifiers.py",
+     "normalize_identifiers"),
+    ("    validate_qualify_columns", "sqlglot/optimizer/qualify_columns.py",
+     "validate_qualify_columns"),
+    ("    ensure_schema (MappingSchema; memoised per Metadata)", "sqlglot/schema.py",
+     "ensure_schema"),
+    ("  analyze_query (elastic rules)", "dpsql/analysis/elastic.py", "analyze_query"),
+    ("plan_noise (total)", "dpsql/analysis/smooth.py", "plan_noise"),
+    ("  smooth (k scan)", "dpsql/analysis/smooth.py", "smooth"),
+    ("plan_execution (total)", "dpsql/rewrite.py", "plan_execution"),
+    ("sqlglot Expression.sql (generation, all callers)",
+     ("sqlglot/expressions.py", "sqlglot/expressions/core.py"), "sql"),
+    ("sqlglot Expression.copy (deepcopy, all callers)",
+     ("sqlglot/expressions.py", "sqlglot/expressions/core.py"), "copy"),
+    ("Metadata.sqlglot_schema", "dpsql/metadata.py", "sqlglot_schema"),
+]
+
+
+def profile_corpus(corpus, handles: Handles, settings: Settings, reps: int) -> dict[str, Any]:
+    """cProfile ``reps`` uncached analyses of every accepted query; cumulative ms per call."""
+    prof = cProfile.Profile()
+    calls = 0
+    for _ in range(reps):
+        for _name, sql in corpus:
+            prof.enable()
+            try:
+                a = analyze(sql, handles.metadata)
+                plan_noise(a, settings.epsilon, settings.delta)
+                plan_execution(a)
+            finally:
+                prof.disable()
+            calls += 1
+    stats = pstats.Stats(prof)
+    raw = stats.stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in raw.values())  # sum of tottime = profiled wall time
+    stages = []
+    for label, path, func in _STAGES:
+        suffixes = (path,) if isinstance(path, str) else path
+        cum = sum(v[3] for (file, _line, fn), v in raw.items()
+                  if fn == func and file.replace("\\", "/").endswith(suffixes))
+        stages.append({"stage": label, "ms_per_query": cum * 1e3 / calls,
+                       "share": cum / total if total else 0.0})
+    by_file: dict[str, float] = {}
+    for (file, _line, _fn), v in raw.items():
+        key = _short_path(file)
+        by_file[key] = by_file.get(key, 0.0) + v[2]
+    top_files = sorted(by_file.items(), key=lambda kv: -kv[1])[:12]
+    top_funcs = sorted(raw.items(), key=lambda kv: -kv[1][2])[:15]
+    return {
+        "queries_profiled": calls,
+        "profiled_ms_per_query": total * 1e3 / calls if calls else 0.0,
+        "note": "cProfile inflates times (roughly 2x); use the shares, not the absolute values",
+        "stages": stages,
+        "self_time_by_file": [{"file": f, "share": t / total} for f, t in top_files],
+        "self_time_top_functions": [
+            {"function": f"{_short_path(file)}:{line}({fn})", "share": v[2] / total,
+             "calls_per_query": v[1] / calls}
+            for (file, line, fn), v in top_funcs
+        ],
+    }
+
+
+def _short_path(file: str) -> str:
+    file = file.replace("\\", "/")
+    for marker in ("/site-packages/", "/work/main/", "/lib/python3"):
+        if marker in file:
+            file = file.split(marker, 1)[1]
+    return file
+
+
+def run(handles: Handles, settings: Settings, log=print) -> dict[str, Any]:
+    log("analysis: uncached analysis time over the TPC-H corpus")
+    corpus = analysis_corpus()
+    queries = []
+    for name, sql in corpus:
+        res = analysis_times(sql, handles, settings, settings.analysis_reps)
+        entry = {"name": name, "sql": sql, **res}
+        entry["status"] = "rejected" if "rejection" in res else "ok"
+        queries.append(entry)
+        if "rejection" in res:
+            log(f"  {name}: rejected ({res['rejection']['class']}) in {res['reject_ms']:.2f} ms")
+        else:
+            t = res["analysis_ms"]
+            log(f"  {name}: {t['total']:.2f} ms (analyze {t['analyze']:.2f}, plan_noise "
+                f"{t['plan_noise']:.2f}, plan_execution {t['plan_execution']:.2f})")
+    ok = [q for q in queries if q["status"] == "ok"]
+    totals = [q["analysis_ms"]["total"] for q in ok]
+    stage_medians = {
+        stage: statistics.median(q["analysis_ms"][stage] for q in ok)
+        for stage in ("analyze", "plan_noise", "plan_execution")
+    } if ok else {}
+    summary = {
+        "queries": len(queries),
+        "accepted": len(ok),
+        "target_ms": ANALYSIS_TARGET_MS,
+        "median_ms": statistics.median(totals) if totals else None,
+        "max_ms": max(totals) if totals else None,
+        "median_stage_ms": stage_medians,
+        "median_reject_ms": statistics.median(q["reject_ms"] for q in queries
+                                              if q["status"] == "rejected")
+        if len(ok) < len(queries) else None,
+    }
+    summary["met"] = summary["median_ms"] is not None and summary["median_ms"] <= ANALYSIS_TARGET_MS
+    out: dict[str, Any] = {"summary": summary, "queries": queries}
+    if settings.profile and ok:
+        accepted = [(q["name"], q["sql"]) for q in ok]
+        out["profile"] = profile_corpus(accepted, handles, settings,
+                                        reps=max(1, min(settings.analysis_reps, 10)))
+    return out

@@ -1,0 +1,190 @@
+"""Part ``overhead``: dpsql end to end vs the same SQL on plain DuckDB, per query.
+
+For each query of :func:`benchmarks.queries.overhead_corpus`:
+
+* ``raw_ms``: the analyst's SQL on a plain read-only DuckDB connection to the same database
+  (``execute(sql).fetchall()``), median of ``runs``;
+* ``dpsql_ms``: ``Engine.run(sql, epsilon=, delta=)`` on a fresh Engine (created outside the
+  timer, so its analysis memo is empty: analysis, rewrite, exact query, noise and
+  post-processing are all inside), no ledger, median of ``runs``; ``ratio = dpsql / raw``;
+* ``exact_ms``: the rewritten exact query alone on dpsql's backend (clamping, TRY, the domain's
+  empty bins) - the part of the overhead that runs inside DuckDB;
+* raw, dpsql and exact runs are interleaved, rotating their order each round, after one
+  untimed warm-up of each, so that all three see the same cache state;
+* ``analysis_ms``: analyze + plan_noise + plan_execution, uncached, median of
+  ``analysis_reps`` (per stage and total);
+* ``noise_ms``: the engine's noise step over the exact result (all measurements, all bins);
+* ``peak_python_mb``: peak Python heap during one dpsql run and one raw run (tracemalloc; DuckDB's
+  own native memory is not traced).
+
+A query dpsql refuses records the error class and message instead of dpsql timings.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tracemalloc
+from typing import Any
+
+import numpy as np
+
+from dpsql.analysis.elastic import analyze
+from dpsql.analysis.smooth import plan_noise
+from dpsql.engine import Engine
+from dpsql.rewrite import bind_params, plan_execution
+
+from .common import Handles, Settings, median_ms, rejection, timed
+from .queries import overhead_corpus
+
+RATIO_TARGET = 1.10
+RATIO_MIN_RAW_MS = 100.0
+ANALYSIS_TARGET_MS = 2.0
+
+
+def analysis_times(sql: str, handles: Handles, settings: Settings, reps: int) -> dict[str, Any]:
+    """Uncached analysis timings (per stage, median ms) or the rejection and its time."""
+    stages: dict[str, list[float]] = {"analyze": [], "plan_noise": [], "plan_execution": [],
+                                      "total": []}
+    for _ in range(reps):
+        try:
+            t1, analysis = timed(lambda: analyze(sql, handles.metadata))
+            t2, _plans = timed(lambda a=analysis: plan_noise(a, settings.epsilon, settings.delta))
+            t3, _plan = timed(lambda a=analysis: plan_execution(a))
+        except Exception as err:  # a refusal: time how long refusing takes
+            reject_times = []
+            for _ in range(reps):
+                t, _ = timed(lambda: _try_prepare(sql, handles, settings))
+                reject_times.append(t)
+            return {"rejection": rejection(err), "reject_ms": median_ms(reject_times)}
+        for key, t in zip(stages, (t1, t2, t3, t1 + t2 + t3), strict=True):
+            stages[key].append(t)
+    return {"analysis_ms": {k: median_ms(v) for k, v in stages.items()}}
+
+
+def _try_prepare(sql: str, handles: Handles, settings: Settings) -> None:
+    try:
+        analysis = analyze(sql, handles.metadata)
+        plan_noise(analysis, settings.epsilon, settings.delta)
+        plan_execution(analysis)
+    except Exception:
+        return
+
+
+def _peak_mb(fn) -> float:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "sql": sql}
+    out.update(analysis_times(sql, handles, settings, settings.analysis_reps))
+    raw = handles.raw
+
+    def run_raw():
+        return raw.execute(sql).fetchall()
+
+    if "rejection" in out:
+        out["status"] = "rejected"
+        raw_times = []
+        rows = run_raw()  # warm-up
+        for _ in range(settings.runs):
+            raw_times.append(timed(run_raw)[0])
+        out["raw_ms"] = median_ms(raw_times)
+        out["rows_raw"] = len(rows)
+        log(f"  {name}: rejected ({out['rejection']['class']}), raw {out['raw_ms']:.1f} ms")
+        return out
+
+    out["status"] = "ok"
+    md, backend = handles.metadata, handles.backend
+    probe = Engine(md, backend)
+    prepared = probe.prepare(sql)
+    plan = prepared.plan
+    noise_plans = plan_noise(prepared.analysis, settings.epsilon, settings.delta)
+
+    def run_exact():
+        return backend.execute(plan.exact_sql, bind_params(plan.exact_params, []))[0]
+
+    def run_dpsql():
+        engine = Engine(md, backend)  # fresh memo: the analysis is part of what is timed
+        seconds, result = timed(
+            lambda: engine.run(sql, epsilon=settings.epsilon, delta=settings.delta)
+        )
+        return seconds, result
+
+    raw_rows = run_raw()
+    exact_rows = run_exact()
+    _, result = run_dpsql()
+    times: dict[str, list[float]] = {"raw": [], "dpsql": [], "exact": []}
+    order = ["raw", "dpsql", "exact"]
+    for i in range(settings.runs):
+        for which in order[i % 3:] + order[: i % 3]:
+            if which == "raw":
+                times["raw"].append(timed(run_raw)[0])
+            elif which == "exact":
+                times["exact"].append(timed(run_exact)[0])
+            else:
+                times["dpsql"].append(run_dpsql()[0])
+
+    # the noise step alone, on the exact result (as Engine.run does it)
+    n_keys = plan.n_keys
+    columns = [np.array([r[n_keys + j] for r in exact_rows]) for j in range(plan.n_measurements)]
+    noise_times = []
+    for _ in range(max(settings.runs, 5)):
+        t, _ = timed(lambda: [probe._noise(c, p) for c, p in zip(columns, noise_plans,
+                                                                   strict=True)])
+        noise_times.append(t)
+
+    out.update({
+        "raw_ms": median_ms(times["raw"]),
+        "dpsql_ms": median_ms(times["dpsql"]),
+        "exact_ms": median_ms(times["exact"]),
+        "noise_ms": median_ms(noise_times),
+        "noise_cells": len(exact_rows) * plan.n_measurements,
+        "rows_raw": len(raw_rows),
+        "rows_dpsql": len(result.rows),
+        "bins": len(exact_rows),
+        "mechanism": result.release.mechanism,
+        "runs": settings.runs,
+        "raw_ms_all": [t * 1e3 for t in times["raw"]],
+        "dpsql_ms_all": [t * 1e3 for t in times["dpsql"]],
+    })
+    out["ratio"] = out["dpsql_ms"] / out["raw_ms"]
+    out["other_ms"] = max(
+        out["dpsql_ms"] - out["exact_ms"] - out["analysis_ms"]["total"] - out["noise_ms"], 0.0
+    )
+    out["peak_python_mb"] = {
+        "dpsql": _peak_mb(lambda: Engine(md, backend).run(
+            sql, epsilon=settings.epsilon, delta=settings.delta)),
+        "raw": _peak_mb(run_raw),
+    } if settings.memory else None
+    log(f"  {name}: raw {out['raw_ms']:.1f} ms, dpsql {out['dpsql_ms']:.1f} ms "
+        f"(x{out['ratio']:.2f}), analysis {out['analysis_ms']['total']:.2f} ms")
+    return out
+
+
+def run(handles: Handles, settings: Settings, log=print) -> dict[str, Any]:
+    log("overhead: dpsql vs raw DuckDB")
+    queries = [one_query(n, s, handles, settings, log) for n, s in overhead_corpus()]
+    ok = [q for q in queries if q["status"] == "ok"]
+    big = [q for q in ok if q["raw_ms"] >= RATIO_MIN_RAW_MS]
+    analysis = [q["analysis_ms"]["total"] for q in ok]
+    summary = {
+        "queries": len(queries),
+        "accepted": len(ok),
+        "rejected": [q["name"] for q in queries if q["status"] == "rejected"],
+        "ratio_target": RATIO_TARGET,
+        "ratio_min_raw_ms": RATIO_MIN_RAW_MS,
+        "ratio_eligible": [q["name"] for q in big],
+        "ratio_met": [q["name"] for q in big if q["ratio"] <= RATIO_TARGET],
+        "ratio_missed": [q["name"] for q in big if q["ratio"] > RATIO_TARGET],
+        "median_ratio_eligible": statistics.median([q["ratio"] for q in big]) if big else None,
+        "analysis_target_ms": ANALYSIS_TARGET_MS,
+        "median_analysis_ms": statistics.median(analysis) if analysis else None,
+    }
+    summary["analysis_met"] = (summary["median_analysis_ms"] is not None
+                               and summary["median_analysis_ms"] <= ANALYSIS_TARGET_MS)
+    return {"summary": summary, "queries": queries}
