@@ -27,7 +27,8 @@ SMOKE_SCALE = 0.01
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks",
+                                description="dpsql TPC-H benchmarks (see benchmarks/README.md)")
     p.add_argument("--scale", type=float, default=None,
                    help="TPC-H scale factor (default 1; 0.01 with --smoke)")
     p.add_argument("--parts", default=",".join(PARTS),

@@ -83,6 +83,9 @@ def ensure_dataset(
     if generator == "tpchgen" and exe is None:
         raise SystemExit(TPCHGEN_HINT)
     chosen = "tpchgen" if generator == "tpchgen" or (generator == "auto" and exe) else "builtin"
+    if generator == "auto" and exe is None:
+        log("tpchgen-cli is not installed: using the built-in generator (install the bench "
+            "extra for dbgen-identical data)")
     folder = Path(data_dir) / f"sf{scale_label(scale)}-{chosen}"
     info_path = folder / "info.json"
     if info_path.exists():
