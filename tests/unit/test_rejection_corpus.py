@@ -23,7 +23,6 @@ import contextlib
 
 import pytest
 
-from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.engine import Engine
 from dpsql.errors import (
     AggregateArithmeticError,
@@ -34,19 +33,7 @@ from dpsql.errors import (
     UnsupportedConstructError,
     UnsupportedQueryError,
 )
-from tests.unit.shop_fixture import build_shop
-
-
-class RecordingBackend(DuckDBBackend):
-    """The real DuckDB backend, recording every SQL text it is asked to run."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.executed: list[str] = []
-
-    def execute(self, sql, params=None):
-        self.executed.append(sql)
-        return super().execute(sql, params)
+from tests.unit.shop_fixture import RecordingBackend, build_shop
 
 
 @pytest.fixture(scope="module")

@@ -24,10 +24,9 @@ import duckdb
 import numpy as np
 import pytest
 
-from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.engine import Engine
 from dpsql.errors import ProgrammingError
-from tests.unit.shop_fixture import STATUSES, build_shop
+from tests.unit.shop_fixture import STATUSES, RecordingBackend, build_shop
 
 EPSILON = 1000.0
 DELTA = 1e-6
@@ -43,18 +42,6 @@ class ZeroNoise:
         assert scale > 0 and math.isfinite(scale)
         self.cells += size
         return np.zeros(size, dtype=np.int64)
-
-
-class RecordingBackend(DuckDBBackend):
-    """The real DuckDB backend, recording every SQL text it is asked to run."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.executed: list[str] = []
-
-    def execute(self, sql, params=None):
-        self.executed.append(sql)
-        return super().execute(sql, params)
 
 
 @pytest.fixture(scope="module")
