@@ -302,16 +302,20 @@ def _avg_expression(sum_i: int, count_i: int, bounds: tuple[float, float]) -> ex
                     exp.convert(float(bounds[1])))
 
 
+def _avg_parts(analysis: QueryAnalysis, avg: exp.Avg) -> tuple[int, int, tuple[float, float]]:
+    """The SUM and COUNT measurements an AVG is computed from, and its bounds."""
+    arg = avg.this.unnest()
+    by_label = {m.label: m for m in analysis.measurements}
+    total = by_label[exp.Sum(this=arg.copy()).sql(dialect=DIALECT)]
+    count = by_label[exp.Count(this=arg.copy()).sql(dialect=DIALECT)]
+    assert total.bounds is not None
+    return total.index, count.index, total.bounds
+
+
 def _to_noisy(node: exp.Expression, analysis: QueryAnalysis, repl) -> exp.Expression:
     def transform(n: exp.Expression) -> exp.Expression:
         if isinstance(n, exp.Avg):
-            arg = n.this.unnest()
-            s = repl[exp.Sum(this=arg.copy()).sql(dialect=DIALECT)]
-            c = repl[exp.Count(this=arg.copy()).sql(dialect=DIALECT)]
-            m = next(m for m in analysis.measurements
-                     if f"__m{m.index}" == s.name)
-            assert m.bounds is not None
-            return _avg_expression(m.index, int(c.name[3:]), m.bounds)
+            return _avg_expression(*_avg_parts(analysis, n))
         key = n.sql(dialect=DIALECT)
         if key in repl and isinstance(n, (exp.Column, *_AGGREGATES)):
             return repl[key].copy()
@@ -353,10 +357,7 @@ def _fast_path(analysis: QueryAnalysis, query: exp.Select) -> tuple[OutputSpec, 
         elif isinstance(inner, (exp.Count, exp.Sum)) and text in by_label:
             specs.append(OutputSpec("measurement", by_label[text]))
         elif isinstance(inner, exp.Avg):
-            arg = inner.this.unnest()
-            s = by_label[exp.Sum(this=arg.copy()).sql(dialect=DIALECT)]
-            c = by_label[exp.Count(this=arg.copy()).sql(dialect=DIALECT)]
-            specs.append(OutputSpec("avg", s, c, analysis.measurements[s].bounds))
+            specs.append(OutputSpec("avg", *_avg_parts(analysis, inner)))
         else:
             return None
     return tuple(specs)
