@@ -62,7 +62,12 @@ class ExecutionPlan:
 
 
 def _number_parameters(query: exp.Expression) -> exp.Expression:
-    """Give each ``?`` a name carrying its position in the analyst's SQL text."""
+    """Give each ``?`` a name carrying its position in the analyst's SQL text.
+
+    Returns ``query`` itself (not a copy) when it has no ``?``: callers copy before mutating.
+    """
+    if query.find(exp.Placeholder) is None:
+        return query
     query = query.copy()
     placeholders = [p for p in query.find_all(exp.Placeholder) if not p.this]
     for i, p in enumerate(placeholders):
@@ -147,7 +152,7 @@ def _make_total(node: exp.Expression) -> exp.Expression:
                                for c in child])
         return node
     if _risky(node):
-        return exp.func("TRY", node)
+        return exp.func("TRY", node, copy=False)
     return node
 
 
@@ -207,7 +212,7 @@ def _measurement_sql(analysis: QueryAnalysis) -> list[exp.Expression]:
             node = exp.Sum(this=_clamp(node.this, m.bounds))
         elif isinstance(node.this, exp.Expression) and not isinstance(node.this, exp.Star):
             node.set("this", _make_total(node.this))  # COUNT(a // b) must not raise
-        out.append(exp.alias_(node, f"__m{m.index}"))
+        out.append(exp.alias_(node, f"__m{m.index}", copy=False))
     return out
 
 
@@ -215,14 +220,16 @@ def _domain_relation(analysis: QueryAnalysis, i: int) -> exp.Expression:
     """SELECT value, ordinal for the declared domain of group key i."""
     domain = analysis.group_keys[i].domain
     if domain.table is not None:
-        return exp.select(exp.alias_(exp.column(domain.column), "__v")).from_(
-            domain.table).distinct()
+        return exp.select(exp.alias_(exp.column(domain.column), "__v", copy=False),
+                          copy=False).from_(_table(domain.table), copy=False).distinct()
     values = domain.values or ()
-    rows = [exp.tuple_(exp.convert(v), exp.convert(j)) for j, v in enumerate(values)]
-    return exp.select("__v", "__o").from_(
+    rows = [exp.Tuple(expressions=[exp.convert(v), exp.convert(j)])
+            for j, v in enumerate(values)]
+    return exp.select(exp.column("__v"), exp.column("__o"), copy=False).from_(
         exp.Values(expressions=rows, alias=exp.TableAlias(
             this=exp.to_identifier("__d"),
-            columns=[exp.to_identifier("__v"), exp.to_identifier("__o")]))
+            columns=[exp.to_identifier("__v"), exp.to_identifier("__o")])),
+        copy=False,
     )
 
 
@@ -231,7 +238,7 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select) -> exp.Expression:
     inner = query.copy()
     for arg in ("order", "limit", "offset", "having", "distinct"):
         inner.set(arg, None)
-    keys = [exp.alias_(k.node.copy(), f"__k{k.index}") for k in analysis.group_keys]
+    keys = [exp.alias_(k.node.copy(), f"__k{k.index}", copy=False) for k in analysis.group_keys]
     # Totality and NOT IN semantics apply to CTE bodies too, so transform before splitting
     # the WITH clause off; the measurement list is set afterwards (its clamp is already total).
     _not_in_as_not_exists(inner)
@@ -244,38 +251,44 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select) -> exp.Expression:
             inner.set("with_", with_)
         return inner
 
+    # Every node below is built here: constructed directly (the builder helpers would copy
+    # and parse strings, a measurable share of the analysis time).
     ctes = list(with_.expressions) if with_ is not None else []
-    ctes.append(exp.CTE(this=inner, alias=exp.TableAlias(this=exp.to_identifier("__exact"))))
+    ctes.append(_cte("__exact", inner))
     select_list: list[exp.Expression] = []
-    from_: exp.Expression | None = None
     joins = []
     on: list[exp.Expression] = []
     order = []
     for key in analysis.group_keys:
         d = f"__d{key.index}"
-        ctes.append(exp.CTE(this=_domain_relation(analysis, key.index),
-                            alias=exp.TableAlias(this=exp.to_identifier(d))))
-        select_list.append(exp.alias_(exp.column("__v", d), f"__k{key.index}"))
-        order.append(exp.column("__o", d) if analysis.group_keys[key.index].domain.values
-                     is not None else exp.column("__v", d))
-        if from_ is None:
-            from_ = exp.to_table(d)
-        else:
-            joins.append(exp.Join(this=exp.to_table(d), kind="CROSS"))
+        ctes.append(_cte(d, _domain_relation(analysis, key.index)))
+        select_list.append(exp.alias_(exp.column("__v", d), f"__k{key.index}", copy=False))
+        order.append(exp.Ordered(this=exp.column("__o", d) if key.domain.values is not None
+                                 else exp.column("__v", d), nulls_first=False))
+        if key.index > 0:
+            joins.append(exp.Join(this=_table(d), kind="CROSS"))
         on.append(exp.NullSafeEQ(this=exp.column(f"__k{key.index}", "__e"),
                                  expression=exp.column("__v", d)))
     for m in analysis.measurements:
         select_list.append(exp.alias_(
-            exp.func("COALESCE", exp.column(f"__m{m.index}", "__e"), exp.convert(0)),
-            f"__m{m.index}"))
-    outer = exp.select(*select_list).from_(from_)
-    for j in joins:
-        outer = outer.join(j)
-    outer = outer.join(exp.alias_(exp.to_table("__exact"), "__e"), on=exp.and_(*on),
-                       join_type="LEFT")
-    outer = outer.order_by(*order)
-    outer.set("with_", exp.With(expressions=ctes))
-    return outer
+            exp.func("COALESCE", exp.column(f"__m{m.index}", "__e"), exp.convert(0),
+                     copy=False),
+            f"__m{m.index}", copy=False))
+    joins.append(exp.Join(this=_table("__exact", "__e"), side="LEFT",
+                          on=exp.and_(*on, copy=False)))
+    return exp.Select(expressions=select_list, joins=joins, with_=exp.With(expressions=ctes),
+                      order=exp.Order(expressions=order), from_=exp.From(this=_table("__d0")))
+
+
+def _cte(name: str, body: exp.Expression) -> exp.CTE:
+    return exp.CTE(this=body, alias=exp.TableAlias(this=exp.to_identifier(name)))
+
+
+def _table(name: str, alias: str | None = None) -> exp.Table:
+    table = exp.Table(this=exp.to_identifier(name))
+    if alias is not None:
+        table.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+    return table
 
 
 # --------------------------------------------------------------------------- post-processing
@@ -316,9 +329,10 @@ def _to_noisy(node: exp.Expression, analysis: QueryAnalysis, repl) -> exp.Expres
     def transform(n: exp.Expression) -> exp.Expression:
         if isinstance(n, exp.Avg):
             return _avg_expression(*_avg_parts(analysis, n))
-        key = n.sql(dialect=DIALECT)
-        if key in repl and isinstance(n, (exp.Column, *_AGGREGATES)):
-            return repl[key].copy()
+        if isinstance(n, (exp.Column, *_AGGREGATES)):  # only these can be replaced
+            key = n.sql(dialect=DIALECT)
+            if key in repl:
+                return repl[key].copy()
         return n
 
     return node.copy().transform(transform)
@@ -342,21 +356,26 @@ def build_post(analysis: QueryAnalysis, query: exp.Select) -> exp.Select:
 
 
 def _fast_path(analysis: QueryAnalysis, query: exp.Select) -> tuple[OutputSpec, ...] | None:
-    """Output specs when post-processing is only picking columns (no SQL needed)."""
+    """Output specs when post-processing is only picking columns (no SQL needed).
+
+    Read from the analysis's output columns (which measurement or key each one is) rather than
+    by generating SQL text again.
+    """
     if any(query.args.get(a) is not None for a in ("having", "order", "limit", "offset",
                                                    "distinct")):
         return None
-    key_index = {k.node.sql(dialect=DIALECT): k.index for k in analysis.group_keys}
-    by_label = {m.label: m.index for m in analysis.measurements}
+    key_index = {(k.node.table, k.node.name): k.index for k in analysis.group_keys}
     specs = []
-    for item in query.expressions:
-        inner = item.this if isinstance(item, exp.Alias) else item
-        text = inner.sql(dialect=DIALECT)
-        if text in key_index:
-            specs.append(OutputSpec("key", key_index[text]))
-        elif isinstance(inner, (exp.Count, exp.Sum)) and text in by_label:
-            specs.append(OutputSpec("measurement", by_label[text]))
-        elif isinstance(inner, exp.Avg):
+    for col in analysis.columns:
+        inner = col.node.this if isinstance(col.node, exp.Alias) else col.node
+        if col.kind == "group_key" and isinstance(inner, exp.Column):
+            index = key_index.get((inner.table, inner.name))
+            if index is None:
+                return None
+            specs.append(OutputSpec("key", index))
+        elif col.function in ("COUNT", "SUM") and len(col.measurements) == 1:
+            specs.append(OutputSpec("measurement", col.measurements[0]))
+        elif col.function == "AVG" and isinstance(inner, exp.Avg):
             specs.append(OutputSpec("avg", *_avg_parts(analysis, inner)))
         else:
             return None
@@ -365,11 +384,13 @@ def _fast_path(analysis: QueryAnalysis, query: exp.Select) -> tuple[OutputSpec, 
 
 def plan_execution(analysis: QueryAnalysis) -> ExecutionPlan:
     """Build the exact and post-processing queries for ``analysis`` (see module contract)."""
-    query = _number_parameters(analysis.query)
+    query = _number_parameters(analysis.query)  # not a copy: build_* copy what they change
     assert isinstance(query, exp.Select)
-    exact_sql = build_exact(analysis, query).sql(dialect=DIALECT)
+    # The exact and post trees are fresh copies owned here: generate without another copy.
+    exact_sql = build_exact(analysis, query).sql(dialect=DIALECT, copy=False)
     fast = _fast_path(analysis, query)
-    post_sql = None if fast is not None else build_post(analysis, query).sql(dialect=DIALECT)
+    post_sql = (None if fast is not None
+                else build_post(analysis, query).sql(dialect=DIALECT, copy=False))
     return ExecutionPlan(
         exact_sql=exact_sql,
         exact_params=_used_params(exact_sql),
