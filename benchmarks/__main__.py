@@ -1,10 +1,13 @@
 """``python -m benchmarks``: dpsql's TPC-H benchmarks (see benchmarks/README.md).
 
-    python -m benchmarks [--scale 0.1|1|10] [--parts overhead,analysis,accuracy,noise]
+    python -m benchmarks [--scale 0.1|1|10]
+                         [--parts overhead,analysis,accuracy,noise,peer,scale]
                          [--smoke] [--out DIR] [--generator auto|tpchgen|builtin]
 
-Writes ``<out>/<part>-sf<scale>.json`` and regenerates ``<out>/summary.md`` from every such
-file in ``<out>``. ``--smoke`` runs everything at SF 0.01 with the built-in generator and a few
+Writes ``<out>/<part>-sf<scale>.json`` for the TPC-H parts, ``<out>/peer-<dataset>.json`` and
+``<out>/scale.json`` (+ ``scale.png``) for the parts on their own PUMS-shaped data, and
+regenerates ``<out>/summary.md`` from every such file in ``<out>``. ``--smoke`` runs everything
+at SF 0.01 with the built-in generator (peer and scale on 1,000- to 20,000-row tables) and a few
 repetitions (seconds; what CI runs), writing to benchmarks/data/smoke-results by default.
 """
 
@@ -12,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from .report import PARTS, write_summary
+from .report import OWN_DATA_PARTS, PARTS, write_summary
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -60,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from .common import Handles, Settings, environment, to_jsonable
+    from .common import Handles, Settings, environment, write_json
     from .tpch_data import ensure_dataset
 
     def log(msg: str) -> None:
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = replace(settings, profile=False)
     out.mkdir(parents=True, exist_ok=True)
 
-    needs_data = [p for p in args.parts if p != "noise"]
+    needs_data = [p for p in args.parts if p not in ("noise", *OWN_DATA_PARTS)]
     dataset = ensure_dataset(scale, args.data_dir, generator, log=log) if needs_data else None
     if args.save_schema is not None:
         if dataset is None:
@@ -108,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         for part in args.parts:
             start = time.perf_counter()
             load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+            if part in OWN_DATA_PARTS:  # their own data, files and environment records
+                module = importlib.import_module(f".{part}", __package__)
+                written += module.write(settings, args.data_dir, out, log)
+                continue
             if part == "noise":
                 from . import noise
                 data = noise.run(settings, log)
@@ -119,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             data["environment"]["load_average_1m_start"] = (
                 round(load_start, 2) if load_start is not None else None)
             path = out / f"{part}-sf{label}.json"
-            path.write_text(json.dumps(to_jsonable(data), indent=2) + "\n", encoding="utf-8")
-            written.append(path)
+            written.append(write_json(path, data))
     finally:
         if handles is not None:
             handles.close()

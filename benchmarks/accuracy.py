@@ -55,6 +55,10 @@ class ReplayBackend:
         rows, types = self.cache[key]
         return list(rows), list(types)
 
+    def __getattr__(self, name: str):
+        # everything but execution (the table schemas an Engine reads ...) comes from inner
+        return getattr(self.inner, name)
+
     def close(self) -> None:
         pass
 

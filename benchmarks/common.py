@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
 import os
 import platform
@@ -73,11 +75,36 @@ class Handles:
         self.backend.close()
 
 
+def importable(name: str) -> bool:
+    """Whether an optional package can be imported, without importing it (snsql takes ~1 s).
+    ``sys.modules[name] = None`` makes it unimportable (how the tests play a CI without it)."""
+    if name in sys.modules and sys.modules[name] is None:
+        return False
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     """(seconds, result) of one call."""
     start = time.perf_counter()
     out = fn()
     return time.perf_counter() - start, out
+
+
+def interleaved(fns: Mapping[str, Callable[[], Any]], runs: int) -> dict[str, list[float]]:
+    """Seconds of ``runs`` calls of each function after one untimed warm-up of each; the
+    calls are interleaved and their order rotates each round, so all see the same cache state
+    and the same background load."""
+    names = list(fns)
+    for name in names:
+        fns[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(runs):
+        for name in names[i % len(names):] + names[: i % len(names)]:
+            times[name].append(timed(fns[name])[0])
+    return times
 
 
 def median_ms(seconds: list[float]) -> float:
@@ -130,6 +157,21 @@ def environment(settings: Settings, dataset: Dataset | None) -> dict[str, Any]:
         env["metadata_seconds"] = round(dataset.metadata_seconds, 2)
         env["rows"] = dict(dataset.rows)
     return env
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> Path:
+    """Write ``data`` as indented JSON (numpy values and NaN made JSON-safe); returns path."""
+    path.write_text(json.dumps(to_jsonable(data), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def uptime() -> str | None:
+    """The ``uptime`` line (load averages over 1, 5 and 15 minutes) for the record."""
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, check=False,
+                              timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def to_jsonable(value: Any) -> Any:

@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-PARTS = ("overhead", "analysis", "accuracy", "noise")
+OWN_DATA_PARTS = ("peer", "scale")  # on their own PUMS-shaped data: see report_peer.py
+PARTS = ("overhead", "analysis", "accuracy", "noise", *OWN_DATA_PARTS)
 _FILE = re.compile(r"^(overhead|analysis|accuracy|noise)-sf([0-9.e+-]+)\.json$")
 
 
@@ -196,6 +197,9 @@ def write_summary(folder: Path) -> Path:
             if part in parts:
                 title, fn = _SECTIONS[part]
                 lines += [f"### {title}", "", *fn(parts[part]), ""]
+    from .report_peer import own_data_sections  # it uses this module's formatters
+
+    lines += own_data_sections(folder)
     out = folder / "summary.md"
     out.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
     return out

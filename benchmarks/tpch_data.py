@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -98,32 +99,18 @@ def ensure_dataset(
                 info["metadata_seconds"] = time.perf_counter() - start
                 info_path.write_text(json.dumps(info, indent=2))
             return Dataset(**info)
-    folder.mkdir(parents=True, exist_ok=True)
     db_path = folder / "tpch.duckdb"
-    tmp_db = folder / "tpch.duckdb.tmp"
-    for p in (db_path, tmp_db, Path(str(tmp_db) + ".wal")):
-        p.unlink(missing_ok=True)
-
     log(f"generating TPC-H SF {scale_label(scale)} with the {chosen} generator ...")
-    start = time.perf_counter()
-    con = duckdb.connect(str(tmp_db))
-    try:
-        con.execute("SET enable_progress_bar=false")
+
+    def fill(con: duckdb.DuckDBPyConnection) -> None:
         if chosen == "tpchgen":
             assert exe is not None
             _load_tpchgen(con, exe, scale)
         else:
             tpch_gen.load_into(con, tpch_gen.generate(scale))
         _add_supplier_names(con, scale)
-        rows = {
-            t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-            for t in (*tpch_gen.TABLES, "supplier_names")
-        }
-        con.execute("CHECKPOINT")
-    finally:
-        con.close()
-    tmp_db.rename(db_path)
-    gen_seconds = time.perf_counter() - start
+
+    rows, gen_seconds = write_database(db_path, fill, (*tpch_gen.TABLES, "supplier_names"))
 
     log("profiling max frequencies for the metadata ...")
     start = time.perf_counter()
@@ -132,6 +119,30 @@ def ensure_dataset(
     ds = Dataset(scale, str(db_path), str(md_path), chosen, gen_seconds, md_seconds, rows)
     info_path.write_text(json.dumps(asdict(ds), indent=2))
     return ds
+
+
+def write_database(db_path: Path, fill: Callable[[duckdb.DuckDBPyConnection], None],
+                   tables: Sequence[str]) -> tuple[dict[str, int], float]:
+    """Make ``db_path`` with ``fill(con)``, atomically (built under a temporary name, renamed
+    when complete, so an interrupted run leaves no half-filled database to be reused).
+
+    Returns the row count of each of ``tables`` and the seconds it took.
+    """
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_db = db_path.with_name(db_path.name + ".tmp")
+    for p in (db_path, tmp_db, Path(str(tmp_db) + ".wal")):
+        p.unlink(missing_ok=True)
+    start = time.perf_counter()
+    con = duckdb.connect(str(tmp_db))
+    try:
+        con.execute("SET enable_progress_bar=false")
+        fill(con)
+        rows = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    tmp_db.rename(db_path)
+    return rows, time.perf_counter() - start
 
 
 def _load_tpchgen(con: duckdb.DuckDBPyConnection, exe: str, scale: float) -> None:

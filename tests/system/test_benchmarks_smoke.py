@@ -18,6 +18,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("overhead", "analysis", "accuracy", "noise")
+PEER_DATASETS = ("pums", "10k")
+PEER_QUERIES = ["count", "group_count", "sum", "avg", "filtered_group_count", "join_count"]
+#: runs ``python -m benchmarks ARGS`` with the optional packages made unimportable
+HIDE_OPTIONAL = (
+    "import runpy, sys; sys.modules['snsql'] = None; sys.modules['matplotlib'] = None; "
+    "sys.argv[0] = 'benchmarks'; runpy.run_module('benchmarks', run_name='__main__')"
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,17 +33,22 @@ def results(tmp_path_factory) -> dict[str, dict]:
     out = tmp / "results"
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    # As in CI (whose test extra has neither): smartnoise-sql and matplotlib cannot be imported
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--smoke", "--quiet", "--out", str(out),
+        [sys.executable, "-c", HIDE_OPTIONAL, "--smoke", "--quiet", "--out", str(out),
          "--data-dir", str(tmp / "data")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     files = {p: out / f"{p}-sf0.01.json" for p in PARTS}
+    files.update({f"peer-{d}": out / f"peer-{d}.json" for d in PEER_DATASETS})
+    files["scale"] = out / "scale.json"
     for path in files.values():
         assert str(path) in proc.stdout  # the paths written are printed
     loaded = {p: json.loads(path.read_text()) for p, path in files.items()}
     loaded["summary.md"] = (out / "summary.md").read_text()
+    loaded["stdout"] = proc.stdout
+    loaded["out"] = out
     return loaded
 
 
@@ -135,3 +147,98 @@ def test_summary_markdown(results):
     for title in ("### Overhead", "### Analysis", "### Accuracy", "### Noise"):
         assert title in md
     assert "| Q1 |" in md and "rejected: UnsupportedConstructError" in md
+
+
+def check_peer_dpsql_side(data: dict, dataset: str) -> None:
+    """dpsql's side of a peer file: every query accepted, spent as asked, errors measured."""
+    queries = {q["name"]: q for q in data["queries"]}
+    assert list(queries) == PEER_QUERIES
+    assert data["summary"]["dataset"] == dataset and data["summary"]["dpsql_rejects"] == []
+    for q in queries.values():
+        d = q["dpsql"]
+        assert d["status"] == "ok" and positive(d["ms"]) and positive(q["raw_ms"])
+        assert len(d["ms_all"]) == data["summary"]["runs"]
+        assert d["spent"]["epsilon"] == pytest.approx(0.1)
+        assert d["exact_executions"] == 1  # replayed for the draws
+        assert d["cells"] >= 1 and d["cells_missing"] == 0 and d["mae"] >= 0
+        assert d["mae"] == pytest.approx(sum(c["mae"] for c in d["per_cell"]) / d["cells"])
+    # single-table queries are pure: no delta; the join between private tables is smoothed
+    assert queries["count"]["dpsql"]["spent"] == {"epsilon": 0.1, "delta": 0.0,
+                                                   "mechanism": "discrete_laplace"}
+    assert queries["join_count"]["dpsql"]["spent"]["mechanism"].startswith("smoothed")
+    # dpsql releases every declared bin (educ 1-16, race 1-6); errors are compared per cell
+    assert queries["group_count"]["dpsql"]["bins_released"] == 16
+    assert queries["filtered_group_count"]["dpsql"]["bins_released"] == 6
+
+
+def test_peer_without_smartnoise_runs_dpsql_and_reports_the_skip(results):
+    assert "peer: SmartNoise SQL skipped: smartnoise-sql is not installed" in results["stdout"]
+    for dataset in PEER_DATASETS:
+        data = results[f"peer-{dataset}"]
+        check_peer_dpsql_side(data, dataset)
+        assert data["summary"]["smartnoise_skipped"] is True
+        assert data["environment"]["smartnoise"] is None
+        for q in data["queries"]:
+            assert q["smartnoise"] == {"status": "skipped",
+                                       "reason": "smartnoise-sql is not installed "
+                                                 "(pip install -e '.[bench]')"}
+            assert q["speedup"] is None and q["error_met"] is None
+    assert results["peer-pums"]["summary"]["rows"] == 1000
+    assert results["peer-10k"]["summary"]["rows"] == 10_000
+    assert "## Peer: SmartNoise SQL side by side" in results["summary.md"]
+    assert "- SmartNoise SQL skipped: smartnoise-sql is not installed." in results["summary.md"]
+
+
+def check_scale(data: dict) -> None:
+    points = data["points"]
+    assert [(p["rows"], p["name"]) for p in points] == [
+        (r, q) for r in (10_000, 20_000) for q in ("join_count", "grouped_sum")]
+    for p in points:
+        assert p["status"] == "ok" and positive(p["raw_ms"]) and positive(p["dpsql_ms"])
+        assert p["ratio"] == pytest.approx(p["dpsql_ms"] / p["raw_ms"])
+        assert len(p["raw_ms_all"]) == len(p["dpsql_ms_all"]) == data["summary"]["runs"] >= 3
+
+
+def test_scale_without_matplotlib_writes_json_and_reports_the_skip(results):
+    assert "scale: plot skipped: matplotlib is not installed" in results["stdout"]
+    data = results["scale"]
+    check_scale(data)
+    assert data["plot"] is None and "matplotlib" in data["plot_skipped"]
+    assert not (results["out"] / "scale.png").exists()
+    assert "## Scale: time against rows" in results["summary.md"]
+    assert "No plot: matplotlib is not installed" in results["summary.md"]
+
+
+def test_peer_and_scale_with_the_bench_extra(tmp_path):
+    """With smartnoise-sql and matplotlib installed (the bench extra; not in CI)."""
+    pytest.importorskip("snsql")
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "results"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--quiet", "--parts", "peer,scale",
+         "--out", str(out), "--data-dir", str(tmp_path / "data")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "skipped" not in proc.stdout
+    data = json.loads((out / "peer-pums.json").read_text())
+    check_peer_dpsql_side(data, "pums")
+    queries = {q["name"]: q for q in data["queries"]}
+    assert data["summary"]["smartnoise_rejects"] == ["join_count"]
+    assert "JOIN" in queries["join_count"]["smartnoise"]["rejection"]["message"]
+    for name in PEER_QUERIES[:-1]:
+        q, sn = queries[name], queries[name]["smartnoise"]
+        assert sn["status"] == "ok" and positive(sn["ms"]) and sn["exact_executions"] == 1
+        # the same total epsilon: SmartNoise's own accounting of what it spends
+        assert sn["spent"]["epsilon"] == pytest.approx(0.1)
+        assert sn["cells"] == q["dpsql"]["cells"] and sn["cells_missing"] == 0
+        assert q["speedup"] == pytest.approx(sn["ms"] / q["dpsql"]["ms"])
+        assert isinstance(q["error_met"], bool)
+    # AVG is a SUM and a COUNT for SmartNoise: two columns at half the epsilon each
+    assert queries["avg"]["smartnoise"]["spent"]["columns"] == 2
+    assert queries["avg"]["smartnoise"]["spent"]["epsilon_per_column"] == pytest.approx(0.05)
+    assert queries["sum"]["smartnoise"]["spent"]["sensitivities"] == [500_000]
+    check_scale(json.loads((out / "scale.json").read_text()))
+    assert (out / "scale.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
