@@ -23,7 +23,6 @@ from sqlglot import exp
 
 from dpsql import mechanisms
 from dpsql.analysis.elastic import QueryAnalysis, analyze
-from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.smooth import NoisePlan, check_budget_parameters, plan_noise
 from dpsql.backends.base import Backend
 from dpsql.errors import ProgrammingError
@@ -114,8 +113,10 @@ class Engine:
             self._prepared.move_to_end(sql)
             return hit
         analysis = analyze(sql, self.metadata)
-        plan = plan_execution(analysis)
-        prepared = Prepared(analysis, plan, fingerprint(analysis.query.sql(dialect=DIALECT)))
+        plan = plan_execution(analysis, self.metadata)
+        # The generated SQL is a normal form of the qualified query: fingerprint it rather
+        # than generating the analysed query's text once more.
+        prepared = Prepared(analysis, plan, fingerprint(f"{plan.exact_sql}\n{plan.post_sql or ''}"))
         self._prepared[sql] = prepared
         if len(self._prepared) > self._cache_size:
             self._prepared.popitem(last=False)

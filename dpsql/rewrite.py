@@ -21,11 +21,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 from sqlglot import exp
 
 from dpsql.analysis.elastic import QueryAnalysis
 from dpsql.analysis.parse import DIALECT
+from dpsql.metadata import Metadata
+from dpsql.safe_compare import (
+    ColumnKind,
+    Kind,
+    column_kinds,
+    comparison_is_total,
+    constant_kind,
+    fold_date_intervals,
+)
 
 NOISY_TABLE = "__noisy"
 _PARAM_PREFIX = "__dpsql_param_"
@@ -106,29 +116,34 @@ def _is_key_equality(node: exp.Expression) -> bool:
     )
 
 
-def _risky(node: exp.Expression) -> bool:
-    """Could evaluating ``node`` raise an error that depends on row values?
+_SAFE_FUNCS = (*_AGGREGATES, exp.Coalesce, exp.Case, exp.If, exp.TryCast, exp.Connector)
 
-    Arithmetic, casts and functions of columns can; so can comparisons, which cast implicitly
-    (a VARCHAR column compared with 5 fails on the first non-numeric row).
+
+def _can_fail(node: exp.Expression, column_kind: ColumnKind) -> bool:
+    """Could evaluating ``node`` raise an error that depends on the rows?
+
+    Arithmetic, casts and functions can (overflow, failed casts, division by zero) -- constant
+    ones too: DuckDB evaluates a failing constant only when some row reaches it. Comparisons
+    can, through implicit casts (a VARCHAR column compared with 5 fails on the first
+    non-numeric row), except bare-column join keys (kept plain so DuckDB can hash-join) and
+    the comparisons :func:`dpsql.safe_compare.comparison_is_total` proves total.
+    Precondition: ``node`` contains no subquery (``_make_total`` recurses around them).
     """
-    if isinstance(node, _COMPARISONS) and not _is_key_equality(node) and node.find(exp.Column):
+    if isinstance(node, exp.Column) or constant_kind(node) is not None:
+        return False
+    if isinstance(node, _COMPARISONS):
+        return not (_is_key_equality(node) or comparison_is_total(node, column_kind))
+    if isinstance(node, _ARITHMETIC) or (isinstance(node, exp.Func)
+                                         and not isinstance(node, _SAFE_FUNCS)):
         return True
-    for sub in node.walk():
-        if isinstance(sub, (exp.Subquery, exp.Select)):
-            return False
-        is_op = isinstance(sub, _ARITHMETIC) or (
-            isinstance(sub, exp.Func)
-            and not isinstance(sub, (*_AGGREGATES, exp.Coalesce, exp.Case, exp.If, exp.TryCast,
-                                     exp.Connector))
-        )
-        # Constant sub-expressions fail (or not) at bind time, independently of the data.
-        if is_op and sub.find(exp.Column) is not None:
-            return True
-    return False
+    return any(_can_fail(child, column_kind) for child in node.iter_expressions())
 
 
-def _make_total(node: exp.Expression) -> exp.Expression:
+def _unknown_kinds(_column: exp.Column) -> Kind | None:
+    return None
+
+
+def _make_total(node: exp.Expression, column_kind: ColumnKind = _unknown_kinds) -> exp.Expression:
     """Wrap maximal risky scalar sub-expressions in TRY(...), keeping predicates' structure.
 
     Subqueries are left alone: :func:`_total_query` visits every SELECT itself.
@@ -136,42 +151,57 @@ def _make_total(node: exp.Expression) -> exp.Expression:
     if isinstance(node, (exp.Query, exp.Subquery)):
         return node
     if isinstance(node, exp.Alias):
-        node.set("this", _make_total(node.this))
+        node.set("this", _make_total(node.this, column_kind))
         return node
     if isinstance(node, (exp.Connector, exp.Not, exp.Paren)):
         for key, child in list(node.args.items()):
             if isinstance(child, exp.Expression):
-                node.set(key, _make_total(child))
+                node.set(key, _make_total(child, column_kind))
         return node
     if node.find(exp.Subquery, exp.Select, exp.Exists, *_AGGREGATES) is not None:
         for key, child in list(node.args.items()):
             if isinstance(child, exp.Expression):
-                node.set(key, _make_total(child))
+                node.set(key, _make_total(child, column_kind))
             elif isinstance(child, list):
-                node.set(key, [_make_total(c) if isinstance(c, exp.Expression) else c
-                               for c in child])
+                node.set(key, [_make_total(c, column_kind) if isinstance(c, exp.Expression)
+                               else c for c in child])
         return node
-    if _risky(node):
+    if _can_fail(node, column_kind):
         return exp.func("TRY", node, copy=False)
     return node
 
 
-def _total_query(query: exp.Expression) -> None:
-    """Make every SELECT in ``query`` total (see :func:`_make_total`), in place."""
+def _cte_names(query: exp.Expression) -> frozenset[str]:
+    return frozenset(cte.alias_or_name.lower() for cte in query.find_all(exp.CTE))
+
+
+def _total_query(query: exp.Expression, metadata: Metadata | None = None) -> None:
+    """Make every SELECT in ``query`` total (see :func:`_make_total`), in place.
+
+    With ``metadata``, comparisons of declared-type base-table columns that cannot fail stay
+    unwrapped (dpsql.safe_compare); without it, every comparison of a column is wrapped.
+    """
+    ctes = _cte_names(query)
     for select in list(query.find_all(exp.Select)):
+        kind = column_kinds(select, metadata, ctes)
+        conditions = []
         where = select.args.get("where")
         if where is not None:
-            where.set("this", _make_total(where.this))
+            conditions.append(where)
         having = select.args.get("having")
         if having is not None:
-            having.set("this", _make_total(having.this))
+            conditions.append(having)
         for join in select.args.get("joins") or []:
             if join.args.get("on") is not None:
-                join.set("on", _make_total(join.args["on"]))
-        select.set("expressions", [_make_total(e) for e in select.expressions])
+                fold_date_intervals(join.args["on"], kind)
+                join.set("on", _make_total(join.args["on"], kind))
+        for clause in conditions:
+            fold_date_intervals(clause.this, kind)
+            clause.set("this", _make_total(clause.this, kind))
+        select.set("expressions", [_make_total(e, kind) for e in select.expressions])
         group = select.args.get("group")
         if group is not None:
-            group.set("expressions", [_make_total(e) for e in group.expressions])
+            group.set("expressions", [_make_total(e, kind) for e in group.expressions])
 
 
 def _not_in_as_not_exists(query: exp.Expression) -> None:
@@ -193,25 +223,76 @@ def _not_in_as_not_exists(query: exp.Expression) -> None:
 # --------------------------------------------------------------------------- exact query
 
 
-def _clamp(arg: exp.Expression, bounds: tuple[float, float]) -> exp.Expression:
-    lo, hi = bounds
-    value = exp.cast(arg.copy(), "DOUBLE")
-    clamped = exp.func("LEAST", exp.func("GREATEST", value, exp.convert(float(lo))),
-                       exp.convert(float(hi)))
+def _clamp(arg: exp.Expression, bounds: tuple[float, float], kind: Kind | None) -> exp.Expression:
+    """``arg`` clamped to ``bounds``; NULL stays NULL (SUM and COUNT(x) skip it).
+
+    In the column's own integer or DECIMAL type when :func:`_native_bounds` allows (the same
+    clamped values, summed exactly, without a per-row cast), else in DOUBLE.
+    """
+    native = _native_bounds(bounds, kind)
+    if native is not None:
+        lo, hi = native
+        return exp.Case(ifs=[
+            exp.If(this=exp.LT(this=arg.copy(), expression=lo), true=lo.copy()),
+            exp.If(this=exp.GT(this=arg.copy(), expression=hi), true=hi.copy()),
+        ], default=arg.copy())
+    value = exp.cast(arg.copy(), "DOUBLE", copy=False)
+    clamped = exp.func("LEAST", exp.func("GREATEST", value, exp.convert(float(bounds[0])),
+                                         copy=False),
+                       exp.convert(float(bounds[1])), copy=False)
     # GREATEST/LEAST skip NULLs in DuckDB; keep NULL as NULL so SUM and COUNT(x) ignore it.
     return exp.Case(ifs=[exp.If(this=exp.Is(this=arg.copy(), expression=exp.Null()),
                                 true=exp.Null())], default=clamped)
 
 
-def _measurement_sql(analysis: QueryAnalysis) -> list[exp.Expression]:
+#: clamped values times 10^scale stay below this, so a SUM (DuckDB: DECIMAL(38, s) or INT128
+#: for integers) of up to 10^20 rows cannot overflow
+_NATIVE_LIMIT = 10**18
+
+
+def _native_bounds(bounds: tuple[float, float],
+                   kind: Kind | None) -> tuple[exp.Literal, exp.Literal] | None:
+    """The bounds as literals of the column's integer/DECIMAL type, when clamping there is
+    exactly the DOUBLE clamp's interval and cannot fail.
+
+    Conditions: the column is a signed integer of <= 64 bits or DECIMAL(p, s) with p <= 18
+    (DuckDB sums them into INT128 / DECIMAL(38, s), and clamped values below 10^18 / 10^s
+    cannot overflow that); each bound is *exactly* a number with at
+    most s decimals (0.25 at scale 2 is; the double 0.1 is not), so the clamped values lie in
+    the very interval the sensitivity was computed for; each bound has no more integer digits
+    than the column (the CASE's type stays the column's type: no cast of stored values).
+    """
+    if kind is None or kind.family not in ("int", "decimal"):
+        return None
+    if kind.digits + kind.scale > (19 if kind.family == "int" else 18):
+        return None  # UBIGINT, and DECIMALs wider than 64 bits
+    literals = []
+    for b in bounds:
+        exact = Decimal(b)  # the double's exact binary value
+        scaled = exact.scaleb(kind.scale)
+        if scaled != scaled.to_integral_value() or abs(scaled) >= _NATIVE_LIMIT:
+            return None
+        whole_digits = len(str(abs(int(exact)))) if int(exact) != 0 else 0
+        if whole_digits > kind.digits or (kind.family == "int" and whole_digits >= kind.digits):
+            return None
+        text = str(int(exact)) if kind.scale == 0 else f"{exact:.{kind.scale}f}"
+        literals.append(exp.Neg(this=exp.Literal.number(text[1:])) if text.startswith("-")
+                        else exp.Literal.number(text))
+    return literals[0], literals[1]
+
+
+def _measurement_sql(analysis: QueryAnalysis, column_kind: ColumnKind) -> list[exp.Expression]:
     out = []
     for m in analysis.measurements:
         node = m.node.copy()
         if m.function == "SUM":
             assert m.bounds is not None
-            node = exp.Sum(this=_clamp(node.this, m.bounds))
+            arg = node.this.unnest()
+            kind = column_kind(arg) if isinstance(arg, exp.Column) else None
+            node = exp.Sum(this=_clamp(node.this, m.bounds, kind))
         elif isinstance(node.this, exp.Expression) and not isinstance(node.this, exp.Star):
-            node.set("this", _make_total(node.this))  # COUNT(a // b) must not raise
+            # COUNT(a // b) must not raise
+            node.set("this", _make_total(node.this, column_kind))
         out.append(exp.alias_(node, f"__m{m.index}", copy=False))
     return out
 
@@ -233,8 +314,13 @@ def _domain_relation(analysis: QueryAnalysis, i: int) -> exp.Expression:
     )
 
 
-def build_exact(analysis: QueryAnalysis, query: exp.Select) -> exp.Expression:
-    """The exact query: keys and measurements, one row per domain bin (or one row)."""
+def build_exact(analysis: QueryAnalysis, query: exp.Select,
+                metadata: Metadata | None = None) -> exp.Expression:
+    """The exact query: keys and measurements, one row per domain bin (or one row).
+
+    ``metadata`` (declared column types) lets provably total comparisons go without TRY and
+    SUM clamp in the column's own type; without it both stay conservative.
+    """
     inner = query.copy()
     for arg in ("order", "limit", "offset", "having", "distinct"):
         inner.set(arg, None)
@@ -242,8 +328,9 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select) -> exp.Expression:
     # Totality and NOT IN semantics apply to CTE bodies too, so transform before splitting
     # the WITH clause off; the measurement list is set afterwards (its clamp is already total).
     _not_in_as_not_exists(inner)
-    _total_query(inner)
-    inner.set("expressions", keys + _measurement_sql(analysis))
+    _total_query(inner, metadata)
+    top_kinds = column_kinds(inner, metadata, _cte_names(inner))
+    inner.set("expressions", keys + _measurement_sql(analysis, top_kinds))
     with_ = inner.args.get("with_")
     inner.set("with_", None)
     if not analysis.group_keys:
@@ -382,12 +469,16 @@ def _fast_path(analysis: QueryAnalysis, query: exp.Select) -> tuple[OutputSpec, 
     return tuple(specs)
 
 
-def plan_execution(analysis: QueryAnalysis) -> ExecutionPlan:
-    """Build the exact and post-processing queries for ``analysis`` (see module contract)."""
+def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None) -> ExecutionPlan:
+    """Build the exact and post-processing queries for ``analysis`` (see module contract).
+
+    Pass the ``metadata`` the query was analysed with: its declared column types spare TRY and
+    DOUBLE casts that cannot matter (see :func:`build_exact`).
+    """
     query = _number_parameters(analysis.query)  # not a copy: build_* copy what they change
     assert isinstance(query, exp.Select)
     # The exact and post trees are fresh copies owned here: generate without another copy.
-    exact_sql = build_exact(analysis, query).sql(dialect=DIALECT, copy=False)
+    exact_sql = build_exact(analysis, query, metadata).sql(dialect=DIALECT, copy=False)
     fast = _fast_path(analysis, query)
     post_sql = (None if fast is not None
                 else build_post(analysis, query).sql(dialect=DIALECT, copy=False))
