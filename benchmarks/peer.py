@@ -8,7 +8,9 @@ epsilon and delta for both engines (SmartNoise's per-column epsilon is scaled so
 * ``raw_ms``, ``dpsql_ms``, ``smartnoise_ms``: medians of ``runs`` interleaved runs after a
   warm-up. Each engine is set up once, as a connection would be: dpsql's Engine with no
   analysis memo (``cache_size=0``: every run parses, analyses and rewrites again), SmartNoise's
-  reader (it parses and rewrites on every ``execute``). ``speedup`` is
+  reader (it parses and rewrites on every ``execute``). ``exact_ms``: the SQL each engine
+  sends to DuckDB (dpsql's rewritten exact query, SmartNoise's rewritten subquery), timed alone
+  in the same rounds: what the rest of each engine's time is spent beside. ``speedup`` is
   ``smartnoise_ms / dpsql_ms`` (target >= 10).
 * ``mae``: per output cell (group), the mean over ``draws`` releases of ``|noisy - true|``;
   the query's figure is the mean over the cells that exist in the data (dpsql also releases
@@ -34,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from dpsql.engine import Engine
+from dpsql.rewrite import bind_params
 
 from . import smartnoise, synthetic
 from .accuracy import ReplayBackend
@@ -109,19 +112,25 @@ def one_query(name: str, template: str, n_keys: int, handles: Handles, sn_meta, 
         # one Engine (as a connection keeps one) with no memo: every run analyses again
         engine = Engine(md, backend, cache_size=0)
         fns["dpsql"] = lambda: engine.run(sql, epsilon=eps, delta=delta)
+        plan = engine.prepare(sql).plan  # its exact SQL alone: the part DuckDB runs
+        fns["dpsql_exact"] = lambda: backend.execute(plan.exact_sql,
+                                                     bind_params(plan.exact_params, []))
 
     if sn_meta is None:
         out["smartnoise"] = {"status": "skipped", "reason": smartnoise.INSTALL_HINT}
     else:
         try:
-            sn_reader, spent = smartnoise.reader(smartnoise.DuckDBConnection(raw), sn_meta,
-                                                 sn_sql, eps, delta)
+            sn_conn = smartnoise.DuckDBConnection(raw)
+            sn_reader, spent = smartnoise.reader(sn_conn, sn_meta, sn_sql, eps, delta)
+            sn_conn.executed.clear()
             sn_reader.execute(sn_sql)
+            sn_exact = sn_conn.executed[-1]  # the SQL SmartNoise sent to DuckDB
         except Exception as err:
             out["smartnoise"] = {"status": "rejected", "rejection": rejection(err)}
         else:
             out["smartnoise"] = {"status": "ok", "spent": spent}
             fns["smartnoise"] = lambda: sn_reader.execute(sn_sql)
+            fns["smartnoise_exact"] = lambda: raw.execute(sn_exact).fetchall()
 
     times = interleaved(fns, settings.runs)
     out["raw_ms"] = median_ms(times["raw"])
@@ -132,6 +141,7 @@ def one_query(name: str, template: str, n_keys: int, handles: Handles, sn_meta, 
         release = results[0].release
         out["dpsql"].update(
             ms=median_ms(times["dpsql"]), ms_all=[t * 1e3 for t in times["dpsql"]],
+            exact_ms=median_ms(times["dpsql_exact"]), exact_sql=plan.exact_sql,
             spent={"epsilon": release.epsilon, "delta": release.delta,
                    "mechanism": release.mechanism},
             exact_executions=replay.executions, bins_released=len(results[0].rows),
@@ -142,6 +152,7 @@ def one_query(name: str, template: str, n_keys: int, handles: Handles, sn_meta, 
         results = [sn_draw.execute(sn_sql)[1:] for _ in range(draws)]  # row 0: the header
         out["smartnoise"].update(
             ms=median_ms(times["smartnoise"]), ms_all=[t * 1e3 for t in times["smartnoise"]],
+            exact_ms=median_ms(times["smartnoise_exact"]), exact_sql=sn_exact,
             exact_executions=len(set(conn.executed)), bins_released=len(results[0]),
             **_errors(truth, [_cells(r, n_keys) for r in results]))
     _compare(out)

@@ -23,7 +23,8 @@ def _size(label: str) -> float:
 def _engine_cell(side: dict[str, Any]) -> tuple[str, str]:
     """(time, MAE) cells for one engine's side of a query."""
     if side["status"] == "ok":
-        return _f(side["ms"]), _f(side["mae"])
+        exact = f" ({_f(side['exact_ms'])})" if side.get("exact_ms") is not None else ""
+        return _f(side["ms"]) + exact, _f(side["mae"])
     if side["status"] == "skipped":
         return "skipped", ""
     r = side["rejection"]
@@ -41,7 +42,8 @@ def peer_md(data: dict[str, Any]) -> list[str]:
         f"{env.get('smartnoise') or '(not installed)'} over {env['smartnoise_backend']}; "
         f"load average {env['load_average_start']} -> {env['load_average_end']}.",
         "",
-        "| query | raw DuckDB ms | dpsql ms | SmartNoise ms | speedup | dpsql MAE "
+        "| query | raw DuckDB ms | dpsql ms (its SQL alone) | SmartNoise ms (its SQL alone) "
+        "| speedup | dpsql MAE "
         "| SmartNoise MAE | MAE ratio | dpsql mechanism | SmartNoise sensitivity |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
