@@ -149,19 +149,14 @@ class Engine:
         rows, exact_types = self.backend.execute(
             plan.exact_sql, bind_params(plan.exact_params, params)
         )
-        keys = [[r[i] for r in rows] for i in range(plan.n_keys)]
-        key_types = exact_types[: plan.n_keys]
-        noisy = [
-            self._noise(np.array([r[plan.n_keys + j] for r in rows]), noise_plans[j])
-            for j in range(plan.n_measurements)
-        ]
-        names, types, out_rows = self._post_process(prepared, keys, key_types, noisy, params)
-        release = _release_record(prepared, noise_plans, n_bins=max(len(rows), 1))
+        bins = exact_bins(plan, rows, exact_types)
+        noisy = [self._noise(bins.exact[j], noise_plans[j]) for j in range(plan.n_measurements)]
+        names, types, out_rows = self._post_process(prepared, bins, noisy, params)
+        release = _release_record(prepared, noise_plans, n_bins=max(bins.n_bins, 1))
         return Result(names, types, out_rows, release)
 
     def _noise(self, exact: np.ndarray, plan: NoisePlan) -> np.ndarray:
         """Noise one measurement over all bins, as ``plan`` prescribes (see smooth.py)."""
-        exact = np.where(exact == None, 0, exact) if exact.dtype == object else exact  # noqa: E711
         if plan.scale == 0:  # public data only (sensitivity 0): nothing to protect
             integer = plan.measurement.function == "COUNT"
             return exact.astype(np.int64 if integer else np.float64)
@@ -171,28 +166,13 @@ class Engine:
         return mechanisms.release_sums(exact.astype(np.float64), plan.scale,
                                        sampler=self._sampler, granularity=plan.granularity)
 
-    def _post_process(self, prepared: Prepared, keys, key_types, noisy, params):
+    def _post_process(self, prepared: Prepared, bins: Bins, noisy, params):
         plan = prepared.plan
         if plan.fast_path is not None:
-            columns: list[list[Any]] = []
-            types: list[str] = []
-            for spec in plan.fast_path:
-                if spec.kind == "key":
-                    columns.append(keys[spec.index])
-                    types.append(key_types[spec.index])
-                elif spec.kind == "measurement":
-                    columns.append(noisy[spec.index].tolist())
-                    integer = prepared.analysis.measurements[spec.index].integer
-                    types.append("BIGINT" if integer else "DOUBLE")
-                else:
-                    assert spec.bounds is not None
-                    s, c = noisy[spec.index], noisy[spec.count_index]
-                    avg = np.clip(s / np.maximum(c, 1), spec.bounds[0], spec.bounds[1])
-                    columns.append(avg.tolist())
-                    types.append("DOUBLE")
-            rows = list(zip(*columns, strict=True))
-            return plan.output_names, tuple(types), rows
-        table = {f"__k{i}": np.array(k, dtype=object) for i, k in enumerate(keys)}
+            out = _fast_post_process(prepared, bins, noisy)
+            if out is not None:
+                return out
+        table = {f"__k{i}": k for i, k in enumerate(bins.keys)}
         table.update({f"__m{j}": v for j, v in enumerate(noisy)})
         cur = self._post.cursor()
         try:
@@ -206,6 +186,127 @@ class Engine:
         finally:
             cur.close()
         return plan.output_names, tuple(types), rows
+
+
+@dataclass(frozen=True)
+class Bins:
+    """The exact result, one entry per bin: every combination of the group keys' declared
+    domain values (in domain order, the first key varying slowest), or the single bin."""
+
+    keys: list[np.ndarray]  # per group key: its value in each bin (object arrays)
+    key_types: list[str]
+    exact: list[np.ndarray]  # per measurement: its exact value in each bin (0 when empty)
+    n_bins: int
+    domains: list[np.ndarray]  # per group key: its domain values, in domain order
+
+
+def exact_bins(plan: ExecutionPlan, rows: list[tuple[Any, ...]], types: list[str]) -> Bins:
+    """Read the exact query's rows (layout: :func:`dpsql.rewrite.build_exact`) into bins.
+
+    With GROUP BY, the backend sends only the non-empty bins (as domain ordinals) and the
+    domains; every other bin of the domains' product is filled here with exact zeros, so
+    every bin of the declared domains gets noise whether empty or not. Vectorised: Q16's
+    187,500 bins cost milliseconds, not the transfer of 187,500 rows.
+    """
+    n, m = plan.n_keys, plan.n_measurements
+    integer = plan.integer_measurements
+    if n == 0:
+        exact = [_as_exact(np.array([r[j] for r in rows], dtype=object), integer[j])
+                 for j in range(m)]
+        return Bins([], [], exact, len(rows), [])
+    found: list[list[tuple[int, Any]]] = [[] for _ in range(n)]
+    filled = []
+    for r in rows:
+        if r[0] == 0:
+            filled.append(r)
+        else:
+            i = r[0] - 1
+            found[i].append((r[1 + i], r[1 + n + i]))
+    domains = []
+    for i, entries in enumerate(found):
+        values = np.empty(len(entries), dtype=object)
+        for ordinal, value in entries:
+            values[ordinal] = value
+        if sorted(o for o, _ in entries) != list(range(len(entries))):
+            raise ProgrammingError(f"domain {i} of the exact result is malformed")
+        domains.append(values)
+    sizes = tuple(len(d) for d in domains)
+    n_bins = math.prod(sizes)
+    exact = [np.zeros(n_bins, dtype=np.int64 if integer[j] else np.float64) for j in range(m)]
+    if filled and n_bins:
+        ordinals = np.array([r[1:1 + n] for r in filled], dtype=np.int64)
+        flat = np.ravel_multi_index(tuple(ordinals.T), sizes)
+        for j in range(m):
+            values = np.array([r[1 + 2 * n + j] for r in filled], dtype=object)
+            exact[j][flat] = _as_exact(values, integer[j])
+    keys = []
+    for i, values in enumerate(domains):
+        inner = math.prod(sizes[i + 1:])
+        outer = math.prod(sizes[:i])
+        keys.append(np.tile(np.repeat(values, inner), outer))
+    return Bins(keys, list(types[1 + n:1 + 2 * n]), exact, n_bins, domains)
+
+
+def _as_exact(values: np.ndarray, integer: bool) -> np.ndarray:
+    """Exact measurements as numbers: NULL (SUM over no non-NULL value) is 0."""
+    values = np.where(values == None, 0, values)  # noqa: E711 (element-wise)
+    return values.astype(np.int64 if integer else np.float64)
+
+
+def _fast_post_process(prepared: Prepared, bins: Bins, noisy):
+    """Pick (and order) output columns with numpy: the post-processing that needs no SQL.
+
+    Returns None when an ORDER BY cannot be evaluated here (a NULL or mixed-type group key),
+    and the caller runs the post-processing SQL instead.
+    """
+    plan = prepared.plan
+    assert plan.fast_path is not None
+    columns: list[np.ndarray] = []
+    sort_keys: list[np.ndarray] = []
+    types: list[str] = []
+    for spec in plan.fast_path:
+        if spec.kind == "key":
+            columns.append(bins.keys[spec.index])
+            types.append(bins.key_types[spec.index])
+        elif spec.kind == "measurement":
+            columns.append(noisy[spec.index])
+            integer = prepared.analysis.measurements[spec.index].integer
+            types.append("BIGINT" if integer else "DOUBLE")
+        else:
+            assert spec.bounds is not None
+            s, c = noisy[spec.index], noisy[spec.count_index]
+            columns.append(np.clip(s / np.maximum(c, 1), spec.bounds[0], spec.bounds[1]))
+            types.append("DOUBLE")
+    if plan.fast_order:
+        for column, descending in reversed(plan.fast_order):
+            spec = plan.fast_path[column]
+            if spec.kind == "key":
+                rank = _domain_ranks(bins, spec.index)
+                if rank is None:
+                    return None
+                sort_keys.append(-rank if descending else rank)
+            else:
+                sort_keys.append(-columns[column] if descending else columns[column])
+        order = np.lexsort(sort_keys)
+        columns = [c[order] for c in columns]
+    rows = list(zip(*(c.tolist() for c in columns), strict=True))
+    return plan.output_names, tuple(types), rows
+
+
+def _domain_ranks(bins: Bins, i: int) -> np.ndarray | None:
+    """Each bin's rank of group key i's value in ascending order (SQL's order for numbers and
+    strings: UTF-8 byte order is code point order), or None if the values do not sort."""
+    values = bins.domains[i].tolist()
+    if any(v is None for v in values):
+        return None
+    try:
+        order = sorted(range(len(values)), key=values.__getitem__)
+    except TypeError:
+        return None
+    rank = np.empty(len(values), dtype=np.int64)
+    rank[order] = np.arange(len(values))
+    sizes = [len(d) for d in bins.domains]
+    return np.tile(np.repeat(rank, math.prod(sizes[i + 1:])), math.prod(sizes[:i]))
 
 
 def _count_params(prepared: Prepared) -> int:

@@ -2,11 +2,14 @@
 
 From a :class:`~dpsql.analysis.elastic.QueryAnalysis` it builds
 
-* the *exact* query, run by the backend on private data: one row per bin (every value of the
-  declared domains, empty bins included as 0) with the group keys ``__k<i>`` and the exact
-  measurements ``__m<j>``; SUM/AVG arguments clamped to their declared bounds; every expression
-  that could raise a data-dependent error (overflow, failed cast, division by zero) wrapped in
-  ``TRY(...)`` so it yields NULL instead (an error would reveal that some row exists);
+* the *exact* query, run by the backend on private data: the exact measurements ``__m<j>``,
+  and with GROUP BY the non-empty bins inside the declared domains (as domain ordinals) plus the
+  domains' values, from which the engine builds every bin of the domains' product, empty bins
+  as 0 (:func:`build_exact`, :func:`dpsql.engine.exact_bins`); SUM/AVG arguments clamped to
+  their declared bounds; every expression that could raise a data-dependent error (overflow,
+  failed cast, division by zero, an implicit cast in a comparison) wrapped in ``TRY(...)`` so
+  it yields NULL instead (an error would reveal that some row exists) -- comparisons that
+  provably cannot fail (dpsql.safe_compare) are left plain;
   ``x NOT IN (subquery)`` evaluated with NOT EXISTS semantics (one NULL in the subquery must not
   empty the result);
 * the *post-processing* query, run on an in-memory table of NOISY values only: the analyst's
@@ -66,6 +69,10 @@ class ExecutionPlan:
     post_sql: str | None  # over NOISY_TABLE; None when the fast path below suffices
     post_params: tuple[int, ...]
     fast_path: tuple[OutputSpec, ...] | None
+    #: ORDER BY for the fast path: (output column, descending), most significant first
+    fast_order: tuple[tuple[int, bool], ...] = ()
+    #: per measurement: a COUNT (integer) or a SUM
+    integer_measurements: tuple[bool, ...] = ()
 
 
 # --------------------------------------------------------------------------- parameters
@@ -298,11 +305,22 @@ def _measurement_sql(analysis: QueryAnalysis, column_kind: ColumnKind) -> list[e
 
 
 def _domain_relation(analysis: QueryAnalysis, i: int) -> exp.Expression:
-    """SELECT value, ordinal for the declared domain of group key i."""
+    """SELECT value __v, ordinal __o (INTEGER from 0) for the declared domain of group key i.
+
+    Value lists keep their declared order; a table domain is ordered by value.
+    """
     domain = analysis.group_keys[i].domain
     if domain.table is not None:
-        return exp.select(exp.alias_(exp.column(domain.column), "__v", copy=False),
-                          copy=False).from_(_table(domain.table), copy=False).distinct()
+        distinct = exp.select(exp.alias_(exp.column(domain.column), "__v", copy=False),
+                              copy=False).from_(_table(domain.table), copy=False).distinct()
+        rank = exp.Sub(this=exp.Window(this=exp.RowNumber(), order=exp.Order(
+            expressions=[exp.Ordered(this=exp.column("__v"), nulls_first=False)])),
+            expression=exp.Literal.number(1))
+        return exp.Select(
+            expressions=[exp.column("__v"), exp.alias_(exp.cast(rank, "INTEGER", copy=False),
+                                                       "__o", copy=False)],
+            from_=exp.From(this=exp.Subquery(this=distinct, alias=exp.TableAlias(
+                this=exp.to_identifier("__s")))))
     values = domain.values or ()
     rows = [exp.Tuple(expressions=[exp.convert(v), exp.convert(j)])
             for j, v in enumerate(values)]
@@ -316,7 +334,11 @@ def _domain_relation(analysis: QueryAnalysis, i: int) -> exp.Expression:
 
 def build_exact(analysis: QueryAnalysis, query: exp.Select,
                 metadata: Metadata | None = None) -> exp.Expression:
-    """The exact query: keys and measurements, one row per domain bin (or one row).
+    """The exact query: without GROUP BY one row of measurements; with GROUP BY (the layout
+    :func:`dpsql.engine.exact_bins` reads) ``(__t, __o0.., __v0.., __m0..)`` rows: ``__t = 0``
+    for each non-empty bin inside the declared domains (its domain ordinals and exact
+    measurements), ``__t = 1 + i`` for each value of domain i (its ordinal and value). Empty
+    bins are not sent: the engine fills the domains' product with zeros before noise.
 
     ``metadata`` (declared column types) lets provably total comparisons go without TRY and
     SUM clamp in the column's own type; without it both stay conservative.
@@ -342,29 +364,44 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select,
     # and parse strings, a measurable share of the analysis time).
     ctes = list(with_.expressions) if with_ is not None else []
     ctes.append(_cte("__exact", inner))
-    select_list: list[exp.Expression] = []
+    n = len(analysis.group_keys)
+    null = exp.Null
+
+    def row(tag: int, ordinals, values, measurements) -> list[exp.Expression]:
+        cells = [exp.alias_(exp.Literal.number(tag), "__t", copy=False)]
+        cells += [exp.alias_(o or null(), f"__o{i}", copy=False) for i, o in enumerate(ordinals)]
+        cells += [exp.alias_(v or null(), f"__v{i}", copy=False) for i, v in enumerate(values)]
+        cells += [exp.alias_(m or null(), f"__m{j}", copy=False)
+                  for j, m in enumerate(measurements)]
+        return cells
+
+    # Branch 0: the non-empty bins inside the domains, as domain ordinals (the engine fills
+    # the empty ones with zeros). Branch 1 + i: domain i's values and ordinals.
     joins = []
-    on: list[exp.Expression] = []
-    order = []
     for key in analysis.group_keys:
         d = f"__d{key.index}"
         ctes.append(_cte(d, _domain_relation(analysis, key.index)))
-        select_list.append(exp.alias_(exp.column("__v", d), f"__k{key.index}", copy=False))
-        order.append(exp.Ordered(this=exp.column("__o", d) if key.domain.values is not None
-                                 else exp.column("__v", d), nulls_first=False))
-        if key.index > 0:
-            joins.append(exp.Join(this=_table(d), kind="CROSS"))
-        on.append(exp.NullSafeEQ(this=exp.column(f"__k{key.index}", "__e"),
-                                 expression=exp.column("__v", d)))
-    for m in analysis.measurements:
-        select_list.append(exp.alias_(
-            exp.func("COALESCE", exp.column(f"__m{m.index}", "__e"), exp.convert(0),
-                     copy=False),
-            f"__m{m.index}", copy=False))
-    joins.append(exp.Join(this=_table("__exact", "__e"), side="LEFT",
-                          on=exp.and_(*on, copy=False)))
-    return exp.Select(expressions=select_list, joins=joins, with_=exp.With(expressions=ctes),
-                      order=exp.Order(expressions=order), from_=exp.From(this=_table("__d0")))
+        joins.append(exp.Join(this=_table(d), on=exp.NullSafeEQ(
+            this=exp.column(f"__k{key.index}", "__e"), expression=exp.column("__v", d))))
+    bins = exp.Select(
+        expressions=row(0, [exp.column("__o", f"__d{i}") for i in range(n)], [None] * n,
+                        [exp.column(f"__m{m.index}", "__e") for m in analysis.measurements]),
+        from_=exp.From(this=_table("__exact", "__e")), joins=joins)
+    union: exp.Query = bins
+    for i in range(n):
+        d = f"__d{i}"
+        domain = exp.Select(
+            expressions=row(1 + i, [exp.column("__o", d) if j == i else None for j in range(n)],
+                            [exp.column("__v", d) if j == i else None for j in range(n)],
+                            [None] * len(analysis.measurements)),
+            from_=exp.From(this=_table(d)))
+        union = exp.Union(this=union, expression=domain, distinct=False)
+    # A total order (the tag, then the ordinals), so every backend returns the same rows.
+    order = [exp.Ordered(this=exp.column(c), nulls_first=False)
+             for c in ["__t", *(f"__o{i}" for i in range(n))]]
+    union.set("order", exp.Order(expressions=order))
+    union.set("with_", exp.With(expressions=ctes))
+    return union
 
 
 def _cte(name: str, body: exp.Expression) -> exp.CTE:
@@ -443,13 +480,12 @@ def build_post(analysis: QueryAnalysis, query: exp.Select) -> exp.Select:
 
 
 def _fast_path(analysis: QueryAnalysis, query: exp.Select) -> tuple[OutputSpec, ...] | None:
-    """Output specs when post-processing is only picking columns (no SQL needed).
+    """Output specs when post-processing is only picking (and ordering) columns: no SQL.
 
     Read from the analysis's output columns (which measurement or key each one is) rather than
     by generating SQL text again.
     """
-    if any(query.args.get(a) is not None for a in ("having", "order", "limit", "offset",
-                                                   "distinct")):
+    if any(query.args.get(a) is not None for a in ("having", "limit", "offset", "distinct")):
         return None
     key_index = {(k.node.table, k.node.name): k.index for k in analysis.group_keys}
     specs = []
@@ -469,6 +505,22 @@ def _fast_path(analysis: QueryAnalysis, query: exp.Select) -> tuple[OutputSpec, 
     return tuple(specs)
 
 
+def _fast_order(analysis: QueryAnalysis, query: exp.Select) -> tuple[tuple[int, bool], ...] | None:
+    """ORDER BY as (output column, descending) pairs, when every term names an output column
+    (qualify rewrites ``ORDER BY p_brand`` / an alias to the output's name); else None."""
+    order = query.args.get("order")
+    if order is None:
+        return ()
+    names = [c.name for c in analysis.columns]
+    terms = []
+    for ordered in order.expressions:
+        term = ordered.this
+        if not (isinstance(term, exp.Column) and not term.table and names.count(term.name) == 1):
+            return None
+        terms.append((names.index(term.name), bool(ordered.args.get("desc"))))
+    return tuple(terms)
+
+
 def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None) -> ExecutionPlan:
     """Build the exact and post-processing queries for ``analysis`` (see module contract).
 
@@ -480,7 +532,12 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None) ->
     # The exact and post trees are fresh copies owned here: generate without another copy.
     exact_sql = build_exact(analysis, query, metadata).sql(dialect=DIALECT, copy=False)
     fast = _fast_path(analysis, query)
-    post_sql = (None if fast is not None
+    order = _fast_order(analysis, query) if fast is not None else None
+    if order is None:
+        fast, order = None, ()
+    # With an ORDER BY the SQL is kept too: the engine falls back to it when group-key values
+    # do not sort in Python (NULL, mixed types).
+    post_sql = (None if fast is not None and not order
                 else build_post(analysis, query).sql(dialect=DIALECT, copy=False))
     return ExecutionPlan(
         exact_sql=exact_sql,
@@ -491,4 +548,6 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None) ->
         post_sql=post_sql,
         post_params=_used_params(post_sql) if post_sql else (),
         fast_path=fast,
+        fast_order=order,
+        integer_measurements=tuple(m.integer for m in analysis.measurements),
     )

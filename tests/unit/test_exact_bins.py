@@ -1,0 +1,155 @@
+"""Bins are filled by the engine (dpsql.engine.exact_bins), not sent by the database.
+
+The exact query returns only the non-empty bins inside the declared domains, as domain
+ordinals, and the domains themselves; the engine fills the rest of the domains' product with
+zeros before noise. Privacy requires that every bin of the declared domains is released and
+noised whether empty or not, and that the released set of bins is exactly the domains'
+product in domain order -- what the earlier rewrite produced with a CROSS JOIN of the domains
+LEFT JOINed to the exact aggregates, which serves as the reference here (run as plain SQL).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import duckdb
+import numpy as np
+import pytest
+
+from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.engine import Engine, exact_bins
+from dpsql.metadata import loads_metadata
+from tests.unit.shop_fixture import REGIONS, SEGMENTS, STATUSES, build_shop
+
+
+class CountingZeroNoise:
+    """No noise; records the size of every noise request."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
+        self.sizes.append(size)
+        return np.zeros(size, dtype=np.int64)
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory):
+    return build_shop(tmp_path_factory.mktemp("bins") / "shop.duckdb")
+
+
+@pytest.fixture(scope="module")
+def reference(shop):
+    con = duckdb.connect(str(shop.path), read_only=True)
+    yield con
+    con.close()
+
+
+def _engine(metadata, shop):
+    sampler = CountingZeroNoise()
+    return Engine(metadata, DuckDBBackend(shop.path, metadata), sampler=sampler), sampler
+
+
+# Three keys: 4 regions x 3 statuses x 20 products (a public table domain) = 240 bins; a
+# filter leaves most of them empty.
+THREE_KEYS = ("SELECT c.region, o.status, o.product_id, COUNT(*) AS n, SUM(o.order_cost) AS s "
+              "FROM orders o JOIN customers c ON o.customer_id = c.customer_id "
+              "WHERE o.quantity = 5 AND c.age > 80 GROUP BY c.region, o.status, o.product_id")
+OLD_FILL = """
+WITH e AS (SELECT c.region AS k0, o.status AS k1, o.product_id AS k2, COUNT(*) AS n,
+                  SUM(LEAST(GREATEST(o.order_cost, 0), 500)) AS s
+           FROM orders o JOIN customers c ON o.customer_id = c.customer_id
+           WHERE o.quantity = 5 AND c.age > 80 GROUP BY ALL),
+     d0 AS (SELECT * FROM (VALUES {regions}) AS t(v, o)),
+     d1 AS (SELECT * FROM (VALUES {statuses}) AS t(v, o)),
+     d2 AS (SELECT DISTINCT product_id AS v FROM products)
+SELECT d0.v, d1.v, d2.v, COALESCE(e.n, 0), COALESCE(e.s, 0)
+FROM d0 CROSS JOIN d1 CROSS JOIN d2
+LEFT JOIN e ON e.k0 IS NOT DISTINCT FROM d0.v AND e.k1 IS NOT DISTINCT FROM d1.v
+          AND e.k2 IS NOT DISTINCT FROM d2.v
+ORDER BY d0.o, d1.o, d2.v
+"""
+
+
+def _values(values) -> str:
+    return ", ".join(f"('{v}', {i})" for i, v in enumerate(values))
+
+
+def test_every_bin_of_the_domains_product_is_released_and_noised(shop, reference):
+    engine, sampler = _engine(shop.metadata(), shop)
+    result = engine.run(THREE_KEYS, epsilon=1000.0, delta=1e-6)
+    want = reference.execute(OLD_FILL.format(regions=_values(REGIONS),
+                                             statuses=_values(STATUSES))).fetchall()
+    assert len(want) == 4 * 3 * 20
+    assert [r[:4] for r in result.rows] == [tuple(r[:4]) for r in want]  # same bins, order
+    assert [r[4] for r in result.rows] == pytest.approx([float(r[4]) for r in want])
+    empty = sum(1 for r in want if r[3] == 0)
+    assert empty > 150  # mostly empty: the fill is what is being tested
+    # one noise draw per bin for each of the two measurements, empty bins included
+    assert sampler.sizes == [240, 240]
+
+
+def test_the_database_sends_only_non_empty_bins(shop):
+    metadata = shop.metadata()
+    engine, _ = _engine(metadata, shop)
+    plan = engine.prepare(THREE_KEYS).plan
+    rows, types = engine.backend.execute(plan.exact_sql)
+    bins = [r for r in rows if r[0] == 0]
+    assert 0 < len(bins) < 240 - 150
+    assert len(rows) == len(bins) + 4 + 3 + 20  # plus each domain's values once
+    filled = exact_bins(plan, rows, types)
+    assert filled.n_bins == 240 and [len(d) for d in filled.domains] == [4, 3, 20]
+    assert int(filled.exact[0].sum()) == sum(r[-2] for r in bins)
+
+
+def test_values_outside_the_domain_are_dropped_and_absent_values_get_zero_bins(shop, reference):
+    metadata = shop.metadata(status_domain=("shipped", "lost", "new"))
+    engine, sampler = _engine(metadata, shop)
+    result = engine.run("SELECT status, COUNT(*) AS n FROM orders GROUP BY status",
+                        epsilon=1000.0)
+    counts = dict(reference.execute("SELECT status, COUNT(*) FROM orders GROUP BY 1").fetchall())
+    assert result.rows == [("shipped", counts["shipped"]), ("lost", 0), ("new", counts["new"])]
+    assert sampler.sizes == [3]
+
+
+@pytest.mark.parametrize("order", [
+    "n DESC, region, segment", "region DESC, n", "segment, region DESC", "s, n DESC, region",
+])
+def test_numpy_order_by_equals_the_sql_post_processing(shop, order):
+    sql = (f"SELECT c.region, c.segment, COUNT(*) AS n, SUM(o.order_cost) AS s FROM orders o "
+           f"JOIN customers c ON o.customer_id = c.customer_id WHERE o.quantity > 3 "
+           f"GROUP BY c.region, c.segment ORDER BY {order}")
+    engine, _ = _engine(shop.metadata(), shop)
+    prepared = engine.prepare(sql)
+    assert prepared.plan.fast_order and prepared.plan.post_sql is not None
+    fast = engine.run(sql, epsilon=1000.0, delta=1e-6)
+    # the same plan without the fast path: the post-processing SQL on DuckDB
+    slow_plan = dataclasses.replace(prepared.plan, fast_path=None, fast_order=())
+    engine._prepared[sql] = dataclasses.replace(prepared, plan=slow_plan)
+    slow = engine.run(sql, epsilon=1000.0, delta=1e-6)
+    assert fast.rows == slow.rows and fast.types == slow.types
+    assert len(fast.rows) == len(REGIONS) * len(SEGMENTS)
+
+
+def test_order_by_a_key_with_a_null_domain_value_falls_back_to_sql(shop, reference):
+    metadata = loads_metadata(shop.metadata_yaml().replace(
+        "domain: {values: [north, south, east, west]}",
+        "domain: {values: [north, south, east, west, null]}"))
+    engine, sampler = _engine(metadata, shop)
+    sql = "SELECT region, COUNT(*) AS n FROM customers GROUP BY region ORDER BY region"
+    result = engine.run(sql, epsilon=1000.0)
+    want = reference.execute(sql).fetchall()
+    assert result.rows == [*want, (None, 0)]  # SQL: NULLS LAST
+    assert sampler.sizes == [5]
+
+
+def test_ungrouped_queries_have_one_bin(shop, reference):
+    engine, sampler = _engine(shop.metadata(), shop)
+    result = engine.run("SELECT COUNT(*) AS n, SUM(order_cost) AS s FROM orders WHERE "
+                        "quantity > 100", epsilon=1000.0)
+    assert result.rows == [(0, 0.0)] and sampler.sizes == [1, 1]
+    assert math.isclose(engine.run("SELECT SUM(order_cost) AS s FROM orders",
+                                   epsilon=1000.0).rows[0][0],
+                        float(reference.execute("SELECT SUM(order_cost) FROM orders")
+                              .fetchone()[0]))
