@@ -27,7 +27,13 @@ from dpsql.analysis.smooth import NoisePlan, check_budget_parameters, plan_noise
 from dpsql.backends.base import Backend
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import Metadata
-from dpsql.rewrite import NOISY_TABLE, ExecutionPlan, bind_params, plan_execution
+from dpsql.rewrite import (
+    NOISY_TABLE,
+    ExecutionPlan,
+    bind_params,
+    plan_execution,
+    post_processing_sql,
+)
 
 CONFIDENCE = 0.95
 
@@ -172,12 +178,15 @@ class Engine:
             out = _fast_post_process(prepared, bins, noisy)
             if out is not None:
                 return out
+        post_sql, post_params = plan.post_sql, plan.post_params
+        if post_sql is None:  # the fast path could not order these keys
+            post_sql, post_params = post_processing_sql(prepared.analysis)
         table = {f"__k{i}": k for i, k in enumerate(bins.keys)}
         table.update({f"__m{j}": v for j, v in enumerate(noisy)})
         cur = self._post.cursor()
         try:
             cur.register(NOISY_TABLE, table)
-            result = cur.execute(plan.post_sql, bind_params(plan.post_params, params))
+            result = cur.execute(post_sql, bind_params(post_params, params))
             rows = result.fetchall()
             types = [str(d[1]) for d in result.description]
         except duckdb.Error as err:

@@ -521,6 +521,15 @@ def _fast_order(analysis: QueryAnalysis, query: exp.Select) -> tuple[tuple[int, 
     return tuple(terms)
 
 
+def post_processing_sql(analysis: QueryAnalysis) -> tuple[str, tuple[int, ...]]:
+    """The post-processing SQL over NOISY_TABLE and the parameters it uses (what
+    ``ExecutionPlan.post_sql`` holds when there is no fast path)."""
+    query = _number_parameters(analysis.query)
+    assert isinstance(query, exp.Select)
+    sql = build_post(analysis, query).sql(dialect=DIALECT, copy=False)
+    return sql, _used_params(sql)
+
+
 def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None) -> ExecutionPlan:
     """Build the exact and post-processing queries for ``analysis`` (see module contract).
 
@@ -535,9 +544,9 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None) ->
     order = _fast_order(analysis, query) if fast is not None else None
     if order is None:
         fast, order = None, ()
-    # With an ORDER BY the SQL is kept too: the engine falls back to it when group-key values
-    # do not sort in Python (NULL, mixed types).
-    post_sql = (None if fast is not None and not order
+    # With a fast path the SQL is built only if the engine needs it (post_processing_sql: an
+    # ORDER BY over group-key values that do not sort in Python, NULL or mixed types).
+    post_sql = (None if fast is not None
                 else build_post(analysis, query).sql(dialect=DIALECT, copy=False))
     return ExecutionPlan(
         exact_sql=exact_sql,

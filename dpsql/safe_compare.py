@@ -245,6 +245,8 @@ def fold_date_intervals(node: exp.Expression, column_kind: ColumnKind) -> None:
     ``x op t`` equals ``x op CAST(t AS DATE)`` for every comparison op: the same answer
     without casting stored values. Only done when the compared column is a DATE.
     """
+    if node.find(exp.Interval) is None:
+        return
     comparisons = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)
     for shift in list(_scope_nodes(node)):
         if not _is_date_shift(shift):

@@ -20,6 +20,7 @@ import pytest
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.engine import Engine, exact_bins
 from dpsql.metadata import loads_metadata
+from dpsql.rewrite import post_processing_sql
 from tests.unit.shop_fixture import REGIONS, SEGMENTS, STATUSES, build_shop
 
 
@@ -122,10 +123,12 @@ def test_numpy_order_by_equals_the_sql_post_processing(shop, order):
            f"GROUP BY c.region, c.segment ORDER BY {order}")
     engine, _ = _engine(shop.metadata(), shop)
     prepared = engine.prepare(sql)
-    assert prepared.plan.fast_order and prepared.plan.post_sql is not None
+    assert prepared.plan.fast_order and prepared.plan.post_sql is None
     fast = engine.run(sql, epsilon=1000.0, delta=1e-6)
     # the same plan without the fast path: the post-processing SQL on DuckDB
-    slow_plan = dataclasses.replace(prepared.plan, fast_path=None, fast_order=())
+    post_sql, post_params = post_processing_sql(prepared.analysis)
+    slow_plan = dataclasses.replace(prepared.plan, fast_path=None, fast_order=(),
+                                    post_sql=post_sql, post_params=post_params)
     engine._prepared[sql] = dataclasses.replace(prepared, plan=slow_plan)
     slow = engine.run(sql, epsilon=1000.0, delta=1e-6)
     assert fast.rows == slow.rows and fast.types == slow.types
