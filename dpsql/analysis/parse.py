@@ -251,6 +251,15 @@ def _check_table(table: exp.Table, metadata: Metadata) -> None:
         raise UnsupportedConstructError(
             f"file path {name!r} cannot be used as a table: query declared tables only"
         )
+    if "." in name:
+        # "main.orders" quoted is ONE identifier: DuckDB looks for a table named main.orders,
+        # while a schema prefix is dropped when the metadata is searched (Metadata.table), so
+        # the analysis would read orders' max frequencies for a different table.
+        raise ProgrammingError(
+            f"table name {name!r} contains a dot inside one quoted identifier, which names a "
+            "different table than the declared one: write the declared table name, or "
+            "schema.table with each part quoted separately (\"main\".\"orders\")"
+        )
     metadata.table(name)  # raises ProgrammingError for undeclared tables
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sqlglot import exp
 
 from dpsql.analysis.elastic import analyze
 from dpsql.analysis.parse import parse_query
@@ -327,3 +328,26 @@ def test_messages_never_quote_private_numbers():
             analyze(sql, MD)
         for secret in ("100", "250", "500"):
             assert secret not in str(info.value)
+
+
+@pytest.mark.parametrize("sql", [
+    'SELECT COUNT(*) FROM "main.orders"',  # one identifier: DuckDB reads a table "main.orders"
+    'SELECT COUNT(*) FROM "x.orders"',
+    'SELECT COUNT(*) FROM main."a.orders"',
+    'SELECT COUNT(*) FROM orders o JOIN "public.customers" c ON o.customer_id = c.customer_id',
+    'SELECT COUNT(*) FROM orders WHERE order_id IN (SELECT customer_id FROM "a.customers")',
+])
+def test_quoted_table_names_containing_dots_are_rejected(sql):
+    # The metadata drops a schema prefix ("main.orders" -> orders), so the analysis used to
+    # read orders' max frequencies for whatever table DuckDB finds under the dotted name.
+    with pytest.raises(ProgrammingError, match="contains a dot") as info:
+        analyze(sql, MD)
+    assert not isinstance(info.value, NotSupportedError)
+    assert "schema.table" in str(info.value)
+
+
+def test_schema_prefixes_quoted_part_by_part_still_resolve():
+    for sql in ('SELECT COUNT(*) FROM "main"."orders"', "SELECT COUNT(*) FROM main.orders",
+                'SELECT COUNT(*) FROM "orders"'):
+        query = parse_query(sql, MD)
+        assert query.find(exp.Table).name == "orders"
