@@ -25,6 +25,7 @@ from dpsql import mechanisms
 from dpsql.analysis.elastic import QueryAnalysis, analyze
 from dpsql.analysis.smooth import NoisePlan, check_budget_parameters, plan_noise
 from dpsql.backends.base import Backend
+from dpsql.column_types import fill_column_types
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import Metadata
 from dpsql.rewrite import (
@@ -102,7 +103,8 @@ class Engine:
         sampler: mechanisms.Sampler | None = None,
         cache_size: int = 256,
     ) -> None:
-        self.metadata = metadata
+        # Join-key types are checked by the analysis: take undeclared ones from the database.
+        self.metadata = fill_column_types(metadata, backend)
         self.backend = backend
         # Tests pass their own sampler (e.g. zero noise); production always uses the default.
         self._sampler = sampler

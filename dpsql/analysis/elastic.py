@@ -8,9 +8,10 @@ never enters arithmetic.
 
 Contract of :func:`analyze`: for every measurement it returns ES(k) with
 ES(k) >= max over databases y at distance <= k of the local sensitivity of that aggregate at y
-(for SUM, of the sum clamped to the declared bounds), provided the metadata's max frequencies are
-true for the real database. Queries no rule covers are rejected with the error classes of
-DESIGN.md section 6, before anything runs.
+(for SUM, of the sum clamped to the declared bounds), provided the metadata's max frequencies
+and column types are true for the real database. Every join / IN / EXISTS key equality must
+compare its stored values exactly (dpsql.analysis.keytypes). Queries no rule covers are
+rejected with the error classes of DESIGN.md section 6, before anything runs.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from sqlglot import exp
 
 from dpsql.analysis.kexpr import ONE, ZERO, Const, KExpr, PlusK, add, is_zero, kmax, kmin, mul
+from dpsql.analysis.keytypes import injectively_comparable, normalise, type_name
 from dpsql.analysis.parse import DIALECT, parse_query
 from dpsql.errors import (
     AggregateArithmeticError,
@@ -45,10 +47,11 @@ class ColumnFacts:
     bounds: tuple[float, float] | None = None  # declared clamp bounds, kept by plain copies
     origin: tuple[str, str] | None = None  # (table, column) when an unmodified base column
     from_aggregate: bool = False  # computed by an aggregate inside a subquery
+    type: str | None = None  # SQL type (declared or from the database); None = unknown
 
     @staticmethod
-    def derived(from_aggregate: bool = False) -> ColumnFacts:
-        return ColumnFacts(mf=None, from_aggregate=from_aggregate)
+    def derived(from_aggregate: bool = False, type: str | None = None) -> ColumnFacts:
+        return ColumnFacts(mf=None, from_aggregate=from_aggregate, type=type)
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,8 @@ class QueryAnalysis:
     group_keys: tuple[GroupKey, ...]
     tree: Derivation
     max_frequencies_used: tuple[str, ...] = field(default=())
+    #: key equalities whose types were unknown (only with allow_unknown_key_types=True)
+    unchecked_key_types: tuple[str, ...] = field(default=())
 
 
 # --------------------------------------------------------------------------- helpers
@@ -202,6 +207,15 @@ def _reject_outer_references(select: exp.Select) -> None:
             )
 
 
+def _derived_type(node: exp.Expression) -> str | None:
+    """The type of a computed output column, where it is certain: an explicit CAST, COUNT."""
+    if isinstance(node, (exp.Cast, exp.TryCast)) and isinstance(node.args.get("to"), exp.DataType):
+        return node.args["to"].sql(dialect=DIALECT)
+    if isinstance(node, exp.Count):
+        return "BIGINT"  # COUNT is BIGINT in DuckDB and Spark
+    return None
+
+
 def _scale_mf(mf: KExpr | None, factor: KExpr | None) -> KExpr | None:
     if mf is None or factor is None:
         return None
@@ -212,10 +226,12 @@ def _scale_mf(mf: KExpr | None, factor: KExpr | None) -> KExpr | None:
 
 
 class _Analyzer:
-    def __init__(self, metadata: Metadata) -> None:
+    def __init__(self, metadata: Metadata, allow_unknown_key_types: bool = False) -> None:
         self.metadata = metadata
         self.ctes: list[dict[str, Relation]] = []
         self.used_mf: list[str] = []
+        self.allow_unknown_key_types = allow_unknown_key_types
+        self.unchecked: list[str] = []
 
     # -- relations ---------------------------------------------------------------------
 
@@ -234,7 +250,9 @@ class _Analyzer:
                 mf = Const(float(col.max_freq))
             else:
                 mf = PlusK(float(col.max_freq))
-            cols[("", col.name)] = ColumnFacts(mf=mf, bounds=col.bounds, origin=(name, col.name))
+            cols[("", col.name)] = ColumnFacts(
+                mf=mf, bounds=col.bounds, origin=(name, col.name), type=col.type
+            )
         stability = ZERO if meta.public else ONE
         kind = "public" if meta.public else "private"
         return Relation(
@@ -285,7 +303,12 @@ class _Analyzer:
             if lf.bounds is not None and rf.bounds is not None:
                 bounds = (min(lf.bounds[0], rf.bounds[0]), max(lf.bounds[1], rf.bounds[1]))
             origin = lf.origin if lf.origin == rf.origin else None
-            cols[lk] = ColumnFacts(mf, bounds, origin, lf.from_aggregate or rf.from_aggregate)
+            # Branches of different types are cast to a common type, maybe not injectively:
+            # the union column's type is known only when both branches have the same one.
+            ltype, rtype = normalise(lf.type), normalise(rf.type)
+            same = ltype is not None and rtype is not None and _sql(ltype) == _sql(rtype)
+            cols[lk] = ColumnFacts(mf, bounds, origin, lf.from_aggregate or rf.from_aggregate,
+                                   lf.type if same else None)
         rule = "S1 + S2 (shared ancestors)" if shared else "max(S1, S2)"
         kind = "UNION" if union.args.get("distinct") else "UNION ALL"
         return Relation(
@@ -317,10 +340,12 @@ class _Analyzer:
                     facts = rel.facts((inner.table, inner.name))
                     # One row per group: a single key is unique, several keys keep input mf.
                     mf = ONE if len(keys) == 1 else facts.mf
-                    out[("", name)] = ColumnFacts(mf, facts.bounds, facts.origin)
+                    out[("", name)] = ColumnFacts(mf, facts.bounds, facts.origin, type=facts.type)
                 else:
                     self._check_aggregate_args(inner)
-                    out[("", name)] = ColumnFacts.derived(from_aggregate=_has_aggregate(inner))
+                    out[("", name)] = ColumnFacts.derived(
+                        from_aggregate=_has_aggregate(inner), type=_derived_type(inner)
+                    )
             if grouped:
                 # Each changed input row moves one group's row: remove it, add the new one.
                 stability = mul(TWO, rel.stability)
@@ -347,7 +372,9 @@ class _Analyzer:
                     rel.columns.get((c.table, c.name), ColumnFacts(None)).from_aggregate
                     for c in inner.find_all(exp.Column)
                 )
-                out[("", name)] = ColumnFacts.derived(from_aggregate=from_agg)
+                out[("", name)] = ColumnFacts.derived(
+                    from_aggregate=from_agg, type=_derived_type(inner)
+                )
         label = "SELECT DISTINCT" if distinct else "projection"
         # DISTINCT: removed input rows remove at most as many distinct rows; same for added.
         return Relation(rel.stability, out, rel.ancestors,
@@ -521,6 +548,7 @@ class _Analyzer:
         for (a, b) in keys:
             mfa, mfb = left.facts(a).mf, right.facts(b).mf
             a_s, b_s = ".".join(a), ".".join(b)
+            self._check_key_types(a_s, left.facts(a), b_s, right.facts(b), "join", used=False)
             details.append(f"mf_k({a_s}) = {_mf_str(mfa)}, mf_k({b_s}) = {_mf_str(mfb)}")
             self._note_mf(a_s, mfa)
             self._note_mf(b_s, mfb)
@@ -531,6 +559,7 @@ class _Analyzer:
             if (mfa is None and not is_zero(s2)) or (mfb is None and not is_zero(s1)):
                 missing.append(a_s if mfa is None and not is_zero(s2) else b_s)
                 continue
+            self._check_key_types(a_s, left.facts(a), b_s, right.facts(b), "join", used=True)
             term1 = ZERO if is_zero(s2) else mul(mfa, s2)  # type: ignore[arg-type]
             term2 = ZERO if is_zero(s1) else mul(mfb, s1)  # type: ignore[arg-type]
             if shared:
@@ -557,6 +586,46 @@ class _Analyzer:
         tree = Derivation(f"JOIN {alias}", stability, (rule, *details), (left.tree, right.tree))
         return Relation(stability, cols, left.ancestors | right.ancestors, tree)
 
+    def _check_key_types(
+        self, a_name: str, a: ColumnFacts, b_name: str, b: ColumnFacts, construct: str,
+        *, used: bool,
+    ) -> None:
+        """Reject a key equality whose sides' types are not injectively comparable.
+
+        mf(a) bounds the rows matching one value only if ``a = b`` compares stored values: a
+        cast to a common type that merges distinct values (VARCHAR '01' and '1' both equal
+        INTEGER 1) or can fail breaks every join and semi-join rule (see
+        dpsql.analysis.keytypes). Known incompatible types are rejected for every key
+        equality; unknown types prove nothing, so a key whose mf the bound uses (``used``)
+        is rejected too, unless the caller (the owner's explain without a database) asked to
+        list such keys instead.
+        """
+        at, bt = normalise(a.type), normalise(b.type)
+        pair = f"{a_name} ({type_name(a.type)}) = {b_name} ({type_name(b.type)})"
+        if at is not None and bt is not None:
+            if injectively_comparable(at, bt):
+                return
+            raise MissingMetricError(
+                f"the {construct} key {pair} compares columns of different types: the "
+                "database casts one side, which can make distinct values equal, so max "
+                "frequencies no longer bound the matching rows; store both keys with the "
+                "same type (integers of different widths and strings of different lengths "
+                "are fine)"
+            )
+        if not used:
+            return
+        if self.allow_unknown_key_types:
+            if pair not in self.unchecked:
+                self.unchecked.append(pair)
+            return
+        unknown = a_name if at is None else b_name
+        raise MissingMetricError(
+            f"the {construct} key {pair}: the type of {unknown} is unknown, so dpsql cannot "
+            "check that the equality compares values without a lossy cast; declare type: for "
+            "the column in the metadata (dpsql fills types from the database when one is "
+            "attached), and CAST a computed key explicitly"
+        )
+
     def _note_mf(self, name: str, mf: KExpr | None) -> None:
         text = f"{name}: {_mf_str(mf)}"
         if text not in self.used_mf:
@@ -565,7 +634,11 @@ class _Analyzer:
     # -- semi/anti-joins ---------------------------------------------------------------
 
     def _semijoin_parts(self, cond: exp.Expression):
-        """(outer key column, subquery relation, label) for IN / EXISTS conjuncts, else None."""
+        """(keys, subquery relation, label) for IN / EXISTS conjuncts, else None.
+
+        Each key is (outer column, inner column's name, inner column's facts): the outer column
+        is compared with the inner one.
+        """
         negated = False
         node = cond.unnest()
         if isinstance(node, exp.Not):
@@ -588,7 +661,8 @@ class _Analyzer:
                 raise UnsupportedConstructError("an IN subquery must select exactly one column")
             rel = self.query_relation(sub)
             label = f"{'NOT IN' if negated else 'IN'} subquery on {_sql(key)}"
-            return [(key.table, key.name)], rel, label
+            (_, inner_name), inner_facts = next(iter(rel.columns.items()))
+            return [((key.table, key.name), inner_name, inner_facts)], rel, label
         if isinstance(node, exp.Exists):
             sub = node.this
             sub = sub.this if isinstance(sub, exp.Subquery) else sub
@@ -610,10 +684,11 @@ class _Analyzer:
                     isinstance(s.unnest(), exp.Column) for s in (c.left, c.right)
                 ):
                     left, right = c.left.unnest(), c.right.unnest()
+                    if right.table in inner_aliases and left.table not in inner_aliases:
+                        left, right = right, left
                     if left.table in inner_aliases and right.table not in inner_aliases:
-                        keys.append((right.table, right.name))
-                    elif right.table in inner_aliases and left.table not in inner_aliases:
-                        keys.append((left.table, left.name))
+                        inner_facts = inner.facts((left.table, left.name))
+                        keys.append(((right.table, right.name), _sql(left), inner_facts))
             if not keys:
                 raise UnsupportedConstructError(
                     "an EXISTS subquery needs an equality inner.k = outer.k between a column of "
@@ -630,25 +705,39 @@ class _Analyzer:
         return any(c.table and c.table not in inner_aliases for c in sub.find_all(exp.Column))
 
     def semijoin(self, outer: Relation, keys, sub: Relation, label: str) -> Relation:
-        """Semi/anti-join: one changed subquery row flips at most mf_k(key, outer) outer rows."""
+        """Semi/anti-join: one changed subquery row flips at most mf_k(key, outer) outer rows.
+
+        The flip bound needs the outer key's rows that match one inner value to share one
+        value of the key, so the key types are checked (see _check_key_types).
+        """
+        construct = label.split(" subquery")[0]
+        for key, _, _ in keys:
+            if key not in outer.columns:
+                raise UnsupportedConstructError(
+                    f"the {construct} subquery compares with {'.'.join(key)}, a column of a query "
+                    "more than one level up (a nested subquery correlated past the query directly "
+                    "around it), which has no sensitivity rule: correlate each EXISTS only with "
+                    "the query directly around it, e.g. move the innermost EXISTS up into the "
+                    "outer WHERE, or join its table inside the middle subquery"
+                )
         if is_zero(sub.stability):
             tree = Derivation(label, outer.stability, ("public subquery: S unchanged",),
                               (outer.tree, sub.tree))
             return replace(outer, tree=tree)
         terms = []
         details = []
-        for key in keys:
-            if key not in outer.columns:
-                continue
-            mf = outer.facts(key).mf
+        for key, inner_name, inner_facts in keys:
             name = ".".join(key)
+            mf = outer.facts(key).mf
             details.append(f"mf_k({name}) = {_mf_str(mf)}")
             self._note_mf(name, mf)
+            self._check_key_types(name, outer.facts(key), inner_name, inner_facts,
+                                  f"{construct} subquery", used=mf is not None)
             if mf is not None:
                 terms.append(mul(mf, sub.stability))
         if not terms:
             raise MissingMetricError(
-                f"the {label.split(' subquery')[0]} key {'/'.join('.'.join(k) for k in keys)} has "
+                f"the {construct} key {'/'.join('.'.join(k) for k, _, _ in keys)} has "
                 "no max frequency (or is derived): declare max_freq for it in the metadata"
             )
         flip = kmin(*terms)
@@ -702,20 +791,27 @@ class _Analyzer:
 # --------------------------------------------------------------------------- top level
 
 
-def analyze(sql: str, metadata: Metadata) -> QueryAnalysis:
+def analyze(
+    sql: str, metadata: Metadata, *, allow_unknown_key_types: bool = False
+) -> QueryAnalysis:
     """Analyse ``sql``: the measurements to noise, with ES(k) each, and the output columns.
 
-    Precondition: ``metadata`` max frequencies are true for the database queried.
+    Precondition: ``metadata`` max frequencies and column types are true for the database
+    queried (the Engine fills missing types from the database, see dpsql.column_types).
     Guarantee: see the module docstring; raises a ``NotSupportedError`` subclass or
-    ``ProgrammingError`` for anything without a sound rule.
+    ``ProgrammingError`` for anything without a sound rule, including a join / IN / EXISTS key
+    whose type is unknown. ``allow_unknown_key_types=True`` (owner-only explain without a
+    database, never a release) lists such keys in ``unchecked_key_types`` instead.
     """
     query = parse_query(sql, metadata)
-    return analyze_query(query, metadata)
+    return analyze_query(query, metadata, allow_unknown_key_types=allow_unknown_key_types)
 
 
-def analyze_query(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
+def analyze_query(
+    query: exp.Query, metadata: Metadata, *, allow_unknown_key_types: bool = False
+) -> QueryAnalysis:
     """Analyse an already parsed and qualified query (see :func:`analyze`)."""
-    analyzer = _Analyzer(metadata)
+    analyzer = _Analyzer(metadata, allow_unknown_key_types)
     with_ = query.args.get("with_")
     if with_ is not None:
         analyzer.ctes.append({})
@@ -805,6 +901,7 @@ def analyze_query(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
         query=query, columns=tuple(columns), measurements=tuple(measurements),
         group_keys=tuple(group_keys), tree=tree,
         max_frequencies_used=tuple(analyzer.used_mf),
+        unchecked_key_types=tuple(analyzer.unchecked),
     )
 
 

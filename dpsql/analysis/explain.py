@@ -2,6 +2,12 @@
 
 It shows data-dependent quantities (max frequencies, elastic and smooth sensitivities, noise
 scales), so it is for the data owner only: analyst-facing code never calls it.
+
+Explain runs nothing and releases nothing, and it often reads metadata without a database
+(FLEX's format declares no types). So it analyses join / IN / EXISTS keys of unknown type
+instead of rejecting them, and lists them under ``unchecked_key_types``: the numbers hold only
+if the database compares those keys without a lossy cast. The Engine, which does release,
+fills types from the database and rejects any key still untyped.
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ def explain_report(
         "epsilon": sum(p.epsilon for p in plans),
         "delta": sum(p.delta for p in plans),
         "distance": distance,
+        "unchecked_key_types": list(analysis.unchecked_key_types),
     }
 
 
@@ -90,7 +97,8 @@ def explain(
     ``smooth_sensitivity`` None and ``delta`` 0. Errors raise the dpsql exception classes.
     """
     md = _load(metadata)
-    return explain_report(analyze(sql, md), epsilon, delta, distance)
+    analysis = analyze(sql, md, allow_unknown_key_types=True)
+    return explain_report(analysis, epsilon, delta, distance)
 
 
 def explain_text(
@@ -104,7 +112,7 @@ def explain_text(
     """A readable derivation: the relational tree with stabilities and max frequencies, then
     each measurement's ES, smoothing scan, S and noise scale."""
     md = _load(metadata)
-    analysis = analyze(sql, md)
+    analysis = analyze(sql, md, allow_unknown_key_types=True)
     plans = plan_noise(analysis, epsilon, delta, distance=distance)
     lines = ["query (qualified):", "  " + analysis.query.sql(dialect=DIALECT), "",
              "relational tree (S(k): stability at distance k):"]
@@ -112,6 +120,12 @@ def explain_text(
     if analysis.max_frequencies_used:
         lines += ["", "max frequencies used (mf_k):"]
         lines += [f"  {m}" for m in analysis.max_frequencies_used]
+    if analysis.unchecked_key_types:
+        lines += ["", "key types NOT checked (no type declared, no database given): the numbers "
+                  "assume each key equality compares stored values without a lossy cast; a run "
+                  "takes the types from the database and rejects mismatched keys (declare "
+                  "type: or pass --database to check them here):"]
+        lines += [f"  {pair}" for pair in analysis.unchecked_key_types]
     if analysis.group_keys:
         lines += ["", "group keys (every domain value is released, empty bins too):"]
         for key in analysis.group_keys:

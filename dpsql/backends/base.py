@@ -20,4 +20,11 @@ class Backend(Protocol):
         """Run ``sql`` with named parameters; return (rows, column type names)."""
         ...
 
+    def table_schema(self, table: str) -> dict[str, str]:
+        """{column: type name} of ``table`` as the backend stores it, in DuckDB's type names
+        (INTEGER, BIGINT, VARCHAR, DECIMAL(15,2), ...). Raises ProgrammingError when the backend
+        has no such table. The engine fills undeclared metadata types from it: the analysis
+        checks join keys' types (dpsql.column_types)."""
+        ...
+
     def close(self) -> None: ...

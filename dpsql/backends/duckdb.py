@@ -113,5 +113,18 @@ class DuckDBBackend:
             ) from None
         return rows, types
 
+    def table_schema(self, table: str) -> dict[str, str]:
+        """{column: DuckDB type} of a table or view, resolved as queries resolve ``table``
+        (temporary views of declared sources first). ProgrammingError if there is none."""
+        try:
+            rows = self._con.execute(f"DESCRIBE {_quote_ident(table)}").fetchall()
+        except duckdb.CatalogException:
+            raise ProgrammingError(f"table {table!r} is not in the database") from None
+        except duckdb.Error as err:
+            raise OperationalError(
+                f"cannot read the columns of table {table!r} ({type(err).__name__})"
+            ) from None
+        return {str(r[0]): str(r[1]) for r in rows}
+
     def close(self) -> None:
         self._con.close()

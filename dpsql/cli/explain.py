@@ -8,6 +8,8 @@ from pathlib import Path
 import click
 
 from dpsql.analysis.explain import explain, explain_text
+from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.column_types import fill_column_types
 from dpsql.errors import Error
 from dpsql.metadata import load_metadata
 
@@ -21,16 +23,25 @@ from dpsql.metadata import load_metadata
               help="Delta of the query (used only by smoothed releases).")
 @click.option("--distance", "-k", default=0, show_default=True, type=click.IntRange(min=0),
               help="Report elastic_sensitivity at this distance k.")
+@click.option("--database", "-d", type=click.Path(dir_okay=False, path_type=Path),
+              help="DuckDB file (opened read-only) to take undeclared column types from, so "
+                   "join key types are checked; without it they are listed as unchecked.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
 @click.argument("sql")
-def command(metadata: Path, epsilon: float, delta: float, distance: int, as_json: bool,
-            sql: str) -> int:
+def command(metadata: Path, epsilon: float, delta: float, distance: int, database: Path | None,
+            as_json: bool, sql: str) -> int:
     """Show how dpsql would protect SQL: sensitivities, smoothing and noise scales.
 
     OWNER ONLY: the report contains max frequencies and data-dependent sensitivities.
     """
     try:
         md = load_metadata(metadata)
+        if database is not None:
+            backend = DuckDBBackend(database, md)
+            try:
+                md = fill_column_types(md, backend)
+            finally:
+                backend.close()
         if as_json:
             report = explain(sql, md, epsilon=epsilon, delta=delta, distance=distance)
             click.echo(json.dumps(report, indent=2))

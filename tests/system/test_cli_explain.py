@@ -69,3 +69,36 @@ def test_error_readable_line_without_traceback():
     assert "Traceback" not in proc.stderr
     assert proc.stderr.count("\n") == 1
     assert "raw rows" in proc.stderr
+
+
+def test_untyped_keys_are_listed_as_unchecked(capsys):
+    # FLEX's schema declares no types: explain still analyses, and says what it did not check
+    code, out, _ = run(capsys, "explain", "-m", FLEX, "--json", JOIN)
+    assert code == 0
+    assert json.loads(out)["unchecked_key_types"] == [
+        "orders.customer_id (type unknown) = recommendations.customer_id (type unknown)"]
+    code, out, _ = run(capsys, "explain", "-m", FLEX, JOIN)
+    assert code == 0
+    assert "key types NOT checked" in out and "--database" in out
+
+
+def test_database_option_fills_and_checks_key_types(capsys, tmp_path):
+    import duckdb
+
+    db = tmp_path / "flex.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE orders (order_id INTEGER, order_date DATE, customer_id INTEGER, "
+                "product_id INTEGER, quantity INTEGER, order_cost DOUBLE)")
+    con.execute("CREATE TABLE recommendations (customer_id BIGINT, product_id VARCHAR)")
+    con.close()
+    code, out, _ = run(capsys, "explain", "-m", FLEX, "--database", str(db), "--json", JOIN)
+    assert code == 0
+    report = json.loads(out)
+    assert report["unchecked_key_types"] == [] and report["columns"][0]["k_max"] == 132
+    mismatched = ("SELECT COUNT(*) FROM orders JOIN recommendations "
+                  "ON orders.product_id = recommendations.product_id")
+    code, out, _ = run(capsys, "explain", "-m", FLEX, "-d", str(db), "--json", mismatched)
+    assert code == 1
+    error = json.loads(out)["error"]
+    assert error["type"] == "MissingMetricError"
+    assert "(INTEGER)" in error["message"] and "(VARCHAR)" in error["message"]

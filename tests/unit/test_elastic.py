@@ -21,14 +21,18 @@ from dpsql.errors import (
     UnsupportedConstructError,
 )
 from dpsql.metadata import Column, Domain, Metadata, Table, load_metadata
+from tests.unit.typed_metadata import typed
 
 ROOT = Path(__file__).resolve().parents[2]
-FLEX = load_metadata(ROOT / "schemas" / "flex_test.yaml")
+
+
+# FLEX's schema declares no types (its format has none); a real database would say INTEGER.
+FLEX = typed(load_metadata(ROOT / "schemas" / "flex_test.yaml"))
 KS = (0, 1, 2, 5)
 
 # FLEX's test schema (DESIGN.md worked examples) plus bounds, domains and a public table with
 # more than one row per value, to reach every rule with round numbers.
-MD = Metadata(tables={
+MD = typed(Metadata(tables={
     "orders": Table("orders", {
         "order_id": Column("order_id", 1),
         "customer_id": Column("customer_id", 100),
@@ -59,7 +63,7 @@ MD = Metadata(tables={
         "price": Column("price", None, bounds=(0.0, 100.0)),
         "supplier": Column("supplier"),
     }, public=True),
-})
+}))
 
 JOIN_OR = ("FROM orders o JOIN recommendations r ON o.customer_id = r.customer_id")
 
@@ -621,3 +625,21 @@ def test_delta_goes_only_to_smoothed_measurements():
     assert [p.pure for p in plans] == [False, True, False]
     assert plans[1].scale == pytest.approx(3.0 / 0.3, rel=1e-12)
     assert sum(p.delta for p in plans) <= 1e-6 * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("sql", [
+    # the innermost EXISTS compares with o, two levels up
+    "SELECT COUNT(*) FROM orders o WHERE EXISTS (SELECT 1 FROM recommendations r WHERE "
+    "EXISTS (SELECT 1 FROM customers c WHERE c.customer_id = o.customer_id))",
+    # even when the middle level is correlated with o as well
+    "SELECT COUNT(*) FROM orders o WHERE EXISTS (SELECT 1 FROM recommendations r WHERE "
+    "r.customer_id = o.customer_id AND NOT EXISTS "
+    "(SELECT 1 FROM customers c WHERE c.customer_id = o.customer_id))",
+])
+def test_exists_correlated_two_levels_up_names_the_construct(sql):
+    # This used to say "the EXISTS key o.customer_id has no max frequency", which it has.
+    with pytest.raises(UnsupportedConstructError) as info:
+        analyze(sql, MD)
+    msg = str(info.value)
+    assert "o.customer_id" in msg and "more than one level up" in msg
+    assert "max frequency" not in msg and "directly around it" in msg

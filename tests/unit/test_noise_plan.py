@@ -9,16 +9,17 @@ from dpsql import mechanisms
 from dpsql.analysis.elastic import analyze
 from dpsql.analysis.smooth import plan_noise
 from dpsql.metadata import Column, Metadata, Table
+from tests.unit.typed_metadata import typed
 
 
 def shop(mf_customer: int) -> Metadata:
-    return Metadata(tables={
+    return typed(Metadata(tables={
         "orders": Table("orders", {
             "customer_id": Column("customer_id", mf_customer),
             "cost": Column("cost", bounds=(-5.0, 1000.0)),
         }),
         "recs": Table("recs", {"customer_id": Column("customer_id", 250)}),
-    })
+    }))
 
 
 def test_pure_sum_scale_absorbs_the_grid():

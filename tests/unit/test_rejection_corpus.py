@@ -296,6 +296,10 @@ CORPUS: dict[str, list[tuple[str, type[Error]]]] = {
     ],
     "missing_metrics": [
         ("SELECT COUNT(*) FROM orders o JOIN customers c ON o.order_cost = c.age", MM),
+        # key types differ (VARCHAR vs INTEGER): '01' and '1' would both match 1
+        ("SELECT COUNT(*) FROM orders o JOIN customers c ON o.status = c.customer_id", MM),
+        ("SELECT COUNT(*) FROM customers c WHERE c.customer_id IN (SELECT status FROM orders)",
+         MM),
         ("SELECT COUNT(*) FROM orders o JOIN customers c ON o.customer_id + 1 = c.customer_id",
          MM),
         ("SELECT SUM(order_id) FROM orders", MM),

@@ -15,9 +15,11 @@ from dpsql.analysis.kexpr import ONE, ZERO, Const, KExpr, PlusK, add, kmax, kmin
 from dpsql.analysis.smooth import beta_for, plan_noise, smooth
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.metadata import Column, Metadata, Table, load_metadata
+from tests.unit.typed_metadata import typed
 
 ROOT = Path(__file__).resolve().parents[2]
-FLEX = load_metadata(ROOT / "schemas" / "flex_test.yaml")
+# FLEX's schema declares no types (its format has none); a real database would say INTEGER.
+FLEX = typed(load_metadata(ROOT / "schemas" / "flex_test.yaml"))
 JOIN = ("SELECT COUNT(*) AS n FROM orders JOIN recommendations "
         "ON orders.customer_id = recommendations.customer_id")
 SELF_JOIN = "SELECT COUNT(*) FROM orders o1 JOIN orders o2 ON o1.customer_id = o2.customer_id"
@@ -200,11 +202,11 @@ def test_pure_public_join_scale():
     assert plan.scale == pytest.approx(300.0, rel=1e-15)
 
 
-SUM_MD = Metadata(tables={
+SUM_MD = typed(Metadata(tables={
     "t": Table("t", {"x": Column("x", None, bounds=(-5.0, 20.0)), "k": Column("k", 3)}),
     "p": Table("p", {"price": Column("price", None, bounds=(0.0, 100.0)),
                      "k": Column("k", 2)}, public=True),
-})
+}))
 
 
 def test_pure_sum_scale():

@@ -38,7 +38,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dpsql.analysis.elastic import QueryAnalysis, analyze
-from dpsql.errors import NotSupportedError, UnsupportedConstructError
+from dpsql.analysis.keytypes import injectively_comparable, normalise
+from dpsql.errors import MissingMetricError, UnsupportedConstructError
 from dpsql.metadata import Column, Domain, Metadata, Table
 
 # ----------------------------------------------------------------------------- the universe
@@ -248,6 +249,7 @@ def exact_metadata(db: Database, bounds: tuple[float, float] | None = None) -> M
             columns[col] = Column(
                 col,
                 mf,
+                type="INTEGER",  # what DuckDB stores the VALUES below as
                 bounds=bounds if (name, col) == ("s", "v") else None,
                 releasable=domain is not None,
                 domain=Domain(values=domain) if domain is not None else None,
@@ -478,6 +480,137 @@ def test_union_of_shared_branches_needs_the_sum():
     assert ls == 2.0
 
 
+# ----------------------------------------------------------------------------- key types
+#
+# Join, IN and EXISTS keys stored with different types: the database casts one side to a common
+# type, which may make distinct stored values equal. Each key type has SQL literals chosen to
+# collide under the casts DuckDB uses ('1', '01' and ' 1' all cast to INTEGER 1; 2^53 and
+# 2^53 + 1 both become the same DOUBLE). The metadata's mf counts *stored* values, as
+# `dpsql metadata build` does. The check: the analysis rejects the query, or the bound holds.
+
+#: key type -> SQL literals of that type (each a distinct stored value)
+KEY_VALUES: dict[str, tuple[str, ...]] = {
+    "INTEGER": ("1", "2"),
+    "SMALLINT": ("1", "2"),
+    "BIGINT": ("1", "9007199254740992", "9007199254740993"),
+    "UBIGINT": ("1", "2"),
+    "HUGEINT": ("1", "9007199254740993"),
+    "VARCHAR": ("'1'", "'01'", "' 1'", "'2'"),
+    "TEXT": ("'1'", "'01'"),
+    "DOUBLE": ("1.0", "1.5", "9007199254740992.0"),
+    "DECIMAL(4,1)": ("1.0", "1.5"),
+    "DATE": ("DATE '2020-01-01'", "DATE '2020-01-02'"),
+    "TIMESTAMP": ("TIMESTAMP '2020-01-01 00:00:00'", "TIMESTAMP '2020-01-01 12:00:00'"),
+}
+KEY_TEMPLATES = (
+    "SELECT COUNT(*) FROM a JOIN b ON a.x = b.x",
+    "SELECT COUNT(*) FROM a, b WHERE b.x = a.x AND a.y <> 3",
+    "SELECT COUNT(*) FROM a WHERE a.x IN (SELECT b.x FROM b)",
+    "SELECT COUNT(*) FROM a WHERE a.x NOT IN (SELECT b.x FROM b)",
+    "SELECT COUNT(*) FROM a WHERE EXISTS (SELECT 1 FROM b WHERE b.x = a.x)",
+    "SELECT COUNT(*) FROM a WHERE NOT EXISTS (SELECT 1 FROM b WHERE a.x = b.x AND b.y > 1)",
+    "SELECT COUNT(*) FROM (SELECT b.x FROM b GROUP BY b.x) t JOIN a ON t.x = a.x",
+)
+KEY_Y = (1, 2)  # the non-key column y is INTEGER everywhere
+
+TypedDatabase = dict[str, tuple[tuple[str, int], ...]]
+
+
+def _typed_sql(sql: str, db: TypedDatabase, types: dict[str, str]) -> str:
+    defs = []
+    for name in ("a", "b"):
+        rows = db[name] or (("NULL", 0),)
+        body = " UNION ALL ".join(
+            f"SELECT CAST({x} AS {types[name]}) AS x, {y} AS y" for x, y in rows
+        )
+        where = "" if db[name] else " WHERE false"
+        defs.append(f"{name} AS (SELECT * FROM ({body}){where})")
+    return "WITH " + ", ".join(defs) + " " + sql
+
+
+def _typed_md(db: TypedDatabase, types: dict[str, str]) -> Metadata:
+    tables = {}
+    for name in ("a", "b"):
+        mf_x = max(Counter(x for x, _ in db[name]).values(), default=1)
+        mf_y = max(Counter(y for _, y in db[name]).values(), default=1)
+        tables[name] = Table(name, {"x": Column("x", mf_x, type=types[name]),
+                                    "y": Column("y", mf_y, type="INTEGER")})
+    return Metadata(tables=tables)
+
+
+@st.composite
+def typed_cases(draw):
+    types = {t: draw(st.sampled_from(sorted(KEY_VALUES))) for t in ("a", "b")}
+    db = {t: tuple(draw(st.lists(st.tuples(st.sampled_from(KEY_VALUES[types[t]]),
+                                           st.sampled_from(KEY_Y)), min_size=1, max_size=4)))
+          for t in ("a", "b")}
+    return draw(st.sampled_from(KEY_TEMPLATES)), types, db
+
+
+#: the counterexample of test_regression_join_keys_of_different_types, for every template
+_COLLIDING = ({"a": "VARCHAR", "b": "INTEGER"},
+              {"a": (("'1'", 1), ("'01'", 2), ("' 1'", 2)), "b": (("2", 1),)})
+
+
+@settings(max_examples=EXAMPLES * 25, deadline=None, derandomize=DERANDOMIZE,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(case=typed_cases())
+@example(case=(KEY_TEMPLATES[0], *_COLLIDING))
+@example(case=(KEY_TEMPLATES[2], *_COLLIDING))
+@example(case=(KEY_TEMPLATES[4], *_COLLIDING))
+@example(case=(KEY_TEMPLATES[0], {"a": "BIGINT", "b": "DOUBLE"},
+               {"a": (("9007199254740992", 1), ("9007199254740993", 1)),
+                "b": (("1.0", 1),)}))
+@example(case=(KEY_TEMPLATES[0], {"a": "SMALLINT", "b": "HUGEINT"},
+               {"a": (("1", 1), ("2", 1)), "b": (("1", 1), ("9007199254740993", 2))}))
+def test_mixed_key_types_are_rejected_or_bounded(case):
+    sql, types, db = case
+    try:
+        es0 = analyze(sql, _typed_md(db, types)).measurements[0].sensitivity.at(0)
+    except MissingMetricError as err:
+        assert "same type" in str(err), err
+        assert not injectively_comparable(normalise(types["a"]), normalise(types["b"]))
+        return
+    # accepted: the declared types must be injectively comparable, and the bound must hold
+    assert injectively_comparable(normalise(types["a"]), normalise(types["b"]))
+    memo: dict[tuple, float] = {}
+
+    def q(d: TypedDatabase) -> float:
+        key = tuple(tuple(sorted(d[t])) for t in ("a", "b"))
+        if key not in memo:
+            (row,) = _CONN.execute(_typed_sql(sql, d, types)).fetchall()
+            memo[key] = float(row[0] or 0)
+        return memo[key]
+
+    base = q(db)
+    for name in ("a", "b"):
+        tuples = list(itertools.product(KEY_VALUES[types[name]], KEY_Y))
+        for i, row in enumerate(db[name]):
+            for new in tuples:
+                rows = list(db[name])
+                rows[i] = new
+                other = {**db, name: tuple(rows)}
+                assert abs(base - q(other)) <= _tol(es0), (
+                    f"PRIVACY BUG: {sql} with a.x {types['a']}, b.x {types['b']}\n"
+                    f"  D = {db}\n  neighbour: {name}[{i}]: {row} -> {new}\n"
+                    f"  q(D) = {base}, q(D') = {q(other)} > ES(0) = {es0}"
+                )
+
+
+def test_mixed_key_types_find_the_collision():
+    """The check above has teeth: without the type rule, the colliding case breaks the bound."""
+    types, db = _COLLIDING
+    sql = KEY_TEMPLATES[0]
+    assert _CONN.execute(_typed_sql(sql, db, types)).fetchall() == [(0,)]
+    moved = {**db, "b": (("1", 1),)}
+    assert _CONN.execute(_typed_sql(sql, moved, types)).fetchall() == [(3,)]
+    md = _typed_md(db, types)
+    assert md.tables["a"].columns["x"].max_freq == 1  # three distinct stored strings
+    # what the analysis would say if the types matched: max(1 * 1, 1 * 1) = 1 < 3
+    same = _typed_md(db, {"a": "INTEGER", "b": "INTEGER"})
+    assert analyze(sql, same).measurements[0].sensitivity.at(0) == 1.0
+
+
 # ----------------------------------------------------------------------------- regressions
 #
 # Counterexamples found while writing this suite. Each query used to be analysed with an ES(0)
@@ -490,7 +623,7 @@ REGRESSION_SCHEMA = {"a": ("x", "y"), "b": ("x", "y")}
 def _md(mf: dict[tuple[str, str], int], types: dict[tuple[str, str], str] | None = None):
     types = types or {}
     return Metadata(tables={
-        t: Table(t, {c: Column(c, mf[(t, c)], type=types.get((t, c))) for c in cols})
+        t: Table(t, {c: Column(c, mf[(t, c)], type=types.get((t, c), "INTEGER")) for c in cols})
         for t, cols in REGRESSION_SCHEMA.items()
     })
 
@@ -589,23 +722,21 @@ def test_regression_subquery_in_an_outer_condition_inside_exists():
     assert run(honest, moved, histogram=False) == 3.0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "OPEN PRIVACY BUG: DuckDB casts VARCHAR to INTEGER in a join equality, so distinct strings "
-    "'1', '01', ' 1' (mf 1 each) all match integer 1; mf of a column does not bound the rows "
-    "matching one value of a differently typed key. The analysis needs the key types "
-    "(reject mismatched join-key types, or compare mf after the cast)."
-))
-def test_open_bug_join_keys_of_different_types():
+def test_regression_join_keys_of_different_types():
+    # DuckDB evaluates a.x = b.x as CAST(a.x AS INTEGER) = b.x: the distinct strings '1', '01'
+    # and ' 1' (mf 1 each) all equal 1. Old ES(0) = max(mf(a.x)*S(b), mf(b.x)*S(a)) = 1.
     schema = {"a": ("x", "y"), "b": ("x", "y")}
     sql = "SELECT COUNT(*) FROM a JOIN b ON a.x = b.x"
     db: Database = {"a": (("1", 1), ("01", 2), (" 1", 3)), "b": ((2, 1),)}
     md = _md({("a", "x"): 1, ("a", "y"): 1, ("b", "x"): 1, ("b", "y"): 1},
              types={("a", "x"): "VARCHAR", ("b", "x"): "INTEGER"})
-    try:
-        es0 = analyze(sql, md).measurements[0].sensitivity.at(0)
-    except NotSupportedError:
-        return  # rejecting mismatched key types is a fix
+    with pytest.raises(MissingMetricError,
+                       match=r"a\.x \(VARCHAR\) = b\.x \(INTEGER\).*same type"):
+        analyze(sql, md)
     before = run(sql, db, histogram=False, schema=schema)
     after = run(sql, {**db, "b": ((1, 1),)}, histogram=False, schema=schema)
-    assert (before, after) == (0.0, 3.0)
-    assert abs(after - before) <= es0  # 3 > ES(0) = max(1*1, 1*1) = 1
+    assert (before, after) == (0.0, 3.0)  # LS 3 > the old ES 1
+    # the same keys stored with one type are analysed as before
+    same = _md({("a", "x"): 1, ("a", "y"): 1, ("b", "x"): 1, ("b", "y"): 1},
+               types={("a", "x"): "VARCHAR", ("b", "x"): "TEXT"})
+    assert analyze(sql, same).measurements[0].sensitivity.at(0) == 1.0

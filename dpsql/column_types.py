@@ -1,0 +1,66 @@
+"""Column types from the attached database (owner side; DESIGN.md section 3, join keys).
+
+The join, IN and EXISTS rules need each key's type (dpsql.analysis.keytypes), and metadata
+often has none: FLEX's format has no types, and ours makes ``type`` optional. Whenever an
+Engine is built on a real backend, :func:`fill_column_types` completes the metadata from the
+database's own schema, so the analysis of anything that runs sees the types the database will
+compare. The schema is read by the backend (``Backend.table_schema``), never by a query an
+analyst writes.
+
+Contract: the returned metadata equals ``metadata`` except that every column of a table the
+backend has gets the database's type when none was declared. A declared type that differs from
+the database's (after normalising aliases: INT = INTEGER, VARCHAR(20) = TEXT) raises
+ProgrammingError: the metadata would describe a different database, and the type check would
+approve keys the database compares differently. Tables or columns the database lacks keep
+their declared types (a query on them fails when it runs; an untyped key is rejected).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dpsql.analysis.keytypes import normalise
+from dpsql.analysis.parse import DIALECT
+from dpsql.backends.base import Backend
+from dpsql.errors import ProgrammingError
+from dpsql.metadata import Metadata
+
+
+def _same(declared: str, actual: str) -> bool:
+    d, a = normalise(declared), normalise(actual)
+    if d is None or a is None:
+        return declared.strip().upper() == actual.strip().upper()
+    return d.sql(dialect=DIALECT) == a.sql(dialect=DIALECT)
+
+
+def fill_column_types(metadata: Metadata, backend: Backend) -> Metadata:
+    """``metadata`` with missing column types filled from ``backend`` (see module contract)."""
+    tables = {}
+    changed = False
+    for key, table in metadata.tables.items():
+        try:
+            schema = backend.table_schema(table.name)
+        except ProgrammingError:
+            tables[key] = table  # not in the database: queries on it fail when they run
+            continue
+        actual = {name.lower(): type_ for name, type_ in schema.items()}
+        columns = {}
+        for cname, col in table.columns.items():
+            db_type = actual.get(cname.lower())
+            if db_type is None or col.type == db_type:
+                columns[cname] = col
+            elif col.type is None:
+                columns[cname] = dataclasses.replace(col, type=db_type)
+                changed = True
+            elif _same(col.type, db_type):
+                columns[cname] = col
+            else:
+                raise ProgrammingError(
+                    f"metadata declares {table.name}.{col.name} as type {col.type}, but the "
+                    f"database stores it as {db_type}: correct type: in the metadata (or remove "
+                    "it to use the database's type)"
+                )
+        tables[key] = dataclasses.replace(table, columns=columns)
+    if not changed:
+        return metadata
+    return dataclasses.replace(metadata, tables=tables)
