@@ -346,7 +346,15 @@ class _Analyzer:
                     out[("", name)] = ColumnFacts.derived(
                         from_aggregate=_has_aggregate(inner), type=_derived_type(inner)
                     )
-            if grouped:
+            having = select.args.get("having")
+            if grouped and not aggregated and not (having is not None and _has_aggregate(having)):
+                # No aggregate anywhere: the output is the set of distinct keys, as SELECT
+                # DISTINCT. A group vanishes only when all its rows are removed and appears
+                # only when a row is added, so S removed and S added input rows remove at most
+                # S groups and add at most S (DESIGN.md section 2's stability): S, not 2 * S.
+                stability = rel.stability
+                rule = "GROUP BY without aggregates (distinct keys): S(input)"
+            elif grouped:
                 # Each changed input row moves one group's row: remove it, add the new one.
                 stability = mul(TWO, rel.stability)
                 rule = "GROUP BY: 2 * S(input)"

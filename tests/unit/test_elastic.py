@@ -307,21 +307,39 @@ def test_group_by_a_public_column_uses_the_public_table_as_domain():
 
 
 def test_nested_group_by_feeds_a_count():
-    # a grouped subquery's S = 2 * S(input) = 2; COUNT over it: 2
-    assert es("SELECT COUNT(*) FROM (SELECT customer_id FROM orders GROUP BY customer_id) t"
-              ) == [2, 2, 2, 2]
-    # HAVING on the inner groups changes nothing: 2
+    # a grouped subquery with an aggregate: S = 2 * S(input) = 2; COUNT over it: 2
+    assert es("SELECT COUNT(*) FROM (SELECT customer_id, COUNT(*) AS n FROM orders "
+              "GROUP BY customer_id) t") == [2, 2, 2, 2]
+    # HAVING with an aggregate: a change can drop two groups (counts 2 -> 1 and 2 -> 3 under
+    # HAVING COUNT(*) = 2), so still 2
     assert es("SELECT COUNT(*) FROM (SELECT customer_id FROM orders GROUP BY customer_id "
               "HAVING COUNT(*) > 3) t") == [2, 2, 2, 2]
 
 
+def test_nested_group_by_without_aggregates_is_a_distinct():
+    # no aggregate in SELECT or HAVING: the distinct keys, S = S(input) = 1 (as SELECT DISTINCT)
+    assert es("SELECT COUNT(*) FROM (SELECT customer_id FROM orders GROUP BY customer_id) t"
+              ) == [1, 1, 1, 1]
+    assert es("SELECT COUNT(*) FROM (SELECT DISTINCT customer_id FROM orders) t") == [1, 1, 1, 1]
+    # a HAVING without aggregates is a filter on the keys: still 1
+    assert es("SELECT COUNT(*) FROM (SELECT customer_id FROM orders GROUP BY customer_id "
+              "HAVING customer_id > 3) t") == [1, 1, 1, 1]
+    # over a join: S(o ⋈ r) = 250+k, distinct keys keep it
+    assert es("SELECT COUNT(*) FROM (SELECT o.product_id FROM orders o JOIN recommendations r "
+              "ON o.customer_id = r.customer_id GROUP BY o.product_id) t") == [250, 251, 252, 255]
+
+
 def test_nested_group_by_key_mf():
-    # single key: mf(t.customer_id) = 1 (one row per group), S(t) = 2.
-    # t ⋈ c: max(mf(t.cid)*S(c), mf(c.cid)*S(t)) = max(1*1, (1+k)*2) = 2+2k
+    # single key: mf(t.customer_id) = 1 (one row per group), S(t) = 1 (no aggregate).
+    # t ⋈ c: max(mf(t.cid)*S(c), mf(c.cid)*S(t)) = max(1*1, (1+k)*1) = 1+k
     assert es("SELECT COUNT(*) FROM (SELECT customer_id FROM orders GROUP BY customer_id) t "
-              "JOIN customers c ON t.customer_id = c.customer_id") == [2, 4, 6, 12]
-    # two keys: mf(t.customer_id) = input mf = 100+k, S(t) = 2:
-    # max((100+k)*1, (1+k)*2) = 100+k (2+2k <= 100+k for k <= 98)
+              "JOIN customers c ON t.customer_id = c.customer_id") == [1, 2, 3, 6]
+    # with an aggregate kept, S(t) = 2: max(1*1, (1+k)*2) = 2+2k
+    assert es("SELECT COUNT(*) FROM (SELECT customer_id, COUNT(*) AS n FROM orders "
+              "GROUP BY customer_id) t JOIN customers c ON t.customer_id = c.customer_id"
+              ) == [2, 4, 6, 12]
+    # two keys: mf(t.customer_id) = input mf = 100+k, S(t) = 1:
+    # max((100+k)*1, (1+k)*1) = 100+k
     assert es("SELECT COUNT(*) FROM (SELECT customer_id, product_id FROM orders "
               "GROUP BY customer_id, product_id) t "
               "JOIN customers c ON t.customer_id = c.customer_id") == [100, 101, 102, 105]

@@ -203,6 +203,22 @@ TEMPLATES: tuple[Template, ...] = (
     Template("nested_group_shared",
              "SELECT COUNT(*) FROM a JOIN (SELECT a2.x, COUNT(*) AS n FROM a a2 GROUP BY a2.x) g "
              "ON g.x = a.y WHERE g.n > 1", ("a",)),
+    # GROUP BY without aggregates is a DISTINCT on the keys: S(input), not 2 * S(input)
+    Template("nested_group_no_aggregate_count",
+             "SELECT COUNT(*) FROM (SELECT a.x FROM a GROUP BY a.x) t", ("a",),
+             depends_on_k=False),
+    Template("nested_group_no_aggregate_shared",
+             "SELECT COUNT(*) FROM a JOIN (SELECT a2.x FROM a a2 GROUP BY a2.x) g ON g.x = a.y",
+             ("a",)),
+    Template("nested_group_no_aggregate_key_filter",
+             "SELECT COUNT(*) FROM (SELECT a.x, a.y FROM a GROUP BY a.x, a.y HAVING a.y <> 2) t "
+             "JOIN b ON t.x = b.x", ("a", "b")),
+    Template("nested_group_no_aggregate_over_join",
+             "SELECT COUNT(*) FROM (SELECT a.x FROM a JOIN b ON a.y = b.y GROUP BY a.x) t "
+             "JOIN c ON t.x = c.x", ("a", "b", "c")),
+    Template("nested_group_no_aggregate_in",
+             "SELECT COUNT(*) FROM c WHERE c.y IN (SELECT a.x FROM a GROUP BY a.x)",
+             ("a", "c")),
     Template("distinct_subquery",
              "SELECT COUNT(*) FROM (SELECT DISTINCT a.x FROM a) t JOIN b ON t.x = b.x",
              ("a", "b")),
@@ -230,7 +246,8 @@ TEMPLATES: tuple[Template, ...] = (
 #: Templates for the distance-2 check (ES(1) >= LS at every neighbour).
 DISTANCE_TWO = ("join", "self_join", "three_way_self", "in_shared", "not_exists_shared",
                 "union_shared_join", "histogram_self_join", "sum_negative_bounds_self_join",
-                "nested_group_shared")
+                "nested_group_shared", "nested_group_join", "nested_group_no_aggregate_shared",
+                "nested_group_no_aggregate_over_join")
 BY_NAME = {t.name: t for t in TEMPLATES}
 
 
@@ -465,6 +482,20 @@ def test_self_join_local_sensitivity_is_attained_tightly():
     assert q(db) == 5.0
     assert ls == 4.0
     assert ls <= es0
+
+
+def test_nested_group_without_aggregates_bound_is_attained():
+    """GROUP BY without aggregates gets S, not 2 * S, and S is attained: not looser, not less."""
+    db: Database = {"a": ((1, 1),), "b": ((1, 1), (1, 2)), "c": (), "s": (), "p": ()}
+    t = BY_NAME["nested_group_join"]
+    # t = {1}, mf(t.x) = 1, S(t) = 1; mf(b.x) = 2: ES(0) = max(1 * 1, 2 * 1) = 2 (old rule: 4)
+    es0 = analysed(t, db).measurements[0].sensitivity.at(0)
+    assert es0 == 2.0
+    q = Evaluator(t)
+    assert q(db) == 2.0
+    # moving a's row to x = 2 empties t's group 1: both b rows stop matching
+    ls = max(change(q(db), q(n))[0] for _, n in neighbours(db, t.tables))
+    assert ls == 2.0 == es0
 
 
 def test_union_of_shared_branches_needs_the_sum():
