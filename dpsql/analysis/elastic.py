@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from sqlglot import exp
 
 from dpsql.analysis.kexpr import ONE, ZERO, Const, KExpr, PlusK, add, is_zero, kmax, kmin, mul
-from dpsql.analysis.keytypes import injectively_comparable, normalise, type_name
+from dpsql.analysis.keytypes import comparable, normalise, same_type, type_name
 from dpsql.analysis.parse import DIALECT, parse_query
 from dpsql.errors import (
     AggregateArithmeticError,
@@ -305,8 +305,7 @@ class _Analyzer:
             origin = lf.origin if lf.origin == rf.origin else None
             # Branches of different types are cast to a common type, maybe not injectively:
             # the union column's type is known only when both branches have the same one.
-            ltype, rtype = normalise(lf.type), normalise(rf.type)
-            same = ltype is not None and rtype is not None and _sql(ltype) == _sql(rtype)
+            same = same_type(lf.type, rf.type)
             cols[lk] = ColumnFacts(mf, bounds, origin, lf.from_aggregate or rf.from_aggregate,
                                    lf.type if same else None)
         rule = "S1 + S2 (shared ancestors)" if shared else "max(S1, S2)"
@@ -608,11 +607,11 @@ class _Analyzer:
         is rejected too, unless the caller (the owner's explain without a database) asked to
         list such keys instead.
         """
-        at, bt = normalise(a.type), normalise(b.type)
+        ok = comparable(a.type, b.type)
+        if ok:
+            return
         pair = f"{a_name} ({type_name(a.type)}) = {b_name} ({type_name(b.type)})"
-        if at is not None and bt is not None:
-            if injectively_comparable(at, bt):
-                return
+        if ok is not None:
             raise MissingMetricError(
                 f"the {construct} key {pair} compares columns of different types: the "
                 "database casts one side, which can make distinct values equal, so max "
@@ -626,7 +625,7 @@ class _Analyzer:
             if pair not in self.unchecked:
                 self.unchecked.append(pair)
             return
-        unknown = a_name if at is None else b_name
+        unknown = a_name if normalise(a.type) is None else b_name
         raise MissingMetricError(
             f"the {construct} key {pair}: the type of {unknown} is unknown, so dpsql cannot "
             "check that the equality compares values without a lossy cast; declare type: for "

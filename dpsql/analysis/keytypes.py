@@ -67,9 +67,9 @@ def normalise(type_text: str | None) -> exp.DataType | None:
 
 def injectively_comparable(left: exp.DataType, right: exp.DataType) -> bool:
     """True when ``left = right`` compares stored values exactly (see the module contract)."""
-    if left.sql(dialect=DIALECT) == right.sql(dialect=DIALECT):
-        return True
     a, b = left.this, right.this
+    if a == b and left.sql(dialect=DIALECT) == right.sql(dialect=DIALECT):
+        return True
     if a in _STRINGS and b in _STRINGS:
         return True
     ints = _SIGNED | _UNSIGNED | _WIDE_UNSIGNED
@@ -79,6 +79,26 @@ def injectively_comparable(left: exp.DataType, right: exp.DataType) -> bool:
         )
         return not wide_vs_signed
     return False
+
+
+@lru_cache(maxsize=1024)
+def comparable(left: str | None, right: str | None) -> bool | None:
+    """:func:`injectively_comparable` of two type texts; None when either type is unknown.
+
+    Memoised on the texts: generating a DataType's SQL costs tens of microseconds, and the
+    analysis asks this for every key equality of every query.
+    """
+    lt, rt = normalise(left), normalise(right)
+    if lt is None or rt is None:
+        return None
+    return injectively_comparable(lt, rt)
+
+
+@lru_cache(maxsize=1024)
+def same_type(left: str | None, right: str | None) -> bool:
+    """True when both types are known and equal after normalising aliases."""
+    lt, rt = normalise(left), normalise(right)
+    return lt is not None and rt is not None and lt.sql(dialect=DIALECT) == rt.sql(dialect=DIALECT)
 
 
 def type_name(type_text: str | None) -> str:
