@@ -243,7 +243,7 @@ def _clamp(arg: exp.Expression, bounds: tuple[float, float], kind: Kind | None) 
             exp.If(this=exp.LT(this=arg.copy(), expression=lo), true=lo.copy()),
             exp.If(this=exp.GT(this=arg.copy(), expression=hi), true=hi.copy()),
         ], default=arg.copy())
-    value = exp.cast(arg.copy(), "DOUBLE", copy=False)
+    value = exp.Cast(this=arg.copy(), to=exp.DataType.build(exp.DataType.Type.DOUBLE))
     clamped = exp.func("LEAST", exp.func("GREATEST", value, exp.convert(float(bounds[0])),
                                          copy=False),
                        exp.convert(float(bounds[1])), copy=False)
@@ -316,9 +316,9 @@ def _domain_relation(analysis: QueryAnalysis, i: int) -> exp.Expression:
         rank = exp.Sub(this=exp.Window(this=exp.RowNumber(), order=exp.Order(
             expressions=[exp.Ordered(this=exp.column("__v"), nulls_first=False)])),
             expression=exp.Literal.number(1))
+        ordinal = exp.Cast(this=rank, to=exp.DataType.build(exp.DataType.Type.INT))
         return exp.Select(
-            expressions=[exp.column("__v"), exp.alias_(exp.cast(rank, "INTEGER", copy=False),
-                                                       "__o", copy=False)],
+            expressions=[exp.column("__v"), exp.alias_(ordinal, "__o", copy=False)],
             from_=exp.From(this=exp.Subquery(this=distinct, alias=exp.TableAlias(
                 this=exp.to_identifier("__s")))))
     values = domain.values or ()

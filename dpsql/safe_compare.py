@@ -260,7 +260,7 @@ def fold_date_intervals(node: exp.Expression, column_kind: ColumnKind) -> None:
                                     else [parent.expression])
         columns = [o.unnest() for o in operands if isinstance(o.unnest(), exp.Column)]
         if len(columns) == 1 and column_kind(columns[0]) == DATE:
-            shift.replace(exp.Cast(this=shift.copy(), to=exp.DataType.build("DATE")))
+            shift.replace(exp.Cast(this=shift.copy(), to=exp.DataType.build(T.DATE)))
 
 
 def column_kinds(select: exp.Select, metadata: Metadata | None,
