@@ -26,12 +26,13 @@ from dpsql.analysis.elastic import QueryAnalysis, analyze
 from dpsql.analysis.smooth import NoisePlan, check_budget_parameters, plan_noise
 from dpsql.backends.base import Backend
 from dpsql.column_types import fill_column_types
-from dpsql.errors import ProgrammingError
+from dpsql.errors import NotSupportedError, OperationalError, ProgrammingError
 from dpsql.metadata import Metadata
 from dpsql.rewrite import (
     NOISY_TABLE,
     ExecutionPlan,
     bind_params,
+    check_bins,
     plan_execution,
     post_processing_sql,
 )
@@ -243,6 +244,10 @@ def exact_bins(plan: ExecutionPlan, rows: list[tuple[Any, ...]], types: list[str
         domains.append(values)
     sizes = tuple(len(d) for d in domains)
     n_bins = math.prod(sizes)
+    try:
+        check_bins(n_bins)  # table domains: their size is known only now (public data)
+    except NotSupportedError as err:
+        raise OperationalError(str(err)) from None
     exact = [np.zeros(n_bins, dtype=np.int64 if integer[j] else np.float64) for j in range(m)]
     if filled and n_bins:
         ordinals = np.array([r[1:1 + n] for r in filled], dtype=np.int64)

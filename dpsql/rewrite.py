@@ -22,6 +22,7 @@ when the data lie inside the bounds; for NOT IN, when the subquery has no NULLs)
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal
@@ -30,6 +31,7 @@ from sqlglot import exp
 
 from dpsql.analysis.elastic import QueryAnalysis
 from dpsql.analysis.parse import DIALECT
+from dpsql.errors import NotSupportedError
 from dpsql.metadata import Metadata
 from dpsql.safe_compare import (
     ColumnKind,
@@ -41,6 +43,9 @@ from dpsql.safe_compare import (
 )
 
 NOISY_TABLE = "__noisy"
+#: Most bins (the product of the GROUP BY keys' declared domains) one query may release: every
+#: bin is materialised, noised and returned as a row (~100 bytes each in Python).
+MAX_BINS = 10_000_000
 _PARAM_PREFIX = "__dpsql_param_"
 
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Pow, exp.Cast)
@@ -521,6 +526,17 @@ def _fast_order(analysis: QueryAnalysis, query: exp.Select) -> tuple[tuple[int, 
     return tuple(terms)
 
 
+def check_bins(n_bins: int) -> None:
+    """Reject a release of more than MAX_BINS bins (a lower bound when a domain is a table's
+    column, whose size only the database knows; the engine checks the actual product)."""
+    if n_bins > MAX_BINS:
+        raise NotSupportedError(
+            f"the GROUP BY keys' declared domains have {n_bins:,} combinations, more than the "
+            f"{MAX_BINS:,} bins dpsql releases in one query: group by fewer keys, or add a "
+            "WHERE condition and ask per value of one key"
+        )
+
+
 def post_processing_sql(analysis: QueryAnalysis) -> tuple[str, tuple[int, ...]]:
     """The post-processing SQL over NOISY_TABLE and the parameters it uses (what
     ``ExecutionPlan.post_sql`` holds when there is no fast path)."""
@@ -536,6 +552,8 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None) ->
     Pass the ``metadata`` the query was analysed with: its declared column types spare TRY and
     DOUBLE casts that cannot matter (see :func:`build_exact`).
     """
+    check_bins(math.prod(len(k.domain.values) for k in analysis.group_keys
+                         if k.domain.values is not None))
     query = _number_parameters(analysis.query)  # not a copy: build_* copy what they change
     assert isinstance(query, exp.Select)
     # The exact and post trees are fresh copies owned here: generate without another copy.

@@ -19,6 +19,7 @@ import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.engine import Engine, exact_bins
+from dpsql.errors import NotSupportedError
 from dpsql.metadata import loads_metadata
 from dpsql.rewrite import post_processing_sql
 from tests.unit.shop_fixture import REGIONS, SEGMENTS, STATUSES, build_shop
@@ -156,3 +157,19 @@ def test_ungrouped_queries_have_one_bin(shop, reference):
                                    epsilon=1000.0).rows[0][0],
                         float(reference.execute("SELECT SUM(order_cost) FROM orders")
                               .fetchone()[0]))
+
+
+def test_domain_products_over_the_cap_are_rejected_before_anything_runs(shop):
+    values = ", ".join(str(i) for i in range(2200))
+    metadata = loads_metadata(
+        shop.metadata_yaml()
+        .replace("domain: {values: [north, south, east, west]}", f"domain: {{values: [{values}]}}")
+        .replace("domain: {values: [consumer, business]}", f"domain: {{values: [{values}]}}")
+        .replace("domain: {values: [1, 2, 3, 4, 5]}", f"domain: {{values: [{values}]}}"))
+    engine, sampler = _engine(metadata, shop)
+    charges = []
+    sql = ("SELECT c.region, c.segment, o.quantity, COUNT(*) AS n FROM orders o JOIN customers c "
+           "ON o.customer_id = c.customer_id GROUP BY c.region, c.segment, o.quantity")
+    with pytest.raises(NotSupportedError, match="10,000,000 bins"):
+        engine.run(sql, epsilon=1.0, delta=1e-6, charge=charges.append)
+    assert charges == [] and sampler.sizes == []
