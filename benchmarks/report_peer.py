@@ -64,10 +64,11 @@ def peer_md(data: dict[str, Any]) -> list[str]:
         lines += [
             "",
             f"- dpsql >= {s['speedup_target']:g}x faster: {_met(len(s['speed_met']) == both)} "
-            f"for {len(s['speed_met'])} of {both} ({', '.join(s['speed_met']) or 'none'}); "
-            f"median speedup {_f(s['median_speedup'])}x",
+            f"— met by {len(s['speed_met'])} of the {both} queries both answer "
+            f"({', '.join(s['speed_met']) or 'none'}); median speedup "
+            f"{_f(s['median_speedup'])}x",
             f"- dpsql error equal or lower (within 1.96 standard errors): "
-            f"{_met(len(s['error_met']) == both)} for {len(s['error_met'])} of {both} "
+            f"{_met(len(s['error_met']) == both)} — met by {len(s['error_met'])} of {both} "
             f"({', '.join(s['error_met']) or 'none'})",
             f"- rejected by dpsql: {', '.join(s['dpsql_rejects']) or 'none'}; by SmartNoise: "
             f"{', '.join(s['smartnoise_rejects']) or 'none'}",
