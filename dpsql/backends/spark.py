@@ -1,0 +1,389 @@
+"""The Spark backend: exact aggregates computed by Spark SQL, for data that outgrows one machine.
+
+What runs where: dpsql's analysis, the ledger charge, the noise (:mod:`dpsql.mechanisms`) and
+post-processing stay on the driver, in Python. Spark only scans, filters, joins and aggregates,
+running the SQL :mod:`dpsql.rewrite` generated (never the analyst's text), transpiled by sqlglot
+from DuckDB's dialect to Spark's; its exact per-bin aggregates are collected to the driver.
+Nothing random ever runs in Spark.
+
+Isolation: the backend works in its own ``SparkSession.newSession()`` (separate SQL
+configuration and temporary views, shared SparkContext), so the owner's session is not changed.
+Every declared table becomes a temporary view of that session, from its metadata ``source``
+(Parquet when the path contains ``.parquet``, else CSV with a header; globs and directories as
+Spark reads them, on any file system Spark can reach) or, without a source, from the Spark
+catalog table of the same name (in ``database`` when given). Its configuration:
+
+* ``spark.sql.ansi.enabled=false``: division by zero, failed casts and out-of-range values give
+  NULL instead of an error (an error would reveal that some row exists). Integer ``+ - *``
+  wrap around instead of failing in this mode, so inside the rewrite's ``TRY(...)`` they become
+  ``try_add``/``try_subtract``/``try_multiply`` (NULL on overflow, as DuckDB's TRY gives) and
+  ``/`` becomes ``try_divide``, casts ``TRY_CAST``. This is how DuckDB's ``TRY`` is translated.
+  (Spark's try_* functions return NULL on any error in their arguments, so ``d + INTERVAL``
+  overflows are caught too.) Date functions Spark evaluates with exact arithmetic even then
+  (add_months, timestampadd) over a column inside TRY are refused before Spark runs.
+* ``spark.sql.runSQLOnFiles=false``: ``parquet.`/path``` and friends cannot name files.
+* ``spark.sql.variable.substitute=false``: ``${...}`` in a literal stays text, never a
+  configuration value.
+
+Sums are exact, as in DuckDB, whose SUM of an integer column is a 128-bit integer and of a
+DECIMAL(p, s) a DECIMAL(38, s). Spark would sum integers in 64 bits and, without ANSI mode,
+wrap around on overflow (one row could then move a sum by 2^64, far beyond its sensitivity).
+So every SUM argument is typed (sqlglot's annotate_types over the registered tables' schemas)
+and integer or DECIMAL arguments are summed as DECIMAL(38, s); a SUM argument of unknown type
+fails closed. Such sums come back as DECIMAL(38, s) (Python ``Decimal``) where DuckDB says
+HUGEINT: the same numbers.
+
+Comments (and so Spark hints) are dropped from the generated text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ErrorLevel, SqlglotError
+from sqlglot.optimizer.annotate_types import annotate_types
+from sqlglot.schema import MappingSchema
+
+from dpsql.errors import OperationalError, ProgrammingError
+from dpsql.metadata import Metadata
+
+if TYPE_CHECKING:  # pyspark is an optional extra: import it only when a backend is created
+    from pyspark.sql import DataFrame, SparkSession
+
+SOURCE_DIALECT = "duckdb"  # what dpsql.rewrite generates
+TARGET_DIALECT = "spark"
+
+#: The session settings every backend session gets (see module docstring).
+SESSION_CONF: dict[str, str] = {
+    "spark.sql.ansi.enabled": "false",
+    "spark.sql.runSQLOnFiles": "false",
+    "spark.sql.variable.substitute": "false",
+}
+
+# Inside TRY(...): Spark operators whose non-ANSI behaviour is not NULL-on-error.
+_TRY_FUNCTIONS: dict[type[exp.Expression], str] = {
+    exp.Add: "try_add",
+    exp.Sub: "try_subtract",
+    exp.Mul: "try_multiply",
+    exp.Div: "try_divide",
+}
+
+
+def _require_pyspark() -> Any:
+    try:
+        import pyspark.sql
+    except ImportError:
+        raise ProgrammingError(
+            "the Spark backend needs pyspark: pip install 'dpsql[spark]' (Java 17+ is needed "
+            "too)"
+        ) from None
+    return pyspark.sql
+
+
+def spark_session(master: str, app_name: str = "dpsql") -> SparkSession:
+    """The active SparkSession for ``master`` (``local[2]``, ``spark://host:7077``, ``yarn``,
+    ...), created when there is none. Settings beyond the master come from the usual Spark
+    configuration (``spark-defaults.conf``, ``$SPARK_CONF_DIR``)."""
+    sql = _require_pyspark()
+    try:
+        return sql.SparkSession.builder.master(master).appName(app_name).getOrCreate()
+    except Exception as err:  # py4j / JVM start-up errors have many classes
+        raise OperationalError(
+            f"cannot start Spark with master {master!r} ({type(err).__name__}): check the "
+            "master URL and that Java 17+ is installed"
+        ) from None
+
+
+# --------------------------------------------------------------------------- transpiling
+
+
+# Date functions Spark evaluates with exact arithmetic even without ANSI mode (add_months,
+# timestampadd raise on overflow); try_add/try_subtract cover ``d + INTERVAL ...`` instead.
+_UNTRAPPED_DATE_FUNCTIONS: tuple[type[exp.Expression], ...] = (
+    exp.DateAdd, exp.DateSub, exp.AddMonths, exp.TimestampAdd, exp.TimestampSub,
+    exp.DatetimeAdd, exp.DatetimeSub, exp.TsOrDsAdd, exp.TimeAdd, exp.TimeSub,
+)
+
+
+def _post_order(node: exp.Expression) -> list[exp.Expression]:
+    """Every node under ``node`` (itself last), each after all of its descendants."""
+    return list(reversed(list(node.walk(bfs=False))))
+
+
+def _total_operators(node: exp.Expression) -> exp.Expression:
+    """The body of one TRY(...): arithmetic as try_* functions, casts as TRY_CAST."""
+    for n in node.walk():
+        if isinstance(n, _UNTRAPPED_DATE_FUNCTIONS) and n.find(exp.Column) is not None:
+            # Spark has no general TRY: an overflow here would raise, depending on the data
+            raise OperationalError(
+                f"{n.sql(dialect=SOURCE_DIALECT)[:60]} cannot be made error-free on Spark: "
+                "write date arithmetic as column + INTERVAL ..., or use the DuckDB backend"
+            )
+    holder = exp.Paren(this=node)  # a parent, so that the body's root can be replaced too
+    for n in _post_order(node):  # children first: their replacements move into the new parent
+        name = _TRY_FUNCTIONS.get(type(n))
+        if name is not None:
+            n.replace(exp.Anonymous(this=name, expressions=[n.left, n.right]))
+        elif type(n) is exp.Cast:
+            n.replace(exp.TryCast(this=n.this, to=n.args["to"], safe=True))
+    return holder.this
+
+
+def _translate_try(tree: exp.Expression) -> exp.Expression:
+    """Replace every ``TRY(x)`` by ``x`` with NULL-on-error operators (module docstring)."""
+    for node in _post_order(tree):
+        if isinstance(node, exp.Try):
+            node.replace(_total_operators(node.this))
+    return tree
+
+
+def _sum_type(node: exp.Sum) -> exp.DataType | None:
+    """The DECIMAL(38, s) an integer or DECIMAL SUM argument is summed in; None for floats."""
+    arg_type = node.this.type
+    if arg_type is None or arg_type.is_type(exp.DataType.Type.UNKNOWN):
+        raise OperationalError(
+            f"the type of SUM argument {node.this.sql(dialect=SOURCE_DIALECT)[:60]} is unknown, "
+            "so dpsql cannot make Spark sum it exactly: declare the column's type"
+        )
+    if arg_type.is_type(*exp.DataType.FLOAT_TYPES):
+        return None
+    if arg_type.is_type(*exp.DataType.INTEGER_TYPES):
+        return exp.DataType.build("DECIMAL(38, 0)")
+    if arg_type.is_type(exp.DataType.Type.DECIMAL):
+        params = arg_type.expressions
+        scale = int(params[1].name) if len(params) > 1 else 0
+        return exp.DataType.build(f"DECIMAL(38, {scale})")
+    raise OperationalError(
+        f"SUM over {arg_type.sql(dialect=SOURCE_DIALECT)} is not supported on Spark: sum a "
+        "numeric column"
+    )
+
+
+def _exact_sums(tree: exp.Expression, schema: MappingSchema) -> exp.Expression:
+    """Sum integer and DECIMAL arguments in DECIMAL(38, s), as DuckDB does (module docstring)."""
+    annotate_types(tree, schema=schema, dialect=SOURCE_DIALECT)
+    for node in list(tree.find_all(exp.Sum)):
+        wide = _sum_type(node)
+        if wide is not None:
+            node.set("this", exp.Cast(this=node.this, to=wide))
+    return tree
+
+
+def to_spark_sql(sql: str, schema: MappingSchema | Mapping[str, Mapping[str, str]]) -> str:
+    """``sql`` (DuckDB dialect, as dpsql.rewrite generates it) as Spark SQL, given the
+    {table: {column: DuckDB type}} ``schema`` of the tables it reads.
+
+    Guarantees: the same result set on Spark with :data:`SESSION_CONF` as on DuckDB, NULL
+    wherever DuckDB's ``TRY`` gives NULL, sums exact (module docstring); named parameters
+    ``$p`` become ``:p``; comments are dropped. A construct that cannot be expressed faithfully
+    raises OperationalError (fail closed) rather than running a different query.
+    """
+    if not isinstance(schema, MappingSchema):
+        schema = MappingSchema(dict(schema), dialect=SOURCE_DIALECT)
+    try:
+        tree = sqlglot.parse_one(sql, read=SOURCE_DIALECT)
+        tree = _exact_sums(_translate_try(tree), schema)
+        return tree.sql(dialect=TARGET_DIALECT, comments=False,
+                        unsupported_level=ErrorLevel.RAISE)
+    except SqlglotError as err:
+        raise OperationalError(
+            f"the generated query cannot be translated to Spark SQL ({err}); run it on the "
+            "DuckDB backend"
+        ) from None
+
+
+# --------------------------------------------------------------------------- types
+
+_SIMPLE_TYPES = {
+    "ByteType": "TINYINT", "ShortType": "SMALLINT", "IntegerType": "INTEGER",
+    "LongType": "BIGINT", "FloatType": "FLOAT", "DoubleType": "DOUBLE",
+    "StringType": "VARCHAR", "CharType": "VARCHAR", "VarcharType": "VARCHAR",
+    "BooleanType": "BOOLEAN", "DateType": "DATE", "TimestampType": "TIMESTAMP WITH TIME ZONE",
+    "TimestampNTZType": "TIMESTAMP", "BinaryType": "BLOB", "NullType": "NULL",
+    "DayTimeIntervalType": "INTERVAL", "YearMonthIntervalType": "INTERVAL",
+}  # fmt: skip
+
+
+def duckdb_type_name(data_type: Any) -> str:
+    """The DuckDB name of a Spark ``DataType`` (what the engine and the DB-API report)."""
+    kind = type(data_type).__name__
+    if kind == "DecimalType":
+        return f"DECIMAL({data_type.precision},{data_type.scale})"
+    return _SIMPLE_TYPES.get(kind, data_type.simpleString().upper())
+
+
+# --------------------------------------------------------------------------- the backend
+
+
+def _is_parquet(source: str) -> bool:
+    return ".parquet" in source.lower()
+
+
+class SparkBackend:
+    """Exact aggregates from Spark SQL (see module docstring).
+
+    ``metadata`` declares the tables to register (None: none yet, see :meth:`register`);
+    ``spark`` is a SparkSession or a master URL; ``database`` is the Spark catalog database
+    holding the tables without a ``source`` (default: the session's current database).
+    A declared table without a source that the catalog lacks is left out, as the DuckDB
+    backend does (:attr:`missing`; a query on it fails when it runs); a source that cannot be
+    read raises OperationalError.
+    """
+
+    dialect = TARGET_DIALECT
+
+    def __init__(
+        self,
+        metadata: Metadata | None,
+        spark: SparkSession | str,
+        *,
+        database: str | None = None,
+    ) -> None:
+        _require_pyspark()
+        base = spark_session(spark) if isinstance(spark, str) else spark
+        self.database = database
+        self.master = base.sparkContext.master
+        self._session = base.newSession()
+        for key, value in SESSION_CONF.items():
+            self._session.conf.set(key, value)
+        self._views: list[str] = []
+        self._sources: dict[str, str] = {}
+        self._schema: MappingSchema | None = None  # of the registered tables, built on demand
+        self._translated: dict[str, str] = {}  # generated SQL -> Spark SQL
+        #: declared tables neither in the catalog nor given a source
+        self.missing: list[str] = []
+        for table in metadata.tables.values() if metadata is not None else ():
+            if table.source is None and not self._in_catalog(table.name):
+                self.missing.append(table.name)
+            else:
+                self.register(table.name, table.source)
+
+    @property
+    def session(self) -> SparkSession:
+        """The backend's own session (its temporary views are the declared tables)."""
+        return self._session
+
+    def register(self, name: str, source: str | None = None) -> None:
+        """Make ``name`` a temporary view: of the file(s) ``source``, else of the catalog table
+        ``name`` (in :attr:`database`)."""
+        try:
+            frame = self._read(name, source)
+            frame.createOrReplaceTempView(name)
+        except OperationalError:
+            raise
+        except Exception as err:
+            what = f"source {source!r}" if source else "the Spark catalog"
+            raise OperationalError(
+                f"cannot register table {name!r} from {what} ({type(err).__name__}): check "
+                "the metadata's source path or the catalog"
+            ) from None
+        if name not in self._views:
+            self._views.append(name)
+        if source is not None:
+            self._sources[name] = source
+        self._schema = None
+        self._translated.clear()
+
+    @property
+    def tables(self) -> list[str]:
+        """The registered tables (temporary views of :attr:`session`), in registration order."""
+        return list(self._views)
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """{table: source path} of the registered tables read from files."""
+        return dict(self._sources)
+
+    def _read(self, name: str, source: str | None) -> DataFrame:
+        reader = self._session.read
+        if source is not None:
+            if source.lower().endswith((".json", ".ndjson")):
+                raise ProgrammingError(f"unsupported table source {source!r}: use CSV or Parquet")
+            if _is_parquet(source):
+                return reader.parquet(source)
+            return reader.option("header", True).option("inferSchema", True).csv(source)
+        if not self._in_catalog(name):
+            raise OperationalError(
+                f"table {self._qualified(name)!r} is not in the Spark catalog and the metadata "
+                "declares no source for it: create the table or add `source: PATH` to the metadata"
+            )
+        return self._session.table(self._qualified(name))
+
+    def _qualified(self, name: str) -> str:
+        return f"{self.database}.{name}" if self.database else name
+
+    def _in_catalog(self, name: str) -> bool:
+        try:
+            return bool(self._session.catalog.tableExists(self._qualified(name)))
+        except Exception:  # e.g. the database itself does not exist
+            return False
+
+    def catalog_tables(self) -> list[str]:
+        """Names of the tables and views in :attr:`database` of the Spark catalog (not this
+        backend's temporary views)."""
+        tables = self._session.catalog.listTables(self.database)
+        return sorted(t.name for t in tables if not t.isTemporary)
+
+    def table_schema(self, table: str) -> dict[str, str]:
+        """{column: DuckDB type name} of a registered table."""
+        if table not in self._views:
+            raise ProgrammingError(f"table {table!r} is not registered with this backend")
+        fields = self._session.table(table).schema.fields
+        return {f.name: duckdb_type_name(f.dataType) for f in fields}
+
+    def translate(self, sql: str) -> str:
+        """:func:`to_spark_sql` over the registered tables' schemas, memoised by text."""
+        hit = self._translated.get(sql)
+        if hit is None:
+            if self._schema is None:
+                self._schema = self._sqlglot_schema()
+            hit = self._translated[sql] = to_spark_sql(sql, self._schema)
+            if len(self._translated) > 1024:
+                self._translated.pop(next(iter(self._translated)))
+        return hit
+
+    def _sqlglot_schema(self) -> MappingSchema:
+        schema = MappingSchema(dialect=SOURCE_DIALECT)
+        for name in self._views:
+            columns = {}
+            for column, type_name in self.table_schema(name).items():
+                try:
+                    exp.DataType.build(type_name, dialect=SOURCE_DIALECT)
+                except SqlglotError:
+                    type_name = "UNKNOWN"  # nested types: never a SUM argument
+                columns[column] = type_name
+            schema.add_table(name, columns)
+        return schema
+
+    def execute(
+        self, sql: str, params: Mapping[str, Any] | None = None
+    ) -> tuple[list[tuple[Any, ...]], list[str]]:
+        """Run generated SQL (DuckDB dialect) on Spark; collect the rows to the driver.
+
+        Spark errors become ``OperationalError`` naming only the error class: Spark's message
+        can quote a private value, and the analyst may see this error.
+        """
+        spark_sql = self.translate(sql)
+        try:
+            frame = self._session.sql(spark_sql, args=dict(params) if params else None)
+            rows = [tuple(row) for row in frame.collect()]
+            types = [duckdb_type_name(f.dataType) for f in frame.schema.fields]
+        except Exception as err:  # pyspark, py4j and JVM errors have many classes
+            raise OperationalError(
+                f"Spark could not run the query ({type(err).__name__}); check parameter types "
+                "and the metadata's declared column types"
+            ) from None
+        return rows, types
+
+    def close(self) -> None:
+        """Drop this backend's views. The SparkContext stays up: it may be shared."""
+        for name in self._views:
+            try:
+                self._session.catalog.dropTempView(name)
+            except Exception:  # a stopped context has nothing left to drop
+                break
+        self._views.clear()
+        self._sources.clear()

@@ -1,0 +1,70 @@
+"""Fixtures shared by every suite: one local Spark session per test run, and ``make_backend``,
+which runs a test module once per execution backend (DuckDB, Spark).
+
+Spark tests need the ``spark`` extra (``pip install -e '.[test,spark]'``) and Java 17+; without
+pyspark they are skipped with that reason. ``-m "not spark"`` deselects them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dpsql.backends.duckdb import DuckDBBackend
+from tests.backends import RecordingDuckDBBackend, export_parquet, spark_backend_class, with_sources
+
+SPARK_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",  # 2 CPUs and tiny tables: few partitions per shuffle
+    "spark.default.parallelism": "2",
+    "spark.driver.memory": "1g",
+}
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """The one local[2] SparkSession of this test run (skips when pyspark is missing)."""
+    pytest.importorskip(
+        "pyspark", reason="pyspark is not installed: pip install -e '.[test,spark]' to run the "
+        "Spark backend tests")
+    from pyspark.sql import SparkSession
+
+    # catalog tables written by tests go to a temporary warehouse, not ./spark-warehouse
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    builder = SparkSession.builder.master("local[2]").appName("dpsql-tests")
+    builder = builder.config("spark.sql.warehouse.dir", str(warehouse))
+    for key, value in SPARK_CONF.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+BACKENDS = ["duckdb", pytest.param("spark", marks=pytest.mark.spark)]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend_name(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def make_backend(request, backend_name, tmp_path_factory):
+    """A factory ``(database, metadata, recording=False) -> Backend`` for ``backend_name``."""
+    if backend_name == "duckdb":
+        def duckdb_backend(database, metadata, *, recording=False):
+            cls = RecordingDuckDBBackend if recording else DuckDBBackend
+            return cls(database, metadata)
+        return duckdb_backend
+
+    session = request.getfixturevalue("spark")
+    exported: dict[str, dict[str, str]] = {}
+
+    def spark_backend(database, metadata, *, recording=False):
+        key = str(database)
+        if key not in exported:
+            exported[key] = export_parquet(database, tmp_path_factory.mktemp("parquet"))
+        cls = spark_backend_class(recording)
+        return cls(with_sources(metadata, exported[key]), session)
+    return spark_backend

@@ -1,0 +1,312 @@
+"""The Spark backend (dpsql/backends/spark.py): faithful translation, isolation, lock-down.
+
+The backend-independent suites (rewrite equivalence, rejection corpus, totality, the engine's
+privacy loss) already run on Spark through ``make_backend``. Here: the exact query of every
+fixture query gives IDENTICAL rows and type names on DuckDB and on Spark; the translation of
+TRY and the session settings are what totality rests on (and default Spark would fail);
+catalog tables, CSV sources and errors; the owner's session is left untouched.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.engine import Engine
+from dpsql.errors import OperationalError, ProgrammingError
+from dpsql.metadata import loads_metadata
+from tests.backends import export_parquet, with_sources
+from tests.unit.shop_fixture import build_shop
+from tests.unit.test_rewrite_equivalence import BROKEN, NOT_IN_OVER_NULL, QUERIES
+
+# --------------------------------------------------------------------------- translation
+# (sqlglot only: these run without pyspark)
+
+
+SCHEMA = {"t": {"a": "INTEGER", "b": "BIGINT", "c": "DOUBLE", "d": "DECIMAL(15,2)",
+                "s": "VARCHAR"}}
+
+
+def test_try_becomes_null_on_error_operators():
+    from dpsql.backends.spark import to_spark_sql
+
+    sql = to_spark_sql("SELECT COUNT(*) FROM t WHERE TRY(t.a + t.b * 2 - t.c / t.d > 3) "
+                       "AND TRY(CAST(t.s AS INTEGER) = 1) AND TRY(t.a // t.b = 1)", SCHEMA)
+    assert "TRY(" not in sql.upper()
+    for function in ("TRY_ADD(", "TRY_MULTIPLY(", "TRY_SUBTRACT(", "TRY_DIVIDE(", "TRY_CAST("):
+        assert function in sql.upper(), sql
+    # integer division and modulo are NULL on a zero divisor with ANSI mode off
+    assert " DIV " in sql
+
+
+def test_arithmetic_outside_try_is_left_alone():
+    from dpsql.backends.spark import to_spark_sql
+
+    sql = to_spark_sql("SELECT SUM(CAST(t.a AS DOUBLE)) + 1 AS s FROM t", SCHEMA)
+    assert "TRY" not in sql.upper() and "SUM(CAST(t.a AS DOUBLE)) + 1" in sql
+
+
+def test_integer_and_decimal_sums_are_exact():
+    from dpsql.backends.spark import to_spark_sql
+
+    sql = to_spark_sql(
+        "SELECT SUM(CASE WHEN t.b < 0 THEN 0 ELSE t.b END) AS x, SUM(t.a) AS y, "
+        "SUM(CASE WHEN t.d > 2.5 THEN 2.5 ELSE t.d END) AS z, SUM(t.c) AS w FROM t", SCHEMA)
+    assert "SUM(CAST(CASE WHEN t.b < 0 THEN 0 ELSE t.b END AS DECIMAL(38, 0)))" in sql
+    assert "SUM(CAST(t.a AS DECIMAL(38, 0)))" in sql
+    assert "AS DECIMAL(38, 2)))" in sql and "SUM(t.c)" in sql
+
+
+def test_date_functions_that_spark_cannot_trap_fail_closed():
+    from dpsql.backends.spark import to_spark_sql
+
+    schema = {"t": {"d": "DATE", "ts": "TIMESTAMP"}}
+    # add_months / timestampadd raise on overflow even without ANSI mode: refused, whatever
+    # the data (the refusal depends on the query text only)
+    with pytest.raises(OperationalError, match="cannot be made error-free on Spark"):
+        to_spark_sql("SELECT COUNT(*) FROM t WHERE TRY(date_add(t.d, INTERVAL 1 MONTH) > "
+                     "DATE '2020-01-01')", schema)
+    # column + INTERVAL becomes try_add, which returns NULL on any error
+    sql = to_spark_sql("SELECT COUNT(*) FROM t WHERE TRY(t.ts + INTERVAL 1 HOUR > "
+                       "TIMESTAMP '2020-01-01 00:00:00')", schema)
+    assert "TRY_ADD(t.ts, INTERVAL '1' HOUR)" in sql
+
+
+def test_a_sum_of_unknown_type_fails_closed():
+    from dpsql.backends.spark import to_spark_sql
+
+    with pytest.raises(OperationalError, match="SUM argument"):
+        to_spark_sql("SELECT SUM(t.zz) FROM t", SCHEMA)
+    with pytest.raises(OperationalError, match="SUM over"):
+        to_spark_sql("SELECT SUM(t.s) FROM t", SCHEMA)
+
+
+def test_named_parameters_comments_and_hints():
+    from dpsql.backends.spark import to_spark_sql
+
+    sql = to_spark_sql("/*+ REPARTITION(100000) */ SELECT /*+ BROADCAST(t) */ COUNT(*) "
+                       "FROM t WHERE TRY(t.a > $__dpsql_param_0) -- note", SCHEMA)
+    assert ":__dpsql_param_0" in sql and "$" not in sql
+    assert "/*" not in sql and "--" not in sql and "REPARTITION" not in sql
+
+
+def test_string_literals_keep_their_value():
+    from dpsql.backends.spark import to_spark_sql
+
+    # Spark reads backslash escapes in literals; DuckDB does not
+    assert to_spark_sql("SELECT 'a\\b''c' AS x", SCHEMA) == "SELECT 'a\\\\b\\'c' AS x"
+
+
+# --------------------------------------------------------------------------- on Spark
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory):
+    return build_shop(tmp_path_factory.mktemp("spark_backend") / "shop.duckdb")
+
+
+@pytest.fixture(scope="module")
+def sources(shop, tmp_path_factory):
+    return export_parquet(shop.path, tmp_path_factory.mktemp("shop_parquet"))
+
+
+@pytest.fixture(scope="module")
+def backends(shop, sources, spark):
+    from dpsql.backends.spark import SparkBackend
+
+    metadata = shop.metadata()
+    duck = DuckDBBackend(shop.path, metadata)
+    sparkb = SparkBackend(with_sources(metadata, sources), spark)
+    yield duck, sparkb, Engine(metadata, duck)
+    duck.close()
+    sparkb.close()
+
+
+EXACT_CASES = [pytest.param(sql, params, id=name) for name, sql, params, _ in QUERIES] + [
+    pytest.param(p.values[0], (), id=p.id) for p in BROKEN] + [
+    pytest.param(NOT_IN_OVER_NULL, (), id="not_in_over_null")]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("sql", "params"), EXACT_CASES)
+def test_exact_rows_and_types_are_identical_to_duckdb(backends, sql, params):
+    from dpsql.rewrite import bind_params
+
+    duck, sparkb, engine = backends
+    plan = engine.prepare(sql).plan
+    bound = bind_params(plan.exact_params, list(params))
+    want_rows, want_types = duck.execute(plan.exact_sql, bound)
+    got_rows, got_types = sparkb.execute(plan.exact_sql, bound)
+    assert got_rows == want_rows  # exactly, in order: bins come back sorted by the domain
+    # Group keys: the same types and Python types. Measurements: the same numbers (an integer
+    # SUM is DECIMAL(38, 0) on Spark, HUGEINT on DuckDB; the engine reads both as numbers).
+    keys = plan.n_keys
+    assert got_types[:keys] == want_types[:keys]
+    assert all(type(g) is type(w) for gr, wr in zip(got_rows, want_rows, strict=True)
+               for g, w in zip(gr[:keys], wr[:keys], strict=True))
+    for got, want in zip(got_types[keys:], want_types[keys:], strict=True):
+        assert got == want or (got, want) == ("DECIMAL(38,0)", "HUGEINT"), (got, want)
+
+
+@pytest.mark.spark
+def test_translation_is_memoised(backends):
+    _, sparkb, _ = backends
+    sql = "SELECT COUNT(*) AS n FROM orders AS o WHERE TRY(o.quantity + 1 > 2)"
+    assert sparkb.translate(sql) is sparkb.translate(sql)
+
+
+@pytest.mark.spark
+def test_default_spark_would_fail_where_the_backend_session_does_not(backends, spark):
+    _, sparkb, _ = backends
+    # b = 0 in one row: ANSI Spark (the default in Spark 4) raises on it, like plain DuckDB
+    sql = "SELECT COUNT(*) AS n FROM orders AS o WHERE TRY(o.quantity // (o.quantity - 3) > 0)"
+    assert sparkb.execute(sql)[0][0][0] > 0
+    plain = spark.newSession()
+    assert plain.conf.get("spark.sql.ansi.enabled") == "true"
+    plain.read.parquet(sparkb.sources["orders"]).createOrReplaceTempView("orders")
+    with pytest.raises(Exception, match="DIVIDE_BY_ZERO"):
+        plain.sql(sparkb.translate(sql)).collect()
+
+
+@pytest.mark.spark
+def test_the_owners_session_is_not_changed(backends, spark):
+    _, sparkb, _ = backends
+    assert sparkb.session is not spark
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+    assert not any(t.name == "orders" for t in spark.catalog.listTables())
+    assert sparkb.session.conf.get("spark.sql.runSQLOnFiles") == "false"
+
+
+@pytest.mark.spark
+def test_file_sources_are_off_even_for_the_backend_session(backends, sources):
+    _, sparkb, _ = backends
+    # dpsql never generates this (the analysis rejects it); the session refuses it anyway
+    with pytest.raises(OperationalError):
+        sparkb.execute(f"SELECT COUNT(*) FROM parquet.`{sources['orders']}`")
+
+
+@pytest.mark.spark
+def test_variables_are_not_substituted_into_literals(backends):
+    _, sparkb, _ = backends
+    sparkb.session.conf.set("spark.dpsql.probe", "new")
+    sql = "SELECT COUNT(*) AS n FROM orders AS o WHERE o.status = '${spark.dpsql.probe}'"
+    assert sparkb.execute(sql)[0] == [(0,)]
+    assert sparkb.execute("SELECT COUNT(*) AS n FROM orders AS o WHERE o.status = 'new'")[0][0][0]
+
+
+@pytest.mark.spark
+def test_errors_name_only_the_class(backends):
+    _, sparkb, _ = backends
+    with pytest.raises(OperationalError) as err:
+        sparkb.execute("SELECT COUNT(*) FROM orders WHERE no_such_column = 'SECRET-7731'")
+    assert "SECRET" not in str(err.value) and "no_such_column" not in str(err.value)
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+
+
+@pytest.mark.spark
+def test_table_schema_matches_duckdb(backends, shop):
+    _, sparkb, _ = backends
+    con = duckdb.connect(str(shop.path), read_only=True)
+    for table in shop.metadata().tables:
+        described = {r[0]: r[1] for r in con.execute(f"DESCRIBE {table}").fetchall()}
+        assert sparkb.table_schema(table) == described
+    con.close()
+    with pytest.raises(ProgrammingError):
+        sparkb.table_schema("secrets")
+
+
+@pytest.mark.spark
+def test_catalog_tables(shop, sources, spark):
+    from dpsql.backends.spark import SparkBackend
+
+    spark.sql("CREATE DATABASE IF NOT EXISTS dpsql_shop")
+    for name, path in sources.items():
+        spark.read.parquet(path).write.mode("overwrite").saveAsTable(f"dpsql_shop.{name}")
+    metadata = shop.metadata()
+    backend = SparkBackend(metadata, spark, database="dpsql_shop")
+    try:
+        assert sorted(backend.catalog_tables()) == sorted(sources)
+        result = Engine(metadata, backend).run(
+            "SELECT COUNT(*) AS n FROM orders o JOIN customers c "
+            "ON o.customer_id = c.customer_id", epsilon=1e6, delta=1e-6)
+        con = duckdb.connect(str(shop.path), read_only=True)
+        (want,) = con.execute("SELECT COUNT(*) FROM orders o JOIN customers c "
+                              "ON o.customer_id = c.customer_id").fetchone()
+        con.close()
+        assert abs(result.rows[0][0] - want) <= 5  # epsilon 1e6: noise is ~0
+    finally:
+        backend.close()
+    # Like DuckDB: a table the database lacks fails when a query reads it, not before.
+    absent = SparkBackend(metadata, spark, database="no_such_database")
+    assert sorted(absent.missing) == sorted(sources) and absent.tables == []
+    with pytest.raises(OperationalError):
+        absent.execute("SELECT COUNT(*) AS n FROM orders AS o")
+    with pytest.raises(OperationalError, match="not in the Spark catalog"):
+        absent.register("orders")
+
+
+@pytest.mark.spark
+def test_csv_source(tmp_path, spark):
+    from dpsql.backends.spark import SparkBackend
+
+    path = tmp_path / "people.csv"
+    path.write_text("id,age\n1,30\n2,40\n3,50\n")
+    metadata = loads_metadata(f"""
+tables:
+  people:
+    source: {path}
+    columns:
+      id: {{max_freq: 1}}
+      age: {{bounds: [0, 100]}}
+""")
+    backend = SparkBackend(metadata, spark)
+    try:
+        assert backend.table_schema("people") == {"id": "INTEGER", "age": "INTEGER"}
+        rows, _ = backend.execute("SELECT COUNT(*) AS n, SUM(p.age) AS s FROM people AS p")
+        assert rows == [(3, 120)]
+    finally:
+        backend.close()
+
+
+@pytest.mark.spark
+def test_missing_source_is_an_operational_error(tmp_path, spark):
+    from dpsql.backends.spark import SparkBackend
+
+    metadata = loads_metadata(f"""
+tables:
+  people:
+    source: {tmp_path / "missing.parquet"}
+    columns:
+      id: {{max_freq: 1}}
+""")
+    with pytest.raises(OperationalError, match="cannot register table 'people'"):
+        SparkBackend(metadata, spark)
+
+
+@pytest.mark.spark
+def test_integer_sums_beyond_64_bits_are_exact(tmp_path, spark):
+    from dpsql.backends.spark import SparkBackend
+
+    # 20 values of 9e17: the sum, 1.8e19, is beyond BIGINT (9.2e18). DuckDB sums integers in
+    # 128 bits; Spark's BIGINT sum would wrap around (ANSI off) to a negative number.
+    path = tmp_path / "big.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE big AS SELECT 900000000000000000::BIGINT AS v FROM range(20)")
+    con.close()
+    metadata = loads_metadata("""
+tables:
+  big:
+    columns:
+      v: {bounds: [0, 900000000000000000], type: BIGINT}
+""")
+    duck = DuckDBBackend(path, metadata)
+    sparkb = SparkBackend(with_sources(metadata, export_parquet(path, tmp_path / "pq")), spark)
+    try:
+        plan = Engine(metadata, duck).prepare("SELECT SUM(v) AS s FROM big").plan
+        want, _ = duck.execute(plan.exact_sql)
+        got, _ = sparkb.execute(plan.exact_sql)
+        assert want == [(18 * 10**18,)] and got == want
+    finally:
+        duck.close()
+        sparkb.close()
