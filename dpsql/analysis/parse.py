@@ -33,6 +33,11 @@ logging.getLogger("sqlglot").setLevel(logging.ERROR)
 #: Schema prefixes that name the default namespace (FLEX's ``public``, DuckDB's ``main``).
 _DEFAULT_SCHEMAS = frozenset({"public", "main"})
 _SYSTEM_SCHEMAS = frozenset({"information_schema", "pg_catalog", "system", "temp"})
+#: Spark reads ``parquet.`/path``` (a data-source name as schema, a path as table) as a file.
+_FILE_SOURCE_SCHEMAS = frozenset({
+    "parquet", "csv", "json", "orc", "avro", "text", "binaryfile", "delta", "jdbc", "libsvm",
+    "xml", "image", "hive", "file",
+})
 
 #: Syntax nodes a query may contain. Everything else is rejected: an allow-list, not a deny-list.
 _ALLOWED_NODES: tuple[type[exp.Expression], ...] = (
@@ -87,6 +92,8 @@ _STATEMENT_KEYWORDS = frozenset({
     "IMPORT", "INSERT", "INSTALL", "LOAD", "MERGE", "PIVOT", "PRAGMA", "PREPARE", "RESET",
     "REVOKE", "ROLLBACK", "SET", "SHOW", "SUMMARIZE", "TRUNCATE", "UNPIVOT", "UPDATE", "USE",
     "VACUUM",
+    # Spark SQL commands (the Spark backend): jars, files, caches, UDF and table refreshes
+    "ADD", "LIST", "CACHE", "UNCACHE", "CLEAR", "REFRESH", "MSCK", "REPAIR",
 })
 
 
@@ -237,6 +244,11 @@ def _check_table(table: exp.Table, metadata: Metadata) -> None:
     if db in _SYSTEM_SCHEMAS or table.name.lower().startswith(("duckdb_", "pragma_", "sqlite_")):
         raise UnsupportedConstructError(
             f"system catalog {table.sql(dialect=DIALECT)} is not reachable: query declared tables"
+        )
+    if db in _FILE_SOURCE_SCHEMAS:
+        raise UnsupportedConstructError(
+            f"{table.sql(dialect=DIALECT)} reads files (a Spark file source): query declared "
+            "tables only"
         )
     if db and db not in _DEFAULT_SCHEMAS:
         raise ProgrammingError(

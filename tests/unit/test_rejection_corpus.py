@@ -15,6 +15,10 @@ a sentence that says what to change. Classes:
 * ``AggregateArithmeticError``: an aggregate inside a subquery feeding a comparison, nested
   aggregates;
 * ``ProgrammingError``: syntax errors, undeclared tables and columns, wrong parameter counts.
+
+The corpus runs once per backend (``make_backend``, tests/conftest.py): on Spark too nothing may
+reach the backend, including Spark's own file sources (``parquet.`/path```), commands (ADD JAR,
+CACHE, REFRESH, ...) and UDF registration.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from dpsql.errors import (
     UnsupportedConstructError,
     UnsupportedQueryError,
 )
-from tests.unit.shop_fixture import RecordingBackend, build_shop
+from tests.unit.shop_fixture import build_shop
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +46,9 @@ def shop(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def shared_engine(shop):
+def shared_engine(shop, make_backend):
     metadata = shop.metadata()
-    backend = RecordingBackend(shop.path, metadata)
+    backend = make_backend(shop.path, metadata, recording=True)
     yield Engine(metadata, backend), backend
     backend.close()
 
@@ -312,6 +316,56 @@ CORPUS: dict[str, list[tuple[str, type[Error]]]] = {
         ("SELECT quantity + 1, COUNT(*) FROM orders GROUP BY quantity + 1", PB),
         ("SELECT t.k, COUNT(*) FROM (SELECT customer_id, COUNT(*) AS k FROM orders "
          "GROUP BY customer_id) t GROUP BY t.k", PB),
+    ],
+    # The Spark backend: file sources in FROM, Spark commands, UDFs and JVM-reaching functions.
+    # Backtick-quoted paths are not DuckDB syntax, so they fail to parse (ProgrammingError).
+    "spark_file_sources_commands_and_udfs": [
+        ("SELECT COUNT(*) FROM parquet.`/tmp/x.parquet`", PE),
+        ("SELECT COUNT(*) FROM csv.`/etc/passwd`", PE),
+        ("SELECT COUNT(*) FROM orders o JOIN json.`/tmp/x.json` j ON o.order_id = j.id", PE),
+        ("SELECT COUNT(*) FROM orders WHERE quantity IN (SELECT id FROM parquet.`/tmp/x`)", PE),
+        ("SELECT COUNT(*) FROM parquet.\"/tmp/x.parquet\"", UC),
+        ("SELECT COUNT(*) FROM csv.\"/etc/passwd\"", UC),
+        ("SELECT COUNT(*) FROM orders WHERE quantity IN (SELECT id FROM orc.\"/tmp/x\")", UC),
+        ("WITH x AS (SELECT * FROM delta.\"/tmp/t\") SELECT COUNT(*) FROM x", UC),
+        ("SELECT COUNT(*) FROM binaryFile.orders", UC),
+        ("SELECT COUNT(*) FROM spark_catalog.default.orders", UC),
+        ("SELECT COUNT(*) FROM global_temp.orders", PE),
+        ("SET spark.sql.ansi.enabled=true", UQ),
+        ("SET spark.sql.runSQLOnFiles = true", UQ),
+        ("RESET spark.sql.variable.substitute", UQ),
+        ("ADD JAR /tmp/evil.jar", UQ),
+        ("ADD FILE /tmp/x.py", UQ),
+        ("ADD ARCHIVE /tmp/x.zip", UQ),
+        ("LIST JARS", UQ),
+        ("CREATE FUNCTION f AS 'com.evil.F' USING JAR '/tmp/evil.jar'", UQ),
+        ("CREATE TEMPORARY FUNCTION f AS 'com.evil.F'", UQ),
+        ("CREATE TEMPORARY VIEW v USING parquet OPTIONS (path '/tmp/x')", UQ),
+        ("DROP TEMPORARY FUNCTION f", UQ),
+        ("CACHE TABLE orders", UQ),
+        ("CACHE LAZY TABLE c AS SELECT * FROM orders", UQ),
+        ("UNCACHE TABLE orders", UQ),
+        ("CLEAR CACHE", UQ),
+        ("REFRESH TABLE orders", UQ),
+        ("REFRESH '/tmp/x'", UQ),
+        ("REFRESH FUNCTION f", UQ),
+        ("MSCK REPAIR TABLE orders", UQ),
+        ("INSERT OVERWRITE DIRECTORY '/tmp/out' SELECT * FROM orders", UQ),
+        ("LOAD DATA LOCAL INPATH '/tmp/x' INTO TABLE orders", UQ),
+        ("SELECT COUNT(*) FROM orders WHERE reflect('java.lang.System', 'exit', '0') IS NULL", UC),
+        ("SELECT COUNT(*) FROM orders WHERE java_method('java.lang.Runtime', 'gc') IS NULL", UC),
+        ("SELECT COUNT(*) FROM orders WHERE input_file_name() = 'x'", UC),
+        ("SELECT COUNT(*) FROM orders WHERE spark_partition_id() = 0", UC),
+        ("SELECT COUNT(*) FROM orders WHERE monotonically_increasing_id() > 5", UC),
+        ("SELECT COUNT(*) FROM orders WHERE rand(1) < 0.5", UC),
+        ("SELECT COUNT(*) FROM orders WHERE randn() < 0.5", UC),
+        ("SELECT COUNT(*) FROM orders WHERE assert_true(quantity > 0) IS NULL", UC),
+        ("SELECT COUNT(*) FROM orders WHERE raise_error('x') IS NULL", UC),
+        ("SELECT COUNT(*) FROM orders WHERE try_divide(quantity, 0) IS NULL", UC),
+        ("SELECT COUNT(*) FROM IDENTIFIER('orders')", UC),
+        ("SELECT COUNT(*) FROM read_files('/tmp/x')", UC),
+        ("SELECT COUNT(*) FROM orders LATERAL VIEW explode(array(1, 2)) t AS x", UC),
+        ("SELECT COUNT(*) FROM orders WHERE quantity = ${x}", PE),
     ],
     "aggregate_arithmetic": [
         ("SELECT COUNT(*) FROM orders WHERE order_cost > (SELECT AVG(order_cost) FROM orders)",
