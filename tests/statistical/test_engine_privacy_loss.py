@@ -1,5 +1,8 @@
 """The neighbouring-database test through the WHOLE engine (analysis, rewrite, DuckDB, noise).
 
+The histogram test also runs with the Spark backend (tests/conftest.py ``make_backend``) on the
+smoothed join scenario: the exact aggregates then come from Spark, the noise from the driver.
+
 ``tests/statistical/privacy_loss.py`` estimates ``max_B |ln(P[M(D) in B] / P[M(D') in B])|``
 with a sampling margin. Here ``M`` is ``Engine.run`` itself, with the production sampler.
 
@@ -131,10 +134,10 @@ def database(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def engines(database):
+def engines(database, make_backend):
     return {
-        "secure": Engine(METADATA, DuckDBBackend(database, METADATA)),
-        "halved": Engine(METADATA, DuckDBBackend(database, METADATA), sampler=HalvedScale()),
+        "secure": Engine(METADATA, make_backend(database, METADATA)),
+        "halved": Engine(METADATA, make_backend(database, METADATA), sampler=HalvedScale()),
     }
 
 
@@ -180,9 +183,18 @@ def _estimate(engine, sql, d_value, d_prime_value, edges):
     return empirical_privacy_loss(d, d_prime, edges, min_count=MIN_COUNT, alpha=ALPHA)
 
 
+# Every scenario on DuckDB; on Spark (make_backend, tests/conftest.py) the smoothed join, whose
+# join and data-dependent smoothing run through Spark: one Spark run takes about a second, so
+# all four scenarios would take minutes.
+BACKEND_SCENARIOS = [
+    pytest.param("duckdb", *s.values, id=f"duckdb-{s.id}") for s in SCENARIOS
+] + [pytest.param("spark", *SCENARIOS[3].values, id=f"spark-{SCENARIOS[3].id}",
+                  marks=pytest.mark.spark)]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("sql", "d_value", "d_prime_value", "target", "edges", "pure"),
-                         SCENARIOS)
+@pytest.mark.parametrize(("backend_name", "sql", "d_value", "d_prime_value", "target", "edges",
+                          "pure"), BACKEND_SCENARIOS, scope="module")
 def test_engine_histogram_release_keeps_its_privacy_loss(engines, sql, d_value, d_prime_value,
                                                          target, edges, pure):
     engine = engines["secure"]
@@ -196,6 +208,7 @@ def test_engine_histogram_release_keeps_its_privacy_loss(engines, sql, d_value, 
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend_name", ["duckdb"], scope="module")
 @pytest.mark.parametrize(("sql", "d_value", "d_prime_value", "target", "edges", "pure"),
                          SCENARIOS)
 def test_same_harness_catches_a_halved_noise_scale(engines, sql, d_value, d_prime_value,
@@ -204,6 +217,7 @@ def test_same_harness_catches_a_halved_noise_scale(engines, sql, d_value, d_prim
     assert est.loss > target + est.margin, est
 
 
+@pytest.mark.parametrize("backend_name", ["duckdb"], scope="module")
 def test_smoothed_scenario_has_the_scale_the_targets_assume(engines):
     # S = max_k e^(-beta k) * 2 (R + k) = 2R because R >= 1/beta, so the scale is 2S/eps = 4R/eps
     # and a bin's shift of R costs exactly eps/4; the pure join's scale is 2 * 3 / eps.

@@ -1,5 +1,8 @@
 """With noise switched off, the engine answers exactly what the analyst's SQL answers on DuckDB.
 
+Every test runs once per execution backend (``make_backend`` in tests/conftest.py: DuckDB, and
+Spark over the same tables as Parquet); the reference is always plain SQL on DuckDB.
+
 This is the contract of :mod:`dpsql.rewrite` (clamping, domain bins, TRY totality, NOT IN with
 NOT EXISTS semantics, post-processing over the noisy table) checked end to end through
 :meth:`Engine.run`: the shop database (``tests/unit/shop_fixture.py``) keeps every SUM argument
@@ -26,7 +29,7 @@ import pytest
 
 from dpsql.engine import Engine
 from dpsql.errors import ProgrammingError
-from tests.unit.shop_fixture import STATUSES, RecordingBackend, build_shop
+from tests.unit.shop_fixture import STATUSES, build_shop
 
 EPSILON = 1000.0
 DELTA = 1e-6
@@ -56,16 +59,16 @@ def reference(shop):
     con.close()
 
 
-def _engine(shop, **metadata_options):
+def _engine(shop, make_backend, **metadata_options):
     metadata = shop.metadata(**metadata_options)
     sampler = ZeroNoise()
-    backend = RecordingBackend(shop.path, metadata)
+    backend = make_backend(shop.path, metadata, recording=True)
     return Engine(metadata, backend, sampler=sampler), sampler, backend
 
 
 @pytest.fixture(scope="module")
-def engine(shop):
-    return _engine(shop)
+def engine(shop, make_backend):
+    return _engine(shop, make_backend)
 
 
 # --------------------------------------------------------------------------- comparison
@@ -272,8 +275,8 @@ def test_zero_noise_answer_equals_duckdb_for_computed_subquery_expressions(engin
 # --------------------------------------------------------------------------- domains
 
 
-def test_domain_value_absent_from_data_gets_a_zero_bin(shop, reference):
-    parts = _engine(shop, status_domain=(*STATUSES, "lost"))
+def test_domain_value_absent_from_data_gets_a_zero_bin(shop, reference, make_backend):
+    parts = _engine(shop, make_backend, status_domain=(*STATUSES, "lost"))
     sql = "SELECT status, COUNT(*) AS n, SUM(order_cost) AS s FROM orders GROUP BY status"
     result = parts[0].run(sql, epsilon=EPSILON, delta=DELTA)
     want, _ = _reference(reference, sql, [])
@@ -281,8 +284,8 @@ def test_domain_value_absent_from_data_gets_a_zero_bin(shop, reference):
     assert_same_rows(result.rows, [*want, ("lost", 0, 0.0)], ordered=False)
 
 
-def test_data_value_outside_the_domain_is_dropped(shop, reference):
-    parts = _engine(shop, status_domain=("new", "shipped"))
+def test_data_value_outside_the_domain_is_dropped(shop, reference, make_backend):
+    parts = _engine(shop, make_backend, status_domain=("new", "shipped"))
     sql = "SELECT status, COUNT(*) AS n, AVG(order_cost) AS a FROM orders GROUP BY status"
     result = parts[0].run(sql, epsilon=EPSILON, delta=DELTA)
     want, _ = _reference(reference, sql, [])
@@ -333,8 +336,8 @@ def test_not_in_inside_a_cte_follows_not_exists_semantics(engine, reference):
     ("SELECT product_id, COUNT(*) AS n FROM orders GROUP BY product_id HAVING COUNT(*) > ?",
      None),
 ])
-def test_wrong_number_of_parameters_is_a_programming_error(shop, sql, params):
-    engine, sampler, backend = _engine(shop)
+def test_wrong_number_of_parameters_is_a_programming_error(shop, make_backend, sql, params):
+    engine, sampler, backend = _engine(shop, make_backend)
     charges = []
     with pytest.raises(ProgrammingError, match="parameter"):
         engine.run(sql, params, epsilon=EPSILON, charge=charges.append)
