@@ -62,6 +62,7 @@ from typing import Any
 from dpsql.accounting import BudgetStatus, CompositionReport, Ledger, database_identity
 from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.smooth import check_budget_parameters
+from dpsql.backends.base import Backend
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.engine import ColumnRelease, Engine, Release, Result
 from dpsql.errors import (
@@ -283,8 +284,10 @@ def connect(
     ledger: str | os.PathLike | None = None,
     epsilon: float | None = None,
     delta: float | None = None,
+    backend: str = "duckdb",
+    spark: Any = None,
 ) -> Connection:
-    """Open a private, read-only connection to a DuckDB database.
+    """Open a private, read-only connection to a DuckDB database (or to tables in Spark).
 
     Preconditions: ``database`` is a DuckDB file path, or None/":memory:" (tables backed by the
     CSV/Parquet sources the metadata declares); ``metadata`` is a metadata file path, a loaded
@@ -293,13 +296,54 @@ def connect(
     ``dpsql budget set``); ``epsilon``/``delta`` are the default per-query budget
     (``Cursor.execute`` may override them; delta defaults to 0).
 
+    ``backend="spark"`` computes the exact aggregates with Spark SQL (:mod:`dpsql.backends.spark`,
+    the ``spark`` extra): ``spark`` is then a SparkSession or a master URL (``local[2]``,
+    ``spark://host:7077``, ``yarn``), and ``database`` names the Spark catalog database holding
+    the declared tables without a ``source`` (None: the current one). Its budgets are kept
+    under ``spark://DATABASE`` (``spark://default`` for None).
+
     Guarantees: the ledger used is the metadata's when it names one (a different ``ledger=``
     raises ProgrammingError), else ``ledger``, else none (nothing charged or cached). A missing,
     unreadable or foreign ledger file raises OperationalError; a missing database file raises
     OperationalError; invalid metadata raises ProgrammingError. Nothing is charged by connecting.
     """
     return Connection(database, metadata, analyst=analyst, ledger=ledger, epsilon=epsilon,
-                      delta=delta)
+                      delta=delta, backend=backend, spark=spark)
+
+
+BACKENDS = ("duckdb", "spark")
+
+
+def _spark_database(database: str | os.PathLike | None) -> str | None:
+    """The Spark catalog database named by ``database`` (``name`` or ``spark://name``)."""
+    if database is None:
+        return None
+    return os.fsdecode(database).removeprefix("spark://") or None
+
+
+def _ledger_identity(backend: str, database: str | os.PathLike | None) -> str:
+    """The key the ledger keeps this database's budgets and cached answers under."""
+    if backend == "spark":
+        return f"spark://{_spark_database(database) or 'default'}"
+    return database_identity(database)
+
+
+def _open_backend(backend: str, database: str | os.PathLike | None, md: Metadata,
+                  spark: Any) -> Backend:
+    """The execution backend ``connect(backend=..., spark=...)`` asks for."""
+    if backend == "duckdb":
+        if spark is not None:
+            raise ProgrammingError("spark= is only used with backend='spark'")
+        return DuckDBBackend(database, md)
+    if backend == "spark":
+        if spark is None:
+            raise ProgrammingError(
+                "backend='spark' needs spark=: a SparkSession or a master URL such as 'local[2]'"
+            )
+        from dpsql.backends.spark import SparkBackend  # optional extra: import on demand
+
+        return SparkBackend(md, spark, database=_spark_database(database))
+    raise ProgrammingError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
 
 
 class Connection:
@@ -314,6 +358,8 @@ class Connection:
         ledger: str | os.PathLike | None = None,
         epsilon: float | None = None,
         delta: float | None = None,
+        backend: str = "duckdb",
+        spark: Any = None,
     ) -> None:
         if not isinstance(analyst, str) or not analyst.strip():
             raise ProgrammingError("analyst must be a non-empty string: pass analyst='name'")
@@ -330,7 +376,7 @@ class Connection:
         self.delta = 0.0 if delta is None else float(delta)
         self.metadata = md
         #: the key under which the ledger keeps this database's budgets and cached answers
-        self.database = database_identity(database)
+        self.database = _ledger_identity(backend, database)
         #: the ledger file every query is charged to, or None (nothing charged)
         self.ledger_path = ledger_path
         self._closed = False
@@ -339,7 +385,7 @@ class Connection:
         # Open the ledger first: if it is unusable we fail closed before touching the data.
         self._ledger = Ledger(ledger_path, create=False) if ledger_path is not None else None
         try:
-            self._backend = DuckDBBackend(database, md)
+            self._backend = _open_backend(backend, database, md, spark)
             try:
                 self._engine = Engine(md, self._backend)
             except BaseException:

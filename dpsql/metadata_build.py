@@ -1,4 +1,5 @@
-"""Draft a metadata file from a DuckDB database (owner-side; DESIGN.md section 6).
+"""Draft a metadata file from a DuckDB database or from tables in Spark (owner-side; DESIGN.md
+section 6).
 
 The draft holds each table's row count, each column's max frequency and DuckDB type. Observed
 numeric ranges and small sets of distinct values are written as YAML *comments*: clamping
@@ -6,6 +7,10 @@ bounds and releasable domains are privacy decisions the data owner makes, never 
 derived from the data and applied automatically.
 
 Everything in the draft describes the private data: it is for the data owner, not analysts.
+
+The profiling queries are written once, in DuckDB's dialect; on Spark they run through
+:class:`dpsql.backends.spark.SparkBackend` (transpiled by sqlglot, executed as Spark jobs), so
+both drafts are computed by the same SQL.
 """
 
 from __future__ import annotations
@@ -15,15 +20,19 @@ import datetime as _dt
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 import duckdb
 
 from dpsql.errors import OperationalError, ProgrammingError
 from dpsql.metadata import _emit, _flow, load_metadata
+
+if TYPE_CHECKING:
+    from dpsql.backends.spark import SparkBackend
 
 #: more rows than this in total turns the progress bar on
 PROGRESS_ROWS = 1_000_000
@@ -58,10 +67,12 @@ def _plain(value: object) -> tuple[bool, object]:
 
 
 class _Relation:
-    def __init__(self, catalog: str, schema: str, name: str) -> None:
+    def __init__(self, catalog: str, schema: str, name: str, *, sql: str | None = None,
+                 source: str | None = None) -> None:
         self.catalog, self.schema, self.name = catalog, schema, name
-        self.sql = ".".join(quote_ident(p) for p in (catalog, schema, name))
+        self.sql = sql or ".".join(quote_ident(p) for p in (catalog, schema, name))
         self.key = name.lower()  # the metadata's table name
+        self.source = source  # the CSV/Parquet path behind it, written to the draft
 
     def matches(self, wanted: str) -> bool:
         parts = [p.lower() for p in wanted.split(".")]
@@ -84,6 +95,43 @@ def _connect(con_or_path: duckdb.DuckDBPyConnection | str | os.PathLike) -> tupl
         return duckdb.connect(str(path), read_only=True), str(path), True
     except duckdb.Error as exc:
         raise OperationalError(f"cannot open {str(path)!r} read-only: {exc}") from None
+
+
+class _DuckDBProfiler:
+    """Profiling queries on a DuckDB connection."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+
+    def relations(self) -> list[_Relation]:
+        return _relations(self.con)
+
+    def columns(self, rel: _Relation) -> list[tuple[str, str]]:
+        return [(c[0], c[1]) for c in self.con.execute(f"DESCRIBE {rel.sql}").fetchall()]
+
+    def fetchall(self, sql: str) -> list[tuple]:
+        return self.con.execute(sql).fetchall()
+
+
+class _SparkProfiler:
+    """Profiling queries as Spark jobs, over the tables a SparkBackend registered."""
+
+    def __init__(self, backend: SparkBackend) -> None:
+        self.backend = backend
+
+    def relations(self) -> list[_Relation]:
+        return sorted(
+            (_Relation("spark", self.backend.database or "default", name,
+                       sql=quote_ident(name), source=self.backend.sources.get(name))
+             for name in self.backend.tables),
+            key=lambda r: r.key,
+        )
+
+    def columns(self, rel: _Relation) -> list[tuple[str, str]]:
+        return list(self.backend.table_schema(rel.name).items())
+
+    def fetchall(self, sql: str) -> list[tuple]:
+        return self.backend.execute(sql)[0]
 
 
 def _relations(con: duckdb.DuckDBPyConnection) -> list[_Relation]:
@@ -133,26 +181,62 @@ def _select(all_rels: list[_Relation], tables: Sequence[str] | None) -> list[_Re
     return chosen
 
 
+def spark_profiling_backend(
+    spark: Any,
+    *,
+    database: str | None = None,
+    sources: Mapping[str, str] | None = None,
+    tables: Sequence[str] | None = None,
+) -> SparkBackend:
+    """A SparkBackend holding the tables to profile: every ``sources`` entry (name -> CSV or
+    Parquet path), plus the catalog tables ``tables`` of ``database`` not among them; with
+    neither, every table of ``database`` in the Spark catalog. ``spark`` is a SparkSession or a
+    master URL."""
+    from dpsql.backends.spark import SparkBackend
+
+    backend = SparkBackend(None, spark, database=database)
+    try:
+        for name, path in (sources or {}).items():
+            backend.register(name.lower(), path)
+        wanted = [t for t in tables or () if t.lower() not in backend.tables]
+        if not sources and not tables:
+            wanted = backend.catalog_tables()
+        for name in wanted:
+            backend.register(name.lower())
+    except BaseException:
+        backend.close()
+        raise
+    return backend
+
+
 def build_metadata(
-    con_or_path: duckdb.DuckDBPyConnection | str | os.PathLike,
+    con_or_path: duckdb.DuckDBPyConnection | str | os.PathLike | SparkBackend,
     tables: Sequence[str] | None = None,
     *,
     public: Sequence[str] = (),
     progress: bool = False,
     domain_max: int = 50,
 ) -> str:
-    """Profile a DuckDB database and return a draft metadata YAML text (our format).
+    """Profile a DuckDB database (or Spark tables) and return a draft metadata YAML text (our
+    format).
 
-    ``con_or_path`` is an open connection or a database file (opened read-only). ``tables``
+    ``con_or_path`` is an open connection, a database file (opened read-only), or a
+    :class:`~dpsql.backends.spark.SparkBackend` whose registered tables are profiled with
+    Spark jobs (see :func:`spark_profiling_backend`; tables with a source get ``source:``
+    in the draft). ``tables``
     restricts the draft to these tables (``name`` or ``schema.name``); ``public`` marks tables
     as public. Per column: one grouped query gives the max frequency (NULL counts as a value),
     the number of distinct values and the min/max; columns with at most ``domain_max`` distinct
     values get a commented candidate domain, numeric columns commented bounds. The text loads
     with :func:`dpsql.metadata.load_metadata`.
     """
+    if getattr(con_or_path, "dialect", None) == "spark":
+        backend: Any = con_or_path
+        return _build(_SparkProfiler(backend), f"Spark (master {backend.master})", tables,
+                      public, progress, domain_max)
     con, origin, owned = _connect(con_or_path)
     try:
-        return _build(con, origin, tables, public, progress, domain_max)
+        return _build(_DuckDBProfiler(con), origin, tables, public, progress, domain_max)
     except duckdb.Error as exc:
         raise OperationalError(f"profiling {origin} failed: {exc}") from None
     finally:
@@ -161,14 +245,14 @@ def build_metadata(
 
 
 def _build(
-    con: duckdb.DuckDBPyConnection,
+    con: _DuckDBProfiler | _SparkProfiler,
     origin: str,
     tables: Sequence[str] | None,
     public: Sequence[str],
     progress: bool,
     domain_max: int,
 ) -> str:
-    chosen = _select(_relations(con), tables)
+    chosen = _select(con.relations(), tables)
     public_keys = set()
     for name in public:
         match = [r for r in chosen if r.matches(name)]
@@ -178,8 +262,8 @@ def _build(
             )
         public_keys.update(r.key for r in match)
 
-    columns = {r.key: con.execute(f"DESCRIBE {r.sql}").fetchall() for r in chosen}
-    rows = {r.key: con.execute(f"SELECT count(*) FROM {r.sql}").fetchone()[0] for r in chosen}
+    columns = {r.key: con.columns(r) for r in chosen}
+    rows = {r.key: con.fetchall(f"SELECT count(*) FROM {r.sql}")[0][0] for r in chosen}
     show = progress or sum(rows.values()) > PROGRESS_ROWS
 
     doc_tables: dict[str, dict] = {}
@@ -187,6 +271,8 @@ def _build(
     column_notes: dict[tuple[str, str], list[str]] = {}
     for r in chosen:
         doc_tables[r.key] = {"rows": rows[r.key], "columns": {}}
+        if r.source is not None:
+            doc_tables[r.key]["source"] = r.source
         if r.key in public_keys:
             doc_tables[r.key]["public"] = True
         if rows[r.key] == 0:
@@ -225,7 +311,7 @@ def _build(
 
 
 def _profile_column(
-    con: duckdb.DuckDBPyConnection,
+    con: _DuckDBProfiler | _SparkProfiler,
     rel: _Relation,
     name: str,
     duck_type: str,
@@ -238,10 +324,10 @@ def _profile_column(
     # One grouped scan per column: the largest group is mf(a) (NULL is a group, as in SQL's
     # GROUP BY), the number of groups is the number of distinct values, and min/max over the
     # group keys is the column's range.
-    mf, n_distinct, lo, hi = con.execute(
+    ((mf, n_distinct, lo, hi),) = con.fetchall(
         f"SELECT max(c), count(*), {minmax} FROM "
         f"(SELECT {col} AS v, count(*) AS c FROM {rel.sql} GROUP BY {col})"
-    ).fetchone()
+    )
     spec: dict[str, object] = {"type": duck_type}
     notes: list[str] = []
     if mf is not None:
@@ -254,9 +340,9 @@ def _profile_column(
     if not is_public and 0 < n_distinct <= domain_max:
         values = [
             v
-            for (v,) in con.execute(
+            for (v,) in con.fetchall(
                 f"SELECT DISTINCT {col} FROM {rel.sql} ORDER BY 1 NULLS LAST"
-            ).fetchall()
+            )
         ]
         plain = [_plain(v) for v in values]
         if all(ok for ok, _ in plain):

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import click
 
+from dpsql.cli.backend import backend_options, spark_argument
 from dpsql.metadata import Table, load_metadata, loads_metadata
-from dpsql.metadata_build import build_metadata
+from dpsql.metadata_build import build_metadata, spark_profiling_backend
 
 
 @click.group("metadata")
@@ -19,11 +20,15 @@ def command() -> None:
 
 @command.command("build")
 @click.option(
-    "--database", "-d", required=True, type=click.Path(dir_okay=False, path_type=Path),
-    help="DuckDB database file to profile (opened read-only).",
+    "--database", "-d", type=click.Path(dir_okay=False, path_type=Path),
+    help="DuckDB database file to profile (opened read-only); with --backend spark, the Spark "
+         "catalog database (default: the current one).",
 )
 @click.option("--table", "-t", "tables", multiple=True,
               help="Describe only this table (repeatable; default: all tables and views).")
+@click.option("--source", "sources", multiple=True, metavar="NAME=PATH",
+              help="With --backend spark: profile the CSV/Parquet file(s) PATH as table NAME "
+                   "(repeatable); the draft records the source.")
 @click.option("--public", multiple=True, help="Mark this table as public (repeatable).")
 @click.option("--domain-max", default=50, show_default=True, type=click.IntRange(min=0),
               help="Suggest a domain for columns with at most this many distinct values.")
@@ -32,25 +37,44 @@ def command() -> None:
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the YAML here instead of standard output.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --output file.")
+@backend_options
 def build(
-    database: Path,
+    database: Path | None,
     tables: tuple[str, ...],
+    sources: tuple[str, ...],
     public: tuple[str, ...],
     domain_max: int,
     progress: bool,
     output: Path | None,
     force: bool,
+    backend: str,
+    spark_master: str | None,
 ) -> None:
-    """Profile DATABASE and write a draft metadata file to review.
+    """Profile DATABASE (or tables in Spark) and write a draft metadata file to review.
 
     Bounds and candidate domains are written as comments: they are privacy decisions.
     """
+    spark = spark_argument(backend, spark_master)
     if output is not None and output.exists() and not force:
         # a reviewed file holds the owner's bound and domain decisions; never clobber it silently
         raise click.ClickException(f"{output} exists; pass --force to overwrite it")
-    text = build_metadata(
-        database, list(tables) or None, public=public, progress=progress, domain_max=domain_max
-    )
+    if backend == "duckdb":
+        if database is None:
+            raise click.UsageError("missing --database FILE (the DuckDB database to profile)")
+        if sources:
+            raise click.UsageError("--source is for --backend spark; DuckDB reads --database")
+        text = build_metadata(database, list(tables) or None, public=public, progress=progress,
+                              domain_max=domain_max)
+    else:
+        spark_backend = spark_profiling_backend(
+            spark, database=str(database) if database is not None else None,
+            sources=_parse_sources(sources), tables=tables)
+        try:
+            # the backend holds exactly the --source and --table tables: describe them all
+            text = build_metadata(spark_backend, None, public=public, progress=progress,
+                                  domain_max=domain_max)
+        finally:
+            spark_backend.close()
     if output is None:
         click.echo(text, nl=False)
         return
@@ -59,6 +83,16 @@ def build(
     n = len(loads_metadata(text).tables)
     click.echo(f"wrote {output} ({n} table{'s' if n != 1 else ''}); review it before use",
                err=True)
+
+
+def _parse_sources(items: tuple[str, ...]) -> dict[str, str]:
+    sources: dict[str, str] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise click.UsageError(f"--source {item!r}: write NAME=PATH")
+        sources[name.strip().lower()] = path.strip()
+    return sources
 
 
 def _summary(t: Table, base: Path | None) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 import dpsql
+from dpsql.cli.backend import backend_options, spark_argument
 from dpsql.cli.output import FORMATS, release_line, render_rows
 from dpsql.errors import Error
 
@@ -17,7 +18,8 @@ from dpsql.errors import Error
 @click.option("--metadata", "-m", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Metadata YAML describing the reachable tables.")
 @click.option("--database", "-d", default=None, type=click.Path(dir_okay=False, path_type=Path),
-              help="DuckDB database file (default: in-memory, for CSV/Parquet-backed tables).")
+              help="DuckDB database file (default: in-memory, for CSV/Parquet-backed tables); "
+                   "with --backend spark, the Spark catalog database.")
 @click.option("--epsilon", "-e", required=True, type=float, help="Privacy budget to spend.")
 @click.option("--delta", default=0.0, show_default=True, type=float,
               help="Delta to spend (needed by joins between private tables, e.g. 1e-8).")
@@ -27,12 +29,18 @@ from dpsql.errors import Error
               help="Privacy ledger (SQLite); the metadata's ledger always applies.")
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table",
               show_default=True)
+@backend_options
 @click.argument("sql")
 def command(metadata: Path, database: Path | None, epsilon: float, delta: float, analyst: str,
-            ledger: Path | None, fmt: str, sql: str) -> int:
+            ledger: Path | None, fmt: str, backend: str, spark_master: str | None,
+            sql: str) -> int:
     """Run SQL with differential privacy and print the noisy rows and the release record."""
+    spark = spark_argument(backend, spark_master)
+    if backend == "spark" and database is not None:
+        database = str(database)  # a catalog database name, not a file
     try:
-        with dpsql.connect(database, metadata, analyst=analyst, ledger=ledger) as conn:
+        with dpsql.connect(database, metadata, analyst=analyst, ledger=ledger, backend=backend,
+                           spark=spark) as conn:
             cur = conn.cursor()
             cur.execute(sql, epsilon=epsilon, delta=delta)
             names = [d[0] for d in cur.description]

@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 import dpsql
+from dpsql.cli.backend import backend_options, spark_argument
 from dpsql.cli.commands import COMMANDS, CommandError, QuitShell, run_command
 from dpsql.cli.output import FORMATS, release_line, render_rows
 from dpsql.errors import Error
@@ -377,15 +378,18 @@ def history_file() -> Path:
               help="Use the demo shop (built on first use) as analyst 'demo'.")
 @click.option("--execute", "-e", "sql", metavar="SQL",
               help="Run SQL (statements and backslash commands) and exit; exit 1 on an error.")
+@backend_options
 def command(database: Path | None, metadata: Path | None, analyst: str | None,
             ledger: Path | None, epsilon: float, delta: float, fmt: str, owner: bool,
-            demo: bool, sql: str | None) -> int:
+            demo: bool, sql: str | None, backend: str, spark_master: str | None) -> int:
     """Interactive SQL shell with differential privacy (batch mode with -e or a piped script).
 
     SQL statements end with ';'. Results are noisy; each query spends the per-query epsilon
     from your budget, and a rejected query spends nothing. Type \\help for the commands.
     """
     if demo:
+        if backend != "duckdb":
+            raise click.UsageError("--demo is a DuckDB database; drop --backend spark")
         if database is not None or metadata is not None:
             raise click.UsageError("--demo chooses the database and metadata; drop DATABASE "
                                    "and --metadata, or drop --demo")
@@ -400,9 +404,11 @@ def command(database: Path | None, metadata: Path | None, analyst: str | None,
         raise click.UsageError("missing --metadata M.yaml (or use --demo)")
     if not analyst:
         raise click.UsageError("missing --analyst NAME: the ledger charges queries to someone")
+    spark = spark_argument(backend, spark_master)
     md = load_metadata(metadata)
     conn = dpsql.connect(str(database) if database is not None else None, str(metadata),
-                         analyst=analyst, ledger=str(ledger) if ledger is not None else None)
+                         analyst=analyst, ledger=str(ledger) if ledger is not None else None,
+                         backend=backend, spark=spark)
     try:
         shell = Shell(conn, md, analyst=analyst, epsilon=epsilon, delta=delta, owner=owner,
                       fmt=fmt)
