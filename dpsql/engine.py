@@ -111,9 +111,9 @@ class Engine:
         self._sampler = sampler
         self._prepared: OrderedDict[str, Prepared] = OrderedDict()
         self._cache_size = cache_size
-        self._post = duckdb.connect(":memory:")
-        self._post.execute("SET enable_external_access=false")
-        self._post.execute("SET lock_configuration=true")
+        # The in-memory DuckDB for post-processing SQL, opened on first use: most queries take
+        # the numpy fast path, and opening a DuckDB instance per Engine costs milliseconds.
+        self._post_db: duckdb.DuckDBPyConnection | None = None
 
     def prepare(self, sql: str) -> Prepared:
         """Analyse and rewrite ``sql`` (memoised by text: analysis is pure)."""
@@ -175,6 +175,14 @@ class Engine:
         return mechanisms.release_sums(exact.astype(np.float64), plan.scale,
                                        sampler=self._sampler, granularity=plan.granularity)
 
+    def _post_connection(self) -> duckdb.DuckDBPyConnection:
+        if self._post_db is None:
+            con = duckdb.connect(":memory:")
+            con.execute("SET enable_external_access=false")
+            con.execute("SET lock_configuration=true")
+            self._post_db = con
+        return self._post_db
+
     def _post_process(self, prepared: Prepared, bins: Bins, noisy, params):
         plan = prepared.plan
         if plan.fast_path is not None:
@@ -186,7 +194,7 @@ class Engine:
             post_sql, post_params = post_processing_sql(prepared.analysis)
         table = {f"__k{i}": k for i, k in enumerate(bins.keys)}
         table.update({f"__m{j}": v for j, v in enumerate(noisy)})
-        cur = self._post.cursor()
+        cur = self._post_connection().cursor()
         try:
             cur.register(NOISY_TABLE, table)
             result = cur.execute(post_sql, bind_params(post_params, params))
