@@ -419,7 +419,9 @@ def command(database: Path | None, metadata: Path | None, analyst: str | None,
             except QuitShell:
                 return 0
             return 0 if ok else 1
-        click.echo(_banner(shell, str(database) if database is not None else ":memory:"))
+        where = conn.database if backend == "spark" else (
+            str(database) if database is not None else ":memory:")
+        click.echo(_banner(shell, where))
         return interact(shell, history_file())
     finally:
         conn.close()
