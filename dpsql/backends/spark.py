@@ -222,6 +222,35 @@ def _is_parquet(source: str) -> bool:
     return ".parquet" in source.lower()
 
 
+#: Spark type names a declared (DuckDB) type may be cast to in a CSV-backed view.
+_SPARK_TYPES = frozenset({
+    "TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "DECIMAL", "STRING", "BOOLEAN",
+    "DATE", "TIMESTAMP", "TIMESTAMP_NTZ", "BINARY",
+})
+
+
+def _with_types(frame: DataFrame, types: Mapping[str, str]) -> DataFrame:
+    """``frame`` with each column of a declared type cast to it (matched case-insensitively):
+    CSV schema inference guesses INT where DuckDB's guesses BIGINT, and the metadata's types
+    are the ones the analysis checked."""
+    declared = {k.lower(): v for k, v in types.items()}
+    columns = []
+    for column in frame.columns:
+        quoted = "`" + column.replace("`", "``") + "`"
+        spark_type = None
+        if column.lower() in declared:
+            try:
+                spark_type = exp.DataType.build(declared[column.lower()],
+                                                dialect=SOURCE_DIALECT).sql(dialect=TARGET_DIALECT)
+            except SqlglotError:
+                spark_type = None
+        if spark_type is not None and spark_type.split("(")[0] in _SPARK_TYPES:
+            columns.append(f"CAST({quoted} AS {spark_type}) AS {quoted}")
+        else:
+            columns.append(quoted)
+    return frame.selectExpr(*columns)
+
+
 class SparkBackend:
     """Exact aggregates from Spark SQL (see module docstring).
 
@@ -259,18 +288,23 @@ class SparkBackend:
             if table.source is None and not self._in_catalog(table.name):
                 self.missing.append(table.name)
             else:
-                self.register(table.name, table.source)
+                types = {c.name: c.type for c in table.columns.values() if c.type}
+                self.register(table.name, table.source, types=types)
 
     @property
     def session(self) -> SparkSession:
         """The backend's own session (its temporary views are the declared tables)."""
         return self._session
 
-    def register(self, name: str, source: str | None = None) -> None:
+    def register(self, name: str, source: str | None = None, *,
+                 types: Mapping[str, str] | None = None) -> None:
         """Make ``name`` a temporary view: of the file(s) ``source``, else of the catalog table
-        ``name`` (in :attr:`database`)."""
+        ``name`` (in :attr:`database`). A CSV has no types: its columns get the declared
+        ``types`` ({column: DuckDB type}, as the metadata gives them), others Spark's guess."""
         try:
             frame = self._read(name, source)
+            if source is not None and not _is_parquet(source) and types:
+                frame = _with_types(frame, types)
             frame.createOrReplaceTempView(name)
         except OperationalError:
             raise

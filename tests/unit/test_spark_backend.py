@@ -310,3 +310,25 @@ tables:
     finally:
         duck.close()
         sparkb.close()
+
+
+@pytest.mark.spark
+def test_csv_columns_get_their_declared_types(spark):
+    from pathlib import Path
+
+    from dpsql.backends.spark import SparkBackend
+    from dpsql.metadata import load_metadata
+
+    # PUMS is CSV: Spark would infer INT where DuckDB (and so the metadata) says BIGINT
+    metadata = load_metadata(Path(__file__).resolve().parents[2] / "schemas" / "pums.yaml")
+    duck, sparkb = DuckDBBackend(None, metadata), SparkBackend(metadata, spark)
+    try:
+        declared = {c.name: c.type for c in metadata.table("pums").columns.values()}
+        assert sparkb.table_schema("pums") == declared
+        plan = Engine(metadata, duck).prepare(
+            "SELECT sex, COUNT(*) AS n, SUM(income) AS s, AVG(age) AS a FROM pums "
+            "WHERE educ > 8 GROUP BY sex").plan
+        assert sparkb.execute(plan.exact_sql)[0] == duck.execute(plan.exact_sql)[0]
+    finally:
+        duck.close()
+        sparkb.close()
