@@ -18,9 +18,10 @@ catalog table of the same name (in ``database`` when given). Its configuration:
   wrap around instead of failing in this mode, so inside the rewrite's ``TRY(...)`` they become
   ``try_add``/``try_subtract``/``try_multiply`` (NULL on overflow, as DuckDB's TRY gives) and
   ``/`` becomes ``try_divide``, casts ``TRY_CAST``. This is how DuckDB's ``TRY`` is translated.
-  (Spark's try_* functions return NULL on any error in their arguments, so ``d + INTERVAL``
-  overflows are caught too.) Date functions Spark evaluates with exact arithmetic even then
-  (add_months, timestampadd) over a column inside TRY are refused before Spark runs.
+  (On dates and intervals Spark evaluates try_add/try_subtract under a general try, so
+  ``d + INTERVAL`` overflows give NULL too.) Date functions Spark evaluates with exact
+  arithmetic even then (add_months, timestampadd) over a column inside TRY are refused before
+  Spark runs.
 * ``spark.sql.runSQLOnFiles=false``: ``parquet.`/path``` and friends cannot name files.
 * ``spark.sql.variable.substitute=false``: ``${...}`` in a literal stays text, never a
   configuration value.
