@@ -9,6 +9,7 @@ import click
 
 from dpsql.analysis.explain import explain, explain_text
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.cli.backend import backend_options, spark_argument
 from dpsql.column_types import fill_column_types
 from dpsql.errors import Error
 from dpsql.metadata import load_metadata
@@ -25,23 +26,31 @@ from dpsql.metadata import load_metadata
               help="Report elastic_sensitivity at this distance k.")
 @click.option("--database", "-d", type=click.Path(dir_okay=False, path_type=Path),
               help="DuckDB file (opened read-only) to take undeclared column types from, so "
-                   "join key types are checked; without it they are listed as unchecked.")
+                   "join key types are checked; without it they are listed as unchecked. With "
+                   "--backend spark: the Spark catalog database.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
+@backend_options
 @click.argument("sql")
 def command(metadata: Path, epsilon: float, delta: float, distance: int, database: Path | None,
-            as_json: bool, sql: str) -> int:
+            as_json: bool, backend: str, spark_master: str | None, sql: str) -> int:
     """Show how dpsql would protect SQL: sensitivities, smoothing and noise scales.
 
     OWNER ONLY: the report contains max frequencies and data-dependent sensitivities.
     """
+    spark = spark_argument(backend, spark_master)
     try:
         md = load_metadata(metadata)
-        if database is not None:
-            backend = DuckDBBackend(database, md)
+        if spark is not None:  # the tables' types as Spark stores them
+            from dpsql.backends.spark import SparkBackend
+
+            types_from = SparkBackend(md, spark, database=str(database) if database else None)
+        else:
+            types_from = DuckDBBackend(database, md) if database is not None else None
+        if types_from is not None:
             try:
-                md = fill_column_types(md, backend)
+                md = fill_column_types(md, types_from)
             finally:
-                backend.close()
+                types_from.close()
         if as_json:
             report = explain(sql, md, epsilon=epsilon, delta=delta, distance=distance)
             click.echo(json.dumps(report, indent=2))

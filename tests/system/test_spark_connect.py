@@ -1,5 +1,6 @@
 """The Spark backend from the outside: ``dpsql.connect(backend="spark")``, ``--backend spark``
-on `dpsql query`, `dpsql shell` and `dpsql metadata build` (its draft equals DuckDB's).
+on `dpsql query`, `dpsql shell`, `dpsql explain` (key types from Spark) and `dpsql metadata
+build` (its draft equals DuckDB's).
 
 The Spark tests use the one local session of the test run (tests/conftest.py); a master URL on
 the command line finds that active session, as it would find a cluster's.
@@ -152,3 +153,22 @@ def test_metadata_build_options_are_checked(shop, capsys):
     assert "missing --database" in capsys.readouterr().err
     assert main(["metadata", "build", "-d", str(shop_.path), "--source", "a=b"]) == 2
     assert "--source is for --backend spark" in capsys.readouterr().err
+
+
+@pytest.mark.spark
+def test_explain_takes_key_types_from_spark(shop, spark, tmp_path, capsys):
+    import dataclasses
+
+    shop_, sources, _, _ = shop
+    untyped = with_sources(shop_.metadata(), sources)
+    untyped = dataclasses.replace(untyped, tables={
+        name: dataclasses.replace(t, columns={c: dataclasses.replace(col, type=None)
+                                              for c, col in t.columns.items()})
+        for name, t in untyped.tables.items()})
+    path = tmp_path / "untyped.yaml"
+    path.write_text(dump_metadata(untyped))
+    assert main(["explain", "-m", str(path), "--json", JOIN]) == 0
+    assert json.loads(capsys.readouterr().out)["unchecked_key_types"]
+    assert main(["explain", "-m", str(path), "--json", "--backend", "spark",
+                 "--spark-master", "local[2]", JOIN]) == 0
+    assert json.loads(capsys.readouterr().out)["unchecked_key_types"] == []
