@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from sqlglot import exp
 
 from dpsql.analysis.kexpr import ONE, ZERO, Const, KExpr, PlusK, add, is_zero, kmax, kmin, mul
-from dpsql.analysis.keytypes import comparable, normalise, same_type, type_name
+from dpsql.analysis.keytypes import comparable, normalise, numeric_or_unknown, same_type, type_name
 from dpsql.analysis.parse import DIALECT, parse_query
 from dpsql.errors import (
     AggregateArithmeticError,
@@ -969,6 +969,14 @@ def _sum_bounds(agg: exp.Expression, arg: exp.Expression, rel: Relation) -> tupl
         raise MissingMetricError(
             f"{fn}({_sql(arg)}) needs bounds: declare bounds: [lower, upper] for column "
             f"{arg.name!r} in the metadata"
+        )
+    if not numeric_or_unknown(facts.type):
+        # DuckDB would cast each stored value to a number: one unparsable row would make the
+        # whole query fail, an error that depends on the data (the rewrite also uses TRY_CAST
+        # for columns of unknown type).
+        raise UnsupportedConstructError(
+            f"{fn}({_sql(arg)}) needs a numeric column, and {arg.name!r} is "
+            f"{facts.type}: sum a numeric column, or store this one as a number"
         )
     return facts.bounds
 

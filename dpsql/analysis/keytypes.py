@@ -65,6 +65,12 @@ def normalise(type_text: str | None) -> exp.DataType | None:
     return dtype
 
 
+def numeric_or_unknown(type_text: str | None) -> bool:
+    """False only for a known type that is not a number (SUM/AVG would cast it per row)."""
+    dtype = normalise(type_text)
+    return dtype is None or dtype.this in exp.DataType.NUMERIC_TYPES
+
+
 def injectively_comparable(left: exp.DataType, right: exp.DataType) -> bool:
     """True when ``left = right`` compares stored values exactly (see the module contract)."""
     a, b = left.this, right.this

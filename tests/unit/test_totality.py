@@ -216,3 +216,40 @@ def test_engine_errors_do_not_quote_data_values(databases):
         backend.execute("SELECT COUNT(*) FROM accounts t WHERE CAST(t.code AS INTEGER) = 5")
     assert SECRET_CODE not in str(err.value)
     assert err.value.__cause__ is None and err.value.__suppress_context__
+
+
+# SUM/AVG over a text column: DuckDB would cast every stored value to a number, so one
+# unparsable row (the secret code) would make the whole query fail.
+TEXT_BOUNDS = """
+tables:
+  accounts:
+    columns:
+      id: {max_freq: 1}
+      code: {max_freq: 1, bounds: [0, 1000]%s}
+"""
+
+
+@pytest.mark.parametrize("sql", ["SELECT SUM(code) FROM accounts",
+                                 "SELECT AVG(code) FROM accounts"])
+def test_sum_of_a_known_text_column_is_rejected(sql):
+    from dpsql.analysis.elastic import analyze
+    from dpsql.errors import UnsupportedConstructError
+    with pytest.raises(UnsupportedConstructError, match="needs a numeric column"):
+        analyze(sql, loads_metadata(TEXT_BOUNDS % ", type: VARCHAR"))
+
+
+def test_sum_of_a_column_of_unknown_type_cannot_fail(plain):
+    # Without a type (no database to fill it from), the clamp casts with TRY_CAST: the
+    # unparsable row counts as NULL instead of failing, on both databases.
+    from dpsql.analysis.elastic import analyze
+    from dpsql.rewrite import plan_execution
+    sql = "SELECT SUM(code) FROM accounts"
+    cast_sum = "SELECT SUM(CAST(code AS DOUBLE)) FROM accounts"  # the clamp's old cast
+    plain["without_row"].execute(cast_sum).fetchall()
+    with pytest.raises(duckdb.Error):
+        plain["with_row"].execute(cast_sum).fetchall()  # fails on the secret code only
+    exact = plan_execution(analyze(sql, loads_metadata(TEXT_BOUNDS % ""))).exact_sql
+    assert "TRY_CAST" in exact
+    with_row = plain["with_row"].execute(exact).fetchall()
+    without_row = plain["without_row"].execute(exact).fetchall()
+    assert with_row == without_row == [(sum(min(i, 1000) for i in range(1, 201)),)]
