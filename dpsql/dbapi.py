@@ -388,6 +388,9 @@ class Connection:
             self._backend = _open_backend(backend, database, md, spark)
             try:
                 self._engine = Engine(md, self._backend)
+                #: the metadata queries are analysed with: undeclared column types filled in
+                #: from the database (dpsql.column_types)
+                self.metadata = self._engine.metadata
             except BaseException:
                 self._backend.close()
                 raise

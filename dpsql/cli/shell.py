@@ -26,7 +26,7 @@ from dpsql.cli.backend import backend_options, spark_argument
 from dpsql.cli.commands import COMMANDS, CommandError, QuitShell, run_command
 from dpsql.cli.output import FORMATS, release_line, render_rows
 from dpsql.errors import Error
-from dpsql.metadata import Metadata, load_metadata
+from dpsql.metadata import Metadata
 
 DEFAULT_EPSILON = 0.1
 DEFAULT_DELTA = 1e-8
@@ -405,13 +405,12 @@ def command(database: Path | None, metadata: Path | None, analyst: str | None,
     if not analyst:
         raise click.UsageError("missing --analyst NAME: the ledger charges queries to someone")
     spark = spark_argument(backend, spark_master)
-    md = load_metadata(metadata)
     conn = dpsql.connect(str(database) if database is not None else None, str(metadata),
                          analyst=analyst, ledger=str(ledger) if ledger is not None else None,
                          backend=backend, spark=spark)
     try:
-        shell = Shell(conn, md, analyst=analyst, epsilon=epsilon, delta=delta, owner=owner,
-                      fmt=fmt)
+        shell = Shell(conn, conn.metadata, analyst=analyst, epsilon=epsilon, delta=delta,
+                      owner=owner, fmt=fmt)
         if sql is not None or not sys.stdin.isatty():
             text = sql if sql is not None else click.get_text_stream("stdin").read()
             try:

@@ -19,7 +19,7 @@ from dpsql.accounting import Ledger, database_identity
 from dpsql.cli.commands import COMMANDS
 from dpsql.cli.main import main
 from dpsql.demo import DEMO_DELTA, DEMO_EPSILON, DemoFiles, create_demo
-from dpsql.metadata import load_metadata
+from dpsql.metadata import dump_metadata, load_metadata
 
 JOIN = ("SELECT COUNT(*) AS n FROM orders o JOIN customers c "
         "ON o.customer_id = c.customer_id")
@@ -283,6 +283,23 @@ def test_explain_works_for_the_owner(shop: DemoFiles, sh: ShellRunner) -> None:
     assert f"mf_k(o.customer_id) = ({mf}+k)" in proc.stdout
     assert "smoothed: beta" in proc.stdout and "Laplace scale 2S/epsilon" in proc.stdout
     assert spent(shop) == (0.0, 0.0, 0)  # explaining runs nothing
+
+
+def test_explain_checks_key_types_the_metadata_leaves_out(shop: DemoFiles,
+                                                         sh: ShellRunner) -> None:
+    # Without declared types the shell's \\explain sees the types the connection filled in
+    # from the database, as the query itself would (dpsql.column_types).
+    md = load_metadata(shop.metadata)
+    untyped = dataclasses.replace(md, tables={
+        key: dataclasses.replace(t, columns={name: dataclasses.replace(c, type=None)
+                                             for name, c in t.columns.items()})
+        for key, t in md.tables.items()})
+    shop.metadata.write_text(dump_metadata(untyped), encoding="utf-8")
+    assert load_metadata(shop.metadata).table("orders").column("customer_id").type is None
+    proc = sh("-e", f"\\explain {JOIN};", owner=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "mf_k(o.customer_id)" in proc.stdout
+    assert "NOT checked" not in proc.stdout
 
 
 def test_help_lists_every_command(shop: DemoFiles, sh: ShellRunner) -> None:
