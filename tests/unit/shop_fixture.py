@@ -34,7 +34,6 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.metadata import Metadata, loads_metadata
 
 REGIONS = ("north", "south", "east", "west")
@@ -115,18 +114,6 @@ def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows) -> None:
     """Insert ``rows`` with one multi-row VALUES statement (executemany is slow in DuckDB)."""
     values = ", ".join("(" + ", ".join(_literal(v) for v in row) + ")" for row in rows)
     con.execute(f"INSERT INTO {table} VALUES {values}")
-
-
-class RecordingBackend(DuckDBBackend):
-    """The real DuckDB backend, recording every SQL text it is asked to run."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.executed: list[str] = []
-
-    def execute(self, sql, params=None):
-        self.executed.append(sql)
-        return super().execute(sql, params)
 
 
 def build_shop(path: Path, *, seed: int = 20240611) -> Shop:

@@ -15,7 +15,7 @@ from dpsql.column_types import fill_column_types
 from dpsql.engine import Engine
 from dpsql.errors import MissingMetricError, ProgrammingError
 from dpsql.metadata import load_metadata, loads_metadata
-from tests.unit.shop_fixture import RecordingBackend
+from tests.backends import RecordingDuckDBBackend
 
 UNTYPED = """
 tables:
@@ -116,7 +116,7 @@ def test_a_declared_type_the_database_contradicts_is_an_error(database):
 
 def test_the_engine_rejects_a_mismatched_join_before_charging_or_running(database):
     md = loads_metadata(UNTYPED)
-    backend = RecordingBackend(database, md)
+    backend = RecordingDuckDBBackend(database, md)
     charges = []
     try:
         engine = Engine(md, backend)
