@@ -26,9 +26,11 @@ from decimal import Decimal
 import duckdb
 import numpy as np
 import pytest
+import sqlglot
 
 from dpsql.engine import Engine
 from dpsql.errors import ProgrammingError
+from dpsql.rewrite import _not_exists_as_null_safe_not_in
 from tests.unit.shop_fixture import STATUSES, build_shop
 
 EPSILON = 1000.0
@@ -323,6 +325,34 @@ def test_not_in_inside_a_cte_follows_not_exists_semantics(engine, reference):
            "SELECT COUNT(*) AS n FROM keep")
     (expected,) = reference.execute(NOT_EXISTS_EQUIVALENT).fetchall()
     assert engine[0].run(sql, epsilon=EPSILON, delta=DELTA).rows == [expected]
+
+
+def test_not_in_keeps_a_null_probe_as_not_exists_does(engine, reference):
+    # The NULL product of recommendations: NOT EXISTS keeps its row, plain NOT IN drops it.
+    # dpsql runs this as "x IS NULL OR NOT x IN (... non-NULL values)" (one mark join).
+    sql = ("SELECT COUNT(*) AS n FROM recommendations r WHERE r.product_id NOT IN "
+           "(SELECT o.product_id FROM orders o WHERE o.quantity = 5)")
+    (expected,) = reference.execute(
+        "SELECT COUNT(*) FROM recommendations r WHERE NOT EXISTS (SELECT 1 FROM orders o "
+        "WHERE o.quantity = 5 AND o.product_id = r.product_id)").fetchall()
+    plain = reference.execute(sql).fetchall()[0][0]
+    assert expected[0] == plain + 1  # exactly the NULL row differs
+    plan = engine[0].prepare(sql).plan
+    assert "EXISTS" not in plan.exact_sql and "IS NULL OR" in plan.exact_sql
+    assert engine[0].run(sql, epsilon=EPSILON, delta=DELTA).rows == [expected]
+
+
+def test_not_exists_probe_whose_comparison_is_wrapped_in_try_is_kept():
+    # IN keys are bare columns, so their equality stays plain (a hash-join key); were it ever
+    # wrapped in TRY, the probe must stay NOT EXISTS: an IN has no place for the TRY.
+    sql = ("SELECT 1 FROM t WHERE NOT EXISTS (SELECT 1 FROM (SELECT u.y AS y FROM u) AS "
+           "__dpsql_notin0 WHERE TRY(__dpsql_notin0.y = t.x))")
+    query = sqlglot.parse_one(sql, read="duckdb")
+    _not_exists_as_null_safe_not_in(query)
+    assert query.sql("duckdb") == sqlglot.parse_one(sql, read="duckdb").sql("duckdb")
+    plain = sqlglot.parse_one(sql.replace("TRY(", "").replace("t.x))", "t.x)"), read="duckdb")
+    _not_exists_as_null_safe_not_in(plain)
+    assert "EXISTS" not in plain.sql("duckdb")
 
 
 # --------------------------------------------------------------------------- parameters
