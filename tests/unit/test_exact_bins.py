@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.engine import Engine, exact_bins
+from dpsql.engine import Engine, _sort_order, exact_bins
 from dpsql.errors import NotSupportedError
 from dpsql.metadata import loads_metadata
 from dpsql.rewrite import post_processing_sql
@@ -173,3 +173,20 @@ def test_domain_products_over_the_cap_are_rejected_before_anything_runs(shop):
     with pytest.raises(NotSupportedError, match="10,000,000 bins"):
         engine.run(sql, epsilon=1.0, delta=1e-6, charge=charges.append)
     assert charges == [] and sampler.sizes == []
+
+
+@pytest.mark.parametrize("case", ["small ints", "wide ints", "floats", "mixed", "ties"])
+def test_sort_order_equals_a_stable_lexsort(case):
+    # The fast path's ORDER BY folds integer keys into one argsort key; the released order
+    # must be exactly numpy's stable lexsort (ties in bin order), whatever the keys.
+    rng = np.random.default_rng(7)
+    n = 5_000
+    small = rng.integers(-3, 4, n)
+    wide = rng.integers(-2**61, 2**61, n)  # folding would overflow: the lexsort fallback
+    floats = rng.normal(size=n).round(1)
+    keys = {"small ints": [small, rng.integers(0, 50, n)], "wide ints": [small, wide, small],
+            "floats": [floats, small], "mixed": [small, floats, rng.integers(0, 9, n)],
+            "ties": [np.zeros(n, dtype=np.int64)]}[case]
+    want = np.lexsort(keys[::-1])
+    assert np.array_equal(_sort_order(keys, n), want)
+    assert np.array_equal(_sort_order([], 0), np.array([], dtype=np.int64))
