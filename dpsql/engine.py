@@ -214,11 +214,27 @@ class Bins:
     """The exact result, one entry per bin: every combination of the group keys' declared
     domain values (in domain order, the first key varying slowest), or the single bin."""
 
-    keys: list[np.ndarray]  # per group key: its value in each bin (object arrays)
     key_types: list[str]
     exact: list[np.ndarray]  # per measurement: its exact value in each bin (0 when empty)
     n_bins: int
     domains: list[np.ndarray]  # per group key: its domain values, in domain order
+
+    def key_codes(self, i: int) -> np.ndarray:
+        """Each bin's ordinal in group key i's domain."""
+        sizes = [len(d) for d in self.domains]
+        return np.tile(np.repeat(np.arange(sizes[i], dtype=np.intp), math.prod(sizes[i + 1:])),
+                       math.prod(sizes[:i]))
+
+    def key(self, i: int, order: np.ndarray | None = None) -> np.ndarray:
+        """Group key i's value in each bin (an object array), or in the bins ``order`` picks:
+        indexing the domain once, rather than building the column and then reordering it."""
+        codes = self.key_codes(i)
+        return self.domains[i][codes if order is None else codes[order]]
+
+    @property
+    def keys(self) -> list[np.ndarray]:
+        """Per group key: its value in each bin."""
+        return [self.key(i) for i in range(len(self.domains))]
 
 
 def exact_bins(plan: ExecutionPlan, rows: list[tuple[Any, ...]], types: list[str]) -> Bins:
@@ -234,7 +250,7 @@ def exact_bins(plan: ExecutionPlan, rows: list[tuple[Any, ...]], types: list[str
     if n == 0:
         exact = [_as_exact(np.array([r[j] for r in rows], dtype=object), integer[j])
                  for j in range(m)]
-        return Bins([], [], exact, len(rows), [])
+        return Bins([], exact, len(rows), [])
     found: list[list[tuple[int, Any]]] = [[] for _ in range(n)]
     filled = []
     for r in rows:
@@ -267,12 +283,7 @@ def exact_bins(plan: ExecutionPlan, rows: list[tuple[Any, ...]], types: list[str
         for j in range(m):
             values = np.array(columns[1 + 2 * n + j], dtype=object)
             exact[j][flat] = _as_exact(values, integer[j])
-    keys = []
-    for i, values in enumerate(domains):
-        inner = math.prod(sizes[i + 1:])
-        outer = math.prod(sizes[:i])
-        keys.append(np.tile(np.repeat(values, inner), outer))
-    return Bins(keys, list(types[1 + n:1 + 2 * n]), exact, n_bins, domains)
+    return Bins(list(types[1 + n:1 + 2 * n]), exact, n_bins, domains)
 
 
 def _as_exact(values: np.ndarray, integer: bool) -> np.ndarray:
@@ -289,12 +300,12 @@ def _fast_post_process(prepared: Prepared, bins: Bins, noisy):
     """
     plan = prepared.plan
     assert plan.fast_path is not None
-    columns: list[np.ndarray] = []
+    columns: list[np.ndarray | None] = []  # None: a group key, built from its domain below
     sort_keys: list[np.ndarray] = []
     types: list[str] = []
     for spec in plan.fast_path:
         if spec.kind == "key":
-            columns.append(bins.keys[spec.index])
+            columns.append(None)
             types.append(bins.key_types[spec.index])
         elif spec.kind == "measurement":
             columns.append(noisy[spec.index])
@@ -316,7 +327,11 @@ def _fast_post_process(prepared: Prepared, bins: Bins, noisy):
             else:
                 sort_keys.append(-columns[column] if descending else columns[column])
         order = _sort_order(sort_keys[::-1], bins.n_bins)
-        columns = [c[order] for c in columns]
+        columns = [None if c is None else c[order] for c in columns]
+    else:
+        order = None
+    columns = [bins.key(spec.index, order) if c is None else c
+               for c, spec in zip(columns, plan.fast_path, strict=True)]
     return plan.output_names, tuple(types), _rows(columns)
 
 
@@ -365,8 +380,7 @@ def _domain_ranks(bins: Bins, i: int) -> np.ndarray | None:
         return None
     rank = np.empty(len(values), dtype=np.int64)
     rank[order] = np.arange(len(values))
-    sizes = [len(d) for d in bins.domains]
-    return np.tile(np.repeat(rank, math.prod(sizes[i + 1:])), math.prod(sizes[:i]))
+    return rank[bins.key_codes(i)]
 
 
 def _count_params(prepared: Prepared) -> int:
