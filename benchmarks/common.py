@@ -111,6 +111,19 @@ def median_ms(seconds: list[float]) -> float:
     return statistics.median(seconds) * 1e3
 
 
+def each_call_seconds(fn: Callable[[int], object], n: int) -> list[float]:
+    """Seconds of ``fn(0), ..., fn(n - 1)``, each call timed alone."""
+    return [timed(lambda i=i: fn(i))[0] for i in range(n)]
+
+
+def rates(fn: Callable[[], object], size: int, repeats: int) -> tuple[float, float]:
+    """(best, median) items per second of ``fn``, which handles ``size`` items per call, over
+    ``repeats`` calls after one untimed warm-up."""
+    fn()
+    seconds = [timed(fn)[0] for _ in range(repeats)]
+    return size / min(seconds), size / statistics.median(seconds)
+
+
 def rejection(err: BaseException) -> dict[str, str]:
     """How dpsql refused a query: the error class (and its PEP 249 parent) and message."""
     parents = [c.__name__ for c in type(err).__mro__[1:] if c.__module__.startswith("dpsql")]

@@ -1,6 +1,6 @@
 """What the privacy ledger costs a DB-API query: uncharged vs charged vs cached, side by side.
 
-    python benchmarks/dbapi_overhead.py [--n 300] [--rows 10000] [--dir DIR] [--json]
+    python -m benchmarks.dbapi_overhead [--n 300] [--rows 10000] [--dir DIR] [--json]
 
 One run, one database, one query shape (``SELECT COUNT(*) ... WHERE age > ?``), three paths:
 
@@ -20,13 +20,13 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 
 import dpsql
+from benchmarks.common import each_call_seconds
 from dpsql.accounting import MAX_EPSILON, Ledger
 
 SQL = "SELECT COUNT(*) AS n FROM people WHERE age > ?"
@@ -34,19 +34,14 @@ METADATA = """\
 tables:
   people:
     columns:
-      id: {max_freq: 1, type: INTEGER}
-      age: {bounds: [0, 120], type: INTEGER}
+      id: {max_freq: 1, type: BIGINT}
+      age: {bounds: [0, 120], type: BIGINT}
 """
 
 
 def median_ms(fn: Callable[[int], object], n: int) -> float:
     """Median wall time of fn(0..n-1) in milliseconds."""
-    samples = []
-    for i in range(n):
-        start = time.perf_counter()
-        fn(i)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e3
+    return statistics.median(each_call_seconds(fn, n)) * 1e3
 
 
 def run(n: int, rows: int, directory: Path) -> dict[str, float]:

@@ -1,6 +1,6 @@
 """Per-query overhead of the privacy ledger: a durable charge and a cache hit, vs a no-op.
 
-    python benchmarks/ledger_overhead.py [--n 500] [--dir DIR] [--json]
+    python -m benchmarks.ledger_overhead [--n 500] [--dir DIR] [--json]
 
 Targets (DESIGN.md section 5 / the accounting brief): charge <= 3 ms, cache hit <= 1 ms (median).
 ``--dir`` chooses the filesystem (the charge cost is dominated by its fsync); default: a temp dir.
@@ -17,18 +17,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks.common import each_call_seconds
 from dpsql.accounting import Ledger
 
 DB = "/bench/shop.duckdb"
 
 
 def median_ms(fn: Callable[[int], object], n: int) -> float:
-    samples = []
-    for i in range(n):
-        start = time.perf_counter()
-        fn(i)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e3
+    """Median wall time of fn(0..n-1) in milliseconds."""
+    return statistics.median(each_call_seconds(fn, n)) * 1e3
 
 
 def run(n: int, directory: str) -> dict[str, float]:

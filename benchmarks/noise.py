@@ -1,7 +1,6 @@
 """Part ``noise``: throughput of the secure samplers (target >= 5 million samples/s).
 
-Reuses the timing helper of ``benchmarks/noise_throughput.py`` (the standalone script) when it
-is there: best and median rate over ``repeats`` after one warm-up, for
+Best and median rate over ``repeats`` after one warm-up (``common.rates``), for
 ``discrete_laplace(scale, size)``, ``release_counts`` and ``release_sums`` over ``size`` cells,
 and ``os.urandom`` alone (16 bytes per sample), which bounds what the sampler can reach.
 """
@@ -9,34 +8,15 @@ and ``os.urandom`` alone (16 bytes per sample), which bounds what the sampler ca
 from __future__ import annotations
 
 import os
-import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from dpsql import mechanisms
 
-from .common import Settings
+from .common import Settings, rates
 
 TARGET = 5_000_000.0
-
-
-def _local_rates(fn: Callable[[], object], size: int, repeats: int) -> tuple[float, float]:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return size / min(times), size / statistics.median(times)
-
-
-try:  # the colleague's script, when present
-    from .noise_throughput import _rates as rates
-except ImportError:  # pragma: no cover - depends on the checkout
-    rates = _local_rates
 
 
 def run(settings: Settings, log=print) -> dict[str, Any]:
