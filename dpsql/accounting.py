@@ -34,7 +34,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal, localcontext
@@ -421,11 +421,12 @@ class Ledger:
                 conn.execute("ROLLBACK")
 
     @contextmanager
-    def _write(self, action: str) -> Iterator[sqlite3.Connection]:
-        """A BEGIN IMMEDIATE transaction, committed (durably) on success, rolled back otherwise."""
+    def _transaction(self, action: str, begin: str) -> Iterator[sqlite3.Connection]:
+        """One transaction opened with ``begin``, committed (durably) on success, rolled back
+        otherwise."""
         with self._lock, self._translate(action):
             conn = self._require()
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(begin)
             try:
                 yield conn
                 conn.execute("COMMIT")
@@ -433,18 +434,14 @@ class Ledger:
                 self._rollback()
                 raise
 
-    @contextmanager
-    def _read(self, action: str) -> Iterator[sqlite3.Connection]:
-        """A read transaction: one consistent snapshot for several SELECTs."""
-        with self._lock, self._translate(action):
-            conn = self._require()
-            conn.execute("BEGIN")
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                self._rollback()
-                raise
+    def _write(self, action: str) -> AbstractContextManager[sqlite3.Connection]:
+        """A write: BEGIN IMMEDIATE takes the write lock up front, so a check-then-charge
+        cannot race another process."""
+        return self._transaction(action, "BEGIN IMMEDIATE")
+
+    def _read(self, action: str) -> AbstractContextManager[sqlite3.Connection]:
+        """A read: one consistent snapshot for several SELECTs."""
+        return self._transaction(action, "BEGIN")
 
     @staticmethod
     def _principal(database: str, analyst: str) -> tuple[str, str]:
