@@ -28,6 +28,7 @@ a dpsql backend; give each test module its own file.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,22 @@ N_CUSTOMERS = 300
 N_PRODUCTS = 20
 N_ORDERS = 3000
 N_RECOMMENDATIONS = 1200
+
+
+class ZeroNoise:
+    """A test Sampler that adds no noise and records the size of every noise request."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    @property
+    def cells(self) -> int:
+        return sum(self.sizes)
+
+    def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
+        assert scale > 0 and math.isfinite(scale)
+        self.sizes.append(size)
+        return np.zeros(size, dtype=np.int64)
 
 
 @dataclass(frozen=True)

@@ -22,18 +22,7 @@ from dpsql.engine import Engine, _sort_order, exact_bins
 from dpsql.errors import NotSupportedError
 from dpsql.metadata import loads_metadata
 from dpsql.rewrite import post_processing_sql
-from tests.unit.shop_fixture import REGIONS, SEGMENTS, STATUSES, build_shop
-
-
-class CountingZeroNoise:
-    """No noise; records the size of every noise request."""
-
-    def __init__(self) -> None:
-        self.sizes: list[int] = []
-
-    def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
-        self.sizes.append(size)
-        return np.zeros(size, dtype=np.int64)
+from tests.unit.shop_fixture import REGIONS, SEGMENTS, STATUSES, ZeroNoise, build_shop
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +38,7 @@ def reference(shop):
 
 
 def _engine(metadata, shop):
-    sampler = CountingZeroNoise()
+    sampler = ZeroNoise()
     return Engine(metadata, DuckDBBackend(shop.path, metadata), sampler=sampler), sampler
 
 

@@ -24,29 +24,17 @@ import re
 from decimal import Decimal
 
 import duckdb
-import numpy as np
 import pytest
 import sqlglot
 
 from dpsql.engine import Engine
 from dpsql.errors import ProgrammingError
 from dpsql.rewrite import _not_exists_as_null_safe_not_in
-from tests.unit.shop_fixture import STATUSES, build_shop
+from tests.unit.shop_fixture import STATUSES, ZeroNoise, build_shop
 
 EPSILON = 1000.0
 DELTA = 1e-6
 
-
-class ZeroNoise:
-    """A Sampler that adds no noise and records how many cells it was asked for."""
-
-    def __init__(self) -> None:
-        self.cells = 0
-
-    def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
-        assert scale > 0 and math.isfinite(scale)
-        self.cells += size
-        return np.zeros(size, dtype=np.int64)
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,7 @@ from dpsql.safe_compare import (
     declared_kind,
     fold_date_intervals,
 )
+from tests.unit.shop_fixture import ZeroNoise
 
 #: column -> (declared type, extreme values as SQL literals)
 COLUMNS = {
@@ -236,10 +237,6 @@ tables:
       g: {releasable: true, type: VARCHAR, domain: {values: [a, b]}}
 """)
 
-
-class ZeroNoise:
-    def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
-        return np.zeros(size, dtype=np.int64)
 
 
 @pytest.fixture(scope="module")

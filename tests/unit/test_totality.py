@@ -17,14 +17,13 @@ The backend's error messages must not quote data values either: DuckDB's own mes
 from __future__ import annotations
 
 import duckdb
-import numpy as np
 import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.engine import Engine
 from dpsql.errors import OperationalError
 from dpsql.metadata import loads_metadata
-from tests.unit.shop_fixture import insert_rows
+from tests.unit.shop_fixture import ZeroNoise, insert_rows
 
 SECRET_CODE = "SECRET-7731"
 INT32_MAX = 2147483647
@@ -45,10 +44,6 @@ tables:
       k: {max_freq: 1, type: INTEGER}
 """)
 
-
-class ZeroNoise:
-    def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
-        return np.zeros(size, dtype=np.int64)
 
 
 def _build(path, *, with_bad_row: bool):
