@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from sqlglot import exp
-from sqlglot.errors import SqlglotError
 
+from dpsql.analysis.keytypes import normalise
 from dpsql.metadata import Metadata, Table
 
 T = exp.DataType.Type
@@ -76,11 +76,8 @@ FLOAT = Kind("float")
 @lru_cache(maxsize=1024)
 def declared_kind(type_text: str | None) -> Kind | None:
     """The Kind of a declared column type (metadata ``type``), or None when not provable."""
-    if not type_text:
-        return None
-    try:
-        dtype = exp.DataType.build(type_text, dialect="duckdb")
-    except (SqlglotError, ValueError):
+    dtype = normalise(type_text)
+    if dtype is None:
         return None
     t = dtype.this
     if t in _INT_DIGITS:
