@@ -226,6 +226,9 @@ def _smartnoise_version() -> str | None:
 
 def write(settings: Settings, data_dir: Path, out: Path, log=print) -> list[Path]:
     """Run every dataset and write ``<out>/peer-<dataset>.json``; returns the paths."""
+    if synthetic.sample_missing():
+        print(f"peer: skipped: {synthetic.sample_missing()}", flush=True)
+        return []
     if not smartnoise.available():
         print(f"peer: SmartNoise SQL skipped: {smartnoise.INSTALL_HINT}; dpsql's side runs "
               "alone", flush=True)

@@ -103,6 +103,9 @@ def plot(data: dict[str, Any], path: Path) -> Path:
 
 def write(settings: Settings, data_dir: Path, out: Path, log=print) -> list[Path]:
     """Run the part and write ``<out>/scale.json`` (+ ``scale.png``); returns the paths."""
+    if synthetic.sample_missing():
+        print(f"scale: skipped: {synthetic.sample_missing()}", flush=True)
+        return []
     start = time.perf_counter()
     data = run(settings, data_dir, log)
     data["environment"]["part_seconds"] = round(time.perf_counter() - start, 2)

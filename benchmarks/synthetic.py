@@ -52,6 +52,14 @@ def label(rows: int | None) -> str:
     return str(rows)
 
 
+def sample_missing() -> str | None:
+    """Why the peer and scale parts cannot run here (the sample is the user's shared data,
+    expected beside the repository), or None."""
+    if PUMS_CSV.exists():
+        return None
+    return f"the PUMS sample is not beside the repository (expected {PUMS_CSV})"
+
+
 def ensure(rows: int | None, data_dir: Path, log=print) -> Dataset:
     """The dataset with ``rows`` generated rows (None: the PUMS sample), made if missing."""
     folder = Path(data_dir).resolve() / f"pums-{label(rows)}"
@@ -60,8 +68,8 @@ def ensure(rows: int | None, data_dir: Path, log=print) -> Dataset:
         info = json.loads(info_path.read_text())
         if Path(info["db_path"]).exists() and Path(info["metadata_path"]).exists():
             return Dataset(**info)
-    if not PUMS_CSV.exists():
-        raise SystemExit(f"the PUMS sample is missing: expected {PUMS_CSV}")
+    if sample_missing():
+        raise SystemExit(sample_missing())
     db_path = folder / "db.duckdb"
     log(f"generating the PUMS-shaped database {label(rows)} ...")
     counts, gen_seconds = write_database(db_path, lambda con: _fill(con, rows), ("pums", "jobs"))

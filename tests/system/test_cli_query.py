@@ -5,6 +5,7 @@ from pathlib import Path
 
 from dpsql.accounting import Ledger, database_identity
 from dpsql.cli.main import main
+from tests.shared_data import needs_pums
 
 PUMS = str(Path(__file__).resolve().parents[2] / "schemas" / "pums.yaml")
 
@@ -13,6 +14,9 @@ def run(capsys, *args):
     code = main(["query", "-m", PUMS, *args])
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+pytestmark = needs_pums  # every test here queries schemas/pums.yaml
 
 
 def test_table_output_and_release_line(capsys):

@@ -21,6 +21,7 @@ from dpsql.metadata import (
     load_metadata,
     loads_metadata,
 )
+from tests.shared_data import PUMS_CSV, needs_pums
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEX_OURS = ROOT / "schemas" / "flex_test.yaml"
@@ -163,10 +164,11 @@ def test_yaml_keys_are_names_not_booleans(tmp_path):
     assert list(md.table("yes").columns) == ["no", "2020", "null"]
 
 
+@needs_pums
 def test_pums_schema():
     md = load_metadata(PUMS)
     pums = md.table("pums")
-    assert pums.source == str(ROOT.parent / "shared" / "data" / "PUMS.csv")
+    assert pums.source == str(PUMS_CSV)
     assert Path(pums.source).is_file()
     assert pums.column("age").bounds == (0, 100)
     assert pums.column("income").bounds == (0, 500000)

@@ -12,9 +12,9 @@ from dpsql.cli.main import main
 from dpsql.errors import OperationalError, ProgrammingError
 from dpsql.metadata import dump_metadata, load_metadata, loads_metadata
 from dpsql.metadata_build import build_metadata, quote_ident
+from tests.shared_data import PUMS_CSV, needs_pums
 
 ROOT = Path(__file__).resolve().parents[2]
-PUMS_CSV = ROOT.parent / "shared" / "data" / "PUMS.csv"
 
 # Hand-counted below each column.
 SETUP = r'''
@@ -156,6 +156,7 @@ def test_opens_read_only(db):
     assert db.read_bytes() == before
 
 
+@needs_pums
 def test_connection_and_csv_view_match_pums_schema():
     con = duckdb.connect()
     con.execute(f"CREATE VIEW pums AS SELECT * FROM read_csv({str(PUMS_CSV)!r})")

@@ -17,6 +17,7 @@ from dpsql.engine import Engine
 from dpsql.errors import OperationalError, ProgrammingError
 from dpsql.metadata import loads_metadata
 from tests.backends import export_parquet, with_sources
+from tests.shared_data import needs_pums
 from tests.unit.shop_fixture import build_shop
 from tests.unit.test_rewrite_equivalence import BROKEN, NOT_IN_OVER_NULL, QUERIES
 
@@ -312,6 +313,7 @@ tables:
         sparkb.close()
 
 
+@needs_pums
 @pytest.mark.spark
 def test_csv_columns_get_their_declared_types(spark):
     from pathlib import Path
