@@ -54,13 +54,11 @@ import math
 import os
 import uuid
 import warnings
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
 from dpsql.accounting import BudgetStatus, CompositionReport, Ledger, database_identity
-from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.smooth import check_budget_parameters
 from dpsql.backends.base import Backend
 from dpsql.backends.duckdb import DuckDBBackend
@@ -78,9 +76,6 @@ from dpsql.metadata import Metadata, load_metadata
 # Bumped whenever the key derivation or the payload format changes: old entries then simply
 # stop matching (a miss is charged, never a wrong free answer).
 _CACHE_VERSION = "dpsql-cache-v1"
-# How many analysed queries' normalised texts a connection remembers (the engine memoises the
-# analyses themselves); bounded so a long-lived connection does not grow without limit.
-_NORMALISED_MEMO = 256
 
 Params = Sequence[Any] | None
 
@@ -218,7 +213,7 @@ def cache_key(normalised_sql: str, params: Sequence[Any], epsilon: float, delta:
     """The answer-cache key of one request (hex SHA-256; see the module docstring).
 
     Precondition: ``normalised_sql`` is the engine's qualified text of the query
-    (``Engine.prepare(sql).analysis.query.sql(dialect=DIALECT)``).
+    (``Engine.prepare(sql).qualified_sql``).
     Guarantee: deterministic across processes and Python versions; distinct requests
     (text, typed parameters, epsilon, delta) give distinct keys except with probability ~2^-256.
     A parameter of a type without a faithful encoding is keyed by its type and ``repr`` (at
@@ -380,7 +375,6 @@ class Connection:
         #: the ledger file every query is charged to, or None (nothing charged)
         self.ledger_path = ledger_path
         self._closed = False
-        self._normalised: OrderedDict[str, str] = OrderedDict()
 
         # Open the ledger first: if it is unusable we fail closed before touching the data.
         self._ledger = Ledger(ledger_path, create=False) if ledger_path is not None else None
@@ -493,15 +487,8 @@ class Connection:
 
     def _normalise(self, sql: str) -> str:
         """The qualified query text of ``sql`` (raises the engine's rejection, charging
-        nothing). Memoised: sqlglot generation costs more than the whole cache hit."""
-        prepared = self._engine.prepare(sql)  # memoised by the engine; rejects bad queries
-        text = self._normalised.get(sql)
-        if text is None:
-            text = prepared.analysis.query.sql(dialect=DIALECT)
-            self._normalised[sql] = text
-            if len(self._normalised) > _NORMALISED_MEMO:
-                self._normalised.popitem(last=False)
-        return text
+        nothing); memoised with the engine's preparation."""
+        return self._engine.prepare(sql).qualified_sql
 
     def _answer(self, sql: str, params: list[Any], epsilon: float, delta: float) -> Result:
         """Charge-before-release answer to one request (module docstring, first bullet)."""

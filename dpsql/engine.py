@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 import duckdb
@@ -25,6 +26,7 @@ from sqlglot import exp
 
 from dpsql import mechanisms
 from dpsql.analysis.elastic import QueryAnalysis, analyze
+from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.smooth import NoisePlan, check_budget_parameters, plan_noise
 from dpsql.backends.base import Backend
 from dpsql.column_types import fill_column_types
@@ -85,6 +87,12 @@ class Prepared:
     analysis: QueryAnalysis
     plan: ExecutionPlan
     fingerprint: str = field(default="")
+
+    @cached_property
+    def qualified_sql(self) -> str:
+        """The qualified query text (the driver's answer-cache key), generated on first use
+        and kept with the memoised preparation."""
+        return self.analysis.query.sql(dialect=DIALECT)
 
 
 ChargeHook = Callable[[Release], None]
