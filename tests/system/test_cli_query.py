@@ -1,26 +1,44 @@
-"""`dpsql query` end to end on the CSV-backed PUMS sample, with and without a ledger."""
+"""`dpsql query` end to end on a CSV-backed table, with and without a ledger."""
 
 import json
-from pathlib import Path
+
+import pytest
 
 from dpsql.accounting import Ledger, database_identity
 from dpsql.cli.main import main
-from tests.shared_data import needs_pums
 
-PUMS = str(Path(__file__).resolve().parents[2] / "schemas" / "pums.yaml")
-
-
-def run(capsys, *args):
-    code = main(["query", "-m", PUMS, *args])
-    out = capsys.readouterr()
-    return code, out.out, out.err
+N_PEOPLE = 1000
 
 
-pytestmark = needs_pums  # every test here queries schemas/pums.yaml
+@pytest.fixture(scope="module")
+def metadata(tmp_path_factory) -> str:
+    """A 1,000-row CSV declared as table ``people`` (as the owner would declare a file)."""
+    folder = tmp_path_factory.mktemp("people")
+    rows = "".join(f"{i % 2},{18 + i % 70}\n" for i in range(N_PEOPLE))
+    (folder / "people.csv").write_text("sex,age\n" + rows, encoding="utf-8")
+    path = folder / "people.yaml"
+    path.write_text("""\
+tables:
+  people:
+    source: people.csv
+    columns:
+      sex: {max_freq: 500, releasable: true, type: BIGINT, domain: {values: [0, 1]}}
+      age: {bounds: [0, 100], type: BIGINT}
+""", encoding="utf-8")
+    return str(path)
 
 
-def test_table_output_and_release_line(capsys):
-    code, out, _ = run(capsys, "-e", "1", "SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex")
+@pytest.fixture
+def run(capsys, metadata):
+    def run(*args):
+        code = main(["query", "-m", metadata, *args])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+    return run
+
+
+def test_table_output_and_release_line(run):
+    code, out, _ = run("-e", "1", "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex")
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["sex", "n"]
@@ -29,34 +47,34 @@ def test_table_output_and_release_line(capsys):
     assert "95% interval: n ±" in lines[-1]
 
 
-def test_json_output_carries_the_release_record(capsys):
-    code, out, _ = run(capsys, "-e", "0.5", "-f", "json", "SELECT COUNT(*) AS n FROM pums")
+def test_json_output_carries_the_release_record(run):
+    code, out, _ = run("-e", "0.5", "-f", "json", "SELECT COUNT(*) AS n FROM people")
     assert code == 0
     doc = json.loads(out)
     assert doc["columns"] == ["n"]
     assert isinstance(doc["rows"][0][0], int)
-    assert abs(doc["rows"][0][0] - 1000) < 200  # scale 2: beyond 200 has probability e^-100
+    assert abs(doc["rows"][0][0] - N_PEOPLE) < 200  # scale 2: beyond 200 has probability e^-100
     assert doc["release"]["epsilon"] == 0.5
     assert doc["release"]["mechanism"] == "discrete_laplace"
 
 
-def test_rejection_is_one_line_or_json(capsys):
-    code, out, err = run(capsys, "-e", "1", "SELECT age FROM pums")
+def test_rejection_is_one_line_or_json(run):
+    code, out, err = run("-e", "1", "SELECT age FROM people")
     assert code == 1 and out == ""
     assert err.count("\n") == 1 and "raw values" in err
-    code, out, _ = run(capsys, "-e", "1", "-f", "json", "SELECT * FROM pums")
+    code, out, _ = run("-e", "1", "-f", "json", "SELECT * FROM people")
     assert code == 1
     assert json.loads(out)["error"]["type"] == "UnsupportedQueryError"
 
 
-def test_ledger_charges_and_refuses_overspending(tmp_path, capsys):
+def test_ledger_charges_and_refuses_overspending(tmp_path, run):
     ledger_path = tmp_path / "ledger.sqlite"
     with Ledger(ledger_path) as ledger:
         ledger.set_budget(database_identity(None), "ann", 1.0, 0.0)
-    args = ("-a", "ann", "-l", str(ledger_path), "-e", "0.6", "SELECT COUNT(*) FROM pums")
-    assert run(capsys, *args)[0] == 0
-    code, _, err = run(capsys, "-a", "ann", "-l", str(ledger_path), "-e", "0.6",
-                       "SELECT COUNT(*) FROM pums WHERE age > 30")
+    args = ("-a", "ann", "-l", str(ledger_path), "-e", "0.6", "SELECT COUNT(*) FROM people")
+    assert run(*args)[0] == 0
+    code, _, err = run("-a", "ann", "-l", str(ledger_path), "-e", "0.6",
+                       "SELECT COUNT(*) FROM people WHERE age > 30")
     assert code == 1 and "BudgetExhausted" not in err and "budget" in err.lower()
     with Ledger(ledger_path) as ledger:
         assert ledger.status(database_identity(None), "ann").epsilon_spent == 0.6
