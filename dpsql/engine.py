@@ -121,6 +121,8 @@ class Engine:
         self._sampler = sampler
         self._prepared: OrderedDict[str, Prepared] = OrderedDict()
         self._cache_size = cache_size
+        # (table, column) -> the backend's promised (least, greatest) stored value, or None
+        self._value_ranges: dict[tuple[str, str], tuple[Any, Any] | None] = {}
         # The in-memory DuckDB for post-processing SQL, opened on first use: most queries take
         # the numpy fast path, and opening a DuckDB instance per Engine costs milliseconds.
         self._post_db: duckdb.DuckDBPyConnection | None = None
@@ -132,14 +134,34 @@ class Engine:
             self._prepared.move_to_end(sql)
             return hit
         analysis = analyze(sql, self.metadata)
-        plan = plan_execution(analysis, self.metadata)
+        plan = plan_execution(analysis, self.metadata, self._in_bounds)
         # The generated SQL is a normal form of the qualified query: fingerprint it rather
         # than generating the analysed query's text once more.
-        prepared = Prepared(analysis, plan, fingerprint(f"{plan.exact_sql}\n{plan.post_sql or ''}"))
+        prepared = Prepared(analysis, plan,
+                            fingerprint(f"{plan.normal_form}\n{plan.post_sql or ''}"))
         self._prepared[sql] = prepared
         if len(self._prepared) > self._cache_size:
             self._prepared.popitem(last=False)
         return prepared
+
+    def _in_bounds(self, table: str, column: str, bounds: tuple[float, float]) -> bool:
+        """Whether every value the backend promises ``table.column`` holds lies inside
+        ``bounds`` (False when it promises nothing, or the values do not compare)."""
+        key = (table, column)
+        if key not in self._value_ranges:
+            self._value_ranges[key] = self.backend.value_range(table, column)
+        held = self._value_ranges[key]
+        if held is None:
+            return False
+        least, greatest = held
+        if least is None or greatest is None:
+            return least is None and greatest is None  # no non-NULL value at all
+        try:
+            # Exact comparisons (Decimal and int against float are exact in Python); NaN
+            # compares False, so a NaN keeps the clamp.
+            return bool(bounds[0] <= least and greatest <= bounds[1])
+        except TypeError:
+            return False
 
     def run(
         self,

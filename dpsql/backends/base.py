@@ -27,4 +27,13 @@ class Backend(Protocol):
         checks join keys' types (dpsql.column_types)."""
         ...
 
+    def value_range(self, table: str, column: str) -> tuple[Any, Any] | None:
+        """(least, greatest) non-NULL value ``column`` of declared ``table`` holds ((None,
+        None) if none), as a promise that no stored value lies outside it for as long as the
+        backend is open; None when the backend cannot promise that (data that may change,
+        views over files, errors). The engine then runs a SUM of that column without its
+        clamp when the bounds contain the range (:func:`dpsql.rewrite.plan_execution`): a
+        range that is too narrow would be a privacy bug, so when unsure return None."""
+        ...
+
     def close(self) -> None: ...

@@ -60,6 +60,7 @@ class DuckDBBackend:
 
     def _lock_down(self, metadata: Metadata | None) -> None:
         sources = [t for t in (metadata.tables.values() if metadata else ()) if t.source]
+        self._views = {t.name.lower() for t in sources}
         # DuckDB shares one database instance between connections to the same file in a
         # process, so another dpsql connection may already have locked it down.
         locked = self._setting("lock_configuration")
@@ -125,6 +126,31 @@ class DuckDBBackend:
                 f"cannot read the columns of table {table!r} ({type(err).__name__})"
             ) from None
         return {str(r[0]): str(r[1]) for r in rows}
+
+    def value_range(self, table: str, column: str) -> tuple[Any, Any] | None:
+        """(least, greatest) non-NULL value of ``column`` in a base table of the database file
+        ((None, None) if it has none); None for a declared source (a view over files, which
+        may change at any time) and for an in-memory database, or if anything fails.
+
+        Holds while this backend is open: the file is open read-only and DuckDB's file lock
+        keeps every writer out meanwhile (no other process can open it read-write, and this
+        process cannot open it with another configuration), so stored values cannot change.
+        """
+        if self.path == ":memory:" or table.lower() in self._views:
+            return None
+        try:
+            base = self._con.execute(
+                "SELECT count(*) FROM duckdb_tables() WHERE NOT temporary "
+                "AND database_name = current_database() AND schema_name = current_schema() "
+                "AND lower(table_name) = lower(?)", [table]).fetchone()
+            if not base or base[0] != 1:
+                return None
+            quoted = _quote_ident(column)
+            row = self._con.execute(
+                f"SELECT MIN({quoted}), MAX({quoted}) FROM {_quote_ident(table)}").fetchone()
+        except duckdb.Error:
+            return None
+        return (row[0], row[1]) if row else None
 
     def close(self) -> None:
         self._con.close()

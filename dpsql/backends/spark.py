@@ -369,6 +369,11 @@ class SparkBackend:
         fields = self._session.table(table).schema.fields
         return {f.name: duckdb_type_name(f.dataType) for f in fields}
 
+    def value_range(self, table: str, column: str) -> None:
+        """None: nothing keeps a Spark catalog table or its files from changing between queries,
+        so every SUM keeps its clamp."""
+        return None
+
     def translate(self, sql: str) -> str:
         """:func:`to_spark_sql` over the registered tables' schemas, memoised by text."""
         hit = self._translated.get(sql)
