@@ -10,6 +10,7 @@ a smoothed release.
 
 from __future__ import annotations
 
+import bisect
 import gc
 import hashlib
 import math
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
+from operator import itemgetter
 from typing import Any
 
 import duckdb
@@ -273,10 +275,10 @@ class Bins:
 def exact_bins(plan: ExecutionPlan, rows: list[tuple[Any, ...]], types: list[str]) -> Bins:
     """Read the exact query's rows (layout: :func:`dpsql.rewrite.build_exact`) into bins.
 
-    With GROUP BY, the backend sends only the non-empty bins (as domain ordinals) and the
-    domains; every other bin of the domains' product is filled here with exact zeros, so
-    every bin of the declared domains gets noise whether empty or not. Vectorised: Q16's
-    187,500 bins cost milliseconds, not the transfer of 187,500 rows.
+    With GROUP BY, the backend sends only the non-empty bins (as indexes into the domains'
+    product) and the domains; every other bin of the product is filled here with exact zeros,
+    so every bin of the declared domains gets noise whether empty or not. Vectorised: a
+    Q16-sized result (27,840 bins) reads in about a millisecond.
     """
     n, m = plan.n_keys, plan.n_measurements
     integer = plan.integer_measurements
@@ -284,39 +286,41 @@ def exact_bins(plan: ExecutionPlan, rows: list[tuple[Any, ...]], types: list[str
         exact = [_as_exact(np.array([r[j] for r in rows], dtype=object), integer[j])
                  for j in range(m)]
         return Bins([], exact, len(rows), [])
+    # Rows come ordered by the tag: the bins (tag 0) first, then each domain's values.
+    split = bisect.bisect_left(rows, 1, key=itemgetter(0))
+    filled = rows[:split]
     found: list[list[tuple[int, Any]]] = [[] for _ in range(n)]
-    filled = []
-    for r in rows:
-        if r[0] == 0:
-            filled.append(r)
-        else:
-            i = r[0] - 1
-            found[i].append((r[1 + i], r[1 + n + i]))
-    # Column-wise from here: numpy reads a tuple of Python ints as int64 many times faster
-    # than it reads sliced rows.
-    columns = list(zip(*filled, strict=True))
+    for r in rows[split:]:
+        i = r[0] - 1
+        if not 0 <= i < n:
+            raise ProgrammingError("the exact result is malformed (unordered tags)")
+        found[i].append((r[1], r[2 + i]))
     domains = []
     for i, entries in enumerate(found):
         values = np.empty(len(entries), dtype=object)
         for ordinal, value in entries:
             values[ordinal] = value
-        if sorted(o for o, _ in entries) != list(range(len(entries))):
+        if [o for o, _ in entries] != list(range(len(entries))):
             raise ProgrammingError(f"domain {i} of the exact result is malformed")
         domains.append(values)
-    sizes = tuple(len(d) for d in domains)
-    n_bins = math.prod(sizes)
+    n_bins = math.prod(len(d) for d in domains)
     try:
         check_bins(n_bins)  # table domains: their size is known only now (public data)
     except NotSupportedError as err:
         raise OperationalError(str(err)) from None
     exact = [np.zeros(n_bins, dtype=np.int64 if integer[j] else np.float64) for j in range(m)]
     if filled and n_bins:
-        flat = np.ravel_multi_index(
-            tuple(np.array(columns[1 + i], dtype=np.int64) for i in range(n)), sizes)
+        # Column by column straight from the rows: no transposed copy of the whole result.
+        index = np.fromiter(map(itemgetter(1), filled), dtype=np.int64, count=len(filled))
+        if index.min() < 0 or index.max() >= n_bins:
+            raise ProgrammingError("the exact result is malformed (bin index out of range)")
         for j in range(m):
-            values = np.array(columns[1 + 2 * n + j], dtype=object)
-            exact[j][flat] = _as_exact(values, integer[j])
-    return Bins(list(types[1 + n:1 + 2 * n]), exact, n_bins, domains)
+            column = map(itemgetter(2 + n + j), filled)
+            if integer[j]:  # a COUNT is never NULL
+                exact[j][index] = np.fromiter(column, dtype=np.int64, count=len(filled))
+            else:
+                exact[j][index] = _as_exact(np.array(list(column), dtype=object), False)
+    return Bins(list(types[2:2 + n]), exact, n_bins, domains)
 
 
 def _as_exact(values: np.ndarray, integer: bool) -> np.ndarray:

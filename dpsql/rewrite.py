@@ -3,7 +3,7 @@
 From a :class:`~dpsql.analysis.elastic.QueryAnalysis` it builds
 
 * the *exact* query, run by the backend on private data: the exact measurements ``__m<j>``,
-  and with GROUP BY the non-empty bins inside the declared domains (as domain ordinals) plus the
+  and with GROUP BY the non-empty bins inside the declared domains (as bin indexes) plus the
   domains' values, from which the engine builds every bin of the domains' product, empty bins
   as 0 (:func:`build_exact`, :func:`dpsql.engine.exact_bins`); SUM/AVG arguments clamped to
   their declared bounds; every expression that could raise a data-dependent error (overflow,
@@ -389,9 +389,22 @@ def _base_tables(select: exp.Select, metadata: Metadata | None,
     return out
 
 
-def _row_conditions(select: exp.Select) -> list[exp.Expression]:
-    """The conjuncts every row of ``select``'s FROM/JOIN result satisfies before grouping: its
-    WHERE and the ON conditions of its (inner: the analysis admits no other) joins."""
+class _RowCondition(NamedTuple):
+    """A conjunct that depends on one joined row alone, and the (table alias, column) pairs
+    it reads."""
+
+    node: exp.Expression
+    columns: frozenset[tuple[str, str]]
+
+
+#: a condition containing any of these may depend on other rows or tables
+_NOT_ROW_LOCAL = (exp.Select, exp.Subquery, exp.Exists, exp.AggFunc, exp.Window)
+
+
+def _row_conditions(select: exp.Select) -> list[_RowCondition]:
+    """The conjuncts every row of ``select``'s FROM/JOIN result satisfies before grouping (its
+    WHERE and the ON conditions of its joins, inner: the analysis admits no other) that read
+    at least one column and no subquery, aggregate or window."""
     clauses = []
     where = select.args.get("where")
     if where is not None:
@@ -401,7 +414,18 @@ def _row_conditions(select: exp.Select) -> list[exp.Expression]:
             return []  # not reached (outer joins are rejected), but never restrict past one
         if join.args.get("on") is not None:
             clauses.append(join.args["on"])
-    return [c for clause in clauses for c in _conjuncts(clause)]
+    out = []
+    for condition in (c for clause in clauses for c in _conjuncts(clause)):
+        columns = set()
+        for node in condition.walk():
+            if isinstance(node, _NOT_ROW_LOCAL):
+                break
+            if isinstance(node, exp.Column):
+                columns.add((node.table, node.name))
+        else:
+            if columns:
+                out.append(_RowCondition(condition, frozenset(columns)))
+    return out
 
 
 def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
@@ -412,24 +436,15 @@ def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
     return [condition]
 
 
-#: a condition containing any of these may depend on other rows or tables
-_NOT_ROW_LOCAL = (exp.Select, exp.Subquery, exp.Exists, exp.AggFunc, exp.Window)
+def _conditions_on(conditions: list[_RowCondition], alias: str,
+                   column: str | None = None) -> list[_RowCondition]:
+    """The conditions that read only alias's columns (only ``column`` of it, if given): each
+    depends on one row of that table alone."""
+    return [c for c in conditions
+            if all(t == alias and (column is None or n == column) for t, n in c.columns)]
 
 
-def _conditions_on(conditions: list[exp.Expression], alias: str,
-                   column: str | None = None) -> list[exp.Expression]:
-    """The conditions that read only alias's columns (only ``column`` of it, if given), with
-    no subquery, aggregate or window: each depends on one row of that table alone."""
-    out = []
-    for condition in conditions:
-        columns = list(condition.find_all(exp.Column))
-        if columns and condition.find(*_NOT_ROW_LOCAL) is None and all(
-                c.table == alias and (column is None or c.name == column) for c in columns):
-            out.append(condition)
-    return out
-
-
-def _domain_relation(key: GroupKey, conditions: list[exp.Expression],
+def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
                      sources: dict[str, tuple[exp.Table, Table]]) -> exp.Expression:
     """SELECT value __v, ordinal __o (INTEGER from 0) for group key ``key``'s declared domain,
     restricted by the query's own conditions on the key where those depend on public data only.
@@ -463,9 +478,8 @@ def _domain_relation(key: GroupKey, conditions: list[exp.Expression],
         if public_source:
             # Conditions on the key alone filter its few distinct values rather than every row
             # (DuckDB: DISTINCT over TPC-H SF10's 2M parts ~3 ms, over rows filtered first ~12).
-            row_filters = [c for c in _conditions_on(conditions, alias)
-                           if value_filters is None
-                           or any(col.name != name for col in c.find_all(exp.Column))]
+            row_filters = [c.node.copy() for c in _conditions_on(conditions, alias)
+                           if value_filters is None or any(n != name for _, n in c.columns)]
             if row_filters:
                 distinct.set("where", exp.Where(this=_conjunction(row_filters)))
         base: exp.Expression = exp.Subquery(this=distinct,
@@ -492,7 +506,7 @@ def _domain_relation(key: GroupKey, conditions: list[exp.Expression],
     return relation
 
 
-def _substituted(conditions: list[exp.Expression], key: GroupKey,
+def _substituted(conditions: list[_RowCondition], key: GroupKey,
                  source: tuple[exp.Table, Table] | None) -> list[exp.Expression] | None:
     """The conditions reading only the key column, over the domain value ``__v`` (TRY_CAST to
     the column's declared type) instead; None when that type is not known."""
@@ -504,16 +518,17 @@ def _substituted(conditions: list[exp.Expression], key: GroupKey,
         return None
     out = []
     for condition in _conditions_on(conditions, key.node.table, key.node.name):
-        out.append(condition.copy().transform(
+        out.append(condition.node.copy().transform(
             lambda n: exp.TryCast(this=exp.column("__v"), to=dtype.copy())
             if isinstance(n, exp.Column) else n, copy=False))
     return out
 
 
 def _conjunction(conditions: list[exp.Expression]) -> exp.Expression:
-    out = exp.Paren(this=conditions[0].copy())
+    """``(c1) AND (c2) ...`` over the given nodes themselves (pass copies you may give away)."""
+    out = exp.Paren(this=conditions[0])
     for condition in conditions[1:]:
-        out = exp.And(this=out, expression=exp.Paren(this=condition.copy()))
+        out = exp.And(this=out, expression=exp.Paren(this=condition))
     return out
 
 
@@ -527,10 +542,11 @@ class ExactQuery(NamedTuple):
 def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata | None = None,
                 in_bounds: InBounds | None = None) -> ExactQuery:
     """The exact query: without GROUP BY one row of measurements; with GROUP BY (the layout
-    :func:`dpsql.engine.exact_bins` reads) ``(__t, __o0.., __v0.., __m0..)`` rows: ``__t = 0``
-    for each non-empty bin inside the declared domains (its domain ordinals and exact
-    measurements), ``__t = 1 + i`` for each value of domain i (its ordinal and value). Empty
-    bins are not sent: the engine fills the domains' product with zeros before noise.
+    :func:`dpsql.engine.exact_bins` reads) ``(__t, __i, __v0.., __m0..)`` rows ordered by
+    ``(__t, __i)``: ``__t = 0`` for each non-empty bin inside the declared domains (``__i`` its
+    index in the domains' product, row-major in key order, and its exact measurements),
+    ``__t = 1 + i`` for each value of domain i (``__i`` its ordinal, ``__v<i>`` the value).
+    Empty bins are not sent: the engine fills the domains' product with zeros before noise.
 
     ``metadata`` (declared column types) lets provably total comparisons go without TRY and
     SUM clamp in the column's own type; without it both stay conservative. ``in_bounds``
@@ -564,16 +580,17 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata |
     n = len(analysis.group_keys)
     null = exp.Null
 
-    def row(tag: int, ordinals, values, measurements) -> list[exp.Expression]:
-        cells = [exp.alias_(exp.Literal.number(tag), "__t", copy=False)]
-        cells += [exp.alias_(o or null(), f"__o{i}", copy=False) for i, o in enumerate(ordinals)]
+    def row(tag: int, index: exp.Expression, values, measurements) -> list[exp.Expression]:
+        cells = [exp.alias_(exp.Literal.number(tag), "__t", copy=False),
+                 exp.alias_(index, "__i", copy=False)]
         cells += [exp.alias_(v or null(), f"__v{i}", copy=False) for i, v in enumerate(values)]
         cells += [exp.alias_(m or null(), f"__m{j}", copy=False)
                   for j, m in enumerate(measurements)]
         return cells
 
-    # Branch 0: the non-empty bins inside the domains, as domain ordinals (the engine fills
-    # the empty ones with zeros). Branch 1 + i: domain i's values and ordinals.
+    # Branch 0: the non-empty bins inside the domains, each as its index in the domains'
+    # product (the engine fills the empty ones with zeros). Branch 1 + i: domain i's values
+    # and ordinals.
     joins = []
     conditions = _row_conditions(inner)
     for key in analysis.group_keys:
@@ -581,22 +598,30 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata |
         ctes.append(_cte(d, _domain_relation(key, conditions, sources)))
         joins.append(exp.Join(this=_table(d), on=exp.NullSafeEQ(
             this=exp.column(f"__k{key.index}", "__e"), expression=exp.column("__v", d))))
+    # Row-major index, first key slowest: ((o0 * |d1|) + o1) * |d2| + o2 (BIGINT: the
+    # product of the domain sizes is at most MAX_BINS)
+    flat: exp.Expression = exp.column("__o", "__d0")
+    for i in range(1, n):
+        size = exp.Subquery(this=exp.Select(expressions=[exp.Count(this=exp.Star())],
+                                            from_=exp.From(this=_table(f"__d{i}"))))
+        flat = exp.Add(this=exp.Mul(this=exp.Paren(this=flat), expression=size),
+                       expression=exp.column("__o", f"__d{i}"))
     bins = exp.Select(
-        expressions=row(0, [exp.column("__o", f"__d{i}") for i in range(n)], [None] * n,
+        expressions=row(0, flat, [None] * n,
                         [exp.column(f"__m{m.index}", "__e") for m in analysis.measurements]),
         from_=exp.From(this=_table("__exact", "__e")), joins=joins)
     union: exp.Query = bins
     for i in range(n):
         d = f"__d{i}"
         domain = exp.Select(
-            expressions=row(1 + i, [exp.column("__o", d) if j == i else None for j in range(n)],
+            expressions=row(1 + i, exp.column("__o", d),
                             [exp.column("__v", d) if j == i else None for j in range(n)],
                             [None] * len(analysis.measurements)),
             from_=exp.From(this=_table(d)))
         union = exp.Union(this=union, expression=domain, distinct=False)
-    # A total order (the tag, then the ordinals), so every backend returns the same rows.
-    order = [exp.Ordered(this=exp.column(c), nulls_first=False)
-             for c in ["__t", *(f"__o{i}" for i in range(n))]]
+    # A total order (the tag, then the index), so every backend returns the same rows, the
+    # bins first (the engine splits them off by the tag).
+    order = [exp.Ordered(this=exp.column(c), nulls_first=False) for c in ("__t", "__i")]
     union.set("order", exp.Order(expressions=order))
     union.set("with_", exp.With(expressions=ctes))
     return ExactQuery(union, removable)
