@@ -10,7 +10,6 @@ a smoothed release.
 
 from __future__ import annotations
 
-import bisect
 import gc
 import hashlib
 import math
@@ -35,6 +34,7 @@ from dpsql.column_types import fill_column_types
 from dpsql.errors import NotSupportedError, OperationalError, ProgrammingError
 from dpsql.metadata import Metadata
 from dpsql.rewrite import (
+    MAX_INLINED_DOMAIN,
     NOISY_TABLE,
     ExecutionPlan,
     bind_params,
@@ -105,6 +105,44 @@ def fingerprint(sql: str) -> str:
     return hashlib.sha256(sql.encode()).hexdigest()[:16]
 
 
+class StoredFacts:
+    """What the backend promises about its stored data (``value_range``, ``distinct_values``),
+    asked once per column and kept for the backend's life, as the promise allows: the
+    :class:`dpsql.rewrite.StoredData` the rewrite consults."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self._ranges: dict[tuple[str, str], tuple[Any, Any] | None] = {}
+        self._values: dict[tuple[str, str], list[Any] | None] = {}
+
+    def in_bounds(self, table: str, column: str, bounds: tuple[float, float]) -> bool:
+        """Whether every value the backend promises ``table.column`` holds lies inside
+        ``bounds`` (False when it promises nothing, or the values do not compare)."""
+        key = (table, column)
+        if key not in self._ranges:
+            self._ranges[key] = self._backend.value_range(table, column)
+        held = self._ranges[key]
+        if held is None:
+            return False
+        least, greatest = held
+        if least is None or greatest is None:
+            return least is None and greatest is None  # no non-NULL value at all
+        try:
+            # Exact comparisons (Decimal and int against float are exact in Python); NaN
+            # compares False, so a NaN keeps the clamp.
+            return bool(bounds[0] <= least and greatest <= bounds[1])
+        except TypeError:
+            return False
+
+    def distinct_values(self, table: str, column: str) -> list[Any] | None:
+        """The public column's distinct values the backend promises (None: it does not)."""
+        key = (table, column)
+        if key not in self._values:
+            self._values[key] = self._backend.distinct_values(table, column,
+                                                             limit=MAX_INLINED_DOMAIN)
+        return self._values[key]
+
+
 class Engine:
     """Runs private queries against one backend with one metadata file."""
 
@@ -123,8 +161,7 @@ class Engine:
         self._sampler = sampler
         self._prepared: OrderedDict[str, Prepared] = OrderedDict()
         self._cache_size = cache_size
-        # (table, column) -> the backend's promised (least, greatest) stored value, or None
-        self._value_ranges: dict[tuple[str, str], tuple[Any, Any] | None] = {}
+        self._stored = StoredFacts(backend)
         # The in-memory DuckDB for post-processing SQL, opened on first use: most queries take
         # the numpy fast path, and opening a DuckDB instance per Engine costs milliseconds.
         self._post_db: duckdb.DuckDBPyConnection | None = None
@@ -136,7 +173,7 @@ class Engine:
             self._prepared.move_to_end(sql)
             return hit
         analysis = analyze(sql, self.metadata)
-        plan = plan_execution(analysis, self.metadata, self._in_bounds)
+        plan = plan_execution(analysis, self.metadata, self._stored)
         # The generated SQL is a normal form of the qualified query: fingerprint it rather
         # than generating the analysed query's text once more.
         prepared = Prepared(analysis, plan,
@@ -145,25 +182,6 @@ class Engine:
         if len(self._prepared) > self._cache_size:
             self._prepared.popitem(last=False)
         return prepared
-
-    def _in_bounds(self, table: str, column: str, bounds: tuple[float, float]) -> bool:
-        """Whether every value the backend promises ``table.column`` holds lies inside
-        ``bounds`` (False when it promises nothing, or the values do not compare)."""
-        key = (table, column)
-        if key not in self._value_ranges:
-            self._value_ranges[key] = self.backend.value_range(table, column)
-        held = self._value_ranges[key]
-        if held is None:
-            return False
-        least, greatest = held
-        if least is None or greatest is None:
-            return least is None and greatest is None  # no non-NULL value at all
-        try:
-            # Exact comparisons (Decimal and int against float are exact in Python); NaN
-            # compares False, so a NaN keeps the clamp.
-            return bool(bounds[0] <= least and greatest <= bounds[1])
-        except TypeError:
-            return False
 
     def run(
         self,
@@ -286,21 +304,22 @@ def exact_bins(plan: ExecutionPlan, rows: list[tuple[Any, ...]], types: list[str
         exact = [_as_exact(np.array([r[j] for r in rows], dtype=object), integer[j])
                  for j in range(m)]
         return Bins([], exact, len(rows), [])
-    # Rows come ordered by the tag: the bins (tag 0) first, then each domain's values.
-    split = bisect.bisect_left(rows, 1, key=itemgetter(0))
-    filled = rows[:split]
+    # Rows come in any order: the bins (tag 0) and each domain's values (tag 1 + i).
+    filled, others = [], []
+    for r in rows:
+        (filled if r[0] == 0 else others).append(r)
     found: list[list[tuple[int, Any]]] = [[] for _ in range(n)]
-    for r in rows[split:]:
+    for r in others:
         i = r[0] - 1
         if not 0 <= i < n:
-            raise ProgrammingError("the exact result is malformed (unordered tags)")
+            raise ProgrammingError("the exact result is malformed (unknown tag)")
         found[i].append((r[1], r[2 + i]))
     domains = []
     for i, entries in enumerate(found):
         values = np.empty(len(entries), dtype=object)
         for ordinal, value in entries:
             values[ordinal] = value
-        if [o for o, _ in entries] != list(range(len(entries))):
+        if sorted(o for o, _ in entries) != list(range(len(entries))):
             raise ProgrammingError(f"domain {i} of the exact result is malformed")
         domains.append(values)
     n_bins = math.prod(len(d) for d in domains)

@@ -17,19 +17,20 @@ From a :class:`~dpsql.analysis.elastic.QueryAnalysis` it builds
 
 Contract: with noise switched off, running both returns exactly what the analyst's SQL returns
 on the same data (for group keys, restricted to and completed with the declared domain, itself
-narrowed by the query's conditions on public data; for SUM, when the data lie inside the bounds;
-for NOT IN, when the subquery has no NULLs). Which bins are released never depends on private
-data, and a SUM clamp is left out only where it cannot change any value.
+narrowed by the query's conditions on the key column; for SUM, when the data lie inside the
+bounds; for NOT IN, when the subquery has no NULLs). Which bins are released never depends on
+private data, and a SUM clamp is left out only where it cannot change any value.
 """
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from sqlglot import exp
 
@@ -37,7 +38,7 @@ from dpsql.analysis.elastic import GroupKey, QueryAnalysis
 from dpsql.analysis.keytypes import normalise
 from dpsql.analysis.parse import DIALECT
 from dpsql.errors import NotSupportedError
-from dpsql.metadata import Metadata, Table
+from dpsql.metadata import Domain, Metadata, Table
 from dpsql.safe_compare import (
     ColumnKind,
     Kind,
@@ -337,9 +338,19 @@ def _native_bounds(bounds: tuple[float, float],
     return literals[0], literals[1]
 
 
-#: ``in_bounds(table, column, bounds)``: True only when every value ``column`` of the declared
-#: base table ``table`` holds lies inside ``bounds``, and stays so while the plan is in use
-InBounds = Callable[[str, str, tuple[float, float]], bool]
+class StoredData(Protocol):
+    """What the backend promises about the stored data for as long as a plan is in use (the
+    engine's view of :meth:`Backend.value_range` and :meth:`Backend.distinct_values`)."""
+
+    def in_bounds(self, table: str, column: str, bounds: tuple[float, float]) -> bool:
+        """True only when every value ``column`` of declared base table ``table`` holds lies
+        inside ``bounds``."""
+        ...
+
+    def distinct_values(self, table: str, column: str) -> Sequence[Any] | None:
+        """Every distinct value of a public table's column, ascending, NULL last; None when
+        not promised (or too many to inline)."""
+        ...
 
 #: a SUM clamp the data make the identity, and the bare column it may be replaced by
 Removable = tuple[exp.Expression, exp.Column]
@@ -347,8 +358,8 @@ Removable = tuple[exp.Expression, exp.Column]
 
 def _measurement_sql(analysis: QueryAnalysis, column_kind: ColumnKind,
                      sources: dict[str, tuple[exp.Table, Table]],
-                     in_bounds: InBounds | None) -> tuple[list[exp.Expression], list[Removable]]:
-    """The measurement list, and the clamps ``in_bounds`` shows change no value (a SUM of a
+                     stored: StoredData | None) -> tuple[list[exp.Expression], list[Removable]]:
+    """The measurement list, and the clamps ``stored`` shows change no value (a SUM of a
     numeric base-table column whose stored values all lie inside its bounds)."""
     out, removable = [], []
     for m in analysis.measurements:
@@ -360,8 +371,8 @@ def _measurement_sql(analysis: QueryAnalysis, column_kind: ColumnKind,
             clamp = _clamp(node.this, m.bounds, kind)
             node = exp.Sum(this=clamp)
             source = sources.get(arg.table) if isinstance(arg, exp.Column) else None
-            if (kind is not None and source is not None and in_bounds is not None
-                    and in_bounds(source[1].name, arg.name, m.bounds)):
+            if (kind is not None and source is not None and stored is not None
+                    and stored.in_bounds(source[1].name, arg.name, m.bounds)):
                 removable.append((clamp, arg))
         elif isinstance(node.this, exp.Expression) and not isinstance(node.this, exp.Star):
             # COUNT(a // b) must not raise
@@ -436,62 +447,37 @@ def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
     return [condition]
 
 
-def _conditions_on(conditions: list[_RowCondition], alias: str,
-                   column: str | None = None) -> list[_RowCondition]:
-    """The conditions that read only alias's columns (only ``column`` of it, if given): each
-    depends on one row of that table alone."""
-    return [c for c in conditions
-            if all(t == alias and (column is None or n == column) for t, n in c.columns)]
-
-
 def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
-                     sources: dict[str, tuple[exp.Table, Table]]) -> exp.Expression:
+                     sources: dict[str, tuple[exp.Table, Table]], metadata: Metadata | None,
+                     stored: StoredData | None) -> exp.Expression:
     """SELECT value __v, ordinal __o (INTEGER from 0) for group key ``key``'s declared domain,
-    restricted by the query's own conditions on the key where those depend on public data only.
+    narrowed by the query's own conditions on the key column alone.
 
-    Value lists keep their declared order; a table domain is ordered by value.
+    Value lists keep their declared order; a table domain is ordered by value, and inlined as
+    its value list when ``stored`` promises it (:func:`_inlined_values`).
 
-    Restriction (why it stays private and exact): every row reaching the key's bins satisfies
-    all ``conditions`` (the WHERE and inner-join conjuncts), so a domain value failing one can
-    only label a bin no data can fill, and dropping it changes no other bin. The restricted
-    domain is a function of the query text and public data alone, so which bins are released
-    still does not depend on private data:
-
-    * conditions reading only the key column restrict any domain: they are evaluated on each
-      domain value (the key replaced by the value cast to the column's declared type; no
-      restriction when that type is unknown);
-    * for the implicit domain of a public table's column, conditions reading other columns of
-      the same row of that table also filter the table's rows before DISTINCT.
+    Narrowing (why it stays private and exact): every row reaching the key's bins satisfies
+    all ``conditions`` (the WHERE and inner-join conjuncts). A conjunct that reads only the key
+    column is evaluated on each domain value (the key replaced by the value cast to the
+    column's declared type; nothing is narrowed when that type is unknown), so a value failing
+    it could only label a bin no data can fill, and dropping it changes no other bin. The
+    narrowed domain is a function of the declared domain and the query text alone, so which
+    bins are released still does not depend on private data.
     """
     domain = key.domain
-    alias, name = key.node.table, key.node.name
-    source = sources.get(alias)
-    value_filters = _substituted(conditions, key, source)
-    if domain.table is not None:
-        public_source = (source is not None and source[1].public
-                         and source[1].name == domain.table and name == domain.column)
+    value_filters = _substituted(conditions, key, sources.get(key.node.table))
+    inlined = _inlined_values(domain, metadata, stored) if domain.table is not None else None
+    if domain.table is not None and inlined is None:
         distinct = exp.Select(
-            expressions=[exp.alias_(exp.column(domain.column, alias if public_source else None),
-                                    "__v", copy=False)],
-            from_=exp.From(this=source[0].copy() if public_source else _table(domain.table)),
+            expressions=[exp.alias_(exp.column(domain.column), "__v", copy=False)],
+            from_=exp.From(this=_table(domain.table)),
         ).distinct(copy=False)
-        if public_source:
-            # Conditions on the key alone filter its few distinct values rather than every row
-            # (DuckDB: DISTINCT over TPC-H SF10's 2M parts ~3 ms, over rows filtered first ~12).
-            row_filters = [c.node.copy() for c in _conditions_on(conditions, alias)
-                           if value_filters is None or any(n != name for _, n in c.columns)]
-            if row_filters:
-                distinct.set("where", exp.Where(this=_conjunction(row_filters)))
         base: exp.Expression = exp.Subquery(this=distinct,
                                             alias=exp.TableAlias(this=exp.to_identifier("__s")))
         order = exp.column("__v")
     else:
-        rows = [exp.Tuple(expressions=[exp.convert(v), exp.convert(j)])
-                for j, v in enumerate(domain.values or ())]
-        base = exp.Values(expressions=rows, alias=exp.TableAlias(
-            this=exp.to_identifier("__d"),
-            columns=[exp.to_identifier("__v"), exp.to_identifier("__o")]))
-        if not value_filters:  # the declared ordinals stand
+        base = inlined if inlined is not None else _values_relation(domain.values or ())
+        if not value_filters:  # the listed ordinals stand
             return exp.Select(expressions=[exp.column("__v"), exp.column("__o")],
                               from_=exp.From(this=base))
         order = exp.column("__o")
@@ -506,18 +492,63 @@ def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
     return relation
 
 
-def _substituted(conditions: list[_RowCondition], key: GroupKey,
-                 source: tuple[exp.Table, Table] | None) -> list[exp.Expression] | None:
-    """The conditions reading only the key column, over the domain value ``__v`` (TRY_CAST to
-    the column's declared type) instead; None when that type is not known."""
-    if source is None:
+def _values_relation(values: Sequence[Any], cast: exp.DataType | None = None) -> exp.Expression:
+    """``(VALUES (v0, 0), (v1, 1), ...) AS __d(__v, __o)``, each value CAST to ``cast`` if
+    given (then as a subquery ``__s``)."""
+    rows = [exp.Tuple(expressions=[exp.convert(v), exp.convert(j)]) for j, v in enumerate(values)]
+    listed = exp.Values(expressions=rows, alias=exp.TableAlias(
+        this=exp.to_identifier("__d"),
+        columns=[exp.to_identifier("__v"), exp.to_identifier("__o")]))
+    if cast is None:
+        return listed
+    typed = exp.Select(expressions=[
+        exp.alias_(exp.Cast(this=exp.column("__v"), to=cast), "__v", copy=False),
+        exp.column("__o")], from_=exp.From(this=listed))
+    return exp.Subquery(this=typed, alias=exp.TableAlias(this=exp.to_identifier("__s")))
+
+
+#: Python types whose SQL literal (sqlglot's exp.convert) cast to the column's type gives back
+#: exactly the stored value
+_LITERAL_TYPES = (str, int, Decimal, type(None))
+
+#: most values of a public table's column inlined into the SQL text (beyond, a DISTINCT scan)
+MAX_INLINED_DOMAIN = 10_000
+
+
+def _inlined_values(domain: Domain, metadata: Metadata | None,
+                    stored: StoredData | None) -> exp.Expression | None:
+    """A public table domain as the value list ``stored`` promises (public data, unchanged
+    while the backend is open), typed as the column; None to scan it in SQL instead (no
+    promise, unknown type, too many values, or a value without an exact literal)."""
+    if stored is None or metadata is None or domain.table is None or domain.column is None:
         return None
-    declared = source[1].columns.get(key.node.name.lower())
+    table = metadata.tables.get(domain.table)
+    declared = table.columns.get(domain.column) if table is not None else None
     dtype = normalise(declared.type) if declared is not None else None
     if dtype is None:
         return None
+    values = stored.distinct_values(domain.table, domain.column)
+    if values is None or len(values) > MAX_INLINED_DOMAIN:
+        return None
+    exact = all(type(v) in _LITERAL_TYPES or type(v) is datetime.date
+                or (type(v) is float and math.isfinite(v)) for v in values)
+    return _values_relation(values, dtype) if exact else None
+
+
+def _substituted(conditions: list[_RowCondition], key: GroupKey,
+                 source: tuple[exp.Table, Table] | None) -> list[exp.Expression]:
+    """The conditions reading only the key column, over the domain value ``__v`` (TRY_CAST to
+    the column's declared type) instead; none when the key is not a base-table column of
+    known type."""
+    if source is None:
+        return []
+    declared = source[1].columns.get(key.node.name.lower())
+    dtype = normalise(declared.type) if declared is not None else None
+    if dtype is None:
+        return []
     out = []
-    for condition in _conditions_on(conditions, key.node.table, key.node.name):
+    only_key = {(key.node.table, key.node.name)}
+    for condition in (c for c in conditions if c.columns == only_key):
         out.append(condition.node.copy().transform(
             lambda n: exp.TryCast(this=exp.column("__v"), to=dtype.copy())
             if isinstance(n, exp.Column) else n, copy=False))
@@ -540,17 +571,18 @@ class ExactQuery(NamedTuple):
 
 
 def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata | None = None,
-                in_bounds: InBounds | None = None) -> ExactQuery:
+                stored: StoredData | None = None) -> ExactQuery:
     """The exact query: without GROUP BY one row of measurements; with GROUP BY (the layout
-    :func:`dpsql.engine.exact_bins` reads) ``(__t, __i, __v0.., __m0..)`` rows ordered by
-    ``(__t, __i)``: ``__t = 0`` for each non-empty bin inside the declared domains (``__i`` its
+    :func:`dpsql.engine.exact_bins` reads) ``(__t, __i, __v0.., __m0..)`` rows in any order:
+    ``__t = 0`` for each non-empty bin inside the declared domains (``__i`` its
     index in the domains' product, row-major in key order, and its exact measurements),
     ``__t = 1 + i`` for each value of domain i (``__i`` its ordinal, ``__v<i>`` the value).
     Empty bins are not sent: the engine fills the domains' product with zeros before noise.
 
     ``metadata`` (declared column types) lets provably total comparisons go without TRY and
-    SUM clamp in the column's own type; without it both stay conservative. ``in_bounds``
-    reports the clamps that cannot change any value (see :func:`plan_execution`).
+    SUM clamp in the column's own type; without it both stay conservative. ``stored`` reports
+    the clamps that cannot change any value and the public domains that can be inlined (see
+    :func:`plan_execution`).
     """
     inner = query.copy()
     for arg in ("order", "limit", "offset", "having", "distinct"):
@@ -564,7 +596,7 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata |
     cte_names = _cte_names(inner)
     top_kinds = column_kinds(inner, metadata, cte_names)
     sources = _base_tables(inner, metadata, cte_names)
-    measurements, removable = _measurement_sql(analysis, top_kinds, sources, in_bounds)
+    measurements, removable = _measurement_sql(analysis, top_kinds, sources, stored)
     inner.set("expressions", keys + measurements)
     with_ = inner.args.get("with_")
     inner.set("with_", None)
@@ -595,7 +627,7 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata |
     conditions = _row_conditions(inner)
     for key in analysis.group_keys:
         d = f"__d{key.index}"
-        ctes.append(_cte(d, _domain_relation(key, conditions, sources)))
+        ctes.append(_cte(d, _domain_relation(key, conditions, sources, metadata, stored)))
         joins.append(exp.Join(this=_table(d), on=exp.NullSafeEQ(
             this=exp.column(f"__k{key.index}", "__e"), expression=exp.column("__v", d))))
     # Row-major index, first key slowest: ((o0 * |d1|) + o1) * |d2| + o2 (BIGINT: the
@@ -619,10 +651,8 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata |
                             [None] * len(analysis.measurements)),
             from_=exp.From(this=_table(d)))
         union = exp.Union(this=union, expression=domain, distinct=False)
-    # A total order (the tag, then the index), so every backend returns the same rows, the
-    # bins first (the engine splits them off by the tag).
-    order = [exp.Ordered(this=exp.column(c), nulls_first=False) for c in ("__t", "__i")]
-    union.set("order", exp.Order(expressions=order))
+    # No ORDER BY: the engine places every row by its tag and index, and sorting the union
+    # would cost DuckDB more than the aggregation's own tail (TPC-H Q16 at SF10: ~18 ms).
     union.set("with_", exp.With(expressions=ctes))
     return ExactQuery(union, removable)
 
@@ -765,26 +795,31 @@ def post_processing_sql(analysis: QueryAnalysis) -> tuple[str, tuple[int, ...]]:
 
 
 def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
-                   in_bounds: InBounds | None = None) -> ExecutionPlan:
+                   stored: StoredData | None = None) -> ExecutionPlan:
     """Build the exact and post-processing queries for ``analysis`` (see module contract).
 
     Pass the ``metadata`` the query was analysed with: its declared column types spare TRY and
     DOUBLE casts that cannot matter (see :func:`build_exact`).
 
-    ``in_bounds`` (the engine's, from :meth:`Backend.value_range`) lets a SUM run without its
-    clamp when every stored value of its column already lies inside the bounds: the clamp is
-    then the identity on every row, so the exact sums, and everything released, are the same
-    (DuckDB at TPC-H SF10: ~8% of a join's SUM time). Only the running time differs, as it
-    does in the database itself, whose optimiser folds those comparisons from the same
-    statistics; timing is outside dpsql's privacy model (docs/privacy.md). ``canonical_sql``
-    keeps every clamp, so the fingerprint analysts see does not depend on the data.
+    ``stored`` (the engine's view of what the backend promises about stored data) allows two
+    shortcuts that change no released value, only the running time (which the database's own
+    plans already make data-dependent; timing is outside dpsql's privacy model,
+    docs/privacy.md):
+
+    * a SUM runs without its clamp when every stored value of its column lies inside the
+      bounds: the clamp is then the identity on every row (DuckDB folds its comparisons from
+      the same statistics but still pays ~8% of TPC-H J3's time for the CASE). The
+      fingerprint analysts see is taken from ``canonical_sql``, which keeps every clamp, so it
+      does not reveal whether the data fit;
+    * a public table's domain is inlined as its (public) value list instead of a DISTINCT scan
+      in every query (TPC-H Q16 at SF10: ~15 ms of ~230).
     """
     check_bins(math.prod(len(k.domain.values) for k in analysis.group_keys
                          if k.domain.values is not None))
     query = _number_parameters(analysis.query)  # not a copy: build_* copy what they change
     assert isinstance(query, exp.Select)
     # The exact and post trees are fresh copies owned here: generate without another copy.
-    tree, removable = build_exact(analysis, query, metadata, in_bounds)
+    tree, removable = build_exact(analysis, query, metadata, stored)
     exact_sql = canonical_sql = tree.sql(dialect=DIALECT, copy=False)
     if removable:
         for clamp, column in removable:

@@ -127,23 +127,26 @@ class DuckDBBackend:
             ) from None
         return {str(r[0]): str(r[1]) for r in rows}
 
+    def _unchanging(self, table: str) -> bool:
+        """Whether ``table`` is a base table of the database file, whose stored values cannot
+        change while this backend is open: the file is open read-only and DuckDB's file lock
+        keeps every writer out meanwhile (no other process can open it read-write, and this
+        process cannot open it with another configuration). Views over declared files and an
+        in-memory database promise nothing."""
+        if self.path == ":memory:" or table.lower() in self._views:
+            return False
+        row = self._con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE NOT temporary "
+            "AND database_name = current_database() AND schema_name = current_schema() "
+            "AND lower(table_name) = lower(?)", [table]).fetchone()
+        return bool(row and row[0] == 1)
+
     def value_range(self, table: str, column: str) -> tuple[Any, Any] | None:
         """(least, greatest) non-NULL value of ``column`` in a base table of the database file
-        ((None, None) if it has none); None for a declared source (a view over files, which
-        may change at any time) and for an in-memory database, or if anything fails.
-
-        Holds while this backend is open: the file is open read-only and DuckDB's file lock
-        keeps every writer out meanwhile (no other process can open it read-write, and this
-        process cannot open it with another configuration), so stored values cannot change.
-        """
-        if self.path == ":memory:" or table.lower() in self._views:
-            return None
+        ((None, None) if it has none), held while this backend is open (:meth:`_unchanging`);
+        None for anything else or if anything fails."""
         try:
-            base = self._con.execute(
-                "SELECT count(*) FROM duckdb_tables() WHERE NOT temporary "
-                "AND database_name = current_database() AND schema_name = current_schema() "
-                "AND lower(table_name) = lower(?)", [table]).fetchone()
-            if not base or base[0] != 1:
+            if not self._unchanging(table):
                 return None
             quoted = _quote_ident(column)
             row = self._con.execute(
@@ -151,6 +154,21 @@ class DuckDBBackend:
         except duckdb.Error:
             return None
         return (row[0], row[1]) if row else None
+
+    def distinct_values(self, table: str, column: str, *, limit: int) -> list[Any] | None:
+        """The distinct values of ``column`` in a base table of the database file, ascending
+        with NULL last, held while this backend is open (:meth:`_unchanging`); None for
+        anything else, beyond ``limit`` values, or if anything fails."""
+        try:
+            if not self._unchanging(table):
+                return None
+            quoted = _quote_ident(column)
+            rows = self._con.execute(
+                f"SELECT DISTINCT {quoted} FROM {_quote_ident(table)} "
+                f"ORDER BY {quoted} NULLS LAST LIMIT {int(limit) + 1}").fetchall()
+        except duckdb.Error:
+            return None
+        return [r[0] for r in rows] if len(rows) <= limit else None
 
     def close(self) -> None:
         self._con.close()

@@ -374,6 +374,10 @@ class SparkBackend:
         so every SUM keeps its clamp."""
         return None
 
+    def distinct_values(self, table: str, column: str, *, limit: int) -> None:
+        """None, as :meth:`value_range`: domains of public tables are scanned in each query."""
+        return None
+
     def translate(self, sql: str) -> str:
         """:func:`to_spark_sql` over the registered tables' schemas, memoised by text."""
         hit = self._translated.get(sql)
