@@ -48,7 +48,9 @@ class ReplayBackend:
         self.executions = 0
 
     def execute(self, sql, params=None):
-        key = (sql, tuple(sorted((params or {}).items())))
+        # lists (inlined public domains) as tuples, to be hashable
+        key = (sql, tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                                 for k, v in (params or {}).items())))
         if key not in self.cache:
             self.cache[key] = self.inner.execute(sql, params)
             self.executions += 1

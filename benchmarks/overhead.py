@@ -38,7 +38,7 @@ from typing import Any
 from dpsql.analysis.elastic import analyze
 from dpsql.analysis.smooth import plan_noise
 from dpsql.engine import Engine, exact_bins
-from dpsql.rewrite import bind_params, plan_execution
+from dpsql.rewrite import plan_execution
 
 from .accuracy import ReplayBackend
 from .common import Handles, Settings, median_ms, rejection, timed
@@ -115,7 +115,7 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
     noise_plans = plan_noise(prepared.analysis, settings.epsilon, settings.delta)
 
     def run_exact():
-        return backend.execute(plan.exact_sql, bind_params(plan.exact_params, []))[0]
+        return backend.execute(plan.exact_sql, plan.exact_bindings([]))[0]
 
     engine = Engine(md, backend)  # the analyst's open connection
 
@@ -142,7 +142,7 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
 
     # the noise step alone, on the exact result's bins (as Engine.run does it)
     exact_bins_ = exact_bins(plan, *backend.execute(plan.exact_sql,
-                                                   bind_params(plan.exact_params, [])))
+                                                   plan.exact_bindings([])))
     columns = exact_bins_.exact
     noise_times = []
     for _ in range(max(settings.runs, 5)):
@@ -170,7 +170,7 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
     # new query on an open connection: Engine.run with its memo of analysed queries emptied,
     # on a backend that replays the exact result instead of running it.
     replay = ReplayBackend(backend)
-    replay.execute(plan.exact_sql, bind_params(plan.exact_params, []))
+    replay.execute(plan.exact_sql, plan.exact_bindings([]))
     engine = Engine(md, replay)
     engine.run(sql, epsilon=settings.epsilon, delta=settings.delta)  # warm-up
     fixed_times = []

@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 
 from dpsql.engine import Engine
-from dpsql.rewrite import bind_params
 
 from . import smartnoise, synthetic
 from .accuracy import ReplayBackend
@@ -114,7 +113,7 @@ def one_query(name: str, template: str, n_keys: int, handles: Handles, sn_meta, 
         fns["dpsql"] = lambda: engine.run(sql, epsilon=eps, delta=delta)
         plan = engine.prepare(sql).plan  # its exact SQL alone: the part DuckDB runs
         fns["dpsql_exact"] = lambda: backend.execute(plan.exact_sql,
-                                                     bind_params(plan.exact_params, []))
+                                                     plan.exact_bindings([]))
 
     if sn_meta is None:
         out["smartnoise"] = {"status": "skipped", "reason": smartnoise.INSTALL_HINT}

@@ -35,7 +35,6 @@ import duckdb
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.engine import Engine
 from dpsql.metadata import Metadata, loads_metadata
-from dpsql.rewrite import bind_params
 
 HERE = Path(__file__).resolve().parent
 QUERIES = {
@@ -131,7 +130,7 @@ def measure(rows: int, spark, runs: int, data: Path) -> dict[str, Any]:
     try:
         for name, sql in QUERIES.items():
             plan = engines["duckdb"].prepare(sql).plan
-            params = bind_params(plan.exact_params, [])
+            params = plan.exact_bindings([])
             entry: dict[str, Any] = {"sql": sql}
             exact = {}
             for backend_name, backend in (("duckdb", duck), ("spark", sparkb)):

@@ -209,7 +209,7 @@ class Engine:
         plan = prepared.plan
         with _gc_paused():
             rows, exact_types = self.backend.execute(
-                plan.exact_sql, bind_params(plan.exact_params, params)
+                plan.exact_sql, plan.exact_bindings(params)
             )
             bins = exact_bins(plan, rows, exact_types)
             noisy = [self._noise(bins.exact[j], noise_plans[j])

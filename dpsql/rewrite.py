@@ -88,6 +88,16 @@ class ExecutionPlan:
     #: depend on the data (what the engine fingerprints); "" when it is ``exact_sql`` itself
     canonical_sql: str = ""
 
+    #: parameters the engine binds itself: inlined public domains (name, values as text)
+    exact_constants: tuple[tuple[str, tuple[str | None, ...]], ...] = ()
+
+    def exact_bindings(self, params: Sequence[Any]) -> dict[str, Any]:
+        """Every named parameter ``exact_sql`` takes, from the analyst's qmark ``params``."""
+        bound = bind_params(self.exact_params, params)
+        for name, values in self.exact_constants:
+            bound[name] = list(values)
+        return bound
+
     @property
     def normal_form(self) -> str:
         """The exact SQL with every clamp (see ``canonical_sql``)."""
@@ -449,7 +459,8 @@ def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
 
 def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
                      sources: dict[str, tuple[exp.Table, Table]], metadata: Metadata | None,
-                     stored: StoredData | None) -> exp.Expression:
+                     stored: StoredData | None,
+                     constants: dict[str, list[str | None]]) -> exp.Expression:
     """SELECT value __v, ordinal __o (INTEGER from 0) for group key ``key``'s declared domain,
     narrowed by the query's own conditions on the key column alone.
 
@@ -466,7 +477,8 @@ def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
     """
     domain = key.domain
     value_filters = _substituted(conditions, key, sources.get(key.node.table))
-    inlined = _inlined_values(domain, metadata, stored) if domain.table is not None else None
+    inlined = (_inlined_values(domain, metadata, stored, constants)
+               if domain.table is not None else None)
     if domain.table is not None and inlined is None:
         distinct = exp.Select(
             expressions=[exp.alias_(exp.column(domain.column), "__v", copy=False)],
@@ -492,34 +504,30 @@ def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
     return relation
 
 
-def _values_relation(values: Sequence[Any], cast: exp.DataType | None = None) -> exp.Expression:
-    """``(VALUES (v0, 0), (v1, 1), ...) AS __d(__v, __o)``, each value CAST to ``cast`` if
-    given (then as a subquery ``__s``)."""
+def _values_relation(values: Sequence[Any]) -> exp.Expression:
+    """``(VALUES (v0, 0), (v1, 1), ...) AS __d(__v, __o)``: a declared value list."""
     rows = [exp.Tuple(expressions=[exp.convert(v), exp.convert(j)]) for j, v in enumerate(values)]
-    listed = exp.Values(expressions=rows, alias=exp.TableAlias(
+    return exp.Values(expressions=rows, alias=exp.TableAlias(
         this=exp.to_identifier("__d"),
         columns=[exp.to_identifier("__v"), exp.to_identifier("__o")]))
-    if cast is None:
-        return listed
-    typed = exp.Select(expressions=[
-        exp.alias_(exp.Cast(this=exp.column("__v"), to=cast), "__v", copy=False),
-        exp.column("__o")], from_=exp.From(this=listed))
-    return exp.Subquery(this=typed, alias=exp.TableAlias(this=exp.to_identifier("__s")))
 
 
-#: Python types whose SQL literal (sqlglot's exp.convert) cast to the column's type gives back
-#: exactly the stored value
-_LITERAL_TYPES = (str, int, Decimal, type(None))
+#: Python types whose text, CAST to the column's type, gives back exactly the stored value
+_EXACT_TEXT_TYPES = (str, int, Decimal, datetime.date)
 
-#: most values of a public table's column inlined into the SQL text (beyond, a DISTINCT scan)
+#: most values of a public table's column bound as a list (beyond, a DISTINCT scan per query)
 MAX_INLINED_DOMAIN = 10_000
 
+_DOMAIN_PREFIX = "__dpsql_domain_"
 
-def _inlined_values(domain: Domain, metadata: Metadata | None,
-                    stored: StoredData | None) -> exp.Expression | None:
+
+def _inlined_values(domain: Domain, metadata: Metadata | None, stored: StoredData | None,
+                    constants: dict[str, list[str | None]]) -> exp.Expression | None:
     """A public table domain as the value list ``stored`` promises (public data, unchanged
-    while the backend is open), typed as the column; None to scan it in SQL instead (no
-    promise, unknown type, too many values, or a value without an exact literal)."""
+    while the backend is open): ``SELECT CAST(UNNEST($list) AS <type>) AS __v, ...`` with the
+    values bound as one VARCHAR[] parameter (added to ``constants``), so neither sqlglot nor
+    DuckDB handles them as SQL text. None to scan the table in SQL instead: no promise,
+    unknown type, too many values, or a value whose text does not give it back exactly."""
     if stored is None or metadata is None or domain.table is None or domain.column is None:
         return None
     table = metadata.tables.get(domain.table)
@@ -530,9 +538,20 @@ def _inlined_values(domain: Domain, metadata: Metadata | None,
     values = stored.distinct_values(domain.table, domain.column)
     if values is None or len(values) > MAX_INLINED_DOMAIN:
         return None
-    exact = all(type(v) in _LITERAL_TYPES or type(v) is datetime.date
-                or (type(v) is float and math.isfinite(v)) for v in values)
-    return _values_relation(values, dtype) if exact else None
+    if not all(v is None or (isinstance(v, _EXACT_TEXT_TYPES) and not isinstance(v, bool)
+                             and type(v) is not datetime.datetime)
+               or (type(v) is float and math.isfinite(v)) for v in values):
+        return None
+    name = f"{_DOMAIN_PREFIX}{len(constants)}"
+    # str(Decimal) and str(float) (shortest repr) round-trip exactly; dates are ISO text
+    constants[name] = [None if v is None else str(v) for v in values]
+    listed = exp.Select(expressions=[
+        exp.alias_(exp.Cast(this=exp.Unnest(expressions=[exp.Placeholder(this=name)]),
+                            to=dtype.copy()), "__v", copy=False),
+        exp.alias_(exp.Cast(this=exp.Unnest(expressions=[exp.func(
+            "range", exp.Literal.number(len(values)))]), to=exp.DataType.build("INT")),
+            "__o", copy=False)])
+    return exp.Subquery(this=listed, alias=exp.TableAlias(this=exp.to_identifier("__s")))
 
 
 def _substituted(conditions: list[_RowCondition], key: GroupKey,
@@ -564,10 +583,12 @@ def _conjunction(conditions: list[exp.Expression]) -> exp.Expression:
 
 
 class ExactQuery(NamedTuple):
-    """The exact query's tree, and the SUM clamps in it that the data make the identity."""
+    """The exact query's tree, the SUM clamps in it that the data make the identity, and the
+    inlined public domains it binds as parameters (name -> values as text)."""
 
     tree: exp.Expression
     removable_clamps: list[Removable]
+    constants: dict[str, list[str | None]]
 
 
 def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata | None = None,
@@ -603,11 +624,12 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata |
     if not analysis.group_keys:
         if with_ is not None:
             inner.set("with_", with_)
-        return ExactQuery(inner, removable)
+        return ExactQuery(inner, removable, {})
 
     # Every node below is built here: constructed directly (the builder helpers would copy
     # and parse strings, a measurable share of the analysis time).
     ctes = list(with_.expressions) if with_ is not None else []
+    constants: dict[str, list[str | None]] = {}
     ctes.append(_cte("__exact", inner))
     n = len(analysis.group_keys)
     null = exp.Null
@@ -627,7 +649,8 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata |
     conditions = _row_conditions(inner)
     for key in analysis.group_keys:
         d = f"__d{key.index}"
-        ctes.append(_cte(d, _domain_relation(key, conditions, sources, metadata, stored)))
+        ctes.append(_cte(d, _domain_relation(key, conditions, sources, metadata, stored,
+                                             constants)))
         joins.append(exp.Join(this=_table(d), on=exp.NullSafeEQ(
             this=exp.column(f"__k{key.index}", "__e"), expression=exp.column("__v", d))))
     # Row-major index, first key slowest: ((o0 * |d1|) + o1) * |d2| + o2 (BIGINT: the
@@ -654,7 +677,7 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata |
     # No ORDER BY: the engine places every row by its tag and index, and sorting the union
     # would cost DuckDB more than the aggregation's own tail (TPC-H Q16 at SF10: ~18 ms).
     union.set("with_", exp.With(expressions=ctes))
-    return ExactQuery(union, removable)
+    return ExactQuery(union, removable, constants)
 
 
 def _cte(name: str, body: exp.Expression) -> exp.CTE:
@@ -819,7 +842,7 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
     query = _number_parameters(analysis.query)  # not a copy: build_* copy what they change
     assert isinstance(query, exp.Select)
     # The exact and post trees are fresh copies owned here: generate without another copy.
-    tree, removable = build_exact(analysis, query, metadata, stored)
+    tree, removable, constants = build_exact(analysis, query, metadata, stored)
     exact_sql = canonical_sql = tree.sql(dialect=DIALECT, copy=False)
     if removable:
         for clamp, column in removable:
@@ -845,4 +868,5 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
         fast_order=order,
         integer_measurements=tuple(m.integer for m in analysis.measurements),
         canonical_sql="" if canonical_sql is exact_sql else canonical_sql,
+        exact_constants=tuple((name, tuple(values)) for name, values in constants.items()),
     )

@@ -85,7 +85,7 @@ def test_the_database_sends_only_non_empty_bins(shop):
     metadata = shop.metadata()
     engine, _ = _engine(metadata, shop)
     plan = engine.prepare(THREE_KEYS).plan
-    rows, types = engine.backend.execute(plan.exact_sql)
+    rows, types = engine.backend.execute(plan.exact_sql, plan.exact_bindings([]))
     bins = [r for r in rows if r[0] == 0]
     assert 0 < len(bins) < 240 - 150
     assert len(rows) == len(bins) + 4 + 3 + 20  # plus each domain's values once
