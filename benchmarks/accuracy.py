@@ -38,7 +38,8 @@ FLEX_FIGURES = {"Q1": 2.5e-5, "Q4": 4.141e-3, "Q13": 1.504, "Q16": 706.58, "Q21"
 
 
 class ReplayBackend:
-    """Runs each distinct (sql, params) once on ``inner`` and replays the rows afterwards."""
+    """Runs each distinct (sql, params) once on ``inner`` and replays the result afterwards
+    (rows, or columns: the arrays are never written to, so sharing them is safe)."""
 
     dialect = "duckdb"
 
@@ -47,15 +48,21 @@ class ReplayBackend:
         self.cache: dict[tuple, tuple[list, list]] = {}
         self.executions = 0
 
-    def execute(self, sql, params=None):
+    def _replay(self, method: str, sql, params):
         # lists (inlined public domains) as tuples, to be hashable
-        key = (sql, tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
-                                 for k, v in (params or {}).items())))
+        key = (method, sql, tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                                         for k, v in (params or {}).items())))
         if key not in self.cache:
-            self.cache[key] = self.inner.execute(sql, params)
+            self.cache[key] = getattr(self.inner, method)(sql, params)
             self.executions += 1
-        rows, types = self.cache[key]
-        return list(rows), list(types)
+        out, types = self.cache[key]
+        return list(out), list(types)
+
+    def execute(self, sql, params=None):
+        return self._replay("execute", sql, params)
+
+    def execute_columns(self, sql, params=None):
+        return self._replay("execute_columns", sql, params)
 
     def __getattr__(self, name: str):
         # everything but execution (the table schemas an Engine reads ...) comes from inner
@@ -134,7 +141,8 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
     out.update({
         "status": "ok",
         "draws": settings.draws,
-        "exact_executions": replay.executions,
+        "exact_executions": replay.executions,  # per query the plan sends, once
+        "exact_queries": 1 + (prepared.plan.domain_sql is not None),
         "bins_released": bins,
         "cells": len(cells),
         "cells_missing_from_release": missing,

@@ -37,7 +37,7 @@ from typing import Any
 
 from dpsql.analysis.elastic import analyze
 from dpsql.analysis.smooth import plan_noise
-from dpsql.engine import Engine, exact_bins
+from dpsql.engine import Engine, bins_of, execute_exact
 from dpsql.rewrite import plan_execution
 
 from .accuracy import ReplayBackend
@@ -115,7 +115,7 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
     noise_plans = plan_noise(prepared.analysis, settings.epsilon, settings.delta)
 
     def run_exact():
-        return backend.execute(plan.exact_sql, plan.exact_bindings([]))[0]
+        return execute_exact(backend, plan, [])
 
     engine = Engine(md, backend)  # the analyst's open connection
 
@@ -141,8 +141,7 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
                 times["dpsql"].append(run_dpsql()[0])
 
     # the noise step alone, on the exact result's bins (as Engine.run does it)
-    exact_bins_ = exact_bins(plan, *backend.execute(plan.exact_sql,
-                                                   plan.exact_bindings([])))
+    exact_bins_ = bins_of(plan, execute_exact(backend, plan, []))
     columns = exact_bins_.exact
     noise_times = []
     for _ in range(max(settings.runs, 5)):
@@ -159,7 +158,7 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
         "rows_raw": len(raw_rows),
         "rows_dpsql": len(result.rows),
         "bins": exact_bins_.n_bins,
-        "exact_rows": len(exact_rows),  # what the database sends: non-empty bins + domains
+        "exact_rows": exact_rows.n_rows,  # what the database sends: non-empty bins + domains
         "mechanism": result.release.mechanism,
         "runs": settings.runs,
         "raw_ms_all": [t * 1e3 for t in times["raw"]],
@@ -170,7 +169,7 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
     # new query on an open connection: Engine.run with its memo of analysed queries emptied,
     # on a backend that replays the exact result instead of running it.
     replay = ReplayBackend(backend)
-    replay.execute(plan.exact_sql, plan.exact_bindings([]))
+    execute_exact(replay, plan, [])
     engine = Engine(md, replay)
     engine.run(sql, epsilon=settings.epsilon, delta=settings.delta)  # warm-up
     fixed_times = []

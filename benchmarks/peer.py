@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.engine import Engine
+from dpsql.engine import Engine, execute_exact
 
 from . import smartnoise, synthetic
 from .accuracy import ReplayBackend
@@ -112,8 +112,7 @@ def one_query(name: str, template: str, n_keys: int, handles: Handles, sn_meta, 
         engine = Engine(md, backend, cache_size=0)
         fns["dpsql"] = lambda: engine.run(sql, epsilon=eps, delta=delta)
         plan = engine.prepare(sql).plan  # its exact SQL alone: the part DuckDB runs
-        fns["dpsql_exact"] = lambda: backend.execute(plan.exact_sql,
-                                                     plan.exact_bindings([]))
+        fns["dpsql_exact"] = lambda: execute_exact(backend, plan, [])
 
     if sn_meta is None:
         out["smartnoise"] = {"status": "skipped", "reason": smartnoise.INSTALL_HINT}
@@ -143,7 +142,8 @@ def one_query(name: str, template: str, n_keys: int, handles: Handles, sn_meta, 
             exact_ms=median_ms(times["dpsql_exact"]), exact_sql=plan.exact_sql,
             spent={"epsilon": release.epsilon, "delta": release.delta,
                    "mechanism": release.mechanism},
-            exact_executions=replay.executions, bins_released=len(results[0].rows),
+            exact_executions=replay.executions, exact_queries=1 + (plan.domain_sql is not None),
+            bins_released=len(results[0].rows),
             **_errors(truth, [_cells(r.rows, n_keys) for r in results]))
     if out["smartnoise"]["status"] == "ok":
         conn = smartnoise.DuckDBConnection(raw, replay=True)

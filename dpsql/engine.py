@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import duckdb
 import numpy as np
@@ -208,10 +208,7 @@ class Engine:
             charge(release)  # durable before anything runs: a crash later loses no charge
         plan = prepared.plan
         with _gc_paused():
-            rows, exact_types = self.backend.execute(
-                plan.exact_sql, plan.exact_bindings(params)
-            )
-            bins = exact_bins(plan, rows, exact_types)
+            bins = read_exact(self.backend, plan, params)
             noisy = [self._noise(bins.exact[j], noise_plans[j])
                      for j in range(plan.n_measurements)]
             names, types, out_rows = self._post_process(prepared, bins, noisy, params)
@@ -290,13 +287,50 @@ class Bins:
         return [self.key(i) for i in range(len(self.domains))]
 
 
+class ExactResult(NamedTuple):
+    """What the backend sent for a plan: the exact query's rows and types; or, when the plan
+    has a domain query, that query's rows and types and the exact query's ``columns``."""
+
+    rows: list[tuple[Any, ...]]
+    types: list[str]
+    columns: list[np.ndarray] | None = None
+
+    @property
+    def n_rows(self) -> int:
+        """Rows the database sent (both queries)."""
+        return len(self.rows) + (len(self.columns[0]) if self.columns else 0)
+
+
+def execute_exact(backend: Backend, plan: ExecutionPlan, params: Sequence[Any]) -> ExactResult:
+    """Run the plan's exact query on ``backend``, and its domain query if it has one."""
+    if plan.domain_sql is None:
+        return ExactResult(*backend.execute(plan.exact_sql, plan.exact_bindings(params)))
+    rows, types = backend.execute(plan.domain_sql, plan.domain_bindings(params))
+    columns, _ = backend.execute_columns(plan.exact_sql, plan.exact_bindings(params))
+    return ExactResult(rows, types, columns)
+
+
+def read_exact(backend: Backend, plan: ExecutionPlan, params: Sequence[Any]) -> Bins:
+    """:func:`execute_exact`, read into bins."""
+    return bins_of(plan, execute_exact(backend, plan, params))
+
+
+def bins_of(plan: ExecutionPlan, result: ExactResult) -> Bins:
+    """The bins of an :class:`ExactResult` (either layout of :func:`dpsql.rewrite.build_exact`)."""
+    if result.columns is None:
+        return exact_bins(plan, result.rows, result.types)
+    n = plan.n_keys
+    return _fill(plan, _domains(n, result.rows), result.types[2:2 + n], result.columns[0],
+                 result.columns[1:])
+
+
 def exact_bins(plan: ExecutionPlan, rows: list[tuple[Any, ...]], types: list[str]) -> Bins:
-    """Read the exact query's rows (layout: :func:`dpsql.rewrite.build_exact`) into bins.
+    """Read the exact query's rows (the one-query layout of :func:`dpsql.rewrite.build_exact`)
+    into bins.
 
     With GROUP BY, the backend sends only the non-empty bins (as indexes into the domains'
     product) and the domains; every other bin of the product is filled here with exact zeros,
-    so every bin of the declared domains gets noise whether empty or not. Vectorised: a
-    Q16-sized result (27,840 bins) reads in about a millisecond.
+    so every bin of the declared domains gets noise whether empty or not.
     """
     n, m = plan.n_keys, plan.n_measurements
     integer = plan.integer_measurements
@@ -308,8 +342,20 @@ def exact_bins(plan: ExecutionPlan, rows: list[tuple[Any, ...]], types: list[str
     filled, others = [], []
     for r in rows:
         (filled if r[0] == 0 else others).append(r)
+    # Column by column straight from the rows: no transposed copy of the whole result.
+    index = np.fromiter(map(itemgetter(1), filled), dtype=np.int64, count=len(filled))
+    measures = []
+    for j in range(m):
+        column = map(itemgetter(2 + n + j), filled)
+        measures.append(np.fromiter(column, dtype=np.int64, count=len(filled)) if integer[j]
+                        else np.array(list(column), dtype=object))  # a COUNT is never NULL
+    return _fill(plan, _domains(n, others), types[2:2 + n], index, measures)
+
+
+def _domains(n: int, rows: list[tuple[Any, ...]]) -> list[np.ndarray]:
+    """Each domain's values in ordinal order, from its ``(1 + i, ordinal, ..value i..)`` rows."""
     found: list[list[tuple[int, Any]]] = [[] for _ in range(n)]
-    for r in others:
+    for r in rows:
         i = r[0] - 1
         if not 0 <= i < n:
             raise ProgrammingError("the exact result is malformed (unknown tag)")
@@ -322,24 +368,38 @@ def exact_bins(plan: ExecutionPlan, rows: list[tuple[Any, ...]], types: list[str
         if sorted(o for o, _ in entries) != list(range(len(entries))):
             raise ProgrammingError(f"domain {i} of the exact result is malformed")
         domains.append(values)
+    return domains
+
+
+def _fill(plan: ExecutionPlan, domains: list[np.ndarray], key_types: list[str],
+          index: np.ndarray, measures: list[np.ndarray]) -> Bins:
+    """Bins of the domains' product: each measurement 0 everywhere but at the non-empty
+    bins' ``index``, where it takes the exact values ``measures`` (NULL counts as 0)."""
+    integer = plan.integer_measurements
     n_bins = math.prod(len(d) for d in domains)
     try:
         check_bins(n_bins)  # table domains: their size is known only now (public data)
     except NotSupportedError as err:
         raise OperationalError(str(err)) from None
-    exact = [np.zeros(n_bins, dtype=np.int64 if integer[j] else np.float64) for j in range(m)]
-    if filled and n_bins:
-        # Column by column straight from the rows: no transposed copy of the whole result.
-        index = np.fromiter(map(itemgetter(1), filled), dtype=np.int64, count=len(filled))
+    exact = [np.zeros(n_bins, dtype=np.int64 if integer[j] else np.float64)
+             for j in range(plan.n_measurements)]
+    if len(index) and n_bins:
+        index = np.ma.filled(index, -1).astype(np.int64)
         if index.min() < 0 or index.max() >= n_bins:
             raise ProgrammingError("the exact result is malformed (bin index out of range)")
-        for j in range(m):
-            column = map(itemgetter(2 + n + j), filled)
-            if integer[j]:  # a COUNT is never NULL
-                exact[j][index] = np.fromiter(column, dtype=np.int64, count=len(filled))
-            else:
-                exact[j][index] = _as_exact(np.array(list(column), dtype=object), False)
-    return Bins(list(types[2:2 + n]), exact, n_bins, domains)
+        for j, column in enumerate(measures):
+            exact[j][index] = _as_numbers(column, integer[j])
+    return Bins(list(key_types), exact, n_bins, domains)
+
+
+def _as_numbers(column: np.ndarray, integer: bool) -> np.ndarray:
+    """A measurement column as int64 / float64, whether numpy-typed (NULL masked) or objects
+    (NULL as None); NULL (a SUM over no non-NULL value) is 0."""
+    if isinstance(column, np.ma.MaskedArray):
+        column = column.filled(0)
+    if column.dtype == object:
+        return _as_exact(column, integer)
+    return column.astype(np.int64 if integer else np.float64)
 
 
 def _as_exact(values: np.ndarray, integer: bool) -> np.ndarray:

@@ -90,11 +90,22 @@ class ExecutionPlan:
 
     #: parameters the engine binds itself: inlined public domains (name, values as text)
     exact_constants: tuple[tuple[str, tuple[str | None, ...]], ...] = ()
+    #: with GROUP BY over listed domains only: the domain rows' own query (reads no table),
+    #: and ``exact_sql`` then sends numbers only (see :func:`build_exact`)
+    domain_sql: str | None = None
+    domain_params: tuple[int, ...] = ()
 
     def exact_bindings(self, params: Sequence[Any]) -> dict[str, Any]:
         """Every named parameter ``exact_sql`` takes, from the analyst's qmark ``params``."""
-        bound = bind_params(self.exact_params, params)
-        for name, values in self.exact_constants:
+        return self._bindings(self.exact_params, params)
+
+    def domain_bindings(self, params: Sequence[Any]) -> dict[str, Any]:
+        """Every named parameter ``domain_sql`` takes."""
+        return self._bindings(self.domain_params, params)
+
+    def _bindings(self, positions: tuple[int, ...], params: Sequence[Any]) -> dict[str, Any]:
+        bound = bind_params(positions, params)
+        for name, values in self.exact_constants:  # both queries hold every domain
             bound[name] = list(values)
         return bound
 
@@ -460,9 +471,10 @@ def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
 def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
                      sources: dict[str, tuple[exp.Table, Table]], metadata: Metadata | None,
                      stored: StoredData | None,
-                     constants: dict[str, list[str | None]]) -> exp.Expression:
+                     constants: dict[str, list[str | None]]) -> tuple[exp.Expression, bool]:
     """SELECT value __v, ordinal __o (INTEGER from 0) for group key ``key``'s declared domain,
-    narrowed by the query's own conditions on the key column alone.
+    narrowed by the query's own conditions on the key column alone; and whether it is a list
+    (reads no table).
 
     Value lists keep their declared order; a table domain is ordered by value, and inlined as
     its value list when ``stored`` promises it (:func:`_inlined_values`).
@@ -491,7 +503,7 @@ def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
         base = inlined if inlined is not None else _values_relation(domain.values or ())
         if not value_filters:  # the listed ordinals stand
             return exp.Select(expressions=[exp.column("__v"), exp.column("__o")],
-                              from_=exp.From(this=base))
+                              from_=exp.From(this=base)), True
         order = exp.column("__o")
     rank = exp.Sub(this=exp.Window(this=exp.RowNumber(), order=exp.Order(
         expressions=[exp.Ordered(this=order, nulls_first=False)])),
@@ -501,7 +513,7 @@ def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
                           from_=exp.From(this=base))
     if value_filters:
         relation.set("where", exp.Where(this=_conjunction(value_filters)))
-    return relation
+    return relation, domain.table is None or inlined is not None
 
 
 def _values_relation(values: Sequence[Any]) -> exp.Expression:
@@ -583,21 +595,31 @@ def _conjunction(conditions: list[exp.Expression]) -> exp.Expression:
 
 
 class ExactQuery(NamedTuple):
-    """The exact query's tree, the SUM clamps in it that the data make the identity, and the
-    inlined public domains it binds as parameters (name -> values as text)."""
+    """The exact query's tree, the SUM clamps in it that the data make the identity, the
+    inlined public domains it binds as parameters (name -> values as text), and the separate
+    domain query when there is one (see :func:`build_exact`)."""
 
     tree: exp.Expression
     removable_clamps: list[Removable]
     constants: dict[str, list[str | None]]
+    domains: exp.Expression | None
 
 
 def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata | None = None,
                 stored: StoredData | None = None) -> ExactQuery:
-    """The exact query: without GROUP BY one row of measurements; with GROUP BY (the layout
-    :func:`dpsql.engine.exact_bins` reads) ``(__t, __i, __v0.., __m0..)`` rows in any order:
-    ``__t = 0`` for each non-empty bin inside the declared domains (``__i`` its
-    index in the domains' product, row-major in key order, and its exact measurements),
-    ``__t = 1 + i`` for each value of domain i (``__i`` its ordinal, ``__v<i>`` the value).
+    """The exact query: without GROUP BY one row of measurements. With GROUP BY, the layouts
+    :func:`dpsql.engine.exact_bins` reads, rows in any order:
+
+    * ``tree``: ``(__t, __i, __v0.., __m0..)`` rows, ``__t = 0`` for each non-empty bin inside
+      the declared domains (``__i`` its index in the domains' product, row-major in key
+      order, and its exact measurements), ``__t = 1 + i`` for each value of domain i (``__i``
+      its ordinal, ``__v<i>`` the value);
+    * when every domain is a list (declared values, or a public table's values bound as a
+      parameter), the domain rows come from their own query instead, ``domains`` (``(__t,
+      __i, __v0..)``, reading no table at all), and ``tree`` sends only ``(__i, __m0..)`` per
+      non-empty bin: numbers only, which the backend can hand over as arrays
+      (:meth:`Backend.execute_columns`) rather than one Python tuple per bin.
+
     Empty bins are not sent: the engine fills the domains' product with zeros before noise.
 
     ``metadata`` (declared column types) lets provably total comparisons go without TRY and
@@ -624,33 +646,21 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata |
     if not analysis.group_keys:
         if with_ is not None:
             inner.set("with_", with_)
-        return ExactQuery(inner, removable, {})
+        return ExactQuery(inner, removable, {}, None)
 
     # Every node below is built here: constructed directly (the builder helpers would copy
     # and parse strings, a measurable share of the analysis time).
-    ctes = list(with_.expressions) if with_ is not None else []
     constants: dict[str, list[str | None]] = {}
-    ctes.append(_cte("__exact", inner))
     n = len(analysis.group_keys)
     null = exp.Null
-
-    def row(tag: int, index: exp.Expression, values, measurements) -> list[exp.Expression]:
-        cells = [exp.alias_(exp.Literal.number(tag), "__t", copy=False),
-                 exp.alias_(index, "__i", copy=False)]
-        cells += [exp.alias_(v or null(), f"__v{i}", copy=False) for i, v in enumerate(values)]
-        cells += [exp.alias_(m or null(), f"__m{j}", copy=False)
-                  for j, m in enumerate(measurements)]
-        return cells
-
-    # Branch 0: the non-empty bins inside the domains, each as its index in the domains'
-    # product (the engine fills the empty ones with zeros). Branch 1 + i: domain i's values
-    # and ordinals.
-    joins = []
     conditions = _row_conditions(inner)
+    domain_ctes, joins, listed = [], [], True
     for key in analysis.group_keys:
         d = f"__d{key.index}"
-        ctes.append(_cte(d, _domain_relation(key, conditions, sources, metadata, stored,
-                                             constants)))
+        relation, is_list = _domain_relation(key, conditions, sources, metadata, stored,
+                                             constants)
+        listed = listed and is_list
+        domain_ctes.append(_cte(d, relation))
         joins.append(exp.Join(this=_table(d), on=exp.NullSafeEQ(
             this=exp.column(f"__k{key.index}", "__e"), expression=exp.column("__v", d))))
     # Row-major index, first key slowest: ((o0 * |d1|) + o1) * |d2| + o2 (BIGINT: the
@@ -661,23 +671,45 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata |
                                             from_=exp.From(this=_table(f"__d{i}"))))
         flat = exp.Add(this=exp.Mul(this=exp.Paren(this=flat), expression=size),
                        expression=exp.column("__o", f"__d{i}"))
-    bins = exp.Select(
-        expressions=row(0, flat, [None] * n,
-                        [exp.column(f"__m{m.index}", "__e") for m in analysis.measurements]),
-        from_=exp.From(this=_table("__exact", "__e")), joins=joins)
-    union: exp.Query = bins
-    for i in range(n):
-        d = f"__d{i}"
-        domain = exp.Select(
-            expressions=row(1 + i, exp.column("__o", d),
-                            [exp.column("__v", d) if j == i else None for j in range(n)],
-                            [None] * len(analysis.measurements)),
-            from_=exp.From(this=_table(d)))
-        union = exp.Union(this=union, expression=domain, distinct=False)
-    # No ORDER BY: the engine places every row by its tag and index, and sorting the union
-    # would cost DuckDB more than the aggregation's own tail (TPC-H Q16 at SF10: ~18 ms).
-    union.set("with_", exp.With(expressions=ctes))
-    return ExactQuery(union, removable, constants)
+    values = [exp.column(f"__m{m.index}", "__e") for m in analysis.measurements]
+
+    def row(tag: int | None, index: exp.Expression, keys_, measures) -> list[exp.Expression]:
+        cells = [] if tag is None else [exp.alias_(exp.Literal.number(tag), "__t", copy=False)]
+        cells.append(exp.alias_(index, "__i", copy=False))
+        cells += [exp.alias_(v or null(), f"__v{i}", copy=False) for i, v in enumerate(keys_)]
+        cells += [exp.alias_(m or null(), f"__m{j}", copy=False) for j, m in enumerate(measures)]
+        return cells
+
+    def domain_rows(n_measures: int) -> exp.Query:
+        union: exp.Query | None = None
+        for i in range(n):
+            d = f"__d{i}"
+            branch = exp.Select(
+                expressions=row(1 + i, exp.column("__o", d),
+                                [exp.column("__v", d) if j == i else None for j in range(n)],
+                                [None] * n_measures),
+                from_=exp.From(this=_table(d)))
+            union = branch if union is None else exp.Union(this=union, expression=branch,
+                                                           distinct=False)
+        assert union is not None
+        return union
+
+    ctes = list(with_.expressions) if with_ is not None else []
+    ctes.append(_cte("__exact", inner))
+    if listed:
+        bins = exp.Select(expressions=row(None, flat, [], values),
+                          from_=exp.From(this=_table("__exact", "__e")), joins=joins)
+        bins.set("with_", exp.With(expressions=ctes + domain_ctes))
+        domains = domain_rows(0)
+        domains.set("with_", exp.With(expressions=[c.copy() for c in domain_ctes]))
+        return ExactQuery(bins, removable, constants, domains)
+    # Branch 0: the non-empty bins; branch 1 + i: domain i's values and ordinals. No ORDER
+    # BY: the engine places every row by its tag and index.
+    bins = exp.Select(expressions=row(0, flat, [None] * n, values),
+                      from_=exp.From(this=_table("__exact", "__e")), joins=joins)
+    union = exp.Union(this=bins, expression=domain_rows(len(values)), distinct=False)
+    union.set("with_", exp.With(expressions=ctes + domain_ctes))
+    return ExactQuery(union, removable, constants, None)
 
 
 def _cte(name: str, body: exp.Expression) -> exp.CTE:
@@ -842,7 +874,8 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
     query = _number_parameters(analysis.query)  # not a copy: build_* copy what they change
     assert isinstance(query, exp.Select)
     # The exact and post trees are fresh copies owned here: generate without another copy.
-    tree, removable, constants = build_exact(analysis, query, metadata, stored)
+    tree, removable, constants, domains = build_exact(analysis, query, metadata, stored)
+    domain_sql = domains.sql(dialect=DIALECT, copy=False) if domains is not None else None
     exact_sql = canonical_sql = tree.sql(dialect=DIALECT, copy=False)
     if removable:
         for clamp, column in removable:
@@ -869,4 +902,6 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
         integer_measurements=tuple(m.integer for m in analysis.measurements),
         canonical_sql="" if canonical_sql is exact_sql else canonical_sql,
         exact_constants=tuple((name, tuple(values)) for name, values in constants.items()),
+        domain_sql=domain_sql,
+        domain_params=_used_params(domain_sql) if domain_sql else (),
     )

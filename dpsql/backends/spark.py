@@ -42,12 +42,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel, SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.schema import MappingSchema
 
+from dpsql.backends.base import columns_of
 from dpsql.errors import OperationalError, ProgrammingError
 from dpsql.metadata import Metadata
 
@@ -421,6 +423,13 @@ class SparkBackend:
                 "and the metadata's declared column types"
             ) from None
         return rows, types
+
+    def execute_columns(
+        self, sql: str, params: Mapping[str, Any] | None = None
+    ) -> tuple[list[np.ndarray], list[str]]:
+        """:meth:`execute`, its rows as one object array per column."""
+        rows, types = self.execute(sql, params)
+        return columns_of(rows, len(types)), types
 
     def close(self) -> None:
         """Drop this backend's views. The SparkContext stays up: it may be shared."""

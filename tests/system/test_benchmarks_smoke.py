@@ -127,7 +127,8 @@ def test_accuracy(results):
         if q["status"] == "rejected":
             assert q["rejection"]["class"].endswith("Error")
             continue
-        assert q["draws"] == 5 and q["exact_executions"] == 1  # replayed, not re-executed
+        # replayed, not re-executed: each query of the plan ran once
+        assert q["draws"] == 5 and q["exact_executions"] == q["exact_queries"] in (1, 2)
         assert q["cells"] >= 1 and q["cells_missing_from_release"] == 0
         assert 0 <= q["min_cell_rel_error"] <= q["median_rel_error"] <= q["max_cell_rel_error"]
         assert positive(q["floor_pure_count"])
@@ -167,7 +168,7 @@ def check_peer_dpsql_side(data: dict, dataset: str) -> None:
         assert positive(d["exact_ms"]) and d["exact_sql"].startswith(("SELECT", "WITH"))
         assert len(d["ms_all"]) == data["summary"]["runs"]
         assert d["spent"]["epsilon"] == pytest.approx(0.1)
-        assert d["exact_executions"] == 1  # replayed for the draws
+        assert d["exact_executions"] == d["exact_queries"] in (1, 2)  # replayed for the draws
         assert d["cells"] >= 1 and d["cells_missing"] == 0 and d["mae"] >= 0
         assert d["mae"] == pytest.approx(sum(c["mae"] for c in d["per_cell"]) / d["cells"])
     # single-table queries are pure: no delta; the join between private tables is smoothed

@@ -24,7 +24,7 @@ from sqlglot import exp
 
 from dpsql.analysis.elastic import analyze
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.engine import Engine, exact_bins
+from dpsql.engine import Engine, read_exact
 from dpsql.metadata import loads_metadata
 from dpsql.rewrite import _native_bounds, plan_execution
 from dpsql.safe_compare import (
@@ -274,8 +274,8 @@ def test_native_clamp_gives_the_double_clamp_answers(clamp_db):
     assert _double_clamped(plan.exact_sql) == {"s.disc"}  # only disc: its bound 0.1 is inexact
     conservative = plan_execution(analyze(sql, CLAMP_METADATA))
     assert _double_clamped(conservative.exact_sql) == {"s.price", "s.neg", "s.n", "s.disc"}
-    native = exact_bins(plan, *backend.execute(plan.exact_sql))
-    double = exact_bins(conservative, *backend.execute(conservative.exact_sql))
+    native = read_exact(backend, plan, [])
+    double = read_exact(backend, conservative, [])
     assert native.keys[0].tolist() == double.keys[0].tolist() == ["a", "b"]
     for got, want in zip(native.exact, double.exact, strict=True):
         assert got.tolist() == pytest.approx(want.tolist(), rel=1e-12, abs=1e-9)

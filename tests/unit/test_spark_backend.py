@@ -9,6 +9,8 @@ catalog tables, CSV sources and errors; the owner's session is left untouched.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import duckdb
 import pytest
 
@@ -132,27 +134,33 @@ EXACT_CASES = [pytest.param(sql, params, id=name) for name, sql, params, _ in QU
 @pytest.mark.spark
 @pytest.mark.parametrize(("sql", "params"), EXACT_CASES)
 def test_exact_rows_and_types_are_identical_to_duckdb(backends, sql, params):
+    from dpsql.engine import bins_of, execute_exact
     from dpsql.rewrite import plan_execution
 
     duck, sparkb, engine = backends
     # the plan without DuckDB's promises about its stored data (what an Engine over Spark
     # builds): every clamp, and public domains scanned rather than bound as lists
     plan = plan_execution(engine.prepare(sql).analysis, engine.metadata)
-    bound = plan.exact_bindings(list(params))
-    want_rows, want_types = duck.execute(plan.exact_sql, bound)
-    got_rows, got_types = sparkb.execute(plan.exact_sql, bound)
-    # exactly, up to order: the exact query has no ORDER BY (the engine places each row by
-    # its tag and bin index)
-    assert sorted(got_rows, key=repr) == sorted(want_rows, key=repr)
-    got_rows, want_rows = sorted(got_rows, key=repr), sorted(want_rows, key=repr)
-    # Group keys: the same types and Python types. Measurements: the same numbers (an integer
-    # SUM is DECIMAL(38, 0) on Spark, HUGEINT on DuckDB; the engine reads both as numbers).
-    keys = plan.n_keys
-    assert got_types[:keys] == want_types[:keys]
-    assert all(type(g) is type(w) for gr, wr in zip(got_rows, want_rows, strict=True)
-               for g, w in zip(gr[:keys], wr[:keys], strict=True))
-    for got, want in zip(got_types[keys:], want_types[keys:], strict=True):
-        assert got == want or (got, want) == ("DECIMAL(38,0)", "HUGEINT"), (got, want)
+    queries = [(plan.exact_sql, plan.exact_bindings(list(params)))]
+    if plan.domain_sql is not None:  # the domain rows' own query (keys first, after tag, index)
+        queries.append((plan.domain_sql, plan.domain_bindings(list(params))))
+    for sql_, bound in queries:
+        want_rows, want_types = duck.execute(sql_, bound)
+        got_rows, got_types = sparkb.execute(sql_, bound)
+        # exactly, up to order: no ORDER BY (the engine places each row by tag and index)
+        got_rows, want_rows = sorted(got_rows, key=repr), sorted(want_rows, key=repr)
+        assert got_rows == want_rows
+        # The same types and Python types (keys included), but an integer SUM is
+        # DECIMAL(38, 0) on Spark and HUGEINT on DuckDB: the engine reads both as numbers.
+        assert all(type(g) is type(w) or {type(g), type(w)} <= {int, Decimal}
+                   for gr, wr in zip(got_rows, want_rows, strict=True)
+                   for g, w in zip(gr, wr, strict=True))
+        for got, want in zip(got_types, want_types, strict=True):
+            assert got == want or (got, want) == ("DECIMAL(38,0)", "HUGEINT"), (got, want)
+    # and the engine reads the same bins from both
+    bins = [bins_of(plan, execute_exact(b, plan, list(params))) for b in (duck, sparkb)]
+    assert [k.tolist() for k in bins[0].keys] == [k.tolist() for k in bins[1].keys]
+    assert [m.tolist() for m in bins[0].exact] == [m.tolist() for m in bins[1].exact]
 
 
 @pytest.mark.spark
