@@ -14,6 +14,7 @@ import weakref
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import OptimizeError, ParseError, SqlglotError
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
@@ -25,7 +26,9 @@ from dpsql.errors import (
 )
 from dpsql.metadata import Metadata
 
-DIALECT = "duckdb"
+#: sqlglot's DuckDB dialect, as one instance: a dialect given by name is looked up and
+#: instantiated on every parse and every ``.sql()`` call (~5 us each, ~13 per query)
+DIALECT = Dialect.get_or_raise("duckdb")
 
 # sqlglot warns on stderr when it falls back to a generic Command; we reject those anyway.
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
