@@ -168,6 +168,14 @@ def _sql(node: exp.Expression) -> str:
     return node.sql(dialect=DIALECT)
 
 
+def _key_of(node: exp.Expression) -> tuple[str, str] | str:
+    """What identifies a GROUP BY key or an expression compared with one: a column by its
+    (qualified) table and name, without generating SQL; anything else by its SQL text."""
+    if isinstance(node, exp.Column):
+        return (node.table, node.name)
+    return _sql(node)
+
+
 def _mf_str(mf: KExpr | None) -> str:
     return "unknown" if mf is None else str(mf)
 
@@ -329,13 +337,13 @@ class _Analyzer:
         out: dict[tuple[str, str], ColumnFacts] = {}
         if grouped or aggregated:
             keys = select.args["group"].expressions if grouped else []
-            key_sql = {_sql(k) for k in keys}
+            key_sql = {_key_of(k) for k in keys}
             self._check_filter(select.args.get("having"), "HAVING")
             for item in select.expressions:
                 name = item.alias_or_name
                 _check_unique_output(name, out)
                 inner = item.this if isinstance(item, exp.Alias) else item
-                if isinstance(inner, exp.Column) and _sql(inner) in key_sql:
+                if isinstance(inner, exp.Column) and _key_of(inner) in key_sql:
                     facts = rel.facts((inner.table, inner.name))
                     # One row per group: a single key is unique, several keys keep input mf.
                     mf = ONE if len(keys) == 1 else facts.mf
@@ -871,14 +879,14 @@ def analyze_query(
         return (measure("SUM", sum_node, bounds), measure("COUNT", count_node))
 
     columns: list[OutputColumn] = []
-    key_sql = {_sql(k): i for i, k in enumerate(keys)}
+    key_sql = {_key_of(k): i for i, k in enumerate(keys)}
     for item in query.expressions:
         inner = item.this if isinstance(item, exp.Alias) else item
         name = item.alias_or_name
         aggs = [a for a in inner.find_all(*_AGGREGATES) if _in_same_select(a, inner)]
         if not aggs:
             _check_over_keys(inner, key_sql, name)
-            kind = "group_key" if _sql(inner) in key_sql else "expression"
+            kind = "group_key" if _key_of(inner) in key_sql else "expression"
             columns.append(OutputColumn(name, kind, None, (), item))
             continue
         analyzer._check_aggregate_args(inner)
@@ -912,9 +920,10 @@ def analyze_query(
     )
 
 
-def _check_over_keys(node: exp.Expression, key_sql: dict[str, int], name: str) -> None:
+def _check_over_keys(node: exp.Expression, key_sql: dict[tuple[str, str] | str, int],
+                     name: str) -> None:
     """A non-aggregate output must be built from group keys only (else it is a raw row)."""
-    if _sql(node) in key_sql:
+    if _key_of(node) in key_sql:
         return
     if isinstance(node, exp.Column):
         raise UnsupportedQueryError(
@@ -931,7 +940,7 @@ def _check_over_keys_or_aggs(node, key_sql, clause: str, aliases: set[str]) -> N
     for col in node.find_all(exp.Column):
         if any(isinstance(a, _AGGREGATES) for a in _ancestors(col, node)):
             continue
-        if _sql(col) in key_sql or (not col.table and col.name in aliases):
+        if _key_of(col) in key_sql or (not col.table and col.name in aliases):
             continue
         raise UnsupportedQueryError(
             f"{clause} uses {_sql(col)}, which is neither a GROUP BY key nor an aggregate: "
