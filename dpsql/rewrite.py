@@ -42,6 +42,7 @@ from dpsql.metadata import Domain, Metadata, Table
 from dpsql.safe_compare import (
     ColumnKind,
     Kind,
+    base_tables,
     column_kinds,
     comparison_is_total,
     constant_kind,
@@ -402,25 +403,6 @@ def _measurement_sql(analysis: QueryAnalysis, column_kind: ColumnKind,
     return out, removable
 
 
-def _base_tables(select: exp.Select, metadata: Metadata | None,
-                 cte_names: frozenset[str]) -> dict[str, tuple[exp.Table, Table]]:
-    """Alias -> (table node, declared table) for the metadata tables ``select`` reads directly
-    in its FROM and JOINs (not CTEs or derived tables)."""
-    out: dict[str, tuple[exp.Table, Table]] = {}
-    if metadata is None:
-        return out
-    from_ = select.args.get("from_")
-    sources = [from_.this] if from_ is not None else []
-    sources.extend(j.this for j in select.args.get("joins") or [])
-    for source in sources:
-        if isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier) \
-                and source.name.lower() not in cte_names:
-            table = metadata.tables.get(source.name.lower())
-            if table is not None:
-                out[source.alias_or_name] = (source, table)
-    return out
-
-
 class _RowCondition(NamedTuple):
     """A conjunct that depends on one joined row alone, and the (table alias, column) pairs
     it reads."""
@@ -638,7 +620,7 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata |
     _not_exists_as_null_safe_not_in(inner)
     cte_names = _cte_names(inner)
     top_kinds = column_kinds(inner, metadata, cte_names)
-    sources = _base_tables(inner, metadata, cte_names)
+    sources = base_tables(inner, metadata, cte_names)
     measurements, removable = _measurement_sql(analysis, top_kinds, sources, stored)
     inner.set("expressions", keys + measurements)
     with_ = inner.args.get("with_")

@@ -260,6 +260,25 @@ def fold_date_intervals(node: exp.Expression, column_kind: ColumnKind) -> None:
             shift.replace(exp.Cast(this=shift.copy(), to=exp.DataType.build(T.DATE)))
 
 
+def base_tables(select: exp.Select, metadata: Metadata | None,
+                cte_names: frozenset[str]) -> dict[str, tuple[exp.Table, Table]]:
+    """Alias -> (table node, declared table) for the metadata tables ``select`` reads directly
+    in its FROM and JOINs (not CTEs or derived tables)."""
+    out: dict[str, tuple[exp.Table, Table]] = {}
+    if metadata is None:
+        return out
+    from_ = select.args.get("from_")
+    sources = [from_.this] if from_ is not None else []
+    sources.extend(j.this for j in select.args.get("joins") or [])
+    for source in sources:
+        if isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier) \
+                and source.name.lower() not in cte_names:
+            table = metadata.tables.get(source.name.lower())
+            if table is not None:
+                out[source.alias_or_name] = (source, table)
+    return out
+
+
 def column_kinds(select: exp.Select, metadata: Metadata | None,
                  cte_names: frozenset[str]) -> ColumnKind:
     """Kinds of the columns of ``select``'s own base tables (FROM and JOINs) from the metadata.
@@ -267,19 +286,8 @@ def column_kinds(select: exp.Select, metadata: Metadata | None,
     Columns of CTEs, derived tables and outer queries get None (unknown): their types would
     need type inference through projections, and unknown stays risky.
     """
-    aliases: dict[str, Table] = {}
-    if metadata is not None:
-        sources = []
-        from_ = select.args.get("from_")
-        if from_ is not None:
-            sources.append(from_.this)
-        sources.extend(j.this for j in select.args.get("joins") or [])
-        for source in sources:
-            if isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier) \
-                    and source.name.lower() not in cte_names:
-                table = metadata.tables.get(source.name.lower())
-                if table is not None:
-                    aliases[source.alias_or_name] = table
+    aliases = {alias: table for alias, (_, table)
+               in base_tables(select, metadata, cte_names).items()}
 
     def kind(column: exp.Column) -> Kind | None:
         table = aliases.get(column.table)

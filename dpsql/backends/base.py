@@ -1,4 +1,4 @@
-"""The one interface an execution backend implements (DuckDB today, Spark later)."""
+"""The one interface an execution backend implements (DuckDB, Spark), and a helper for it."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ rewrite bug cannot read other files, install extensions or write anything.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,32 +104,26 @@ class DuckDBBackend:
         The message names only the error class: DuckDB's text can quote a private value
         (e.g. a failed conversion), and the analyst may see this error.
         """
-        try:
-            cur = self._con.execute(sql, dict(params) if params else None)
-            rows = cur.fetchall()
-            types = [str(d[1]) for d in cur.description or ()]
-        except duckdb.Error as err:
-            raise OperationalError(
-                f"the database could not run the query ({type(err).__name__}); check parameter "
-                "types and the metadata's declared column types"
-            ) from None
-        return rows, types
+        return self._run(sql, params, lambda cur: cur.fetchall())
 
     def execute_columns(
         self, sql: str, params: Mapping[str, Any] | None = None
     ) -> tuple[list[np.ndarray], list[str]]:
         """As :meth:`execute`, fetched as numpy arrays (DuckDB's ``fetchnumpy``; NULLs
         masked): Q16's 27,840 bins in under a millisecond instead of ~7 as tuples."""
+        return self._run(sql, params, lambda cur: list(cur.fetchnumpy().values()))
+
+    def _run(self, sql: str, params: Mapping[str, Any] | None, fetch: Callable[[Any], Any]):
         try:
             cur = self._con.execute(sql, dict(params) if params else None)
-            arrays = cur.fetchnumpy()
+            result = fetch(cur)
             types = [str(d[1]) for d in cur.description or ()]
         except duckdb.Error as err:
             raise OperationalError(
                 f"the database could not run the query ({type(err).__name__}); check parameter "
                 "types and the metadata's declared column types"
             ) from None
-        return list(arrays.values()), types
+        return result, types
 
     def table_schema(self, table: str) -> dict[str, str]:
         """{column: DuckDB type} of a table or view, resolved as queries resolve ``table``
