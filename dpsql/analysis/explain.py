@@ -127,7 +127,8 @@ def explain_text(
                   "type: or pass --database to check them here):"]
         lines += [f"  {pair}" for pair in analysis.unchecked_key_types]
     if analysis.group_keys:
-        lines += ["", "group keys (every domain value is released, empty bins too):"]
+        lines += ["", "group keys (every domain value is released, empty bins too, except values "
+                  "a WHERE/ON condition on the key column alone excludes):"]
         for key in analysis.group_keys:
             d = key.domain
             src = f"{d.table}.{d.column}" if d.table else f"{len(d.values or ())} listed values"
