@@ -1,5 +1,5 @@
-"""Fixtures shared by every suite: one local Spark session per test run, and ``make_backend``,
-which runs a test module once per execution backend (DuckDB, Spark).
+"""Fixtures shared by every suite: one local Spark session per test run, ``make_backend``,
+which runs a test module once per execution backend (DuckDB, Spark), and the shop database.
 
 Spark tests need the ``spark`` extra (``pip install -e '.[test,spark]'``) and Java 17+; without
 pyspark they are skipped with that reason. ``-m "not spark"`` deselects them.
@@ -7,10 +7,12 @@ pyspark they are skipped with that reason. ``-m "not spark"`` deselects them.
 
 from __future__ import annotations
 
+import duckdb
 import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
 from tests.backends import RecordingDuckDBBackend, export_parquet, spark_backend_class, with_sources
+from tests.unit.shop_fixture import build_shop
 
 SPARK_CONF = {
     "spark.ui.enabled": "false",
@@ -68,3 +70,19 @@ def make_backend(request, backend_name, tmp_path_factory):
         cls = spark_backend_class(recording)
         return cls(with_sources(metadata, exported[key]), session)
     return spark_backend
+
+
+@pytest.fixture(scope="module")
+def shop(request, tmp_path_factory):
+    """The shop database (tests/unit/shop_fixture.py), one file per test module: DuckDB shares
+    one database instance per file within a process and dpsql locks its configuration."""
+    folder = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    return build_shop(folder / "shop.duckdb")
+
+
+@pytest.fixture(scope="module")
+def reference(shop):
+    """A plain read-only DuckDB connection to the shop: what the analyst's SQL returns."""
+    con = duckdb.connect(str(shop.path), read_only=True)
+    yield con
+    con.close()

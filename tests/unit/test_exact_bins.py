@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import duckdb
 import numpy as np
 import pytest
 
@@ -22,19 +21,7 @@ from dpsql.engine import Engine, _sort_order, bins_of, execute_exact
 from dpsql.errors import NotSupportedError
 from dpsql.metadata import loads_metadata
 from dpsql.rewrite import post_processing_sql
-from tests.unit.shop_fixture import REGIONS, SEGMENTS, STATUSES, ZeroNoise, build_shop
-
-
-@pytest.fixture(scope="module")
-def shop(tmp_path_factory):
-    return build_shop(tmp_path_factory.mktemp("bins") / "shop.duckdb")
-
-
-@pytest.fixture(scope="module")
-def reference(shop):
-    con = duckdb.connect(str(shop.path), read_only=True)
-    yield con
-    con.close()
+from tests.unit.shop_fixture import REGIONS, SEGMENTS, STATUSES, ZeroNoise
 
 
 def _engine(metadata, shop):

@@ -37,12 +37,6 @@ from dpsql.errors import (
     UnsupportedConstructError,
     UnsupportedQueryError,
 )
-from tests.unit.shop_fixture import build_shop
-
-
-@pytest.fixture(scope="module")
-def shop(tmp_path_factory):
-    return build_shop(tmp_path_factory.mktemp("rejections") / "shop.duckdb")
 
 
 @pytest.fixture(scope="module")

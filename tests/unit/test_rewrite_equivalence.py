@@ -37,18 +37,6 @@ DELTA = 1e-6
 
 
 
-@pytest.fixture(scope="module")
-def shop(tmp_path_factory):
-    return build_shop(tmp_path_factory.mktemp("equivalence") / "shop.duckdb")
-
-
-@pytest.fixture(scope="module")
-def reference(shop):
-    con = duckdb.connect(str(shop.path), read_only=True)
-    yield con
-    con.close()
-
-
 def _engine(shop, make_backend, **metadata_options):
     metadata = shop.metadata(**metadata_options)
     sampler = ZeroNoise()

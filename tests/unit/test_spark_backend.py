@@ -20,7 +20,6 @@ from dpsql.errors import OperationalError, ProgrammingError
 from dpsql.metadata import loads_metadata
 from tests.backends import export_parquet, with_sources
 from tests.shared_data import needs_pums
-from tests.unit.shop_fixture import build_shop
 from tests.unit.test_rewrite_equivalence import BROKEN, NOT_IN_OVER_NULL, QUERIES
 
 # --------------------------------------------------------------------------- translation
@@ -102,11 +101,6 @@ def test_string_literals_keep_their_value():
 
 
 # --------------------------------------------------------------------------- on Spark
-
-
-@pytest.fixture(scope="module")
-def shop(tmp_path_factory):
-    return build_shop(tmp_path_factory.mktemp("spark_backend") / "shop.duckdb")
 
 
 @pytest.fixture(scope="module")
