@@ -10,6 +10,7 @@ a smoothed release.
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import math
@@ -111,17 +112,15 @@ class StoredFacts:
     :class:`dpsql.rewrite.StoredData` the rewrite consults."""
 
     def __init__(self, backend: Backend) -> None:
-        self._backend = backend
-        self._ranges: dict[tuple[str, str], tuple[Any, Any] | None] = {}
-        self._values: dict[tuple[str, str], list[Any] | None] = {}
+        self._value_range = functools.cache(backend.value_range)
+        self._distinct_values = functools.cache(
+            lambda table, column: backend.distinct_values(table, column,
+                                                          limit=MAX_INLINED_DOMAIN))
 
     def in_bounds(self, table: str, column: str, bounds: tuple[float, float]) -> bool:
         """Whether every value the backend promises ``table.column`` holds lies inside
         ``bounds`` (False when it promises nothing, or the values do not compare)."""
-        key = (table, column)
-        if key not in self._ranges:
-            self._ranges[key] = self._backend.value_range(table, column)
-        held = self._ranges[key]
+        held = self._value_range(table, column)
         if held is None:
             return False
         least, greatest = held
@@ -136,11 +135,7 @@ class StoredFacts:
 
     def distinct_values(self, table: str, column: str) -> list[Any] | None:
         """The public column's distinct values the backend promises (None: it does not)."""
-        key = (table, column)
-        if key not in self._values:
-            self._values[key] = self._backend.distinct_values(table, column,
-                                                             limit=MAX_INLINED_DOMAIN)
-        return self._values[key]
+        return self._distinct_values(table, column)
 
 
 class Engine:
@@ -455,7 +450,7 @@ def _sort_order(keys: list[np.ndarray], n: int) -> np.ndarray:
     """The permutation sorting the bins by ``keys`` (most significant first, each ascending),
     ties in bin order: ``np.lexsort`` (stable), but integer keys are first folded with the bin
     index into one int64 key with distinct values (while the product of their value ranges
-    fits), which a plain argsort orders ~7x faster (Q16's 187,500 bins: 3 ms, not 22 ms)."""
+    fits), which a plain argsort orders ~7x faster (187,500 bins: 3 ms, not 22 ms)."""
     folded, span = np.arange(n, dtype=np.int64), n
     rest = list(keys)
     while rest and n and rest[-1].dtype.kind in "iu":
@@ -479,9 +474,10 @@ def _rows(columns: list[np.ndarray]) -> list[tuple[Any, ...]]:
 def _gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while a result is read, noised and turned into rows:
     the hundreds of thousands of tuples made there (of numbers and strings: no cycles) would
-    trigger collections that scan the whole heap and find nothing (Q16 at SF10: ~25 ms of
-    ~100). Reference counting still frees everything; cycles made meanwhile wait for the next
-    collection. Nests, and leaves the collector off if the caller had switched it off."""
+    trigger collections that scan the whole heap and find nothing (~25 ms of ~100 when Q16
+    released 187,500 bins). Reference counting still frees everything; cycles made meanwhile
+    wait for the next collection. Nests, and leaves the collector off if the caller had
+    switched it off."""
     enabled = gc.isenabled()
     gc.disable()
     try:
