@@ -19,6 +19,7 @@ from sqlglot.errors import OptimizeError, ParseError, SqlglotError
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
+from dpsql.analysis import hygiene
 from dpsql.errors import (
     ProgrammingError,
     UnsupportedConstructError,
@@ -121,6 +122,10 @@ def parse_sql(sql: str) -> exp.Expression:
         raise ProgrammingError(f"SQL syntax error: {detail}", position=_position(err)) from None
     except SqlglotError as err:
         raise ProgrammingError(f"SQL syntax error: {err}") from None
+    except RecursionError:
+        raise UnsupportedQueryError(
+            "the query nests expressions too deeply to parse: flatten it"
+        ) from None
     if not statements:
         raise ProgrammingError("empty query: write one SELECT statement")
     if len(statements) > 1:
@@ -356,10 +361,16 @@ def _drop_positions(query: exp.Expression) -> None:
 
 def parse_query(sql: str, metadata: Metadata) -> exp.Query:
     """Parse, allow-list check and qualify ``sql`` against ``metadata`` (see module contract)."""
+    hygiene.check_size(sql)
     query = parse_sql(sql)
+    hygiene.check_shape(query)  # before anything recursive walks the tree
     _drop_positions(query)
     _reject_star(query)
     check_allowed(query, metadata)
+    hygiene.check_names(query, metadata)
+    hygiene.check_modifiers(query)
+    hygiene.check_set_operations(query)
+    hygiene.check_stars(query)
     query = _strip_default_schema(query)
     _name_outputs(query)
     try:
@@ -376,4 +387,5 @@ def parse_query(sql: str, metadata: Metadata) -> exp.Query:
     except SqlglotError as err:
         raise ProgrammingError(str(err)) from None
     assert isinstance(qualified, exp.Query)
+    hygiene.check_columns_resolved(qualified)
     return qualified

@@ -1,0 +1,189 @@
+"""Structural rules on the analyst's query that no sensitivity rule covers (docs/privacy.md,
+"Names, scopes and modifiers").
+
+Contract: each ``check_*`` function raises (``ProgrammingError`` or ``UnsupportedConstructError``,
+the message naming the construct and the fix) or returns ``None``; each reads the SQL text or
+tree and the public metadata only, never data, max frequencies or row counts, so neighbouring
+databases always get the same outcome.
+
+* :func:`check_size` and :func:`check_shape` bound the work an analysis does, before the tree
+  reaches sqlglot's ``qualify`` (quadratic in long AND chains).
+* :func:`check_names` keeps analyst names apart from the engine's: no identifier starting with
+  ``__`` (the prefix of every relation, column and parameter dpsql generates) and no CTE or alias
+  named like a declared table (the engine reads public domain tables by name).
+* :func:`check_modifiers` allows ORDER BY / LIMIT / OFFSET on the outermost SELECT only, where
+  they post-process noisy values; anywhere else they run on private rows unanalysed.
+* :func:`check_set_operations` rejects ``UNION ... BY NAME``: the analysis pairs branch columns
+  by position.
+* :func:`check_stars` allows ``*`` only as ``COUNT(*)`` or a subquery's projection list.
+* :func:`check_columns_resolved` (after qualify) rejects a table or its alias used as a value,
+  which DuckDB reads as a struct of every stored column, declared or not.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from sqlglot import exp
+
+from dpsql.errors import ProgrammingError, UnsupportedConstructError, UnsupportedQueryError
+from dpsql.metadata import Metadata
+
+#: Longest query text dpsql analyses (the TPC-H queries are 0.3 to 2.5 KB).
+MAX_SQL_CHARS = 32_768
+#: Most syntax nodes in one query (TPC-H Q2, among the largest, has ~250).
+MAX_NODES = 5_000
+#: Deepest nesting of syntax nodes (TPC-H queries stay below 25).
+MAX_DEPTH = 100
+#: Most conditions joined by AND / OR in one query.
+MAX_CONNECTIVES = 256
+
+#: Identifiers dpsql generates all start with this (``__exact``, ``__d0``, ``__k0``, ``__m0``,
+#: ``__noisy``, ``__dpsql_param_0``, ``__dpsql_notin0``, ...).
+ENGINE_PREFIX = "__"
+
+_MODIFIERS: tuple[type[exp.Expression], ...] = (exp.Order, exp.Limit, exp.Offset, exp.Fetch)
+
+
+def check_size(sql: str) -> None:
+    """Reject query texts longer than MAX_SQL_CHARS (checked before parsing)."""
+    if len(sql) > MAX_SQL_CHARS:
+        raise UnsupportedQueryError(
+            f"the query is {len(sql):,} characters long, more than the {MAX_SQL_CHARS:,} dpsql "
+            "analyses: shorten it (a long list of conditions can often be an IN list)"
+        )
+
+
+def check_shape(query: exp.Expression) -> None:
+    """Reject trees with more than MAX_NODES nodes, deeper than MAX_DEPTH (a chain of one
+    connective counts as one level), or with more than MAX_CONNECTIVES AND/OR connectives.
+
+    Iterative, so a deep tree cannot exhaust the stack here; the bounds keep every recursive
+    pass after it (qualify, the analysis, the rewrite) within Python's recursion limit.
+    """
+    nodes = connectives = 0
+    queue: deque[tuple[exp.Expression, int]] = deque([(query, 1)])
+    while queue:
+        node, depth = queue.popleft()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise UnsupportedQueryError(
+                f"the query has more than {MAX_NODES:,} syntax elements: split it into smaller "
+                "queries"
+            )
+        if depth > MAX_DEPTH:
+            raise UnsupportedQueryError(
+                f"the query nests expressions more than {MAX_DEPTH} levels deep: flatten it"
+            )
+        if isinstance(node, exp.Connector):
+            connectives += 1
+            if connectives > MAX_CONNECTIVES:
+                raise UnsupportedQueryError(
+                    f"the query has more than {MAX_CONNECTIVES} AND/OR conditions: use IN lists "
+                    "or split it into smaller queries"
+                )
+        for child in node.iter_expressions():
+            # an AND chain is as deep as it is long: count it as one level (its length is
+            # bounded by MAX_CONNECTIVES)
+            same_chain = isinstance(node, exp.Connector) and type(child) is type(node)
+            queue.append((child, depth if same_chain else depth + 1))
+
+
+def check_names(query: exp.Expression, metadata: Metadata) -> None:
+    """No analyst identifier may start with ENGINE_PREFIX, and no CTE, derived table or table
+    alias may be named like a declared table other than the one it aliases."""
+    declared = {name.lower() for name in metadata.tables}
+    for ident in query.find_all(exp.Identifier):
+        if ident.name.startswith(ENGINE_PREFIX):
+            raise ProgrammingError(
+                f"the name {ident.name!r} is reserved: names starting with "
+                f"{ENGINE_PREFIX!r} belong to dpsql's generated SQL; rename it"
+            )
+    for cte in query.find_all(exp.CTE):
+        name = cte.alias_or_name.lower()
+        if name in declared:
+            raise ProgrammingError(
+                f"the CTE {cte.alias_or_name!r} has the name of a declared table: a CTE may "
+                "not hide a table; rename it"
+            )
+    for alias in query.find_all(exp.TableAlias):
+        name = alias.name.lower()
+        parent = alias.parent
+        if not name or name not in declared or isinstance(parent, exp.CTE):
+            continue
+        if isinstance(parent, exp.Table) and parent.name.lower() == name:
+            continue  # ``orders AS orders``: the table's own name
+        raise ProgrammingError(
+            f"the alias {alias.name!r} is the name of a declared table: an alias may not hide "
+            "a table; rename it"
+        )
+
+
+def check_modifiers(query: exp.Expression) -> None:
+    """ORDER BY, LIMIT, OFFSET and FETCH only on the outermost SELECT (post-processing of the
+    noisy aggregates); GROUP BY ALL nowhere (its keys are not written out to be analysed)."""
+    for node in query.find_all(*_MODIFIERS, exp.Group):
+        if isinstance(node, exp.Group):
+            if node.args.get("all"):
+                raise UnsupportedConstructError(
+                    "GROUP BY ALL is not supported: list the group keys"
+                )
+            continue
+        if node.parent is query and isinstance(query, exp.Select):
+            continue
+        clause = {exp.Order: "ORDER BY", exp.Limit: "LIMIT", exp.Offset: "OFFSET",
+                  exp.Fetch: "FETCH"}[type(node)]
+        raise UnsupportedConstructError(
+            f"{clause} is allowed only at the end of the outermost SELECT (it then orders or "
+            "limits the noisy result rows): remove it from the subquery, CTE, set operation "
+            "or aggregate it is in"
+        )
+
+
+def check_set_operations(query: exp.Expression) -> None:
+    """Reject set operations that match columns by name (DuckDB's ``UNION BY NAME``)."""
+    for node in query.find_all(exp.SetOperation):
+        if node.args.get("by_name"):
+            raise UnsupportedConstructError(
+                "UNION / INTERSECT / EXCEPT BY NAME is not supported: list the same columns in "
+                "the same order in every branch and drop BY NAME"
+            )
+
+
+def check_stars(query: exp.Expression) -> None:
+    """``*`` only as ``COUNT(*)`` or in a subquery's projection list (expanded by qualify)."""
+    for node in query.find_all(exp.Star):
+        holder = node.parent
+        if isinstance(holder, exp.Column):  # ``t.*``
+            star, holder = holder, holder.parent
+        else:
+            star = node
+        if isinstance(holder, exp.Count) and star is node and holder.this is node:
+            continue
+        if isinstance(holder, exp.Select) and star in holder.expressions:
+            continue
+        raise UnsupportedConstructError(
+            f"{star.sql(dialect='duckdb')} is allowed only as COUNT(*) or as a subquery's "
+            "column list: name the columns"
+        )
+
+
+def check_columns_resolved(query: exp.Expression) -> None:
+    """After qualify: a column reference without a table that names a table, CTE or alias in
+    the query is the whole row (DuckDB binds it as a STRUCT of every stored column)."""
+    for node in query.find_all(exp.TableColumn):  # what qualify makes of a bare table name
+        raise UnsupportedConstructError(
+            f"{node.name!r} names a table, not a column: a table or its alias cannot be used "
+            "as a value; name one of its columns"
+        )
+    sources: set[str] = set()
+    for node in query.find_all(exp.Table, exp.TableAlias, exp.CTE):
+        name = node.alias_or_name if not isinstance(node, exp.TableAlias) else node.name
+        if name:
+            sources.add(name.lower())
+    for column in query.find_all(exp.Column):
+        if not column.table and column.name.lower() in sources:
+            raise UnsupportedConstructError(
+                f"{column.name!r} names a table, not a column: a table or its alias cannot be "
+                "used as a value; name one of its columns"
+            )
