@@ -35,19 +35,12 @@ from typing import Any, NamedTuple, Protocol
 from sqlglot import exp
 
 from dpsql.analysis.elastic import GroupKey, QueryAnalysis
-from dpsql.analysis.keytypes import normalise
+from dpsql.analysis.keytypes import COMPARABLE_KEY, is_marked_comparable, normalise
 from dpsql.analysis.parse import DIALECT
 from dpsql.errors import NotSupportedError
 from dpsql.metadata import Domain, Metadata, Table
-from dpsql.safe_compare import (
-    ColumnKind,
-    Kind,
-    base_tables,
-    column_kinds,
-    comparison_is_total,
-    constant_kind,
-    fold_date_intervals,
-)
+from dpsql.safe_compare import ColumnKind, Kind, base_tables, column_kinds
+from dpsql.totality import AGGREGATES, cte_names, make_total, total_query
 
 NOISY_TABLE = "__noisy"
 #: Most bins (the product of the GROUP BY keys' declared domains) one query may release: every
@@ -55,8 +48,7 @@ NOISY_TABLE = "__noisy"
 MAX_BINS = 10_000_000
 _PARAM_PREFIX = "__dpsql_param_"
 
-_ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Pow, exp.Cast)
-_AGGREGATES = (exp.Count, exp.Sum, exp.Avg)
+_AGGREGATES = AGGREGATES
 
 
 @dataclass(frozen=True)
@@ -152,106 +144,6 @@ def bind_params(positions: tuple[int, ...], params) -> dict[str, object]:
 
 # --------------------------------------------------------------------------- totality
 
-
-_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between,
-                exp.Like, exp.ILike, exp.NullSafeEQ, exp.NullSafeNEQ)
-
-
-def _is_key_equality(node: exp.Expression) -> bool:
-    """``a.x = b.y`` between bare columns: join keys, kept plain so DuckDB can hash-join."""
-    return isinstance(node, (exp.EQ, exp.NullSafeEQ)) and all(
-        isinstance(side.unnest(), exp.Column) for side in (node.left, node.right)
-    )
-
-
-_SAFE_FUNCS = (*_AGGREGATES, exp.Coalesce, exp.Case, exp.If, exp.TryCast, exp.Connector)
-
-
-def _can_fail(node: exp.Expression, column_kind: ColumnKind) -> bool:
-    """Could evaluating ``node`` raise an error that depends on the rows?
-
-    Arithmetic, casts and functions can (overflow, failed casts, division by zero) -- constant
-    ones too: DuckDB evaluates a failing constant only when some row reaches it. Comparisons
-    can, through implicit casts (a VARCHAR column compared with 5 fails on the first
-    non-numeric row), except bare-column join keys (kept plain so DuckDB can hash-join) and
-    the comparisons :func:`dpsql.safe_compare.comparison_is_total` proves total.
-    Precondition: ``node`` contains no subquery (``_make_total`` recurses around them).
-    """
-    if isinstance(node, exp.Column) or constant_kind(node) is not None:
-        return False
-    if isinstance(node, _COMPARISONS):
-        return not (_is_key_equality(node) or comparison_is_total(node, column_kind))
-    if isinstance(node, _ARITHMETIC) or (isinstance(node, exp.Func)
-                                         and not isinstance(node, _SAFE_FUNCS)):
-        return True
-    return any(_can_fail(child, column_kind) for child in node.iter_expressions())
-
-
-def _unknown_kinds(_column: exp.Column) -> Kind | None:
-    return None
-
-
-def _make_total(node: exp.Expression, column_kind: ColumnKind = _unknown_kinds) -> exp.Expression:
-    """Wrap maximal risky scalar sub-expressions in TRY(...), keeping predicates' structure.
-
-    Subqueries are left alone: :func:`_total_query` visits every SELECT itself.
-    """
-    if isinstance(node, (exp.Query, exp.Subquery)):
-        return node
-    if isinstance(node, exp.Alias):
-        node.set("this", _make_total(node.this, column_kind))
-        return node
-    if isinstance(node, (exp.Connector, exp.Not, exp.Paren)):
-        for key, child in list(node.args.items()):
-            if isinstance(child, exp.Expression):
-                node.set(key, _make_total(child, column_kind))
-        return node
-    if node.find(exp.Subquery, exp.Select, exp.Exists, *_AGGREGATES) is not None:
-        for key, child in list(node.args.items()):
-            if isinstance(child, exp.Expression):
-                node.set(key, _make_total(child, column_kind))
-            elif isinstance(child, list):
-                node.set(key, [_make_total(c, column_kind) if isinstance(c, exp.Expression)
-                               else c for c in child])
-        return node
-    if _can_fail(node, column_kind):
-        return exp.func("TRY", node, copy=False)
-    return node
-
-
-def _cte_names(query: exp.Expression) -> frozenset[str]:
-    return frozenset(cte.alias_or_name.lower() for cte in query.find_all(exp.CTE))
-
-
-def _total_query(query: exp.Expression, metadata: Metadata | None = None) -> None:
-    """Make every SELECT in ``query`` total (see :func:`_make_total`), in place.
-
-    With ``metadata``, comparisons of declared-type base-table columns that cannot fail stay
-    unwrapped (dpsql.safe_compare); without it, every comparison of a column is wrapped.
-    """
-    ctes = _cte_names(query)
-    for select in list(query.find_all(exp.Select)):
-        kind = column_kinds(select, metadata, ctes)
-        conditions = []
-        where = select.args.get("where")
-        if where is not None:
-            conditions.append(where)
-        having = select.args.get("having")
-        if having is not None:
-            conditions.append(having)
-        for join in select.args.get("joins") or []:
-            if join.args.get("on") is not None:
-                fold_date_intervals(join.args["on"], kind)
-                join.set("on", _make_total(join.args["on"], kind))
-        for clause in conditions:
-            fold_date_intervals(clause.this, kind)
-            clause.set("this", _make_total(clause.this, kind))
-        select.set("expressions", [_make_total(e, kind) for e in select.expressions])
-        group = select.args.get("group")
-        if group is not None:
-            group.set("expressions", [_make_total(e, kind) for e in group.expressions])
-
-
 def _not_in_as_not_exists(query: exp.Expression) -> None:
     """``x NOT IN (SELECT y ...)`` -> ``NOT EXISTS (SELECT 1 FROM (...) s WHERE s.y = x)``."""
     for n, not_node in enumerate(list(query.find_all(exp.Not))):
@@ -262,16 +154,17 @@ def _not_in_as_not_exists(query: exp.Expression) -> None:
         sub = sub.this if isinstance(sub, exp.Subquery) else sub
         alias = f"__dpsql_notin{n}"
         column = sub.selects[0].alias_or_name
-        probe = exp.select("1").from_(exp.alias_(sub.copy().subquery(), alias)).where(
-            exp.EQ(this=exp.column(column, alias), expression=inner.this.copy())
-        )
+        probe_eq = exp.EQ(this=exp.column(column, alias), expression=inner.this.copy())
+        if is_marked_comparable(inner):  # the analysis proved the IN key's types comparable
+            probe_eq.meta[COMPARABLE_KEY] = True
+        probe = exp.select("1").from_(exp.alias_(sub.copy().subquery(), alias)).where(probe_eq)
         not_node.set("this", exp.Exists(this=probe))
 
 
 def _not_exists_as_null_safe_not_in(query: exp.Expression) -> None:
     """The probes of :func:`_not_in_as_not_exists` whose comparison stayed plain (cannot fail,
-    see :func:`_make_total`) -> ``(x IS NULL OR NOT x IN (SELECT s.y FROM (...) s WHERE s.y IS
-    NOT NULL))``, in place; run after :func:`_total_query`.
+    see :func:`dpsql.totality.make_total`) -> ``(x IS NULL OR NOT x IN (SELECT s.y FROM (...)
+    s WHERE s.y IS NOT NULL))``, in place; run after :func:`dpsql.totality.total_query`.
 
     The same NOT EXISTS semantics (a NULL x is kept, a NULL y matches nothing), but DuckDB runs
     it as one mark join, while it decorrelates the NOT EXISTS through a duplicate-eliminated join
@@ -360,6 +253,22 @@ def _native_bounds(bounds: tuple[float, float],
     return literals[0], literals[1]
 
 
+def _sum_cannot_overflow(kind: Kind | None) -> bool:
+    """Whether DuckDB's SUM of a column of this kind cannot raise for any stored values and any
+    number of rows: DOUBLE sums reach inf, never an error; integers of <= 64 bits sum in
+    HUGEINT (2^64 * 2^64 < 2^127 for fewer than 2^63 rows); DECIMAL(p, s) with p <= 18 sums in
+    DECIMAL(38, s) (fewer than 10^20 rows of < 10^18 units). Wider DECIMALs and HUGEINT sum in
+    their own width and overflow on a few rows near the bounds, so their clamp (in DOUBLE)
+    must stay even when the data fit the bounds."""
+    if kind is None:
+        return False
+    if kind.family == "float":
+        return True
+    if kind.family == "int":
+        return kind.digits <= 20  # up to UBIGINT
+    return kind.family == "decimal" and kind.digits + kind.scale <= 18
+
+
 class StoredData(Protocol):
     """What the backend promises about the stored data for as long as a plan is in use (the
     engine's view of :meth:`Backend.value_range` and :meth:`Backend.distinct_values`)."""
@@ -393,12 +302,12 @@ def _measurement_sql(analysis: QueryAnalysis, column_kind: ColumnKind,
             clamp = _clamp(node.this, m.bounds, kind)
             node = exp.Sum(this=clamp)
             source = sources.get(arg.table) if isinstance(arg, exp.Column) else None
-            if (kind is not None and source is not None and stored is not None
+            if (source is not None and stored is not None and _sum_cannot_overflow(kind)
                     and stored.in_bounds(source[1].name, arg.name, m.bounds)):
                 removable.append((clamp, arg))
         elif isinstance(node.this, exp.Expression) and not isinstance(node.this, exp.Star):
             # COUNT(a // b) must not raise
-            node.set("this", _make_total(node.this, column_kind))
+            node.set("this", make_total(node.this, column_kind))
         out.append(exp.alias_(node, f"__m{m.index}", copy=False))
     return out, removable
 
@@ -616,11 +525,11 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata |
     # Totality and NOT IN semantics apply to CTE bodies too, so transform before splitting
     # the WITH clause off; the measurement list is set afterwards (its clamp is already total).
     _not_in_as_not_exists(inner)
-    _total_query(inner, metadata)
+    total_query(inner, metadata)
     _not_exists_as_null_safe_not_in(inner)
-    cte_names = _cte_names(inner)
-    top_kinds = column_kinds(inner, metadata, cte_names)
-    sources = base_tables(inner, metadata, cte_names)
+    ctes = cte_names(inner)
+    top_kinds = column_kinds(inner, metadata, ctes)
+    sources = base_tables(inner, metadata, ctes)
     measurements, removable = _measurement_sql(analysis, top_kinds, sources, stored)
     inner.set("expressions", keys + measurements)
     with_ = inner.args.get("with_")

@@ -21,7 +21,14 @@ from dataclasses import dataclass, field, replace
 from sqlglot import exp
 
 from dpsql.analysis.kexpr import ONE, ZERO, Const, KExpr, PlusK, add, is_zero, kmax, kmin, mul
-from dpsql.analysis.keytypes import comparable, normalise, numeric_or_unknown, same_type, type_name
+from dpsql.analysis.keytypes import (
+    comparable,
+    mark_comparable,
+    normalise,
+    numeric_or_unknown,
+    same_type,
+    type_name,
+)
 from dpsql.analysis.parse import DIALECT, parse_query
 from dpsql.errors import (
     AggregateArithmeticError,
@@ -457,6 +464,8 @@ class _Analyzer:
             for c in on:
                 if c not in key_nodes:
                     self._check_filter(c, "JOIN ... ON")
+            for (a, b), key_node in zip(keys, key_nodes, strict=True):
+                mark_comparable(key_node, rel.facts(a).type, right.facts(b).type)
             rel = self.join(rel, right, keys, alias)
             aliases.add(alias)
 
@@ -677,7 +686,7 @@ class _Analyzer:
             rel = self.query_relation(sub)
             label = f"{'NOT IN' if negated else 'IN'} subquery on {_sql(key)}"
             (_, inner_name), inner_facts = next(iter(rel.columns.items()))
-            return [((key.table, key.name), inner_name, inner_facts)], rel, label
+            return [((key.table, key.name), inner_name, inner_facts, node)], rel, label
         if isinstance(node, exp.Exists):
             sub = node.this
             sub = sub.this if isinstance(sub, exp.Subquery) else sub
@@ -703,7 +712,7 @@ class _Analyzer:
                         left, right = right, left
                     if left.table in inner_aliases and right.table not in inner_aliases:
                         inner_facts = inner.facts((left.table, left.name))
-                        keys.append(((right.table, right.name), _sql(left), inner_facts))
+                        keys.append(((right.table, right.name), _sql(left), inner_facts, c))
             if not keys:
                 raise UnsupportedConstructError(
                     "an EXISTS subquery needs an equality inner.k = outer.k between a column of "
@@ -726,7 +735,7 @@ class _Analyzer:
         value of the key, so the key types are checked (see _check_key_types).
         """
         construct = label.split(" subquery")[0]
-        for key, _, _ in keys:
+        for key, *_ in keys:
             if key not in outer.columns:
                 raise UnsupportedConstructError(
                     f"the {construct} subquery compares with {'.'.join(key)}, a column of a query "
@@ -735,13 +744,20 @@ class _Analyzer:
                     "the query directly around it, e.g. move the innermost EXISTS up into the "
                     "outer WHERE, or join its table inside the middle subquery"
                 )
+        for key, _, inner_facts, key_node in keys:
+            mark_comparable(key_node, outer.facts(key).type, inner_facts.type)
         if is_zero(sub.stability):
+            # No mf enters the bound, but the equality still runs on private outer rows: a
+            # cast between its sides could fail or merge values, so its types must be proven.
+            for key, inner_name, inner_facts, _ in keys:
+                self._check_key_types(".".join(key), outer.facts(key), inner_name, inner_facts,
+                                      f"{construct} subquery", used=True)
             tree = Derivation(label, outer.stability, ("public subquery: S unchanged",),
                               (outer.tree, sub.tree))
             return replace(outer, tree=tree)
         terms = []
         details = []
-        for key, inner_name, inner_facts in keys:
+        for key, inner_name, inner_facts, _ in keys:
             name = ".".join(key)
             mf = outer.facts(key).mf
             details.append(f"mf_k({name}) = {_mf_str(mf)}")
@@ -752,7 +768,7 @@ class _Analyzer:
                 terms.append(mul(mf, sub.stability))
         if not terms:
             raise MissingMetricError(
-                f"the {construct} key {'/'.join('.'.join(k) for k, _, _ in keys)} has "
+                f"the {construct} key {'/'.join('.'.join(k) for k, *_ in keys)} has "
                 "no max frequency (or is derived): declare max_freq for it in the metadata"
             )
         flip = kmin(*terms)

@@ -107,6 +107,25 @@ def same_type(left: str | None, right: str | None) -> bool:
     return lt is not None and rt is not None and lt.sql(dialect=DIALECT) == rt.sql(dialect=DIALECT)
 
 
+#: ``meta`` key the analysis sets on a key equality ``a.x = b.y`` whose two column types it
+#: proved injectively comparable (:func:`comparable` is True): the rewrite leaves exactly these
+#: equalities of two bare columns without TRY (hash joins need them plain); every other one is
+#: wrapped unless its operand types prove it total (dpsql.safe_compare).
+COMPARABLE_KEY = "dpsql_comparable_key"
+
+
+def mark_comparable(node: exp.Expression, left: str | None, right: str | None) -> None:
+    """Mark ``node`` (a key equality) when its sides' types are proven comparable."""
+    if comparable(left, right):
+        node.meta[COMPARABLE_KEY] = True
+
+
+def is_marked_comparable(node: exp.Expression) -> bool:
+    """Whether the analysis proved this equality's key types comparable (see COMPARABLE_KEY)."""
+    meta = node._meta  # read without creating the dict ``meta`` would
+    return bool(meta) and bool(meta.get(COMPARABLE_KEY))
+
+
 def type_name(type_text: str | None) -> str:
     """How a key's type is shown in messages: as declared (or as the database reports it)."""
     if type_text is None or not type_text.strip():

@@ -1,0 +1,178 @@
+"""Totality of the SQL dpsql executes: no expression may raise an error that depends on rows.
+
+An error while the exact query runs would tell the analyst that some row makes it fail, so every
+expression that reaches the database is, by construction, one of:
+
+* on the positive list below, of operations that cannot fail for any value of their operands'
+  types (docs/privacy.md, "Totality: the positive list");
+* wrapped in DuckDB's ``TRY(...)`` (a failure becomes NULL), or, in a boolean position, cast with
+  ``TRY_CAST(... AS BOOLEAN)``;
+* or it was rejected before (dpsql.analysis.parse, dpsql.analysis.hygiene).
+
+The positive list (everything else counts as failing):
+
+* a column, a parameter in a value position, a constant that
+  :func:`dpsql.safe_compare.constant_kind` validated;
+* a comparison :func:`dpsql.safe_compare.comparison_is_total` proves total from its operands'
+  declared types, or a key equality of two bare columns whose types the analysis proved
+  injectively comparable (:data:`dpsql.analysis.keytypes.COMPARABLE_KEY`: kept plain so the
+  database can hash-join);
+* AND / OR / NOT, CASE / IF, COALESCE, TRY_CAST and the three aggregates, when every operand is
+  itself total and every operand in a boolean position (AND / OR / NOT operands, CASE WHEN and IF
+  conditions, the operand of ``IS [NOT] TRUE/FALSE``, WHERE / ON / HAVING) is provably boolean.
+  CASE, IF and COALESCE mix their branches' types, but DuckDB refuses every mix that needs a cast
+  at bind time (``Cannot mix values of type VARCHAR and INTEGER``), which does not depend on data.
+
+Precondition for the plain forms: the metadata's column types are the database's (the Engine
+fills and checks them, dpsql.column_types). Unknown types are never on the list.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.analysis.keytypes import is_marked_comparable
+from dpsql.metadata import Metadata
+from dpsql.safe_compare import (
+    BOOL,
+    ColumnKind,
+    Kind,
+    column_kinds,
+    comparison_is_total,
+    constant_kind,
+    fold_date_intervals,
+)
+
+AGGREGATES = (exp.Count, exp.Sum, exp.Avg)
+_ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Pow, exp.Cast)
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between,
+                exp.Like, exp.ILike, exp.NullSafeEQ, exp.NullSafeNEQ)
+#: boolean-valued forms (whether they can fail is a separate question)
+_PREDICATES = (*_COMPARISONS, exp.Is, exp.Exists, exp.Boolean, exp.Null, exp.Not,
+               exp.Connector)
+_SAFE_FUNCS = (*AGGREGATES, exp.Coalesce, exp.Case, exp.If, exp.TryCast, exp.Connector)
+_BOOLEAN = exp.DataType.build("BOOLEAN")
+
+
+def _unknown_kinds(_column: exp.Column) -> Kind | None:
+    return None
+
+
+def is_key_equality(node: exp.Expression) -> bool:
+    """``a.x = b.y`` between bare columns whose types the analysis proved comparable."""
+    return (isinstance(node, exp.EQ) and is_marked_comparable(node)
+            and all(isinstance(side.unnest(), exp.Column) for side in (node.left, node.right)))
+
+
+def is_boolean(node: exp.Expression, column_kind: ColumnKind) -> bool:
+    """Whether ``node`` provably has type BOOLEAN (so using it as a condition casts nothing)."""
+    node = node.unnest()
+    if isinstance(node, exp.Try):  # TRY(p) is p, or NULL
+        return is_boolean(node.this, column_kind)
+    if isinstance(node, _PREDICATES):
+        return True
+    if isinstance(node, exp.Column):
+        return column_kind(node) == BOOL
+    if isinstance(node, (exp.Cast, exp.TryCast)):
+        return node.to.this == exp.DataType.Type.BOOLEAN
+    return False
+
+
+def _boolean_operands(node: exp.Expression) -> list[exp.Expression]:
+    """The operands ``node`` evaluates as conditions (DuckDB casts them to BOOLEAN)."""
+    if isinstance(node, exp.Connector):
+        return [node.left, node.right]
+    if isinstance(node, exp.Not):
+        return [node.this]
+    if isinstance(node, exp.If):  # also each WHEN of a CASE
+        return [node.this]
+    if isinstance(node, exp.Is) and isinstance(node.expression, exp.Boolean):
+        return [node.this]
+    return []
+
+
+def can_fail(node: exp.Expression, column_kind: ColumnKind) -> bool:
+    """Could evaluating ``node`` raise an error that depends on the rows? (module contract)
+
+    Precondition: ``node`` contains no subquery (:func:`make_total` recurses around them).
+    """
+    if isinstance(node, exp.Column) or constant_kind(node) is not None:
+        return False
+    if isinstance(node, _COMPARISONS):
+        return not (is_key_equality(node) or comparison_is_total(node, column_kind))
+    if isinstance(node, _ARITHMETIC) or (isinstance(node, exp.Func)
+                                         and not isinstance(node, _SAFE_FUNCS)):
+        return True
+    if any(not is_boolean(o, column_kind) for o in _boolean_operands(node)):
+        return True
+    return any(can_fail(child, column_kind) for child in node.iter_expressions())
+
+
+def _as_condition(node: exp.Expression, column_kind: ColumnKind) -> exp.Expression:
+    """``node`` in a boolean position: itself when provably boolean, else cast with TRY_CAST."""
+    if is_boolean(node, column_kind):
+        return node
+    return exp.TryCast(this=node, to=_BOOLEAN.copy())
+
+
+def make_total(node: exp.Expression, column_kind: ColumnKind = _unknown_kinds, *,
+               condition: bool = False) -> exp.Expression:
+    """Wrap maximal risky scalar sub-expressions in TRY(...), keeping predicates' structure.
+
+    ``condition``: ``node`` is evaluated as a condition (WHERE, ON, HAVING, an operand of
+    AND / OR / NOT), so a value that is not provably boolean is cast with TRY_CAST.
+    Subqueries are left alone: :func:`total_query` visits every SELECT itself.
+    """
+    if isinstance(node, (exp.Query, exp.Subquery)):
+        return node
+    if isinstance(node, exp.Alias):
+        node.set("this", make_total(node.this, column_kind))
+        return node
+    if isinstance(node, exp.Paren):
+        node.set("this", make_total(node.this, column_kind, condition=condition))
+        return node
+    if isinstance(node, (exp.Connector, exp.Not)):
+        for key, child in list(node.args.items()):
+            if isinstance(child, exp.Expression):
+                node.set(key, make_total(child, column_kind, condition=True))
+        return node
+    if node.find(exp.Subquery, exp.Select, exp.Exists, *AGGREGATES) is not None:
+        operands = {id(o) for o in _boolean_operands(node)}
+        for key, child in list(node.args.items()):
+            if isinstance(child, exp.Expression):
+                node.set(key, make_total(child, column_kind, condition=id(child) in operands))
+            elif isinstance(child, list):
+                node.set(key, [make_total(c, column_kind, condition=id(c) in operands)
+                               if isinstance(c, exp.Expression) else c for c in child])
+        return node
+    if can_fail(node, column_kind):
+        node = exp.func("TRY", node, copy=False)
+    return _as_condition(node, column_kind) if condition else node
+
+
+def cte_names(query: exp.Expression) -> frozenset[str]:
+    """The (lower-case) names of every CTE defined anywhere in ``query``."""
+    return frozenset(cte.alias_or_name.lower() for cte in query.find_all(exp.CTE))
+
+
+def total_query(query: exp.Expression, metadata: Metadata | None = None) -> None:
+    """Make every SELECT in ``query`` total (see :func:`make_total`), in place.
+
+    With ``metadata``, comparisons of declared-type base-table columns that cannot fail stay
+    unwrapped (dpsql.safe_compare); without it, every comparison of a column is wrapped.
+    """
+    ctes = cte_names(query)
+    for select in list(query.find_all(exp.Select)):
+        kind = column_kinds(select, metadata, ctes)
+        for join in select.args.get("joins") or []:
+            if join.args.get("on") is not None:
+                fold_date_intervals(join.args["on"], kind)
+                join.set("on", make_total(join.args["on"], kind, condition=True))
+        for clause in (select.args.get("where"), select.args.get("having")):
+            if clause is not None:
+                fold_date_intervals(clause.this, kind)
+                clause.set("this", make_total(clause.this, kind, condition=True))
+        select.set("expressions", [make_total(e, kind) for e in select.expressions])
+        group = select.args.get("group")
+        if group is not None:
+            group.set("expressions", [make_total(e, kind) for e in group.expressions])
