@@ -32,6 +32,7 @@ from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.smooth import NoisePlan, check_budget_parameters, plan_noise
 from dpsql.backends.base import Backend
 from dpsql.column_types import fill_column_types
+from dpsql.domains import check_domains
 from dpsql.errors import NotSupportedError, OperationalError, ProgrammingError
 from dpsql.metadata import Metadata
 from dpsql.rewrite import (
@@ -151,6 +152,7 @@ class Engine:
     ) -> None:
         # Join-key types are checked by the analysis: take undeclared ones from the database.
         self.metadata = fill_column_types(metadata, backend)
+        check_domains(self.metadata)  # domain values of the key's type (dpsql/domains.py)
         self.backend = backend
         # Tests pass their own sampler (e.g. zero noise); production always uses the default.
         self._sampler = sampler

@@ -37,6 +37,7 @@ from sqlglot import exp
 from dpsql.analysis.elastic import GroupKey, QueryAnalysis
 from dpsql.analysis.keytypes import COMPARABLE_KEY, is_marked_comparable, normalise
 from dpsql.analysis.parse import DIALECT
+from dpsql.domains import typed_value
 from dpsql.errors import NotSupportedError
 from dpsql.metadata import Domain, Metadata, Table
 from dpsql.safe_compare import ColumnKind, Kind, base_tables, column_kinds
@@ -391,7 +392,8 @@ def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
                                             alias=exp.TableAlias(this=exp.to_identifier("__s")))
         order = exp.column("__v")
     else:
-        base = inlined if inlined is not None else _values_relation(domain.values or ())
+        base = inlined if inlined is not None else _values_relation(
+            domain.values or (), _key_type(key, sources))
         if not value_filters:  # the listed ordinals stand
             return exp.Select(expressions=[exp.column("__v"), exp.column("__o")],
                               from_=exp.From(this=base)), True
@@ -407,9 +409,19 @@ def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
     return relation, domain.table is None or inlined is not None
 
 
-def _values_relation(values: Sequence[Any]) -> exp.Expression:
-    """``(VALUES (v0, 0), (v1, 1), ...) AS __d(__v, __o)``: a declared value list."""
-    rows = [exp.Tuple(expressions=[exp.convert(v), exp.convert(j)]) for j, v in enumerate(values)]
+def _key_type(key: GroupKey, sources: dict[str, tuple[exp.Table, Table]]) -> str | None:
+    """The declared (or database-filled) type of a group key's column, if known."""
+    source = sources.get(key.node.table)
+    column = source[1].columns.get(key.node.name.lower()) if source is not None else None
+    return column.type if column is not None else None
+
+
+def _values_relation(values: Sequence[Any], type_text: str | None) -> exp.Expression:
+    """``(VALUES (v0, 0), (v1, 1), ...) AS __d(__v, __o)``: a declared value list, each value
+    cast to the key column's type (dpsql.domains checked that the cast cannot fail), so the bin
+    join compares stored keys without casting them."""
+    rows = [exp.Tuple(expressions=[typed_value(v, type_text), exp.convert(j)])
+            for j, v in enumerate(values)]
     return exp.Values(expressions=rows, alias=exp.TableAlias(
         this=exp.to_identifier("__d"),
         columns=[exp.to_identifier("__v"), exp.to_identifier("__o")]))
@@ -532,11 +544,7 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata |
     sources = base_tables(inner, metadata, ctes)
     measurements, removable = _measurement_sql(analysis, top_kinds, sources, stored)
     inner.set("expressions", keys + measurements)
-    with_ = inner.args.get("with_")
-    inner.set("with_", None)
     if not analysis.group_keys:
-        if with_ is not None:
-            inner.set("with_", with_)
         return ExactQuery(inner, removable, {}, None)
 
     # Every node below is built here: constructed directly (the builder helpers would copy
@@ -585,8 +593,9 @@ def build_exact(analysis: QueryAnalysis, query: exp.Select, metadata: Metadata |
         assert union is not None
         return union
 
-    ctes = list(with_.expressions) if with_ is not None else []
-    ctes.append(_cte("__exact", inner))
+    # The analyst's WITH stays inside __exact: the domain relations below read declared tables
+    # by name, and no name the analyst defines is in scope there (docs/privacy.md, "Names").
+    ctes = [_cte("__exact", inner)]
     if listed:
         bins = exp.Select(expressions=row(None, flat, [], values),
                           from_=exp.From(this=_table("__exact", "__e")), joins=joins)

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from dpsql.cli.backend import backend_options, spark_argument
+from dpsql.domains import check_domains
 from dpsql.metadata import Table, load_metadata, loads_metadata
 from dpsql.metadata_build import build_metadata, spark_profiling_backend
 
@@ -124,5 +125,6 @@ def _summary(t: Table, base: Path | None) -> str:
 def check(path: Path) -> None:
     """Load and validate a metadata file (ours or FLEX's); print one line per table."""
     md = load_metadata(path)  # a ProgrammingError becomes one "error: ..." line in main()
+    check_domains(md)  # listed values against declared types
     for t in md.tables.values():
         click.echo(_summary(t, Path.cwd()))

@@ -1,0 +1,105 @@
+"""Declared group-key domains must have the key column's type (issue #12, class 9).
+
+The exact query joins every non-empty bin to its domain's values. A value of another type than
+the column (``[10001, 10002]`` on VARCHAR, ``['1', 'other']`` on INTEGER) makes the database cast
+one side: the stored key (fails on a private row that does not parse, an error oracle) or the
+value (``'other'`` fails as INTEGER; ``'1'`` and ``'01'`` become one bin).
+
+Contract: :func:`check_domains` raises ``ProgrammingError`` (naming the table, column and value)
+unless every listed value of every domain whose column type is known casts to that type with
+DuckDB's own cast, and distinct values stay distinct after it; and a table domain's column type
+is injectively comparable with the key's (dpsql.analysis.keytypes). It reads the metadata only
+(public to the owner, the same for every neighbouring database), so the Engine runs it once when
+it is built and ``dpsql metadata check`` runs it on declared types. The rewrite then casts each
+listed value to the column's type (:func:`typed_value`), a cast these checks proved cannot fail.
+"""
+
+from __future__ import annotations
+
+import duckdb
+from sqlglot import exp
+
+from dpsql.analysis.keytypes import comparable, normalise, type_name
+from dpsql.errors import ProgrammingError
+from dpsql.metadata import Column, Metadata, Table
+
+_DIALECT = "duckdb"
+
+
+def typed_value(value: object, type_text: str | None) -> exp.Expression:
+    """The SQL literal of a declared domain value, cast to the column's type when known."""
+    literal = exp.convert(value)
+    dtype = normalise(type_text)
+    if dtype is None or value is None:
+        return literal
+    return exp.Cast(this=literal, to=dtype.copy())
+
+
+def check_domains(metadata: Metadata) -> None:
+    """Raise ``ProgrammingError`` for a domain that does not fit its column (module contract)."""
+    con: duckdb.DuckDBPyConnection | None = None
+    try:
+        for table in metadata.tables.values():
+            for column in table.columns.values():
+                domain = column.domain
+                if domain is None or normalise(column.type) is None:
+                    continue
+                if domain.values is not None:
+                    con = con or duckdb.connect()
+                    _check_values(con, table, column)
+                elif domain.table is not None and domain.column is not None:
+                    _check_table_domain(metadata, table, column)
+    finally:
+        if con is not None:
+            con.close()
+
+
+def _check_values(con: duckdb.DuckDBPyConnection, table: Table, column: Column) -> None:
+    assert column.domain is not None and column.domain.values is not None
+    values = [v for v in column.domain.values if v is not None]
+    if not values:
+        return
+    dtype = normalise(column.type)
+    assert dtype is not None
+    target = dtype.sql(dialect=_DIALECT)
+    casts = [exp.TryCast(this=exp.convert(v), to=dtype.copy()).sql(dialect=_DIALECT)
+             for v in values]
+    where = f"{table.name}.{column.name} ({type_name(column.type)})"
+    try:
+        row = con.execute(f"SELECT [{', '.join(casts)}]").fetchone()
+    except duckdb.Error:
+        raise ProgrammingError(
+            f"the domain of {where} cannot be read as {target}: list values of the "
+            "column's type"
+        ) from None
+    assert row is not None
+    typed = row[0]
+    seen: dict[object, object] = {}
+    for value, cast in zip(values, typed, strict=True):
+        if cast is None:
+            raise ProgrammingError(
+                f"the domain of {where} lists {value!r}, which is not a {target} value: list "
+                "values of the column's type"
+            )
+        if cast in seen:
+            raise ProgrammingError(
+                f"the domain of {where} lists {seen[cast]!r} and {value!r}, which are the same "
+                f"{target} value: list each value once"
+            )
+        seen[cast] = value
+
+
+def _check_table_domain(metadata: Metadata, table: Table, column: Column) -> None:
+    domain = column.domain
+    assert domain is not None and domain.table is not None and domain.column is not None
+    source = metadata.tables.get(domain.table.lower())
+    source_column = source.columns.get(domain.column.lower()) if source is not None else None
+    if source_column is None or normalise(source_column.type) is None:
+        return  # known once a database fills the types: the Engine checks again then
+    if not comparable(column.type, source_column.type):
+        raise ProgrammingError(
+            f"the domain of {table.name}.{column.name} ({type_name(column.type)}) is "
+            f"{domain.table}.{domain.column} ({type_name(source_column.type)}), of another "
+            "type: the bins would be matched through a cast; use a domain column of the same "
+            "type"
+        )
