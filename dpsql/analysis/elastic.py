@@ -22,6 +22,7 @@ from sqlglot import exp
 
 from dpsql.analysis.kexpr import ONE, ZERO, Const, KExpr, PlusK, add, is_zero, kmax, kmin, mul
 from dpsql.analysis.keytypes import (
+    collation,
     comparable,
     mark_comparable,
     normalise,
@@ -624,6 +625,14 @@ class _Analyzer:
         is rejected too, unless the caller (the owner's explain without a database) asked to
         list such keys instead.
         """
+        for name, facts in ((a_name, a), (b_name, b)):
+            if collation(facts.type) is not None:
+                raise MissingMetricError(
+                    f"the {construct} key {name} is stored with the collation "
+                    f"{collation(facts.type)}, under which different values compare equal, so "
+                    "its max frequency does not bound the matching rows: store the key without "
+                    "a collation"
+                )
         ok = comparable(a.type, b.type)
         if ok:
             return
@@ -1027,6 +1036,12 @@ def _group_keys(keys: list[exp.Expression], rel: Relation, metadata: Metadata) -
             raise ProtectedBinError(
                 f"GROUP BY {origin[0]}.{origin[1]}: the column is not releasable; the owner must "
                 "declare it releasable with a domain (or group by a public table's column)"
+            )
+        if collation(column.type) is not None:
+            raise ProtectedBinError(
+                f"GROUP BY {origin[0]}.{origin[1]}: the column is stored with the collation "
+                f"{collation(column.type)}, under which different values compare equal, so one "
+                "row could fall in several bins: store it without a collation"
             )
         domain = column.domain
         if domain is None and table.public:

@@ -34,6 +34,7 @@ simplicity: store both keys with the same type).
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from sqlglot import exp
@@ -50,11 +51,29 @@ _WIDE_UNSIGNED = frozenset({T.UINT128, T.UINT256})
 _STRINGS = frozenset({T.TEXT, T.VARCHAR, T.NVARCHAR})
 
 
+_COLLATE = re.compile(r"\bCOLLATE\s+(\S+)", re.IGNORECASE)
+
+
+def collation(type_text: str | None) -> str | None:
+    """The collation of a string type reported as ``VARCHAR COLLATE nocase`` (the backends
+    report stored collations this way), or None.
+
+    Under a collation distinct stored strings can compare equal ('a' = 'A' under NOCASE), so
+    a max frequency no longer bounds the rows matching one value and one row can fall in
+    several bins: such columns are never keys or group keys.
+    """
+    if not type_text:
+        return None
+    m = _COLLATE.search(type_text)
+    return m.group(1) if m else None
+
+
 @lru_cache(maxsize=512)
 def normalise(type_text: str | None) -> exp.DataType | None:
-    """The sqlglot DataType of a declared or database-reported type; None when unknown or
-    unreadable (the analysis then cannot prove anything about a key of this type)."""
-    if type_text is None or not type_text.strip():
+    """The sqlglot DataType of a declared or database-reported type; None when unknown,
+    unreadable or collated (the analysis then cannot prove anything about a key of this
+    type)."""
+    if type_text is None or not type_text.strip() or collation(type_text) is not None:
         return None
     try:
         dtype = exp.DataType.build(type_text, dialect=DIALECT)

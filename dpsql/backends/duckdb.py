@@ -77,10 +77,17 @@ class DuckDBBackend:
             self._con.execute("SET enable_external_access=false")
             self._con.execute("SET autoinstall_known_extensions=false")
             self._con.execute("SET autoload_known_extensions=false")
+            # a default collation would make distinct strings equal in every comparison
+            self._con.execute("SET default_collation=''")
         elif self._setting("enable_external_access"):
             raise OperationalError(
                 "this DuckDB database is already open in this process with external access "
                 "enabled and its configuration locked; dpsql cannot lock it down"
+            )
+        if self._setting("default_collation"):
+            raise OperationalError(
+                "this DuckDB database is already open in this process with a default collation "
+                "and its configuration locked; dpsql needs plain string comparisons"
             )
         for table in sources:
             assert table.source is not None
@@ -136,7 +143,42 @@ class DuckDBBackend:
             raise OperationalError(
                 f"cannot read the columns of table {table!r} ({type(err).__name__})"
             ) from None
-        return {str(r[0]): str(r[1]) for r in rows}
+        schema = {str(r[0]): str(r[1]) for r in rows}
+        for column, name in self._collations(table, schema).items():
+            schema[column] += f" COLLATE {name}"
+        return schema
+
+    def _collations(self, table: str, schema: dict[str, str]) -> dict[str, str]:
+        """{column: collation} of ``table``'s VARCHAR columns stored with a collation.
+
+        DESCRIBE shows plain VARCHAR for ``VARCHAR COLLATE nocase``, so each collation is
+        detected by what it does: a comparison of a constant typed like the column (a scalar
+        subquery with LIMIT 0, which reads no row) with a case, accent or normalisation
+        variant. A view's expression collation is found the same way.
+        """
+        strings = [c for c, t in schema.items() if t.upper() == "VARCHAR"]
+        if not strings:
+            return {}
+        probes = []
+        for column in strings:
+            typed = (f"COALESCE((SELECT {_quote_ident(column)} FROM {_quote_ident(table)} "
+                     "LIMIT 0), ")
+            probes.append(f"{typed}'a') = 'A', {typed}'a') = 'á', "
+                          f"{typed}'\u00e9') = 'e\u0301'")
+        try:
+            row = self._con.execute("SELECT " + ", ".join(probes)).fetchone()
+        except duckdb.Error as err:
+            raise OperationalError(
+                f"cannot read the collations of table {table!r} ({type(err).__name__})"
+            ) from None
+        assert row is not None
+        out = {}
+        for i, column in enumerate(strings):
+            names = [n for n, hit in zip(("nocase", "noaccent", "nfc"), row[3 * i: 3 * i + 3],
+                                         strict=True) if hit]
+            if names:
+                out[column] = ".".join(names)
+        return out
 
     def _unchanging(self, table: str) -> bool:
         """Whether ``table`` is a base table of the database file, whose stored values cannot
