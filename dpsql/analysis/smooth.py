@@ -52,7 +52,8 @@ def smooth(es: KExpr, epsilon: float, delta: float) -> Smoothed:
         )
     # No early stopping: FLEX stops at the first decrease, which is wrong for sums of terms.
     best, best_k = _scan(es, beta, k_scan)
-    _check_finite(best, "smooth sensitivity")
+    # No refusal for a non-finite S here: S depends on max frequencies, so refusing would
+    # reveal them; the noise plan caps it with a public window (_smoothed_plan).
     return Smoothed(best, best_k, k_scan, beta)
 
 
@@ -121,6 +122,9 @@ class NoisePlan:
     scale: float  # Laplace scale b
     #: SUM only: the power-of-two grid the value is snapped to (mechanisms.release_sums)
     granularity: float | None = None
+    #: smoothed only: the public interval every exact value is clamped into before noise
+    #: (:func:`_smoothed_plan`); it depends on epsilon and the bounds alone
+    window: tuple[float, float] | None = None
 
     @property
     def pure(self) -> bool:
@@ -148,18 +152,20 @@ def plan_noise(
     plans = []
     for m in analysis.measurements:
         es_at = m.sensitivity.at(distance)
-        _check_finite(es_at, "elastic sensitivity")
         if m.sensitivity.depends_on_k:
             sm = smooth(m.sensitivity, eps_each, delta_each)
             plan = _smoothed_plan(m, eps_each, delta_each, es_at, sm)
         else:
+            _check_finite(es_at, "elastic sensitivity")
             plan = _pure_plan(m, eps_each, es_at)
-        _check_finite(plan.scale, "noise scale")
+            _check_finite(plan.scale, "noise scale")
         plans.append(plan)
     return tuple(plans)
 
 
 def _too_noisy() -> NotSupportedError:
+    # pure releases only: their scale ES/epsilon depends on the SQL, public metadata and
+    # epsilon, never on private data
     return NotSupportedError(
         "the noise this query needs is too large to release anything useful: raise epsilon, "
         "tighten the bounds, or split the query"
@@ -191,10 +197,27 @@ def _pure_plan(m: Measurement, epsilon: float, es_at: float) -> NoisePlan:
     return NoisePlan(m, epsilon, 0.0, es_at, None, scale, g)
 
 
+def count_window(epsilon: float) -> float:
+    """The public window [0, W] every smoothed count is clamped into: the largest whole W with
+    2W/epsilon <= MAX_DISCRETE_SCALE (0 when epsilon < 2^-31). Depends on epsilon alone."""
+    return float(math.floor(epsilon * mechanisms.MAX_DISCRETE_SCALE / 2.0))
+
+
 def _smoothed_plan(
     m: Measurement, epsilon: float, delta: float, es_at: float, sm: Smoothed
 ) -> NoisePlan:
-    """Smoothed sensitivity S: Laplace scale 2S/epsilon.
+    """Smoothed sensitivity S: Laplace scale 2S/epsilon, over a value clamped to a public window.
+
+    Precondition: ``sm`` is S for ``m`` at (epsilon, delta); S may be any float (even inf).
+    Guarantee: never raises. The exact value is clamped into the window (``window``, public:
+    epsilon and the bounds alone), a clamp under which one change moves it by at most the
+    window's width V; min(S, V) is still beta-smooth (a minimum of beta-smooth functions) and
+    bounds the clamped value's local sensitivity, so scale 2 min(S, V)/epsilon gives
+    (epsilon, delta)-DP, and it never exceeds what the discrete sampler takes. Refusing
+    instead when S is large would depend on max frequencies: an analyst could binary-search
+    one for free by varying epsilon. Wherever S <= V (every realistic query) the noise is
+    exactly FLEX's; the clamp changes only answers beyond the window (at epsilon 0.1: counts
+    above 2.1e8; see docs/privacy.md).
 
     Counts use grid-free discrete Laplace: the smooth-sensitivity proof (sliding by an integer
     shift <= S, dilation between scales within e^beta) holds for it as for continuous Laplace,
@@ -203,20 +226,22 @@ def _smoothed_plan(
     could have), never by the data-dependent scale, whose power of two the grid would reveal;
     the snapped shift is at most LS + g0, and S + g0 is still beta-smooth.
     """
+    raw = sm.smooth_sensitivity
     if m.function == "COUNT":
-        scale = 2.0 * sm.smooth_sensitivity / epsilon
-        if scale > mechanisms.MAX_DISCRETE_SCALE:
-            raise _too_noisy()
-        return NoisePlan(m, epsilon, delta, es_at, sm, scale)
+        width = count_window(epsilon)
+        capped = raw if 0.0 <= raw <= width else width  # also for S = inf, or NaN (-1)
+        scale = 2.0 * capped / epsilon
+        return NoisePlan(m, epsilon, delta, es_at, sm, scale, window=(0.0, width))
     assert m.bounds is not None
-    width = max(m.bounds[1], 0.0) - min(m.bounds[0], 0.0)
+    bound_width = max(m.bounds[1], 0.0) - min(m.bounds[0], 0.0)
     # 2^12 above the finest grid: joins whose S is up to 2^24 times the smallest possible
     # scale still fit the discrete sampler, at a snapping error below 1% of any noise scale.
-    g0 = mechanisms.sum_granularity(2.0 * max(width, 1e-300) / epsilon) * 2.0**12
-    scale = 2.0 * (sm.smooth_sensitivity + g0) / epsilon
-    if scale / g0 > mechanisms.MAX_DISCRETE_SCALE:
-        raise _too_noisy()
-    return NoisePlan(m, epsilon, delta, es_at, sm, scale, g0)
+    g0 = mechanisms.sum_granularity(2.0 * max(bound_width, 1e-300) / epsilon) * 2.0**12
+    # 2 (S' + g0)/epsilon <= MAX_DISCRETE_SCALE g0 for every S' <= width
+    width = max(epsilon * mechanisms.MAX_DISCRETE_SCALE * g0 / 2.0 - g0, 0.0)
+    capped = raw if 0.0 <= raw <= width else width
+    scale = 2.0 * (capped + g0) / epsilon
+    return NoisePlan(m, epsilon, delta, es_at, sm, scale, g0, window=(-width / 2, width / 2))
 
 
 def check_budget_parameters(epsilon: float, delta: float) -> None:

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from dpsql.analysis.elastic import analyze
 from dpsql.analysis.kexpr import ONE, ZERO, Const, KExpr, PlusK, add, kmax, kmin, mul
-from dpsql.analysis.smooth import beta_for, plan_noise, smooth
+from dpsql.analysis.smooth import beta_for, count_window, plan_noise, smooth
 from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.mechanisms import MAX_DISCRETE_SCALE
 from dpsql.metadata import Column, Metadata, Table, load_metadata
 from tests.unit.typed_metadata import typed
 
@@ -297,18 +298,53 @@ class _NaN(KExpr):
 @pytest.mark.parametrize("es", [
     mul(PlusK(1e308), PlusK(1e308)),  # overflows to inf at every k
     mul(Const(1e300), mul(PlusK(1e10), PlusK(1e10))),
+    add(PlusK(1e308), PlusK(1e308)),
     _NaN(),
 ])
 def test_inf_and_nan_never_reach_a_scale(es):
-    with pytest.raises(NotSupportedError):
-        plan_noise(_with_sensitivity(es), 0.1, 1e-8)
-    with pytest.raises(NotSupportedError):
-        smooth(es, 0.1, 1e-8)
+    # S depends on max frequencies, so a non-finite S must not refuse (that would reveal them):
+    # the public window caps it, and the scale is the window's
+    (plan,) = plan_noise(_with_sensitivity(es), 0.1, 1e-8)
+    width = count_window(0.1)
+    assert plan.window == (0.0, width)
+    assert plan.scale == 2.0 * width / 0.1 <= MAX_DISCRETE_SCALE
+    smooth(es, 0.1, 1e-8)  # reports S as it is (owner-only), never raises
 
 
-def test_overflowing_sum_is_a_clear_rejection():
-    with pytest.raises(NotSupportedError):
-        plan_noise(_with_sensitivity(add(PlusK(1e308), PlusK(1e308))), 0.1, 1e-8)
+@pytest.mark.parametrize("function", ["COUNT", "SUM"])
+@pytest.mark.parametrize("mf", [1, 10, 10**4, 10**8, 10**12])
+@pytest.mark.parametrize("epsilon", [1e-4, 1e-2, 0.1, 1.0])
+def test_smoothed_plans_never_refuse_and_use_min_of_s_and_window(function, mf, epsilon):
+    """Issue #12 class 6: whether a smoothed query is released may depend on the SQL, public
+    metadata and epsilon/delta only. Before, a scale above 2^32 raised "too noisy", so varying
+    epsilon binary-searched a max frequency for free. Exact values: the scale is
+    2 min(S, V)/epsilon (+ the grid for sums) for the window's width V."""
+    es = mul(PlusK(mf), PlusK(mf))
+    analysis = _with_sensitivity(es)
+    if function == "SUM":
+        m = dataclasses.replace(analysis.measurements[0], function="SUM", bounds=(0.0, 10.0))
+        analysis = dataclasses.replace(analysis, measurements=(m,))
+    (plan,) = plan_noise(analysis, epsilon, 1e-8)
+    s = smooth(es, epsilon, 1e-8).smooth_sensitivity
+    lo, hi = plan.window
+    width = hi - lo
+    if function == "COUNT":
+        assert (lo, width) == (0.0, count_window(epsilon))
+        assert plan.scale == pytest.approx(2.0 * min(s, width) / epsilon, rel=1e-12)
+        assert plan.scale <= MAX_DISCRETE_SCALE
+    else:
+        g0 = plan.granularity
+        assert lo == -hi
+        assert plan.scale == pytest.approx(2.0 * (min(s, width) + g0) / epsilon, rel=1e-12)
+        assert plan.scale / g0 <= MAX_DISCRETE_SCALE * (1 + 1e-12)
+
+
+def test_window_is_public():
+    # the same window for any sensitivity: it depends on epsilon (and a SUM's bounds) alone
+    windows = {plan_noise(_with_sensitivity(mul(PlusK(mf), PlusK(mf))), 0.3, 1e-8)[0].window
+               for mf in (1, 1000, 10**9)}
+    assert windows == {(0.0, count_window(0.3))}
+    assert count_window(0.1) == math.floor(0.1 * 2**31)
 
 
 def test_tiny_epsilon_never_gives_an_infinite_scale():
