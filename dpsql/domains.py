@@ -78,8 +78,8 @@ def _check_values(con: duckdb.DuckDBPyConnection, table: Table, column: Column) 
     for value, cast in zip(values, typed, strict=True):
         if cast is None:
             raise ProgrammingError(
-                f"the domain of {where} lists {value!r}, which is not a {target} value: list "
-                "values of the column's type"
+                f"the domain of {where} lists {value!r}, which is not a value of type "
+                f"{target}: list values of the column's type"
             )
         if cast in seen:
             raise ProgrammingError(
