@@ -18,7 +18,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.engine import Engine
 from dpsql.errors import Error
 from dpsql.metadata import Metadata
-from tests.unit.shop_fixture import ZeroNoise, insert_rows
+from tests.unit.shop_fixture import ZeroNoise
 
 Rows = dict[str, Sequence[tuple[Any, ...]]]
 
@@ -29,8 +29,9 @@ def write_database(path: Path, schema: Sequence[str], rows: Rows) -> Path:
         for statement in schema:
             con.execute(statement)
         for table, values in rows.items():
-            if values:
-                insert_rows(con, table, list(values))
+            if values:  # parameters, not literals: NaN, infinity and NULL insert as values
+                marks = ", ".join("?" * len(values[0]))
+                con.executemany(f"INSERT INTO {table} VALUES ({marks})", list(values))
     finally:
         con.close()
     return path

@@ -1,0 +1,189 @@
+"""A grammar of analyst queries for the differential fuzzers (hypothesis strategies; not a test
+module).
+
+It covers dpsql's accepted surface and the constructs the hole classes of issue #12 used:
+comparisons between columns and constants of every type, casts, arithmetic, string/date
+functions, CASE, COALESCE, non-boolean values in boolean positions, parameters, IN / EXISTS /
+NOT IN subqueries, derived tables and CTEs with ORDER BY / LIMIT, UNION ALL (BY NAME), a table
+used as a value, CTEs named like declared tables, joins on plain and collated keys, GROUP BY over
+listed, table and mistyped domains, SUM/AVG over bounded INTEGER, DOUBLE and DECIMAL(38,20)
+columns, and long AND chains. The schema it draws names from is ``tests/fuzz/worlds.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import strategies as st
+
+#: column -> the kind of value it holds (see worlds.SCHEMA)
+COLUMNS = {"id": "int", "n": "int", "s": "str", "f": "str", "d": "date", "x": "float",
+           "dec": "decimal", "g": "str", "ck": "str", "b": "bool", "pid": "int", "h": "str"}
+LITERALS = {
+    "int": ["0", "1", "-1", "2147483647", "9223372036854775807", "100"],
+    "str": ["'a'", "'x'", "''", "'1'", "'true'", "'2024-01-01'", "'A'"],
+    "date": ["DATE '2024-01-01'", "DATE '9999-12-31'", "'2024-01-01'",
+             "DATE '2024-01-01' + INTERVAL 3 MONTH"],
+    "float": ["0.5", "1e300", "-1.5"],
+    "decimal": ["1.25", "99999999999999999.5"],
+    "bool": ["TRUE", "FALSE", "NULL"],
+}
+TYPES = ["INTEGER", "BIGINT", "VARCHAR", "DATE", "DOUBLE", "DECIMAL(10,2)", "BOOLEAN",
+         "SMALLINT"]
+#: extreme values a parameter may be bound to
+PARAMS: list[Any] = ["x", "", "1", "true", 0, 1, -(2**63), 2**63 - 1, 1e308, None, "2024-01-01"]
+
+
+@dataclass
+class Query:
+    sql: str
+    params: list[Any] = field(default_factory=list)
+
+
+def _col(draw, alias: str = "t", kinds: tuple[str, ...] | None = None) -> tuple[str, str]:
+    names = [c for c, k in COLUMNS.items() if kinds is None or k in kinds]
+    name = draw(st.sampled_from(names))
+    return f"{alias}.{name}", COLUMNS[name]
+
+
+def _value(draw, params: list[Any], alias: str = "t", depth: int = 0) -> str:
+    """A scalar expression of any type (the point is that types mix)."""
+    choice = draw(st.integers(0, 11 if depth < 2 else 2))
+    if choice == 0:
+        return _col(draw, alias)[0]
+    if choice == 1:
+        return draw(st.sampled_from([lit for lits in LITERALS.values() for lit in lits]))
+    if choice == 2:
+        params.append(draw(st.sampled_from(PARAMS)))
+        return "?"
+    inner = _value(draw, params, alias, depth + 1)
+    if choice == 3:
+        return f"CAST({inner} AS {draw(st.sampled_from(TYPES))})"
+    if choice == 4:
+        op = draw(st.sampled_from(["+", "-", "*", "/", "//", "%"]))
+        return f"({inner} {op} {_value(draw, params, alias, depth + 1)})"
+    if choice == 5:
+        fn = draw(st.sampled_from(["UPPER", "LOWER", "LENGTH", "ABS", "YEAR", "TRIM", "SIGN"]))
+        return f"{fn}({inner})"
+    if choice == 6:
+        return f"COALESCE({inner}, {_value(draw, params, alias, depth + 1)})"
+    if choice == 7:
+        cond = _predicate(draw, params, alias, depth + 1)
+        return f"CASE WHEN {cond} THEN {inner} ELSE {_value(draw, params, alias, depth + 1)} END"
+    if choice == 8:
+        return f"NULLIF({inner}, {_value(draw, params, alias, depth + 1)})"
+    if choice == 9:
+        return f"SUBSTRING({inner}, 1, 2)"
+    if choice == 10:
+        return f"CAST({alias} AS VARCHAR)"  # a table used as a value (class 7)
+    return f"{inner} || 'z'"
+
+
+def _predicate(draw, params: list[Any], alias: str = "t", depth: int = 0) -> str:
+    choice = draw(st.integers(0, 9 if depth < 2 else 3))
+    if choice == 0:
+        op = draw(st.sampled_from(["=", "<>", "<", ">=", "<=>", "IS DISTINCT FROM"]))
+        left = _value(draw, params, alias, depth + 1)
+        return f"{left} {op} {_value(draw, params, alias, depth + 1)}"
+    if choice == 1:
+        a, _ = _col(draw, alias)
+        b, _ = _col(draw, alias)
+        return f"{a} = {b}"  # column against column of any types (class 2)
+    if choice == 2:  # a bare value in a boolean position (class 3)
+        return _value(draw, params, alias, depth + 1)
+    if choice == 3:
+        a, kind = _col(draw, alias)
+        return f"{a} = {draw(st.sampled_from(LITERALS[kind] + LITERALS['str']))}"
+    if choice == 4:
+        return f"NOT {_predicate(draw, params, alias, depth + 1)}"
+    if choice == 5:
+        left = _predicate(draw, params, alias, depth + 1)
+        right = _predicate(draw, params, alias, depth + 1)
+        return f"({left} {draw(st.sampled_from(['AND', 'OR']))} {right})"
+    if choice == 6:
+        test = draw(st.sampled_from(["TRUE", "NOT FALSE", "NULL"]))
+        return f"{_value(draw, params, alias, depth + 1)} IS {test}"
+    if choice == 7:
+        items = ", ".join(draw(st.lists(st.sampled_from(
+            [lit for lits in LITERALS.values() for lit in lits]), min_size=1, max_size=3)))
+        return f"{_col(draw, alias)[0]} IN ({items})"
+    if choice == 8:
+        a, _ = _col(draw, alias)
+        low = _value(draw, params, alias, depth + 1)
+        return f"{a} BETWEEN {low} AND {_value(draw, params, alias, depth + 1)}"
+    return f"{_col(draw, alias)[0]} LIKE {draw(st.sampled_from(LITERALS['str']))}"
+
+
+def _subquery_modifier(draw, params: list[Any]) -> str:
+    """ORDER BY / LIMIT inside a subquery (class 4), or nothing."""
+    choice = draw(st.integers(0, 3))
+    if choice == 0:
+        return ""
+    if choice == 1:
+        return f" ORDER BY {_value(draw, params)}"
+    if choice == 2:
+        return f" LIMIT {draw(st.sampled_from(['3', '1 + 1']))}"
+    return f" ORDER BY {_value(draw, params)} LIMIT 5"
+
+
+def _source(draw, params: list[Any]) -> tuple[str, str]:
+    """FROM clause and the alias whose columns the rest may use (always ``t``'s columns)."""
+    choice = draw(st.integers(0, 7))
+    if choice == 0:
+        return "t", "t"
+    if choice == 1:
+        key = draw(st.sampled_from(["id", "ck", "s"]))
+        return f"t JOIN u ON t.{key} = u.{key}", "t"  # ck is collated (class 8)
+    if choice == 2:
+        where = f" WHERE {_predicate(draw, params)}" if draw(st.booleans()) else ""
+        mod = _subquery_modifier(draw, params)
+        cols = ", ".join(COLUMNS)
+        return f"(SELECT {cols} FROM t{where}{mod}) t", "t"
+    if choice == 3:
+        name = draw(st.sampled_from(["c", "p", "u"]))  # p and u are declared tables (class 1)
+        mod = _subquery_modifier(draw, params)
+        return f"__WITH__{name}__(SELECT {', '.join(COLUMNS)} FROM t{mod})", "t"
+    if choice == 4:
+        by_name = draw(st.sampled_from(["", " BY NAME"]))  # class 5
+        cols = ", ".join(COLUMNS)
+        swapped = ", ".join(f"{c}" for c in reversed(list(COLUMNS)))
+        other = cols if not by_name else swapped
+        return f"(SELECT {cols} FROM t UNION ALL{by_name} SELECT {other} FROM t) t", "t"
+    if choice == 5:
+        return f"t WHERE t.id IN (SELECT u.id FROM u{_subquery_modifier(draw, params)})", "t"
+    if choice == 6:
+        return ("t WHERE EXISTS (SELECT 1 FROM u WHERE u.id = t.id AND "
+                f"{_predicate(draw, params, 'u')})", "t")
+    return "t WHERE t.s NOT IN (SELECT u.s FROM u)", "t"
+
+
+@st.composite
+def queries(draw) -> Query:
+    params: list[Any] = []
+    source, alias = _source(draw, params)
+    aggregates = draw(st.lists(st.sampled_from([
+        "COUNT(*)", "COUNT(t.s)", "SUM(t.n)", "SUM(t.dec)", "AVG(t.x)", "COUNT(DISTINCT t.id)",
+        "SUM(t.x)"]), min_size=1, max_size=2, unique=True))
+    group = draw(st.sampled_from([None, "t.g", "t.pid", "t.h"]))  # h: mistyped domain (class 9)
+    select = ", ".join(([group] if group else []) + aggregates)
+    conditions = []
+    if draw(st.integers(0, 3)):
+        conditions.append(_predicate(draw, params, alias))
+    if draw(st.integers(0, 20)) == 0:  # a long AND chain (class 11)
+        conditions += [f"t.n <> {i}" for i in range(draw(st.sampled_from([50, 300])))]
+    where = ""
+    if conditions:
+        joiner = " AND " if " WHERE " in source else " WHERE "
+        where = joiner + " AND ".join(conditions)
+    with_ = ""
+    if source.startswith("__WITH__"):
+        name, body = source[len("__WITH__"):].split("__", 1)
+        with_ = f"WITH {name} AS {body} "
+        source = f"{name} t"
+    sql = f"{with_}SELECT {select} FROM {source}{where}"
+    if group:
+        sql += f" GROUP BY {group}"
+    # qmark order follows the text; _value appended in generation order, which is text order
+    # except inside the WITH (generated first, also first in the text)
+    return Query(sql, params)

@@ -1,0 +1,91 @@
+"""The fuzzers' databases: one schema, base rows, and extreme rows that each make a neighbour
+(not a test module).
+
+Every neighbour adds ONE row of the private table ``t`` whose values sit where DuckDB's casts,
+arithmetic and comparisons break: NULLs, empty and non-numeric strings, boundary integers, a
+DECIMAL(38,20) value that overflows a native sum, NaN and infinity, far dates, case variants
+under a NOCASE collation. The base rows are tame (every cast a query could attempt succeeds on
+them), so an error on one side only is a leak.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dpsql.metadata import Metadata, loads_metadata
+from tests.unit.neighbours import write_database
+
+SCHEMA = [
+    "CREATE TABLE t (id INTEGER, n INTEGER, s VARCHAR, f VARCHAR, d DATE, x DOUBLE, "
+    "dec DECIMAL(38,20), g VARCHAR, ck VARCHAR COLLATE nocase, b BOOLEAN, pid INTEGER, "
+    "h VARCHAR)",
+    "CREATE TABLE u (id INTEGER, s VARCHAR, ck VARCHAR COLLATE nocase, n INTEGER, "
+    "f VARCHAR, b BOOLEAN)",
+]
+
+BASE = {
+    "t": [(i, i % 5, str(i % 3), "true" if i % 2 else "false", f"2024-01-{1 + i % 28:02d}",
+           i / 4, 9 * 10**16, "a" if i % 2 else "b", f"k{i}", i % 2 == 0, 1 + i % 3,
+           str(1 + i % 2))
+          for i in range(1, 12)],
+    "u": [(i, str(i % 3), f"k{i}", i, "true", True) for i in range(1, 8)],
+}
+
+#: one extreme row of t per neighbour
+EXTREMES: dict[str, tuple] = {
+    "nulls": (100, None, None, None, None, None, None, None, None, None, None, None),
+    "text": (101, 2147483647, "x", "x", "9999-12-31", float("nan"), 9 * 10**16, "a", "K1",
+             True, 2, "x"),
+    "empty": (102, -2147483648, "", "", "0001-01-01", float("inf"), 0, "b", "k2", False, 3,
+              ""),
+    "case": (103, 0, "A", "TRUE", "2024-02-29", -0.0, 1, "A", "K3", None, 1, "01"),
+}
+
+#: hole class 6 uses metadata neighbours: the same data, declared max frequencies apart
+MAX_FREQS = (2, 10**9)
+
+
+def metadata(csv: Path, mf: int = 2) -> Metadata:
+    return loads_metadata(f"""
+tables:
+  t:
+    columns:
+      id: {{max_freq: 1, type: INTEGER}}
+      n: {{max_freq: 12, type: INTEGER, bounds: [0, 100]}}
+      s: {{max_freq: {mf + 10}, type: VARCHAR}}
+      f: {{type: VARCHAR}}
+      d: {{type: DATE}}
+      x: {{type: DOUBLE, bounds: [-10, 10]}}
+      dec: {{type: "DECIMAL(38,20)", bounds: [0, 100000000000000000]}}
+      g: {{type: VARCHAR, releasable: true, domain: {{values: [a, b]}}}}
+      ck: {{max_freq: 1}}
+      b: {{type: BOOLEAN}}
+      pid: {{type: INTEGER, releasable: true, domain: {{table: p, column: pid}}}}
+      h: {{type: VARCHAR, releasable: true, domain: {{values: [1, 2]}}}}
+  u:
+    columns:
+      id: {{max_freq: 1, type: INTEGER}}
+      s: {{max_freq: {mf + 5}, type: VARCHAR}}
+      ck: {{max_freq: 1}}
+      n: {{type: INTEGER}}
+      f: {{type: VARCHAR}}
+      b: {{type: BOOLEAN}}
+  p:
+    public: true
+    source: {csv}
+    columns:
+      pid: {{max_freq: 1, type: BIGINT}}
+      name: {{type: VARCHAR}}
+""")
+
+
+def build(folder: Path) -> tuple[Path, dict[str, Path], Path]:
+    """The base database, one neighbour per extreme row, and the public CSV."""
+    csv = folder / "p.csv"
+    csv.write_text("pid,name\n1,one\n2,two\n3,three\n")
+    base = write_database(folder / "base.duckdb", SCHEMA, BASE)
+    neighbours = {}
+    for name, row in EXTREMES.items():
+        rows = {"t": [*BASE["t"], row], "u": BASE["u"]}
+        neighbours[name] = write_database(folder / f"{name}.duckdb", SCHEMA, rows)
+    return base, neighbours, csv
