@@ -392,8 +392,8 @@ def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
                                             alias=exp.TableAlias(this=exp.to_identifier("__s")))
         order = exp.column("__v")
     else:
-        base = inlined if inlined is not None else _values_relation(
-            domain.values or (), _key_type(key, sources))
+        base = inlined if inlined is not None else _values_relation(domain.values or (),
+                                                                    key.type)
         if not value_filters:  # the listed ordinals stand
             return exp.Select(expressions=[exp.column("__v"), exp.column("__o")],
                               from_=exp.From(this=base)), True
@@ -407,13 +407,6 @@ def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
     if value_filters:
         relation.set("where", exp.Where(this=_conjunction(value_filters)))
     return relation, domain.table is None or inlined is not None
-
-
-def _key_type(key: GroupKey, sources: dict[str, tuple[exp.Table, Table]]) -> str | None:
-    """The declared (or database-filled) type of a group key's column, if known."""
-    source = sources.get(key.node.table)
-    column = source[1].columns.get(key.node.name.lower()) if source is not None else None
-    return column.type if column is not None else None
 
 
 def _values_relation(values: Sequence[Any], type_text: str | None) -> exp.Expression:

@@ -116,6 +116,8 @@ class GroupKey:
     node: exp.Column
     domain: Domain
     name: str
+    #: the declared (or database-filled) type of the base column the key comes from
+    type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -1052,5 +1054,5 @@ def _group_keys(keys: list[exp.Expression], rel: Relation, metadata: Metadata) -
                 "would depend on private data; the owner must declare domain: {values: [...]} "
                 "or domain: {table: <public table>, column: <column>}"
             )
-        out.append(GroupKey(i, key, domain, key.name))
+        out.append(GroupKey(i, key, domain, key.name, column.type))
     return out

@@ -128,7 +128,8 @@ def _subquery_modifier(draw, params: list[Any]) -> str:
 
 
 def _source(draw, params: list[Any]) -> tuple[str, str]:
-    """FROM clause and the alias whose columns the rest may use (always ``t``'s columns)."""
+    """FROM clause and the alias whose columns the rest may use (``t``'s columns, as ``t``
+    or as a derived table ``d``)."""
     choice = draw(st.integers(0, 7))
     if choice == 0:
         return "t", "t"
@@ -139,17 +140,17 @@ def _source(draw, params: list[Any]) -> tuple[str, str]:
         where = f" WHERE {_predicate(draw, params)}" if draw(st.booleans()) else ""
         mod = _subquery_modifier(draw, params)
         cols = ", ".join(COLUMNS)
-        return f"(SELECT {cols} FROM t{where}{mod}) t", "t"
+        return f"(SELECT {cols} FROM t{where}{mod}) d", "d"
     if choice == 3:
         name = draw(st.sampled_from(["c", "p", "u"]))  # p and u are declared tables (class 1)
         mod = _subquery_modifier(draw, params)
-        return f"__WITH__{name}__(SELECT {', '.join(COLUMNS)} FROM t{mod})", "t"
+        return f"__WITH__{name}__(SELECT {', '.join(COLUMNS)} FROM t{mod})", "d"
     if choice == 4:
         by_name = draw(st.sampled_from(["", " BY NAME"]))  # class 5
         cols = ", ".join(COLUMNS)
         swapped = ", ".join(f"{c}" for c in reversed(list(COLUMNS)))
         other = cols if not by_name else swapped
-        return f"(SELECT {cols} FROM t UNION ALL{by_name} SELECT {other} FROM t) t", "t"
+        return f"(SELECT {cols} FROM t UNION ALL{by_name} SELECT {other} FROM t) d", "d"
     if choice == 5:
         return f"t WHERE t.id IN (SELECT u.id FROM u{_subquery_modifier(draw, params)})", "t"
     if choice == 6:
@@ -163,15 +164,17 @@ def queries(draw) -> Query:
     params: list[Any] = []
     source, alias = _source(draw, params)
     aggregates = draw(st.lists(st.sampled_from([
-        "COUNT(*)", "COUNT(t.s)", "SUM(t.n)", "SUM(t.dec)", "AVG(t.x)", "COUNT(DISTINCT t.id)",
-        "SUM(t.x)"]), min_size=1, max_size=2, unique=True))
-    group = draw(st.sampled_from([None, "t.g", "t.pid", "t.h"]))  # h: mistyped domain (class 9)
+        "COUNT(*)", "COUNT(A.s)", "SUM(A.n)", "SUM(A.dec)", "AVG(A.x)", "COUNT(DISTINCT A.id)",
+        "SUM(A.x)"]), min_size=1, max_size=2, unique=True))
+    aggregates = [a.replace("A.", f"{alias}.") for a in aggregates]
+    group = draw(st.sampled_from([None, "g", "pid", "h"]))  # h: integer domain values (class 9)
+    group = f"{alias}.{group}" if group else None
     select = ", ".join(([group] if group else []) + aggregates)
     conditions = []
     if draw(st.integers(0, 3)):
         conditions.append(_predicate(draw, params, alias))
     if draw(st.integers(0, 20)) == 0:  # a long AND chain (class 11)
-        conditions += [f"t.n <> {i}" for i in range(draw(st.sampled_from([50, 300])))]
+        conditions += [f"{alias}.n <> {i}" for i in range(draw(st.sampled_from([50, 300])))]
     where = ""
     if conditions:
         joiner = " AND " if " WHERE " in source else " WHERE "
@@ -180,7 +183,7 @@ def queries(draw) -> Query:
     if source.startswith("__WITH__"):
         name, body = source[len("__WITH__"):].split("__", 1)
         with_ = f"WITH {name} AS {body} "
-        source = f"{name} t"
+        source = f"{name} d"
     sql = f"{with_}SELECT {select} FROM {source}{where}"
     if group:
         sql += f" GROUP BY {group}"
