@@ -11,8 +11,8 @@ expression that reaches the database is, by construction, one of:
 
 The positive list (everything else counts as failing):
 
-* a column, a parameter in a value position, a constant that
-  :func:`dpsql.safe_compare.constant_kind` validated;
+* a column, or a constant that :func:`dpsql.safe_compare.constant_kind` validated (never a
+  parameter: DuckDB casts its bound value to the context's type once a row reaches it);
 * a comparison :func:`dpsql.safe_compare.comparison_is_total` proves total from its operands'
   declared types, or a key equality of two bare columns whose types the analysis proved
   injectively comparable (:data:`dpsql.analysis.keytypes.COMPARABLE_KEY`: kept plain so the
@@ -96,6 +96,10 @@ def can_fail(node: exp.Expression, column_kind: ColumnKind) -> bool:
 
     Precondition: ``node`` contains no subquery (:func:`make_total` recurses around them).
     """
+    if isinstance(node, exp.Placeholder):
+        # its value's type is known only when it is bound, and DuckDB casts it to the type the
+        # context wants when a row reaches it ('' as INTEGER fails on a non-empty table only)
+        return True
     if isinstance(node, exp.Column) or constant_kind(node) is not None:
         return False
     if isinstance(node, _COMPARISONS):

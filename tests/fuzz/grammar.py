@@ -177,7 +177,8 @@ def queries(draw) -> Query:
         conditions += [f"{alias}.n <> {i}" for i in range(draw(st.sampled_from([50, 300])))]
     where = ""
     if conditions:
-        joiner = " AND " if " WHERE " in source else " WHERE "
+        outer_where = source.startswith("t WHERE ")  # the semi-join sources
+        joiner = " AND " if outer_where else " WHERE "
         where = joiner + " AND ".join(conditions)
     with_ = ""
     if source.startswith("__WITH__"):
