@@ -3,8 +3,9 @@ neighbouring databases apart, other than through its noisy values.
 
 Queries come from ``tests/fuzz/grammar.py``; databases from ``tests/fuzz/worlds.py`` (a base and
 neighbours each adding one extreme row of a private table). For each query the analyst-visible
-outcome (success, or the exception class and message) must be identical on the base and on
-every neighbour; and on two metadata files that differ only in declared max frequencies (which
+outcome (success with the released group labels, or the exception class and message) must be
+identical on the base and on every neighbour, and no exact (noise-free) bin may move by more than
+the analysis's ES(0); and on two metadata files that differ only in declared max frequencies (which
 are not public). With noise off the values differ legitimately, so they are not compared.
 
 Bounded for CI (fixed seed, ``FUZZ_EXAMPLES`` examples, ~10 s); a longer run:
@@ -16,11 +17,12 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.engine import Engine
+from dpsql.engine import Engine, read_exact
 from dpsql.errors import Error
 from tests.fuzz import worlds
 from tests.fuzz.grammar import Query, queries
@@ -47,16 +49,27 @@ def engines(tmp_path_factory):
         engine.backend.close()
 
 
-def outcome(engine: Engine, query: Query, epsilon: float) -> tuple[str, str]:
+def outcome(engine: Engine, query: Query, epsilon: float) -> tuple[str, object]:
+    """("ok", the released group labels) or (error class, message): what may not differ."""
     try:
-        engine.run(query.sql, list(query.params), epsilon=epsilon, delta=1e-6)
+        result = engine.run(query.sql, list(query.params), epsilon=epsilon, delta=1e-6)
     except Error as err:
         return type(err).__name__, str(err)
-    return "ok", ""
+    # the grammar puts the group key first; its labels come from the declared domain alone
+    return "ok", [row[0] for row in result.rows] if " GROUP BY " in query.sql else None
 
 
-def _check(engines, query: Query, epsilon: float) -> None:
+def _exact(engine: Engine, query: Query) -> tuple[list[float], list[np.ndarray]]:
+    """ES(0) and the exact (clamped, noise-free) bins of every measurement."""
+    prepared = engine.prepare(query.sql)
+    bins = read_exact(engine.backend, prepared.plan, list(query.params))
+    es = [m.sensitivity.at(0) for m in prepared.analysis.measurements]
+    return es, [np.asarray(b, dtype=np.float64) for b in bins.exact]
+
+
+def _check(engines, query: Query, epsilon: float, *, sensitivity: bool = False) -> None:
     expected = outcome(engines["base"], query, epsilon)
+    base_exact = _exact(engines["base"], query) if sensitivity and expected[0] == "ok" else None
     for name, engine in engines.items():
         if name == "base":
             continue
@@ -64,12 +77,21 @@ def _check(engines, query: Query, epsilon: float) -> None:
         assert got == expected, (
             f"neighbour {name!r} tells the databases apart\n  query: {query.sql}\n"
             f"  params: {query.params!r}\n  base: {expected}\n  {name}: {got}")
+        if base_exact is not None and name in worlds.EXTREMES:
+            # the same neighbours bound the values: no bin moves by more than ES(0)
+            es, base_bins = base_exact
+            for j, (bound, a, b) in enumerate(zip(es, base_bins, _exact(engine, query)[1],
+                                                  strict=True)):
+                moved = float(np.max(np.abs(a - b), initial=0.0))
+                assert moved <= bound * (1 + 1e-9) + 1e-9, (
+                    f"PRIVACY BUG: measurement {j} moves by {moved} > ES(0) = {bound}\n"
+                    f"  query: {query.sql}\n  params: {query.params!r}\n  neighbour: {name}")
 
 
 @SETTINGS
 @given(query=queries())
 def test_outcomes_never_tell_neighbours_apart(engines, query):
-    _check(engines, query, epsilon=1.0)
+    _check(engines, query, epsilon=1.0, sensitivity=True)
 
 
 @SETTINGS

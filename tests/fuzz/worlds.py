@@ -28,16 +28,19 @@ BASE = {
            i / 4, 9 * 10**16, "a" if i % 2 else "b", f"k{i}", i % 2 == 0, 1 + i % 3,
            str(1 + i % 2))
           for i in range(1, 12)],
-    "u": [(i, str(i % 3), f"k{i}", i, "true", True) for i in range(1, 8)],
+    # 'K1' and 'k1' are distinct (max_freq 1 holds) but equal under NOCASE
+    "u": [(i, str(i % 3), f"k{i}", i, "true", True) for i in range(1, 8)]
+    + [(8, "1", "K1", 8, "true", True)],
 }
 
 #: one extreme row of t per neighbour
 EXTREMES: dict[str, tuple] = {
     "nulls": (100, None, None, None, None, None, None, None, None, None, None, None),
+    # pid outside p's values: a label no declared domain has
     "text": (101, 2147483647, "x", "x", "9999-12-31", float("nan"), 9 * 10**16, "a", "K1",
-             True, 2, "x"),
-    "empty": (102, -2147483648, "", "", "0001-01-01", float("inf"), 0, "b", "k2", False, 3,
-              ""),
+             True, 7, "x"),
+    "empty": (102, -2147483648, "", "", "0001-01-01", float("inf"), 0, "b", "k99", False,
+              2147483647, ""),
     "case": (103, 0, "A", "TRUE", "2024-02-29", -0.0, 1, "A", "K3", None, 1, "01"),
 }
 
