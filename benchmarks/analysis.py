@@ -12,12 +12,16 @@ to the sqlglot passes inside them; see ``profile`` in the JSON.
 from __future__ import annotations
 
 import cProfile
+import itertools
 import pstats
 import statistics
+import time
 from typing import Any
 
 from dpsql.analysis.elastic import analyze
+from dpsql.analysis.hygiene import MAX_CONNECTIVES
 from dpsql.analysis.smooth import plan_noise
+from dpsql.errors import Error
 from dpsql.rewrite import plan_execution
 
 from .common import Handles, Settings
@@ -113,6 +117,52 @@ def _short_path(file: str) -> str:
     return file
 
 
+#: AND-chain lengths timed by :func:`long_queries` (the last is the longest accepted)
+LONG_CHAINS = (32, 64, 128, MAX_CONNECTIVES + 1)
+
+
+def _chain(n: int) -> str:
+    return "SELECT COUNT(*) FROM lineitem WHERE " + " AND ".join(
+        f"l_quantity <> {i}" for i in range(n))
+
+
+def long_queries(handles: Handles, reps: int, log=print) -> dict[str, Any]:
+    """Analysis time of generated long AND chains (issue #12: ``qualify`` is quadratic in
+    them, so hostile input is bounded before it, see dpsql/analysis/hygiene.py), and the time
+    to refuse the issue's hostile inputs (20,000 conjuncts; 60 KB)."""
+    chains = []
+    for n in LONG_CHAINS:
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            analyze(_chain(n), handles.metadata)
+            times.append((time.perf_counter() - start) * 1e3)
+        chains.append({"conjuncts": n, "chars": len(_chain(n)),
+                       "median_ms": statistics.median(times)})
+    for prev, cur in itertools.pairwise(chains):
+        cur["ratio_to_previous"] = cur["median_ms"] / prev["median_ms"]
+    refusals = []
+    for label, sql in (("20,000 conjuncts", _chain(20_000)),
+                       ("257 connectives", _chain(MAX_CONNECTIVES + 2)),
+                       ("60 KB", _chain(3_000)[:60_000])):
+        start = time.perf_counter()
+        try:
+            analyze(sql, handles.metadata)
+            refused = None
+        except Error as err:
+            refused = type(err).__name__
+        refusals.append({"input": label, "chars": len(sql), "refused_as": refused,
+                         "ms": (time.perf_counter() - start) * 1e3})
+    for c in chains:
+        log(f"  AND chain of {c['conjuncts']}: {c['median_ms']:.2f} ms"
+            + (f" ({c['ratio_to_previous']:.2f}x the previous)" if "ratio_to_previous" in c
+               else ""))
+    for r in refusals:
+        log(f"  {r['input']} ({r['chars']:,} chars): refused as {r['refused_as']} in "
+            f"{r['ms']:.2f} ms")
+    return {"chains": chains, "refusals": refusals}
+
+
 def run(handles: Handles, settings: Settings, log=print) -> dict[str, Any]:
     log("analysis: uncached analysis time over the TPC-H corpus")
     corpus = analysis_corpus()
@@ -147,6 +197,8 @@ def run(handles: Handles, settings: Settings, log=print) -> dict[str, Any]:
     }
     summary["met"] = summary["median_ms"] is not None and summary["median_ms"] <= ANALYSIS_TARGET_MS
     out: dict[str, Any] = {"summary": summary, "queries": queries}
+    log("analysis: generated long queries (hostile input is bounded before qualify)")
+    out["long_queries"] = long_queries(handles, max(3, min(settings.analysis_reps, 15)), log)
     if settings.profile and ok:
         accepted = [(q["name"], q["sql"]) for q in ok]
         out["profile"] = profile_corpus(accepted, handles, settings,
