@@ -386,6 +386,11 @@ def parse_query(sql: str, metadata: Metadata) -> exp.Query:
         raise ProgrammingError(f"{err}: use columns declared in the metadata") from None
     except SqlglotError as err:
         raise ProgrammingError(str(err)) from None
+    except (OverflowError, RecursionError) as err:  # e.g. ORDER BY 9223372036854775807
+        raise ProgrammingError(
+            f"the query could not be resolved ({type(err).__name__}): check that ORDER BY and "
+            "GROUP BY positions name an output column"
+        ) from None
     assert isinstance(qualified, exp.Query)
     hygiene.check_columns_resolved(qualified)
     return qualified

@@ -233,3 +233,9 @@ def test_errors_are_programming_errors_not_internal(world):
     deep = "SELECT COUNT(*) FROM orders WHERE " + "-" * 3000 + "customer_id > 1"
     a, _ = same_outcome(pair, metadata, deep)
     assert a[0] in {"UnsupportedQueryError", ProgrammingError.__name__}
+
+
+def test_an_absurd_order_by_position_is_a_clear_error():
+    # sqlglot's qualify raised OverflowError (a traceback) on this one (found by the fuzzer)
+    with pytest.raises(ProgrammingError, match="ORDER BY"):
+        analyze("SELECT COUNT(*) FROM orders ORDER BY 9223372036854775807", _METADATA)
