@@ -116,9 +116,9 @@ def _predicate(draw, params: list[Any], alias: str = "t", depth: int = 0) -> str
 
 
 def _subquery_modifier(draw, params: list[Any]) -> str:
-    """ORDER BY / LIMIT inside a subquery (class 4), or nothing."""
-    choice = draw(st.integers(0, 3))
-    if choice == 0:
+    """ORDER BY / LIMIT inside a subquery (class 4), or (half the time) nothing."""
+    choice = draw(st.integers(0, 5))
+    if choice in (0, 4, 5):
         return ""
     if choice == 1:
         return f" ORDER BY {_value(draw, params)}"
@@ -130,9 +130,11 @@ def _subquery_modifier(draw, params: list[Any]) -> str:
 def _source(draw, params: list[Any]) -> tuple[str, str]:
     """FROM clause and the alias whose columns the rest may use (``t``'s columns, as ``t``
     or as a derived table ``d``)."""
-    choice = draw(st.integers(0, 7))
+    choice = draw(st.integers(0, 8))
     if choice == 0:
         return "t", "t"
+    if choice == 8:  # a CTE shadowing the scanned public domain table (class 1)
+        return f"__WITH__p__(SELECT {', '.join(COLUMNS)} FROM t)", "d"
     if choice == 1:
         key = draw(st.sampled_from(["id", "ck", "s"]))
         return f"t JOIN u ON t.{key} = u.{key}", "t"  # ck is collated (class 8)
@@ -167,7 +169,8 @@ def queries(draw) -> Query:
         "COUNT(*)", "COUNT(A.s)", "SUM(A.n)", "SUM(A.dec)", "AVG(A.x)", "COUNT(DISTINCT A.id)",
         "SUM(A.x)"]), min_size=1, max_size=2, unique=True))
     aggregates = [a.replace("A.", f"{alias}.") for a in aggregates]
-    group = draw(st.sampled_from([None, "g", "pid", "h"]))  # h: integer domain values (class 9)
+    # h: integer domain values on a VARCHAR column (class 9); pid: a scanned table domain
+    group = draw(st.sampled_from([None, "g", "pid", "pid", "h"]))
     group = f"{alias}.{group}" if group else None
     select = ", ".join(([group] if group else []) + aggregates)
     conditions = []
