@@ -120,8 +120,8 @@ def _subquery_modifier(draw, params: list[Any]) -> str:
     choice = draw(st.integers(0, 5))
     if choice in (0, 4, 5):
         return ""
-    if choice == 1:
-        return f" ORDER BY {_value(draw, params)}"
+    if choice == 1:  # a cast of a stored value, the kind of key that fails on one row
+        return f" ORDER BY CAST({_col(draw)[0]} AS {draw(st.sampled_from(TYPES))})"
     if choice == 2:
         return f" LIMIT {draw(st.sampled_from(['3', '1 + 1']))}"
     return f" ORDER BY {_value(draw, params)} LIMIT 5"
@@ -130,9 +130,16 @@ def _subquery_modifier(draw, params: list[Any]) -> str:
 def _source(draw, params: list[Any]) -> tuple[str, str]:
     """FROM clause and the alias whose columns the rest may use (``t``'s columns, as ``t``
     or as a derived table ``d``)."""
-    choice = draw(st.integers(0, 8))
+    choice = draw(st.integers(0, 9))
     if choice == 0:
         return "t", "t"
+    if choice == 9:
+        # BY NAME pairs the second branch's id with the first's id although it stands where
+        # n stands; the analysis pairs by position (class 5); the u-row neighbour shows it
+        by_name = draw(st.sampled_from(["", " BY NAME"]))
+        rest = ", ".join(c for c in COLUMNS if c not in ("id", "n"))
+        return (f"(SELECT id, n, {rest} FROM t UNION ALL{by_name} SELECT id AS n, n AS id, "
+                f"{rest} FROM t) d JOIN u ON d.id = u.id", "d")
     if choice == 8:  # a CTE shadowing the scanned public domain table (class 1)
         return f"__WITH__p__(SELECT {', '.join(COLUMNS)} FROM t)", "d"
     if choice == 1:

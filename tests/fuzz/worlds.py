@@ -28,8 +28,9 @@ BASE = {
            i / 4, 9 * 10**16, "a" if i % 2 else "b", f"k{i}", i % 2 == 0, 1 + i % 3,
            str(1 + i % 2))
           for i in range(1, 12)],
-    # 'K1' and 'k1' are distinct (max_freq 1 holds) but equal under NOCASE
-    "u": [(i, str(i % 3), f"k{i}", i, "true", True) for i in range(1, 8)]
+    # 'K1' and 'k1' are distinct (max_freq 1 holds) but equal under NOCASE; id 1 is the
+    # U_ROW neighbour's
+    "u": [(i, str(i % 3), f"k{i}", i, "true", True) for i in range(2, 8)]
     + [(8, "1", "K1", 8, "true", True)],
 }
 
@@ -43,6 +44,9 @@ EXTREMES: dict[str, tuple] = {
               2147483647, ""),
     "case": (103, 0, "A", "TRUE", "2024-02-29", -0.0, 1, "A", "K3", None, 1, "01"),
 }
+
+#: a neighbour adding one row of the other private table, u
+U_ROW = (1, "1", "k1", 1, "true", True)
 
 #: hole class 6 uses metadata neighbours: the same data, declared max frequencies apart
 MAX_FREQS = (2, 10**9)
@@ -91,4 +95,6 @@ def build(folder: Path) -> tuple[Path, dict[str, Path], Path]:
     for name, row in EXTREMES.items():
         rows = {"t": [*BASE["t"], row], "u": BASE["u"]}
         neighbours[name] = write_database(folder / f"{name}.duckdb", SCHEMA, rows)
+    neighbours["u_row"] = write_database(folder / "u_row.duckdb", SCHEMA,
+                                         {"t": BASE["t"], "u": [*BASE["u"], U_ROW]})
     return base, neighbours, csv
