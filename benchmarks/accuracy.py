@@ -158,8 +158,11 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
         "noise_scales": [p.scale for p in plans],
         "pure": [p.pure for p in plans],
     })
-    log(f"  {name}: median relative error {out['median_rel_error']:.3g} over {len(cells)} "
-        f"cells (FLEX {out['flex']}), floor {out['floor_pure_count']:.3g}")
+    if cells:
+        log(f"  {name}: median relative error {out['median_rel_error']:.3g} over {len(cells)} "
+            f"cells (FLEX {out['flex']}), floor {out['floor_pure_count']:.3g}")
+    else:
+        log(f"  {name}: no cell with a non-zero true value at this scale (FLEX {out['flex']})")
     return out
 
 

@@ -129,10 +129,15 @@ def test_accuracy(results):
             continue
         # replayed, not re-executed: each query of the plan ran once
         assert q["draws"] == 5 and q["exact_executions"] == q["exact_queries"] in (1, 2)
+        assert all(positive(b) for b in q["noise_scales"])
+        if q["name"] == "Q21" and q["cells"] == 0:
+            # released now (issue #12: no refusal on the smoothed scale), but at sf0.01 its
+            # true count is 0, so it has no relative error to report
+            assert q["median_rel_error"] is None
+            continue
         assert q["cells"] >= 1 and q["cells_missing_from_release"] == 0
         assert 0 <= q["min_cell_rel_error"] <= q["median_rel_error"] <= q["max_cell_rel_error"]
         assert positive(q["floor_pure_count"])
-        assert all(positive(b) for b in q["noise_scales"])
     q1 = queries["Q1"]
     assert q1["status"] == "ok" and q1["pure"] == [True]
     # Q1's histogram has sensitivity 2: scale 2/epsilon, twice the floor's b = 1/epsilon
