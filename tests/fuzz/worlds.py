@@ -18,7 +18,7 @@ from tests.unit.neighbours import write_database
 SCHEMA = [
     "CREATE TABLE t (id INTEGER, n INTEGER, s VARCHAR, f VARCHAR, d DATE, x DOUBLE, "
     "dec DECIMAL(38,20), g VARCHAR, ck VARCHAR COLLATE nocase, b BOOLEAN, pid INTEGER, "
-    "h VARCHAR)",
+    "h VARCHAR, secret VARCHAR)",  # secret: stored, never declared
     "CREATE TABLE u (id INTEGER, s VARCHAR, ck VARCHAR COLLATE nocase, n INTEGER, "
     "f VARCHAR, b BOOLEAN)",
 ]
@@ -26,7 +26,7 @@ SCHEMA = [
 BASE = {
     "t": [(i, i % 5, str(i % 3), "true" if i % 2 else "false", f"2024-01-{1 + i % 28:02d}",
            i / 4, 9 * 10**16, "a" if i % 2 else "b", f"k{i}", i % 2 == 0, 1 + i % 3,
-           str(1 + i % 2))
+           str(1 + i % 2), "plain")
           for i in range(1, 12)],
     # 'K1' and 'k1' are distinct (max_freq 1 holds) but equal under NOCASE; id 1 is the
     # U_ROW neighbour's
@@ -36,14 +36,17 @@ BASE = {
 
 #: one extreme row of t per neighbour
 EXTREMES: dict[str, tuple] = {
-    "nulls": (100, None, None, None, None, None, None, None, None, None, None, None),
+    "nulls": (100, None, None, None, None, None, None, None, None, None, None, None, None),
     # pid outside p's values: a label no declared domain has
     "text": (101, 2147483647, "x", "x", "9999-12-31", float("nan"), 9 * 10**16, "a", "K1",
-             True, 7, "x"),
+             True, 7, "x", "plain"),
     "empty": (102, -2147483648, "", "", "0001-01-01", float("inf"), 0, "b", "k99", False,
-              2147483647, ""),
-    "case": (103, 0, "A", "TRUE", "2024-02-29", -0.0, 1, "A", "K3", None, 1, "01"),
+              2147483647, "", "plain"),
+    "case": (103, 0, "A", "TRUE", "2024-02-29", -0.0, 1, "A", "K3", None, 1, "01", "plain"),
 }
+
+#: the database whose only difference is an undeclared column's value
+UNDECLARED = "undeclared"
 
 #: a neighbour adding one row of the other private table, u
 U_ROW = (1, "1", "k1", 1, "true", True)
@@ -95,6 +98,10 @@ def build(folder: Path) -> tuple[Path, dict[str, Path], Path]:
     for name, row in EXTREMES.items():
         rows = {"t": [*BASE["t"], row], "u": BASE["u"]}
         neighbours[name] = write_database(folder / f"{name}.duckdb", SCHEMA, rows)
+    # the same rows, one undeclared value changed: nothing released may differ at all
+    secret = [(*BASE["t"][0][:-1], "SECRET"), *BASE["t"][1:]]
+    neighbours[UNDECLARED] = write_database(folder / "secret.duckdb", SCHEMA,
+                                            {"t": secret, "u": BASE["u"]})
     neighbours["u_row"] = write_database(folder / "u_row.duckdb", SCHEMA,
                                          {"t": BASE["t"], "u": [*BASE["u"], U_ROW]})
     return base, neighbours, csv
