@@ -31,7 +31,7 @@ BASE = {
     # 'K1' and 'k1' are distinct (max_freq 1 holds) but equal under NOCASE; id 1 is the
     # U_ROW neighbour's
     "u": [(i, str(i % 3), f"k{i}", i, "true", True) for i in range(2, 8)]
-    + [(8, "1", "K1", 8, "true", True)],
+    + [(8, "1", "K1", 8, "true", True), (9, "2", "k1", 9, "true", True)],
 }
 
 #: one extreme row of t per neighbour
@@ -49,7 +49,7 @@ EXTREMES: dict[str, tuple] = {
 UNDECLARED = "undeclared"
 
 #: a neighbour adding one row of the other private table, u
-U_ROW = (1, "1", "k1", 1, "true", True)
+U_ROW = (1, "1", "k0", 1, "true", True)
 
 #: hole class 6 uses metadata neighbours: the same data, declared max frequencies apart
 MAX_FREQS = (2, 10**9)
