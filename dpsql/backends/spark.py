@@ -215,6 +215,11 @@ def duckdb_type_name(data_type: Any) -> str:
     kind = type(data_type).__name__
     if kind == "DecimalType":
         return f"DECIMAL({data_type.precision},{data_type.scale})"
+    collation = getattr(data_type, "collation", None) if kind == "StringType" else None
+    if collation and collation.upper() != "UTF8_BINARY":
+        # 'a' = 'A' under UTF8_LCASE: the analysis refuses collated keys and group keys
+        # (dpsql.analysis.keytypes.collation), so the collation must reach it
+        return f"VARCHAR COLLATE {collation}"
     return _SIMPLE_TYPES.get(kind, data_type.simpleString().upper())
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.engine import Engine
-from dpsql.errors import OperationalError, ProgrammingError
+from dpsql.errors import NotSupportedError, OperationalError, ProgrammingError
 from dpsql.metadata import loads_metadata
 from tests.backends import export_parquet, with_sources
 from tests.shared_data import needs_pums
@@ -353,3 +353,32 @@ def test_csv_columns_get_their_declared_types(spark):
     finally:
         duck.close()
         sparkb.close()
+
+
+@pytest.mark.spark
+def test_collated_string_keys_are_refused(spark):
+    """Issue #12 class 8 on Spark: a STRING COLLATE UTF8_LCASE column compares 'k1' = 'K1',
+    so it must reach the analysis as collated (duckdb_type_name) and be refused as a key."""
+    from pyspark.sql.types import StringType
+
+    from dpsql.backends.spark import SparkBackend, duckdb_type_name
+
+    assert duckdb_type_name(StringType()) == "VARCHAR"
+    assert duckdb_type_name(StringType("UTF8_LCASE")) == "VARCHAR COLLATE UTF8_LCASE"
+    spark.sql("CREATE DATABASE IF NOT EXISTS dpsql_collated")
+    spark.sql("DROP TABLE IF EXISTS dpsql_collated.a")
+    spark.sql("DROP TABLE IF EXISTS dpsql_collated.b")
+    spark.sql("CREATE TABLE dpsql_collated.a (k STRING COLLATE UTF8_LCASE) "
+              "USING parquet")
+    spark.sql("INSERT INTO dpsql_collated.a VALUES ('k1')")
+    spark.sql("CREATE TABLE dpsql_collated.b (k STRING) USING parquet")
+    spark.sql("INSERT INTO dpsql_collated.b VALUES ('k1'), ('K1')")
+    metadata = loads_metadata("tables:\n  a:\n    columns:\n      k: {max_freq: 1}\n"
+                              "  b:\n    columns:\n      k: {max_freq: 1}\n")
+    backend = SparkBackend(metadata, spark, database="dpsql_collated")
+    try:
+        with pytest.raises(NotSupportedError, match="collation UTF8_LCASE"):
+            Engine(metadata, backend).run("SELECT COUNT(*) FROM a JOIN b ON a.k = b.k",
+                                          epsilon=1.0, delta=1e-6)
+    finally:
+        backend.close()
