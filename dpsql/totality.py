@@ -104,9 +104,9 @@ def can_fail(node: exp.Expression, column_kind: ColumnKind) -> bool:
         return False
     if isinstance(node, _COMPARISONS):
         return not (is_key_equality(node) or comparison_is_total(node, column_kind))
-    if isinstance(node, _ARITHMETIC) or (isinstance(node, exp.Func)
-                                         and not isinstance(node, _SAFE_FUNCS)):
-        return True
+    if (isinstance(node, _ARITHMETIC) and not isinstance(node, exp.TryCast)) or (
+            isinstance(node, exp.Func) and not isinstance(node, _SAFE_FUNCS)):
+        return True  # (TRY_CAST is a Cast in sqlglot, but yields NULL instead of failing)
     if any(not is_boolean(o, column_kind) for o in _boolean_operands(node)):
         return True
     return any(can_fail(child, column_kind) for child in node.iter_expressions())
@@ -149,9 +149,21 @@ def make_total(node: exp.Expression, column_kind: ColumnKind = _unknown_kinds, *
                 node.set(key, [make_total(c, column_kind, condition=id(c) in operands)
                                if isinstance(c, exp.Expression) else c for c in child])
         return node
+    node = _cast_conditions(node, column_kind)
     if can_fail(node, column_kind):
         node = exp.func("TRY", node, copy=False)
     return _as_condition(node, column_kind) if condition else node
+
+
+def _cast_conditions(node: exp.Expression, column_kind: ColumnKind) -> exp.Expression:
+    """Every operand in a boolean position inside ``node`` that is not provably boolean, cast
+    with TRY_CAST (in place), so that only what can really fail is left for TRY: Spark refuses
+    ``CASE WHEN s`` for a STRING s at analysis, while it takes ``CASE WHEN TRY_CAST(s ...)``."""
+    for inner in list(node.walk()):
+        for operand in _boolean_operands(inner):
+            if not is_boolean(operand, column_kind):
+                operand.replace(exp.TryCast(this=operand.copy(), to=_BOOLEAN.copy()))
+    return node
 
 
 def cte_names(query: exp.Expression) -> frozenset[str]:

@@ -135,6 +135,11 @@ TOTAL = [
     pytest.param("SELECT COUNT(*) AS n FROM (SELECT t.id FROM accounts t WHERE t.a % t.b = 1 "
                  "UNION ALL SELECT u.id FROM owners u) AS s", id="union_all_branch"),
     pytest.param("SELECT COUNT(t.a // t.b) AS n FROM accounts t", id="count_argument"),
+    # issue #12 class 2: an equality of two bare columns that is no join key is not exempt
+    pytest.param("SELECT COUNT(*) AS n FROM accounts t WHERE t.code = t.id",
+                 id="column_equality_filter"),
+    pytest.param("SELECT COUNT(*) AS n FROM accounts t WHERE t.id IS NOT DISTINCT FROM t.code",
+                 id="null_safe_column_equality_filter"),
     pytest.param(
         "SELECT COUNT(*) AS n FROM (SELECT t.id FROM accounts t WHERE t.a // t.b > 2) AS s "
         "WHERE s.id IN (SELECT u.id FROM owners u)", id="semijoin_over_derived_table"),
