@@ -20,10 +20,9 @@ import duckdb
 from sqlglot import exp
 
 from dpsql.analysis.keytypes import comparable, normalise, type_name
+from dpsql.analysis.parse import DIALECT
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import Column, Metadata, Table
-
-_DIALECT = "duckdb"
 
 
 def typed_value(value: object, type_text: str | None) -> exp.Expression:
@@ -61,8 +60,8 @@ def _check_values(con: duckdb.DuckDBPyConnection, table: Table, column: Column) 
         return
     dtype = normalise(column.type)
     assert dtype is not None
-    target = dtype.sql(dialect=_DIALECT)
-    casts = [exp.TryCast(this=exp.convert(v), to=dtype.copy()).sql(dialect=_DIALECT)
+    target = dtype.sql(dialect=DIALECT)
+    casts = [exp.TryCast(this=exp.convert(v), to=dtype.copy()).sql(dialect=DIALECT)
              for v in values]
     where = f"{table.name}.{column.name} ({type_name(column.type)})"
     try:

@@ -163,7 +163,7 @@ def check_stars(query: exp.Expression) -> None:
         if isinstance(holder, exp.Select) and star in holder.expressions:
             continue
         raise UnsupportedConstructError(
-            f"{star.sql(dialect='duckdb')} is allowed only as COUNT(*) or as a subquery's "
+            f"{star.sql()} is allowed only as COUNT(*) or as a subquery's "
             "column list: name the columns"
         )
 
@@ -172,10 +172,7 @@ def check_columns_resolved(query: exp.Expression) -> None:
     """After qualify: a column reference without a table that names a table, CTE or alias in
     the query is the whole row (DuckDB binds it as a STRUCT of every stored column)."""
     for node in query.find_all(exp.TableColumn):  # what qualify makes of a bare table name
-        raise UnsupportedConstructError(
-            f"{node.name!r} names a table, not a column: a table or its alias cannot be used "
-            "as a value; name one of its columns"
-        )
+        raise _table_as_value(node.name)
     sources: set[str] = set()
     for node in query.find_all(exp.Table, exp.TableAlias, exp.CTE):
         name = node.alias_or_name if not isinstance(node, exp.TableAlias) else node.name
@@ -183,7 +180,11 @@ def check_columns_resolved(query: exp.Expression) -> None:
             sources.add(name.lower())
     for column in query.find_all(exp.Column):
         if not column.table and column.name.lower() in sources:
-            raise UnsupportedConstructError(
-                f"{column.name!r} names a table, not a column: a table or its alias cannot be "
-                "used as a value; name one of its columns"
-            )
+            raise _table_as_value(column.name)
+
+
+def _table_as_value(name: str) -> UnsupportedConstructError:
+    return UnsupportedConstructError(
+        f"{name!r} names a table, not a column: a table or its alias cannot be used as a "
+        "value; name one of its columns"
+    )
