@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dpsql.analysis.keytypes import collation, normalise
+from dpsql.analysis.keytypes import collation, normalise, without_collation
 from dpsql.analysis.parse import DIALECT
 from dpsql.backends.base import Backend
 from dpsql.errors import ProgrammingError
@@ -31,10 +31,6 @@ def _same(declared: str, actual: str) -> bool:
     if d is None or a is None:
         return declared.strip().upper() == actual.strip().upper()
     return d.sql(dialect=DIALECT) == a.sql(dialect=DIALECT)
-
-
-def _without_collation(type_text: str) -> str:
-    return type_text[: type_text.upper().index(" COLLATE")].strip()
 
 
 def fill_column_types(metadata: Metadata, backend: Backend) -> Metadata:
@@ -58,7 +54,7 @@ def fill_column_types(metadata: Metadata, backend: Backend) -> Metadata:
                 changed = True
             elif _same(col.type, db_type):
                 columns[cname] = col
-            elif collation(db_type) is not None and _same(col.type, _without_collation(db_type)):
+            elif collation(db_type) is not None and _same(col.type, without_collation(db_type)):
                 # the declared type is right, and the database adds a collation the analysis
                 # must see (dpsql.analysis.keytypes.collation)
                 columns[cname] = dataclasses.replace(col, type=db_type)

@@ -215,9 +215,11 @@ class Engine:
     def _noise(self, exact: np.ndarray, plan: NoisePlan) -> np.ndarray:
         """Noise one measurement over all bins, as ``plan`` prescribes (see smooth.py)."""
         if plan.window is not None:  # smoothed: the public window bounds what one change moves
-            exact = np.clip(exact.astype(np.float64), *plan.window)
-            if plan.measurement.function == "COUNT":
-                exact = exact.astype(np.int64)
+            lo, hi = plan.window
+            if plan.measurement.function == "COUNT":  # in integers: counts may exceed 2^53
+                exact = np.clip(exact.astype(np.int64), int(lo), int(min(hi, 2**62)))
+            else:
+                exact = np.clip(exact.astype(np.float64), lo, hi)
         if plan.scale == 0:  # public data only (sensitivity 0): nothing to protect
             integer = plan.measurement.function == "COUNT"
             return exact.astype(np.int64 if integer else np.float64)

@@ -49,9 +49,6 @@ NOISY_TABLE = "__noisy"
 MAX_BINS = 10_000_000
 _PARAM_PREFIX = "__dpsql_param_"
 
-_AGGREGATES = AGGREGATES
-
-
 @dataclass(frozen=True)
 class OutputSpec:
     """How one output column is read from the noisy row (the post-processing fast path)."""
@@ -143,7 +140,7 @@ def bind_params(positions: tuple[int, ...], params) -> dict[str, object]:
     return {f"{_PARAM_PREFIX}{i}": params[i] for i in positions}
 
 
-# --------------------------------------------------------------------------- totality
+# --------------------------------------------------------------------------- NOT IN
 
 def _not_in_as_not_exists(query: exp.Expression) -> None:
     """``x NOT IN (SELECT y ...)`` -> ``NOT EXISTS (SELECT 1 FROM (...) s WHERE s.y = x)``."""
@@ -654,7 +651,7 @@ def _to_noisy(node: exp.Expression, analysis: QueryAnalysis, repl) -> exp.Expres
     def transform(n: exp.Expression) -> exp.Expression:
         if isinstance(n, exp.Avg):
             return _avg_expression(*_avg_parts(analysis, n))
-        if isinstance(n, (exp.Column, *_AGGREGATES)):  # only these can be replaced
+        if isinstance(n, (exp.Column, *AGGREGATES)):  # only these can be replaced
             key = n.sql(dialect=DIALECT)
             if key in repl:
                 return repl[key].copy()

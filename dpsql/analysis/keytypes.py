@@ -68,6 +68,11 @@ def collation(type_text: str | None) -> str | None:
     return m.group(1) if m else None
 
 
+def without_collation(type_text: str) -> str:
+    """``VARCHAR COLLATE nocase`` -> ``VARCHAR`` (the type a declared one is compared with)."""
+    return _COLLATE.sub("", type_text).strip()
+
+
 @lru_cache(maxsize=512)
 def normalise(type_text: str | None) -> exp.DataType | None:
     """The sqlglot DataType of a declared or database-reported type; None when unknown,

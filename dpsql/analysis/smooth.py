@@ -229,8 +229,7 @@ def _smoothed_plan(
     raw = sm.smooth_sensitivity
     if m.function == "COUNT":
         width = count_window(epsilon)
-        capped = raw if 0.0 <= raw <= width else width  # also for S = inf, or NaN (-1)
-        scale = 2.0 * capped / epsilon
+        scale = 2.0 * _capped(raw, width) / epsilon
         return NoisePlan(m, epsilon, delta, es_at, sm, scale, window=(0.0, width))
     assert m.bounds is not None
     bound_width = max(m.bounds[1], 0.0) - min(m.bounds[0], 0.0)
@@ -239,9 +238,14 @@ def _smoothed_plan(
     g0 = mechanisms.sum_granularity(2.0 * max(bound_width, 1e-300) / epsilon) * 2.0**12
     # 2 (S' + g0)/epsilon <= MAX_DISCRETE_SCALE g0 for every S' <= width
     width = max(epsilon * mechanisms.MAX_DISCRETE_SCALE * g0 / 2.0 - g0, 0.0)
-    capped = raw if 0.0 <= raw <= width else width
-    scale = 2.0 * (capped + g0) / epsilon
+    scale = 2.0 * (_capped(raw, width) + g0) / epsilon
     return NoisePlan(m, epsilon, delta, es_at, sm, scale, g0, window=(-width / 2, width / 2))
+
+
+def _capped(smooth_sensitivity: float, width: float) -> float:
+    """min(S, width), and the width for an S that is infinite or not a number (the scan
+    reports -1 when every ES(k) is NaN)."""
+    return smooth_sensitivity if 0.0 <= smooth_sensitivity <= width else width
 
 
 def check_budget_parameters(epsilon: float, delta: float) -> None:
