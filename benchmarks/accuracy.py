@@ -10,7 +10,7 @@ Equivalence: the exact query is executed once and its result replayed to ``Engin
 every draw (a backend wrapper that caches by SQL text and parameters). The exact query is
 deterministic and runs on an unchanging read-only database, so every execution would return
 the same rows; everything after the execution - the noise plans from ``plan_noise``, the
-secure samplers of ``dpsql.mechanisms``, the post-processing - runs as in production, once per
+secure samplers of ``dpsql.noise.mechanisms``, the post-processing - runs as in production, once per
 draw. The draws are therefore distributed exactly as ``draws`` separate ``Engine.run`` calls.
 
 The analytic floor is the median error of the best possible pure count, sensitivity 1:
@@ -27,8 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.analysis.smooth import plan_noise, smooth
-from dpsql.engine import Engine
+from dpsql.budget import Budget
+from dpsql.noise.plan import plan_noise
+from dpsql.noise.smooth import smooth
+from dpsql.session import Session
 
 from .common import Handles, Settings, rejection
 from .queries import flex_corpus
@@ -84,7 +86,7 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
     truth_names = [d[0] for d in cur.description]
     out["true_rows"] = len(truth_rows)
     replay = ReplayBackend(handles.backend)
-    engine = Engine(handles.metadata, replay)
+    engine = Session(handles.metadata, replay)
     try:
         prepared = engine.prepare(sql)
     except Exception as err:
@@ -100,7 +102,7 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
         for r in truth_rows
     }
     try:
-        plans = plan_noise(analysis, eps, delta)
+        plans = plan_noise(analysis, Budget(eps, delta))
     except Exception as err:
         out.update(status="rejected", rejection=rejection(err))
         out["would_need"] = _would_need(analysis, eps, delta, truth, val_cols)

@@ -20,9 +20,10 @@ from typing import Any
 
 from dpsql.analysis.elastic import analyze
 from dpsql.analysis.hygiene import MAX_CONNECTIVES
-from dpsql.analysis.smooth import plan_noise
+from dpsql.budget import Budget
 from dpsql.errors import Error
-from dpsql.rewrite import plan_execution
+from dpsql.noise.plan import plan_noise
+from dpsql.rewrite.plan import plan_execution
 
 from .common import Handles, Settings
 from .overhead import ANALYSIS_TARGET_MS, analysis_times
@@ -43,8 +44,8 @@ _STAGES = [
     ("    ensure_schema (MappingSchema; memoised per Metadata)", "sqlglot/schema.py",
      "ensure_schema"),
     ("  analyze_query (elastic rules)", "dpsql/analysis/elastic.py", "analyze_query"),
-    ("plan_noise (total)", "dpsql/analysis/smooth.py", "plan_noise"),
-    ("  smooth (k scan)", "dpsql/analysis/smooth.py", "smooth"),
+    ("plan_noise (total)", "dpsql/noise/plan.py", "plan_noise"),
+    ("  smooth (k scan)", "dpsql/noise/plan.py", "smooth"),
     ("plan_execution (total)", "dpsql/rewrite.py", "plan_execution"),
     ("sqlglot Expression.sql (generation, all callers)",
      ("sqlglot/expressions.py", "sqlglot/expressions/core.py"), "sql"),
@@ -63,7 +64,7 @@ def profile_corpus(corpus, handles: Handles, settings: Settings, reps: int) -> d
             prof.enable()
             try:
                 a = analyze(sql, handles.metadata)
-                plan_noise(a, settings.epsilon, settings.delta)
+                plan_noise(a, Budget(settings.epsilon, settings.delta))
                 plan_execution(a, handles.metadata)
             finally:
                 prof.disable()

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from dpsql import mechanisms
+from dpsql.noise import mechanisms
 
 from .common import Settings, rates
 

@@ -4,8 +4,8 @@ For each query of :func:`benchmarks.queries.overhead_corpus`:
 
 * ``raw_ms``: the analyst's SQL on a plain read-only DuckDB connection to the same database
   (``execute(sql).fetchall()``), median of ``runs``;
-* ``dpsql_ms``: ``Engine.run(sql, epsilon=, delta=)`` for a new query on an open connection:
-  one Engine per query, its memo of analysed queries emptied before each run (analysis,
+* ``dpsql_ms``: ``Session.run(sql, epsilon=, delta=)`` for a new query on an open connection:
+  one Session per query, its memo of analysed queries emptied before each run (analysis,
   rewrite, exact query, noise and post-processing are all inside); what a connection does once
   (column types when it opens; each bounded column's stored range on first use, ~1.5 ms at
   SF10, see ``Backend.value_range``) is done by the untimed warm-up; no ledger, median of
@@ -16,11 +16,11 @@ For each query of :func:`benchmarks.queries.overhead_corpus`:
   untimed warm-up of each, so that all three see the same cache state;
 * ``analysis_ms``: analyze + plan_noise + plan_execution, uncached, median of
   ``analysis_reps`` (per stage and total);
-* ``noise_ms``: the engine's noise step over the exact result (all measurements, all bins);
+* ``noise_ms``: the session's noise step over the exact result (all measurements, all bins);
 * ``bins``: the bins released (the declared domains' product); ``exact_rows``: the rows the
   database sends for them (only the non-empty bins, plus each domain's values);
 * ``fixed_overhead_ms``: what dpsql adds outside the database (analysis, rewrite, noise,
-  post-processing) for a new query on an open connection: ``Engine.run`` with the Engine's memo
+  post-processing) for a new query on an open connection: ``Session.run`` with the Session's memo
   of analysed queries emptied before each run, over a backend that replays the exact result,
   median of ``max(3 * runs, 15)`` after one untimed warm-up; target: median <= 2 ms;
 * ``peak_python_mb``: peak Python heap during one dpsql run and one raw run (tracemalloc; DuckDB's
@@ -36,9 +36,12 @@ import tracemalloc
 from typing import Any
 
 from dpsql.analysis.elastic import analyze
-from dpsql.analysis.smooth import plan_noise
-from dpsql.engine import Engine, bins_of, execute_exact
-from dpsql.rewrite import plan_execution
+from dpsql.budget import Budget
+from dpsql.execute.exact import read_exact
+from dpsql.noise.apply import noisy_values
+from dpsql.noise.plan import plan_noise
+from dpsql.rewrite.plan import plan_execution
+from dpsql.session import Session
 
 from .accuracy import ReplayBackend
 from .common import Handles, Settings, median_ms, rejection, timed
@@ -57,7 +60,8 @@ def analysis_times(sql: str, handles: Handles, settings: Settings, reps: int) ->
     for _ in range(reps):
         try:
             t1, analysis = timed(lambda: analyze(sql, handles.metadata))
-            t2, _plans = timed(lambda a=analysis: plan_noise(a, settings.epsilon, settings.delta))
+            budget = Budget(settings.epsilon, settings.delta)
+            t2, _plans = timed(lambda a=analysis, b=budget: plan_noise(a, b))
             t3, _plan = timed(lambda a=analysis: plan_execution(a, handles.metadata))
         except Exception as err:  # a refusal: time how long refusing takes
             reject_times = []
@@ -73,7 +77,7 @@ def analysis_times(sql: str, handles: Handles, settings: Settings, reps: int) ->
 def _try_prepare(sql: str, handles: Handles, settings: Settings) -> None:
     try:
         analysis = analyze(sql, handles.metadata)
-        plan_noise(analysis, settings.epsilon, settings.delta)
+        plan_noise(analysis, Budget(settings.epsilon, settings.delta))
         plan_execution(analysis, handles.metadata)
     except Exception:
         return
@@ -109,15 +113,15 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
 
     out["status"] = "ok"
     md, backend = handles.metadata, handles.backend
-    probe = Engine(md, backend)
+    probe = Session(md, backend)
     prepared = probe.prepare(sql)
     plan = prepared.plan
-    noise_plans = plan_noise(prepared.analysis, settings.epsilon, settings.delta)
+    noise_plans = plan_noise(prepared.analysis, Budget(settings.epsilon, settings.delta))
 
     def run_exact():
-        return execute_exact(backend, plan, [])
+        return read_exact(backend, prepared.compiled, [])
 
-    engine = Engine(md, backend)  # the analyst's open connection
+    engine = Session(md, backend)  # the analyst's open connection
 
     def run_dpsql():
         engine._prepared.clear()  # a new query: the analysis is part of what is timed
@@ -140,13 +144,13 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
             else:
                 times["dpsql"].append(run_dpsql()[0])
 
-    # the noise step alone, on the exact result's bins (as Engine.run does it)
-    exact_bins_ = bins_of(plan, execute_exact(backend, plan, []))
+    # the noise step alone, on the exact result's bins (as Session.run does it)
+    exact_bins_ = read_exact(backend, prepared.compiled, [])
     columns = exact_bins_.exact
     noise_times = []
     for _ in range(max(settings.runs, 5)):
-        t, _ = timed(lambda: [probe._noise(c, p) for c, p in zip(columns, noise_plans,
-                                                                   strict=True)])
+        t, _ = timed(lambda: [noisy_values(c, p) for c, p in zip(columns, noise_plans,
+                                                                  strict=True)])
         noise_times.append(t)
 
     out.update({
@@ -158,7 +162,7 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
         "rows_raw": len(raw_rows),
         "rows_dpsql": len(result.rows),
         "bins": exact_bins_.n_bins,
-        "exact_rows": exact_rows.n_rows,  # what the database sends: non-empty bins + domains
+        "exact_rows": exact_rows.n_sent,  # what the database sends: non-empty bins + domains
         "mechanism": result.release.mechanism,
         "runs": settings.runs,
         "raw_ms_all": [t * 1e3 for t in times["raw"]],
@@ -166,11 +170,11 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
     })
     out["ratio"] = out["dpsql_ms"] / out["raw_ms"]
     # What dpsql adds outside the database (analysis, rewrite, noise, post-processing) for a
-    # new query on an open connection: Engine.run with its memo of analysed queries emptied,
+    # new query on an open connection: Session.run with its memo of analysed queries emptied,
     # on a backend that replays the exact result instead of running it.
     replay = ReplayBackend(backend)
-    execute_exact(replay, plan, [])
-    engine = Engine(md, replay)
+    read_exact(replay, prepared.compiled, [])
+    engine = Session(md, replay)
     engine.run(sql, epsilon=settings.epsilon, delta=settings.delta)  # warm-up
     fixed_times = []
     for _ in range(max(3 * settings.runs, 15)):  # ~2 ms each: more runs, a steadier median
@@ -182,7 +186,7 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
         out["dpsql_ms"] - out["exact_ms"] - out["analysis_ms"]["total"] - out["noise_ms"], 0.0
     )
     out["peak_python_mb"] = {
-        "dpsql": _peak_mb(lambda: Engine(md, backend).run(
+        "dpsql": _peak_mb(lambda: Session(md, backend).run(
             sql, epsilon=settings.epsilon, delta=settings.delta)),
         "raw": _peak_mb(run_raw),
     } if settings.memory else None

@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.engine import Engine, execute_exact
+from dpsql.execute.exact import read_exact
+from dpsql.session import Session
 
 from . import smartnoise, synthetic
 from .accuracy import ReplayBackend
@@ -103,16 +104,17 @@ def one_query(name: str, template: str, n_keys: int, handles: Handles, sn_meta, 
     fns = {"raw": lambda: raw.execute(sql).fetchall()}
 
     try:
-        Engine(md, backend).run(sql, epsilon=eps, delta=delta)
+        Session(md, backend).run(sql, epsilon=eps, delta=delta)
     except Exception as err:
         out["dpsql"] = {"status": "rejected", "rejection": rejection(err)}
     else:
         out["dpsql"] = {"status": "ok"}
-        # one Engine (as a connection keeps one) with no memo: every run analyses again
-        engine = Engine(md, backend, cache_size=0)
+        # one Session (as a connection keeps one) with no memo: every run analyses again
+        engine = Session(md, backend, cache_size=0)
         fns["dpsql"] = lambda: engine.run(sql, epsilon=eps, delta=delta)
-        plan = engine.prepare(sql).plan  # its exact SQL alone: the part DuckDB runs
-        fns["dpsql_exact"] = lambda: execute_exact(backend, plan, [])
+        compiled = engine.prepare(sql).compiled  # its exact SQL alone: the part DuckDB runs
+        plan = compiled.plan
+        fns["dpsql_exact"] = lambda: read_exact(backend, compiled, [])
 
     if sn_meta is None:
         out["smartnoise"] = {"status": "skipped", "reason": smartnoise.INSTALL_HINT}
@@ -134,7 +136,7 @@ def one_query(name: str, template: str, n_keys: int, handles: Handles, sn_meta, 
     out["raw_ms"] = median_ms(times["raw"])
     if out["dpsql"]["status"] == "ok":
         replay = ReplayBackend(backend)
-        engine = Engine(md, replay)
+        engine = Session(md, replay)
         results = [engine.run(sql, epsilon=eps, delta=delta) for _ in range(draws)]
         release = results[0].release
         out["dpsql"].update(

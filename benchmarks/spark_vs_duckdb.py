@@ -33,8 +33,9 @@ from typing import Any
 import duckdb
 
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.engine import Engine, bins_of, execute_exact
+from dpsql.execute.exact import compile_plan, read_exact
 from dpsql.metadata import Metadata, loads_metadata
+from dpsql.session import Session
 
 HERE = Path(__file__).resolve().parent
 QUERIES = {
@@ -125,19 +126,19 @@ def measure(rows: int, spark, runs: int, data: Path) -> dict[str, Any]:
     md = metadata(info)
     duck = DuckDBBackend(None, md)
     sparkb = SparkBackend(md, spark)
-    engines = {"duckdb": Engine(md, duck), "spark": Engine(md, sparkb)}
+    engines = {"duckdb": Session(md, duck), "spark": Session(md, sparkb)}
     out: dict[str, Any] = {"rows": rows, "customers": info["customers"], "queries": {}}
     try:
         for name, sql in QUERIES.items():
-            # the plan an Engine over Spark builds (no promises about stored data), run on both
+            # the plan a Session over Spark builds (no promises about stored data), run on both
             plan = engines["spark"].prepare(sql).plan
             entry: dict[str, Any] = {"sql": sql}
             exact = {}
             for backend_name, backend in (("duckdb", duck), ("spark", sparkb)):
-                secs, result = _median_seconds(
-                    lambda b=backend, p=plan: execute_exact(b, p, []), runs)
+                compiled = compile_plan(backend, plan)
+                secs, bins = _median_seconds(
+                    lambda b=backend, c=compiled: read_exact(b, c, []), runs)
                 entry[f"{backend_name}_exact_s"] = round(secs, 4)
-                bins = bins_of(plan, result)
                 exact[backend_name] = [[_plain(v) for v in column.tolist()]
                                        for column in [*bins.keys, *bins.exact]]
                 secs, _ = _median_seconds(

@@ -584,6 +584,35 @@ class Ledger:
         assert charge_id is not None
         return int(charge_id)
 
+    def refund(self, database: str, analyst: str, charge_id: int) -> None:
+        """Undo charge ``charge_id`` of ``analyst`` on ``database``: its row is deleted and its
+        amounts leave the running sums, in one durable transaction.
+
+        Precondition: nothing derived from the charged query was released (the session calls
+        this only when the query failed or was cancelled before its answer existed).
+        Guarantee: the budget is as if the charge had never been made; a process killed before
+        the refund commits keeps the charge (fail safe). Raises OperationalError when no such
+        charge of this principal exists (already refunded, or reset by the owner).
+        """
+        key = self._principal(database, analyst)
+        with self._write("refund") as conn:
+            row = conn.execute(
+                "SELECT epsilon, delta FROM charges WHERE id = ? AND database = ? AND analyst = ?",
+                (int(charge_id), *key),
+            ).fetchone()
+            if row is None:
+                raise OperationalError(
+                    f"privacy ledger {self.path}: charge {charge_id} of analyst '{analyst}' is "
+                    "not on the ledger, so it cannot be refunded"
+                )
+            conn.execute("DELETE FROM charges WHERE id = ?", (int(charge_id),))
+            conn.execute(
+                """UPDATE budgets SET epsilon_spent = epsilon_spent - ?,
+                                      delta_spent = delta_spent - ?
+                   WHERE database = ? AND analyst = ?""",
+                (row[0], row[1], *key),
+            )
+
     def reset(self, database: str, analyst: str) -> None:
         """Forget all of ``analyst``'s charges on ``database`` (owner action); keep the budget.
 

@@ -1,4 +1,4 @@
-"""The PEP 249 (DB-API 2.0) driver: Connection and Cursor over :class:`dpsql.engine.Engine`.
+"""The PEP 249 (DB-API 2.0) driver: Connection and Cursor over :class:`dpsql.session.Session`.
 
     >>> import dpsql
     >>> with dpsql.connect("shop.duckdb", "shop.yaml", analyst="alice",
@@ -7,15 +7,16 @@
     ...     cur.execute("SELECT COUNT(*) AS n FROM orders WHERE status = ?", ["new"])
     ...     cur.fetchone(), cur.release.epsilon, conn.budget.epsilon_remaining
 
-Decisions (DESIGN.md sections 5-6):
+Decisions (docs/design.md, "Release pipeline" and "Driver"):
 
-* **Every query is charged before anything is released.** With a ledger, ``execute`` looks the
-  query up in the ledger's answer cache; on a hit the stored noisy answer is returned again at no
-  cost (``cursor.release.cached`` is True); on a miss the engine calls
-  :meth:`dpsql.accounting.Ledger.charge` (a durable commit that raises
-  :class:`~dpsql.errors.BudgetExhaustedError` when the budget does not cover the query) BEFORE
-  the database runs anything, and the noisy answer is stored in the cache before it is returned.
-  Rejected queries (analysis errors, bad parameters) raise before the charge and spend nothing.
+* **Every query is charged before anything is released** (:mod:`dpsql.session`). With a
+  ledger, ``execute`` looks the query up in the ledger's answer cache; on a hit the stored
+  noisy answer is returned again at no cost (``cursor.release.cached`` is True); on a miss
+  the session charges the ledger (a durable commit that raises
+  :class:`~dpsql.errors.BudgetExhaustedError` when the budget does not cover the query)
+  BEFORE the database reads private data, and the noisy answer is stored in the cache before
+  it is returned. Rejected queries (at any stage), failed and cancelled ones spend nothing;
+  queries that read public tables only are answered exactly and spend nothing.
 * **The metadata's ledger cannot be bypassed.** When the metadata names a ledger, every
   connection made with that metadata charges it. A ``ledger=`` argument naming a *different*
   file raises :class:`~dpsql.errors.ProgrammingError` (rather than being silently ignored, so a
@@ -33,49 +34,31 @@ Decisions (DESIGN.md sections 5-6):
   per parameter set would spend budget silently, once per row.
 * ``threadsafety = 1``: threads may share the module, not connections or cursors.
 
-Answer-cache key (see :func:`cache_key`): SHA-256 over a JSON array of a version tag, the
-query's text after sqlglot qualification (the same normalised text the engine fingerprints, so
-``select count(*) n from T`` and ``SELECT COUNT(*) AS n FROM t`` share one entry), the
-parameters encoded with their Python types, and ``repr(float(epsilon))``, ``repr(float(delta))``.
-The ledger scopes every entry by (database identity, analyst). Two requests that differ in
-anything else (say ``1`` vs ``1.0`` as a parameter) are different entries; each is charged, so
-the key can only err towards charging more, never towards a free fresh answer. The metadata is
-not part of the key: after the owner edits bounds or domains, a repeat still returns the answer
-paid for earlier (re-releasing it costs no privacy); a changed epsilon asks afresh.
+The release rules themselves (what is charged when, the answer cache) live in
+:mod:`dpsql.session`; this module is the PEP 249 surface over it.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import decimal
-import hashlib
-import json
-import math
 import os
-import uuid
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict
 from typing import Any
 
-from dpsql.accounting import BudgetStatus, CompositionReport, Ledger, database_identity
-from dpsql.analysis.smooth import check_budget_parameters
-from dpsql.backends.base import Backend
-from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.engine import ColumnRelease, Engine, Release, Result
+from dpsql.accounting import BudgetStatus, CompositionReport, Ledger
+from dpsql.backends import ledger_identity, open_backend
+from dpsql.budget import Budget
 from dpsql.errors import (
     Error,
     InterfaceError,
     InternalError,
     NotSupportedError,
-    OperationalError,
     ProgrammingError,
 )
 from dpsql.metadata import Metadata, load_metadata
-
-# Bumped whenever the key derivation or the payload format changes: old entries then simply
-# stop matching (a miss is charged, never a wrong free answer).
-_CACHE_VERSION = "dpsql-cache-v1"
+from dpsql.release.cache import cache_key
+from dpsql.release.record import Release, Result
+from dpsql.session import Principal, Session
 
 Params = Sequence[Any] | None
 
@@ -139,130 +122,6 @@ def TimestampFromTicks(ticks: float) -> _dt.datetime:  # PEP 249 name
 
 
 # ---------------------------------------------------------------------------------------------
-# Cache keys and payloads
-# ---------------------------------------------------------------------------------------------
-
-
-class _Uncacheable(Exception):
-    """A value the JSON payload cannot represent faithfully (the answer is then not cached)."""
-
-
-def _encode(value: Any) -> Any:
-    """A JSON-ready form of ``value`` that :func:`_decode` turns back into an equal value of the
-    same type. JSON-native scalars are kept; everything else is tagged ``{"$": type, "v": ...}``
-    (a plain JSON object never occurs otherwise, so tags cannot be confused with data)."""
-    # bool before int: bool is an int subclass, and True must come back as True
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if type(value) is int:
-        return value
-    if type(value) is float:
-        # json would write NaN/Infinity, which is not JSON; tag them instead
-        return value if math.isfinite(value) else {"$": "float", "v": repr(value)}
-    if isinstance(value, decimal.Decimal):
-        return {"$": "decimal", "v": str(value)}
-    if isinstance(value, _dt.datetime):  # before date: datetime is a date subclass
-        return {"$": "datetime", "v": value.isoformat()}
-    if isinstance(value, _dt.date):
-        return {"$": "date", "v": value.isoformat()}
-    if isinstance(value, _dt.time):
-        return {"$": "time", "v": value.isoformat()}
-    if isinstance(value, _dt.timedelta):
-        return {"$": "timedelta", "v": [value.days, value.seconds, value.microseconds]}
-    if isinstance(value, uuid.UUID):
-        return {"$": "uuid", "v": str(value)}
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"$": "bytes", "v": bytes(value).hex()}
-    if isinstance(value, (list, tuple)):
-        return {"$": type(value).__name__, "v": [_encode(v) for v in value]}
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {"$": "dict", "v": [[k, _encode(v)] for k, v in value.items()]}
-    raise _Uncacheable(type(value).__name__)
-
-
-def _decode(value: Any) -> Any:
-    if not isinstance(value, dict):
-        return value
-    tag, raw = value["$"], value["v"]
-    if tag == "float":
-        return float(raw)
-    if tag == "decimal":
-        return decimal.Decimal(raw)
-    if tag == "datetime":
-        return _dt.datetime.fromisoformat(raw)
-    if tag == "date":
-        return _dt.date.fromisoformat(raw)
-    if tag == "time":
-        return _dt.time.fromisoformat(raw)
-    if tag == "timedelta":
-        return _dt.timedelta(days=raw[0], seconds=raw[1], microseconds=raw[2])
-    if tag == "uuid":
-        return uuid.UUID(raw)
-    if tag == "bytes":
-        return bytes.fromhex(raw)
-    if tag == "list":
-        return [_decode(v) for v in raw]
-    if tag == "tuple":
-        return tuple(_decode(v) for v in raw)
-    if tag == "dict":
-        return {k: _decode(v) for k, v in raw}
-    raise ValueError(f"unknown tag {tag!r}")
-
-
-def cache_key(normalised_sql: str, params: Sequence[Any], epsilon: float, delta: float) -> str:
-    """The answer-cache key of one request (hex SHA-256; see the module docstring).
-
-    Precondition: ``normalised_sql`` is the engine's qualified text of the query
-    (``Engine.prepare(sql).qualified_sql``).
-    Guarantee: deterministic across processes and Python versions; distinct requests
-    (text, typed parameters, epsilon, delta) give distinct keys except with probability ~2^-256.
-    A parameter of a type without a faithful encoding is keyed by its type and ``repr`` (at
-    worst a miss, which is charged).
-    """
-    encoded = []
-    for p in params:
-        try:
-            encoded.append(_encode(p))
-        except _Uncacheable:
-            encoded.append({"$": "repr", "v": [type(p).__qualname__, repr(p)]})
-    text = json.dumps(
-        [_CACHE_VERSION, normalised_sql, encoded, repr(float(epsilon)), repr(float(delta))],
-        ensure_ascii=True, separators=(",", ":"), allow_nan=False,
-    )
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
-
-
-def _dump_payload(result: Result) -> bytes:
-    """The cache payload: JSON {names, types, rows, release}. Raises _Uncacheable."""
-    doc = {
-        "names": list(result.names),
-        "types": list(result.types),
-        "rows": [[_encode(v) for v in row] for row in result.rows],
-        "release": _encode_release(result.release),
-    }
-    try:
-        return json.dumps(doc, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode()
-    except ValueError as exc:  # a non-finite number in the release record
-        raise _Uncacheable("non-finite float") from exc
-
-
-def _encode_release(release: Release) -> dict[str, Any]:
-    doc = asdict(release)
-    # half widths are finite or None; epsilon/delta finite: plain JSON numbers suffice
-    doc.pop("cached", None)
-    return doc
-
-
-def _load_payload(payload: bytes) -> Result:
-    doc = json.loads(payload)
-    rel = dict(doc["release"])
-    rel["columns"] = tuple(ColumnRelease(**c) for c in rel["columns"])
-    release = Release(**rel, cached=True)
-    rows = [tuple(_decode(v) for v in row) for row in doc["rows"]]
-    return Result(tuple(doc["names"]), tuple(doc["types"]), rows, release)
-
-
-# ---------------------------------------------------------------------------------------------
 # connect / Connection
 # ---------------------------------------------------------------------------------------------
 
@@ -306,41 +165,6 @@ def connect(
                       delta=delta, backend=backend, spark=spark)
 
 
-BACKENDS = ("duckdb", "spark")
-
-
-def _spark_database(database: str | os.PathLike | None) -> str | None:
-    """The Spark catalog database named by ``database`` (``name`` or ``spark://name``)."""
-    if database is None:
-        return None
-    return os.fsdecode(database).removeprefix("spark://") or None
-
-
-def _ledger_identity(backend: str, database: str | os.PathLike | None) -> str:
-    """The key the ledger keeps this database's budgets and cached answers under."""
-    if backend == "spark":
-        return f"spark://{_spark_database(database) or 'default'}"
-    return database_identity(database)
-
-
-def _open_backend(backend: str, database: str | os.PathLike | None, md: Metadata,
-                  spark: Any) -> Backend:
-    """The execution backend ``connect(backend=..., spark=...)`` asks for."""
-    if backend == "duckdb":
-        if spark is not None:
-            raise ProgrammingError("spark= is only used with backend='spark'")
-        return DuckDBBackend(database, md)
-    if backend == "spark":
-        if spark is None:
-            raise ProgrammingError(
-                "backend='spark' needs spark=: a SparkSession or a master URL such as 'local[2]'"
-            )
-        from dpsql.backends.spark import SparkBackend  # optional extra: import on demand
-
-        return SparkBackend(md, spark, database=_spark_database(database))
-    raise ProgrammingError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
-
-
 class Connection:
     """A PEP 249 connection (see :func:`connect` and the module docstring)."""
 
@@ -358,10 +182,8 @@ class Connection:
     ) -> None:
         if not isinstance(analyst, str) or not analyst.strip():
             raise ProgrammingError("analyst must be a non-empty string: pass analyst='name'")
-        if epsilon is not None:
-            check_budget_parameters(epsilon, 0.0 if delta is None else delta)
-        elif delta is not None:
-            check_budget_parameters(1.0, delta)  # validates delta alone
+        # the defaults are validated here, once; a per-query override when it arrives
+        Budget(1.0 if epsilon is None else epsilon, 0.0 if delta is None else delta)
         md = metadata if isinstance(metadata, Metadata) else load_metadata(metadata)
         ledger_path = self._choose_ledger(md, ledger)
 
@@ -371,7 +193,7 @@ class Connection:
         self.delta = 0.0 if delta is None else float(delta)
         self.metadata = md
         #: the key under which the ledger keeps this database's budgets and cached answers
-        self.database = _ledger_identity(backend, database)
+        self.database = ledger_identity(backend, database)
         #: the ledger file every query is charged to, or None (nothing charged)
         self.ledger_path = ledger_path
         self._closed = False
@@ -379,12 +201,13 @@ class Connection:
         # Open the ledger first: if it is unusable we fail closed before touching the data.
         self._ledger = Ledger(ledger_path, create=False) if ledger_path is not None else None
         try:
-            self._backend = _open_backend(backend, database, md, spark)
+            self._backend = open_backend(backend, database, md, spark)
             try:
-                self._engine = Engine(md, self._backend)
+                self._session = Session(md, self._backend, ledger=self._ledger,
+                                        principal=Principal(self.database, analyst))
                 #: the metadata queries are analysed with: undeclared column types filled in
-                #: from the database (dpsql.column_types)
-                self.metadata = self._engine.metadata
+                #: from the database (dpsql.backends.types)
+                self.metadata = self._session.metadata
             except BaseException:
                 self._backend.close()
                 raise
@@ -434,6 +257,7 @@ class Connection:
             return
         self._closed = True
         try:
+            self._session.close()
             self._backend.close()
         finally:
             if self._ledger is not None:
@@ -485,56 +309,17 @@ class Connection:
             )
         return self._ledger
 
-    def _normalise(self, sql: str) -> str:
-        """The qualified query text of ``sql`` (raises the engine's rejection, charging
-        nothing); memoised with the engine's preparation."""
-        return self._engine.prepare(sql).qualified_sql
+    def cancel(self) -> None:
+        """Cancel the query this connection is running (call from another thread): its
+        ``execute`` raises QueryCancelledError and nothing is charged."""
+        self._check_open()
+        self._session.cancel()
 
-    def _answer(self, sql: str, params: list[Any], epsilon: float, delta: float) -> Result:
-        """Charge-before-release answer to one request (module docstring, first bullet)."""
-        ledger = self._ledger
-        if ledger is None:
-            return self._engine.run(sql, params, epsilon=epsilon, delta=delta)
-        key = cache_key(self._normalise(sql), params, epsilon, delta)
-        payload = ledger.cache_get(self.database, self.analyst, key)
-        if payload is not None:
-            try:
-                return _load_payload(payload)
-            except (ValueError, KeyError, TypeError) as exc:
-                # fail closed: a damaged cache entry may mean a tampered ledger
-                raise OperationalError(
-                    f"privacy ledger {ledger.path}: a cached answer is unreadable "
-                    f"({type(exc).__name__}); refusing to answer until the owner checks the file"
-                ) from None
-
-        charged: list[Release] = []
-
-        def charge(release: Release) -> None:
-            ledger.charge(
-                self.database, self.analyst, fingerprint=release.fingerprint,
-                epsilon=release.epsilon, delta=release.delta, mechanism=release.mechanism,
-            )
-            charged.append(release)
-
-        result = self._engine.run(sql, params, epsilon=epsilon, delta=delta, charge=charge)
-        # The engine promises exactly one charge covering the release; if that ever broke,
-        # releasing would spend budget that is not on the ledger, so release nothing.
-        if len(charged) != 1 or (result.release.epsilon, result.release.delta) != (
-            charged[0].epsilon, charged[0].delta
-        ):
-            raise InternalError("the release does not match its ledger charge; nothing released")
-        try:
-            ledger.cache_put(self.database, self.analyst, key, _dump_payload(result))
-        except _Uncacheable as exc:
-            # Safe either way: an uncached repeat is charged again, never free.
-            warnings.warn(f"dpsql: answer not cached (values of type {exc})", RuntimeWarning,
-                          stacklevel=3)
-        except OperationalError as exc:
-            # The charge is committed; withholding the paid-for answer would waste it. A repeat
-            # of this query will simply be charged again.
-            warnings.warn(f"dpsql: answer not cached: {exc.message}", RuntimeWarning,
-                          stacklevel=3)
-        return result
+    @property
+    def session(self) -> Session:
+        """The :class:`~dpsql.session.Session` answering this connection's queries."""
+        self._check_open()
+        return self._session
 
 
 # ---------------------------------------------------------------------------------------------
@@ -599,26 +384,20 @@ class Cursor:
         an epsilon comes from this call or from :func:`connect`.
         Guarantees: with a ledger, either the cached answer of an identical earlier request is
         returned (``release.cached``; nothing charged), or exactly the release's (epsilon,
-        delta) is charged, durably, before the database runs the query, and the answer is cached.
-        A rejected query, bad parameters, or BudgetExhaustedError spend nothing and leave the
-        cursor without a result. Errors are dpsql's PEP 249 classes.
+        delta) is charged, durably, before the database reads private data, and the answer is
+        cached. A rejected, failed or cancelled query, bad parameters, or BudgetExhaustedError
+        spend nothing and leave the cursor without a result; so does a query on public tables
+        only (it needs no epsilon). Errors are dpsql's PEP 249 classes; KeyboardInterrupt
+        propagates.
         """
         self._check_open()
         self._result, self._pos = None, 0  # a failed execute leaves no stale result behind
         conn = self.connection
         eps = conn.epsilon if epsilon is None else epsilon
         dlt = conn.delta if delta is None else delta
-        if eps is None:
-            raise ProgrammingError(
-                "no epsilon for this query: pass cursor.execute(sql, params, epsilon=0.1) or "
-                "set a default with dpsql.connect(..., epsilon=0.1)"
-            )
-        check_budget_parameters(eps, dlt)
-        if not isinstance(sql, str):
-            raise ProgrammingError(f"sql must be a string, got {type(sql).__name__}")
         params = _check_params(parameters)
         try:
-            result = conn._answer(sql, params, float(eps), float(dlt))
+            result = conn._session.run(sql, params, epsilon=eps, delta=dlt)
         except Error:
             raise
         except Exception as exc:

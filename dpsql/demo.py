@@ -183,7 +183,7 @@ def _generate(con: duckdb.DuckDBPyConnection, rng: np.random.Generator, n_custom
     """Fill the four tables.
 
     numpy's seeded generator is right HERE because it makes synthetic demo DATA that must be
-    reproducible; it must never be used for privacy noise (that is dpsql.mechanisms' job).
+    reproducible; it must never be used for privacy noise (that is dpsql.noise.mechanisms' job).
     """
     # products (public): id, name, category, price
     product_id = np.arange(1, n_products + 1, dtype=np.int64)

@@ -81,6 +81,10 @@ class BudgetExhaustedError(OperationalError):
     """The query would overspend the analyst's privacy budget; nothing was spent."""
 
 
+class QueryCancelledError(OperationalError):
+    """The query was cancelled while it ran; nothing was released and nothing was charged."""
+
+
 __all__ = [
     "AggregateArithmeticError",
     "BudgetExhaustedError",
@@ -95,6 +99,7 @@ __all__ = [
     "OperationalError",
     "ProgrammingError",
     "ProtectedBinError",
+    "QueryCancelledError",
     "UnsupportedConstructError",
     "UnsupportedQueryError",
     "Warning",

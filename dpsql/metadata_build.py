@@ -131,7 +131,7 @@ class _SparkProfiler:
         return list(self.backend.table_schema(rel.name).items())
 
     def fetchall(self, sql: str) -> list[tuple]:
-        return self.backend.execute(sql)[0]
+        return self.backend.execute(self.backend.compile(sql))[0]
 
 
 def _relations(con: duckdb.DuckDBPyConnection) -> list[_Relation]:

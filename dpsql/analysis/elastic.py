@@ -130,6 +130,12 @@ class OutputColumn:
     measurements: tuple[int, ...] = ()
     node: exp.Expression | None = None
 
+    @property
+    def bare_aggregate(self) -> bool:
+        """True for a column that is one COUNT or SUM as written (``COUNT(*) AS n``)."""
+        inner = self.node.this if isinstance(self.node, exp.Alias) else self.node
+        return isinstance(inner, (exp.Count, exp.Sum))
+
 
 @dataclass(frozen=True)
 class QueryAnalysis:
@@ -839,7 +845,7 @@ def analyze(
     """Analyse ``sql``: the measurements to noise, with ES(k) each, and the output columns.
 
     Precondition: ``metadata`` max frequencies and column types are true for the database
-    queried (the Engine fills missing types from the database, see dpsql.column_types).
+    queried (the Engine fills missing types from the database, see dpsql.backends.types).
     Guarantee: see the module docstring; raises a ``NotSupportedError`` subclass or
     ``ProgrammingError`` for anything without a sound rule, including a join / IN / EXISTS key
     whose type is unknown. ``allow_unknown_key_types=True`` (owner-only explain without a

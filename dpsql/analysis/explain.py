@@ -17,8 +17,9 @@ from typing import Any
 
 from dpsql.analysis.elastic import Derivation, QueryAnalysis, analyze
 from dpsql.analysis.parse import DIALECT
-from dpsql.analysis.smooth import NoisePlan, plan_noise
+from dpsql.budget import Budget
 from dpsql.metadata import Metadata
+from dpsql.noise.plan import NoisePlan, plan_noise
 
 
 def _load(metadata: Metadata | str | os.PathLike) -> Metadata:
@@ -48,7 +49,7 @@ def explain_report(
     analysis: QueryAnalysis, epsilon: float, delta: float, distance: int = 0
 ) -> dict[str, Any]:
     """The JSON report of an analysed query (see :func:`explain`)."""
-    plans = plan_noise(analysis, epsilon, delta, distance=distance)
+    plans = plan_noise(analysis, Budget(epsilon, delta), distance=distance)
     columns: list[dict[str, Any]] = []
     for col in analysis.columns:
         if col.kind != "aggregate":
@@ -113,7 +114,7 @@ def explain_text(
     each measurement's ES, smoothing scan, S and noise scale."""
     md = _load(metadata)
     analysis = analyze(sql, md, allow_unknown_key_types=True)
-    plans = plan_noise(analysis, epsilon, delta, distance=distance)
+    plans = plan_noise(analysis, Budget(epsilon, delta), distance=distance)
     lines = ["query (qualified):", "  " + analysis.query.sql(dialect=DIALECT), "",
              "relational tree (S(k): stability at distance k):"]
     _tree_lines(analysis.tree, 1, distance, lines)

@@ -134,7 +134,7 @@ def same_type(left: str | None, right: str | None) -> bool:
 #: ``meta`` key the analysis sets on a key equality ``a.x = b.y`` whose two column types it
 #: proved injectively comparable (:func:`comparable` is True): the rewrite leaves exactly these
 #: equalities of two bare columns without TRY (hash joins need them plain); every other one is
-#: wrapped unless its operand types prove it total (dpsql.safe_compare).
+#: wrapped unless its operand types prove it total (dpsql.rewrite.safe_compare).
 COMPARABLE_KEY = "dpsql_comparable_key"
 
 

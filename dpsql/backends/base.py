@@ -23,19 +23,34 @@ def columns_of(rows: list[tuple[Any, ...]], n_columns: int) -> list[np.ndarray]:
 class Backend(Protocol):
     """Runs dpsql's generated SQL (never an analyst's text) and returns exact rows.
 
-    ``dialect`` is the sqlglot dialect the generated SQL is transpiled to.
+    The session calls :meth:`compile` and :meth:`check` while preparing a release, before the
+    ledger is charged: every refusal they raise costs the analyst nothing. ``execute`` runs
+    what ``compile`` returned. ``dialect`` is the sqlglot dialect the generated SQL is
+    transpiled to.
     """
 
     dialect: str
 
+    def compile(self, sql: str) -> str:
+        """The backend's own text for dpsql's generated SQL (DuckDB dialect); raises
+        NotSupportedError for what the backend cannot run. Reads no data."""
+        ...
+
+    def check(self, compiled: str, params: Mapping[str, Any] | None = None) -> None:
+        """Bind and plan ``compiled`` with ``params`` without reading any row (DuckDB:
+        EXPLAIN; Spark: analysis); raises ProgrammingError naming only the error's class (a
+        type mismatch the binder finds depends on the SQL and the schema, never on data)."""
+        ...
+
     def execute(
-        self, sql: str, params: Mapping[str, Any] | None = None
+        self, compiled: str, params: Mapping[str, Any] | None = None
     ) -> tuple[list[tuple[Any, ...]], list[str]]:
-        """Run ``sql`` with named parameters; return (rows, column type names)."""
+        """Run compiled SQL with named parameters; return (rows, column type names).
+        Raises QueryCancelledError when :meth:`interrupt` stopped it."""
         ...
 
     def execute_columns(
-        self, sql: str, params: Mapping[str, Any] | None = None
+        self, compiled: str, params: Mapping[str, Any] | None = None
     ) -> tuple[list[np.ndarray], list[str]]:
         """As :meth:`execute`, but one array per column (a NULL is a masked entry or None):
         for results of many rows of numbers, which need no Python tuple per row."""
@@ -45,7 +60,7 @@ class Backend(Protocol):
         """{column: type name} of ``table`` as the backend stores it, in DuckDB's type names
         (INTEGER, BIGINT, VARCHAR, DECIMAL(15,2), ...). Raises ProgrammingError when the backend
         has no such table. The engine fills undeclared metadata types from it: the analysis
-        checks join keys' types (dpsql.column_types)."""
+        checks join keys' types (dpsql.backends.types)."""
         ...
 
     def value_range(self, table: str, column: str) -> tuple[Any, Any] | None:
@@ -63,6 +78,10 @@ class Backend(Protocol):
         None when the backend cannot promise it or there are more than ``limit``. The engine
         asks only for public tables' columns, to inline a GROUP BY domain instead of scanning
         the table in every query."""
+        ...
+
+    def interrupt(self) -> None:
+        """Stop the query running now, from any thread (it raises QueryCancelledError)."""
         ...
 
     def close(self) -> None: ...

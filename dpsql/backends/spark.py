@@ -1,6 +1,6 @@
 """The Spark backend: exact aggregates computed by Spark SQL, for data that outgrows one machine.
 
-What runs where: dpsql's analysis, the ledger charge, the noise (:mod:`dpsql.mechanisms`) and
+What runs where: dpsql's analysis, the ledger charge, the noise (:mod:`dpsql.noise.mechanisms`) and
 post-processing stay on the driver, in Python. Spark only scans, filters, joins and aggregates,
 running the SQL :mod:`dpsql.rewrite` generated (never the analyst's text), transpiled by sqlglot
 from DuckDB's dialect to Spark's; its exact per-bin aggregates are collected to the driver.
@@ -50,7 +50,12 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.schema import MappingSchema
 
 from dpsql.backends.base import columns_of
-from dpsql.errors import OperationalError, ProgrammingError
+from dpsql.errors import (
+    NotSupportedError,
+    OperationalError,
+    ProgrammingError,
+    QueryCancelledError,
+)
 from dpsql.metadata import Metadata
 
 if TYPE_CHECKING:  # pyspark is an optional extra: import it only when a backend is created
@@ -182,7 +187,7 @@ def to_spark_sql(sql: str, schema: MappingSchema | Mapping[str, Mapping[str, str
     Guarantees: the same result set on Spark with :data:`SESSION_CONF` as on DuckDB, NULL
     wherever DuckDB's ``TRY`` gives NULL, sums exact (module docstring); named parameters
     ``$p`` become ``:p``; comments are dropped. A construct that cannot be expressed faithfully
-    raises OperationalError (fail closed) rather than running a different query.
+    raises NotSupportedError (fail closed) rather than running a different query.
     """
     if not isinstance(schema, MappingSchema):
         schema = MappingSchema(dict(schema), dialect=SOURCE_DIALECT)
@@ -192,7 +197,7 @@ def to_spark_sql(sql: str, schema: MappingSchema | Mapping[str, Mapping[str, str
         return tree.sql(dialect=TARGET_DIALECT, comments=False,
                         unsupported_level=ErrorLevel.RAISE)
     except SqlglotError as err:
-        raise OperationalError(
+        raise NotSupportedError(
             f"the generated query cannot be translated to Spark SQL ({err}); run it on the "
             "DuckDB backend"
         ) from None
@@ -290,6 +295,8 @@ class SparkBackend:
         self._sources: dict[str, str] = {}
         self._schema: MappingSchema | None = None  # of the registered tables, built on demand
         self._translated: dict[str, str] = {}  # generated SQL -> Spark SQL
+        self._job_group = f"dpsql-{id(self):x}"
+        self._cancelled = False
         #: declared tables neither in the catalog nor given a source
         self.missing: list[str] = []
         for table in metadata.tables.values() if metadata is not None else ():
@@ -385,7 +392,7 @@ class SparkBackend:
         """None, as :meth:`value_range`: domains of public tables are scanned in each query."""
         return None
 
-    def translate(self, sql: str) -> str:
+    def compile(self, sql: str) -> str:
         """:func:`to_spark_sql` over the registered tables' schemas, memoised by text."""
         hit = self._translated.get(sql)
         if hit is None:
@@ -409,25 +416,46 @@ class SparkBackend:
             schema.add_table(name, columns)
         return schema
 
+    def check(self, compiled: str, params: Mapping[str, Any] | None = None) -> None:
+        """Spark's analysis of ``compiled`` (``spark.sql`` resolves names and types eagerly and
+        runs nothing until an action); errors name only their class."""
+        try:
+            self._session.sql(compiled, args=dict(params) if params else None)
+        except Exception as err:  # pyspark, py4j and JVM errors have many classes
+            raise ProgrammingError(
+                f"Spark refused the query while analysing it ({type(err).__name__}); check "
+                "parameter types and the metadata's declared column types. Nothing was charged."
+            ) from None
+
     def execute(
-        self, sql: str, params: Mapping[str, Any] | None = None
+        self, compiled: str, params: Mapping[str, Any] | None = None
     ) -> tuple[list[tuple[Any, ...]], list[str]]:
-        """Run generated SQL (DuckDB dialect) on Spark; collect the rows to the driver.
+        """Run compiled Spark SQL; collect the rows to the driver.
 
         Spark errors become ``OperationalError`` naming only the error class: Spark's message
         can quote a private value, and the analyst may see this error.
         """
-        spark_sql = self.translate(sql)
+        context = self._session.sparkContext
+        context.setJobGroup(self._job_group, "dpsql exact query", interruptOnCancel=True)
+        self._cancelled = False
         try:
-            frame = self._session.sql(spark_sql, args=dict(params) if params else None)
+            frame = self._session.sql(compiled, args=dict(params) if params else None)
             rows = [tuple(row) for row in frame.collect()]
             types = [duckdb_type_name(f.dataType) for f in frame.schema.fields]
         except Exception as err:  # pyspark, py4j and JVM errors have many classes
+            if self._cancelled:
+                raise QueryCancelledError(
+                    "the query was cancelled before anything was released") from None
             raise OperationalError(
                 f"Spark could not run the query ({type(err).__name__}); check parameter types "
                 "and the metadata's declared column types"
             ) from None
         return rows, types
+
+    def interrupt(self) -> None:
+        """Cancel this backend's running Spark jobs (its own job group)."""
+        self._cancelled = True
+        self._session.sparkContext.cancelJobGroup(self._job_group)
 
     def execute_columns(
         self, sql: str, params: Mapping[str, Any] | None = None

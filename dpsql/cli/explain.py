@@ -9,8 +9,8 @@ import click
 
 from dpsql.analysis.explain import explain, explain_text
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.backends.types import fill_column_types
 from dpsql.cli.backend import backend_options, spark_argument
-from dpsql.column_types import fill_column_types
 from dpsql.errors import Error
 from dpsql.metadata import load_metadata
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
+from dpsql.analysis.domains import check_domains
 from dpsql.cli.backend import backend_options, spark_argument
-from dpsql.domains import check_domains
 from dpsql.metadata import Table, load_metadata, loads_metadata
 from dpsql.metadata_build import build_metadata, spark_profiling_backend
 

@@ -23,8 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.engine import Engine, read_exact
 from dpsql.errors import Error
+from dpsql.execute.exact import read_exact
+from dpsql.session import Session
 from tests.fuzz import worlds
 from tests.fuzz.grammar import Query, queries
 from tests.unit.shop_fixture import ZeroNoise
@@ -36,21 +37,21 @@ SETTINGS = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True,
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
-    """One Engine per database (base first), and the base under a second metadata file whose
+    """One Session per database (base first), and the base under a second metadata file whose
     max frequencies differ."""
     base, neighbours, csv = worlds.build(tmp_path_factory.mktemp("fuzz"))
     out = {}
     for name, path in [("base", base), *neighbours.items()]:
         md = worlds.metadata(csv)
-        out[name] = Engine(md, DuckDBBackend(path, md), sampler=ZeroNoise())
+        out[name] = Session(md, DuckDBBackend(path, md), sampler=ZeroNoise())
     md = worlds.metadata(csv, mf=worlds.MAX_FREQS[1])
-    out["mf"] = Engine(md, DuckDBBackend(base, md), sampler=ZeroNoise())
+    out["mf"] = Session(md, DuckDBBackend(base, md), sampler=ZeroNoise())
     yield out
     for engine in out.values():
         engine.backend.close()
 
 
-def outcome(engine: Engine, query: Query, epsilon: float) -> tuple[str, object]:
+def outcome(engine: Session, query: Query, epsilon: float) -> tuple[str, object]:
     """("ok", the released group labels) or (error class, message): what may not differ."""
     try:
         result = engine.run(query.sql, list(query.params), epsilon=epsilon, delta=1e-6)
@@ -60,10 +61,10 @@ def outcome(engine: Engine, query: Query, epsilon: float) -> tuple[str, object]:
     return "ok", [row[0] for row in result.rows] if " GROUP BY " in query.sql else None
 
 
-def _exact(engine: Engine, query: Query) -> tuple[list[float], list[np.ndarray]]:
+def _exact(engine: Session, query: Query) -> tuple[list[float], list[np.ndarray]]:
     """ES(0) and the exact (clamped, noise-free) bins of every measurement."""
     prepared = engine.prepare(query.sql)
-    bins = read_exact(engine.backend, prepared.plan, list(query.params))
+    bins = read_exact(engine.backend, prepared.compiled, list(query.params))
     es = [m.sensitivity.at(0) for m in prepared.analysis.measurements]
     return es, [np.asarray(b, dtype=np.float64) for b in bins.exact]
 

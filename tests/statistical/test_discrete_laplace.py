@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpsql.mechanisms import discrete_laplace, release_sums, sum_granularity
+from dpsql.noise.mechanisms import discrete_laplace, release_sums, sum_granularity
 
 N = 400_000
 SCALES = (0.5, 1.0, 10.0, 100.0, 3.7, 2.0**20, 2.0**32)

@@ -41,11 +41,12 @@ import duckdb
 import numpy as np
 import pytest
 
-from dpsql.analysis.smooth import plan_noise
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.engine import Engine
-from dpsql.mechanisms import discrete_laplace
+from dpsql.budget import Budget
 from dpsql.metadata import loads_metadata
+from dpsql.noise.mechanisms import discrete_laplace
+from dpsql.noise.plan import plan_noise
+from dpsql.session import Session
 from tests.statistical.privacy_loss import empirical_privacy_loss, integer_buckets
 
 EPSILON = 1.0
@@ -136,8 +137,8 @@ def database(tmp_path_factory):
 @pytest.fixture(scope="module")
 def engines(database, make_backend):
     return {
-        "secure": Engine(METADATA, make_backend(database, METADATA)),
-        "halved": Engine(METADATA, make_backend(database, METADATA), sampler=HalvedScale()),
+        "secure": Session(METADATA, make_backend(database, METADATA)),
+        "halved": Session(METADATA, make_backend(database, METADATA), sampler=HalvedScale()),
     }
 
 
@@ -160,7 +161,7 @@ SCENARIOS = [
 ]
 
 
-def _samples(engine: Engine, sql: str, d_value, d_prime_value):
+def _samples(engine: Session, sql: str, d_value, d_prime_value):
     """Noisy bins of N_RUNS runs, split into the D copies and the D' copies."""
     d, d_prime = [], []
     for _ in range(N_RUNS):
@@ -222,10 +223,10 @@ def test_smoothed_scenario_has_the_scale_the_targets_assume(engines):
     # S = max_k e^(-beta k) * 2 (R + k) = 2R because R >= 1/beta, so the scale is 2S/eps = 4R/eps
     # and a bin's shift of R costs exactly eps/4; the pure join's scale is 2 * 3 / eps.
     smoothed = SCENARIOS[3].values[0]
-    (plan,) = plan_noise(engines["secure"].prepare(smoothed).analysis, EPSILON, DELTA)
+    (plan,) = plan_noise(engines["secure"].prepare(smoothed).analysis, Budget(EPSILON, DELTA))
     assert not plan.pure and plan.scale == pytest.approx(4 * R / EPSILON, rel=1e-12)
     pure_join = SCENARIOS[2].values[0]
-    (plan,) = plan_noise(engines["secure"].prepare(pure_join).analysis, EPSILON, DELTA)
+    (plan,) = plan_noise(engines["secure"].prepare(pure_join).analysis, Budget(EPSILON, DELTA))
     assert plan.pure and plan.scale == pytest.approx(6 / EPSILON, rel=1e-12)
 
 
@@ -248,7 +249,7 @@ def neighbours(tmp_path_factory):
 
 
 def _scalar_samples(path, sampler=None) -> np.ndarray:
-    engine = Engine(METADATA, DuckDBBackend(path, METADATA), sampler=sampler)
+    engine = Session(METADATA, DuckDBBackend(path, METADATA), sampler=sampler)
     return np.array([engine.run("SELECT COUNT(*) AS n FROM people", epsilon=EPSILON).rows[0][0]
                      for _ in range(N_SCALAR)], dtype=np.float64)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpsql.mechanisms import release_counts, release_sums
+from dpsql.noise.mechanisms import release_counts, release_sums
 from tests.statistical.privacy_loss import empirical_privacy_loss, integer_buckets
 
 N = 500_000

@@ -44,6 +44,7 @@ from dpsql.errors import (
     UnsupportedQueryError,
 )
 from dpsql.metadata import load_metadata
+from dpsql.release import cache as release_cache
 
 EXACT = 1000.0  # epsilon at which counts are exact (see module docstring)
 REGIONS = ("north", "south", "east")
@@ -325,7 +326,7 @@ def test_errors_are_pep249_classes(world, conn):
         assert isinstance(info.value, DatabaseError) and isinstance(info.value, Error)
     with pytest.raises(NotSupportedError, match="delta"):  # a private join needs delta > 0
         cur.execute(JOIN)
-    with pytest.raises(OperationalError, match="could not run"):  # a DuckDB bind error
+    with pytest.raises(ProgrammingError, match="while planning"):  # a DuckDB bind error
         cur.execute(FAILS_IN_DB)
     with pytest.raises(ProgrammingError, match="epsilon"):
         cur.execute(COUNT, epsilon=-1.0)
@@ -441,17 +442,14 @@ def test_the_failing_query_fails_whatever_the_rows():
         con.close()
 
 
-def test_charge_is_committed_before_the_database_runs(world):
-    # With budget available, the same failing query IS charged: the charge is durable before
-    # DuckDB sees the query (a crash or an execution error afterwards cannot lose it).
+def test_a_binder_error_is_refused_before_the_charge(world):
+    # DuckDB's binder (EXPLAIN, which reads no row) runs before the charge: the query is
+    # refused whatever the data, and refused for free, every time.
     with dpsql.connect(world.db, world.metadata, analyst="alice") as c:
-        with pytest.raises(OperationalError, match="could not run"):
-            c.cursor().execute(FAILS_IN_DB, epsilon=0.5)
-        assert [h.epsilon for h in c.budget.history] == [0.5]
-        # nothing was cached for it: a retry is charged again
-        with pytest.raises(OperationalError, match="could not run"):
-            c.cursor().execute(FAILS_IN_DB, epsilon=0.5)
-        assert [h.epsilon for h in c.budget.history] == [0.5, 0.5]
+        for _ in range(2):
+            with pytest.raises(ProgrammingError, match=r"while planning.*Nothing was charged"):
+                c.cursor().execute(FAILS_IN_DB, epsilon=0.5)
+        assert c.budget.history == ()
 
 
 def test_analyst_without_a_budget_is_refused(world):
@@ -671,12 +669,12 @@ def test_payload_encoding_round_trips_every_value_type():
               seconds=5), uuid.UUID(int=7), b"\x00\xff", [1, [2, None]], (1, "a"),
               {"k": 1, "$": [2]}]
     for v in values:
-        back = dbapi._decode(json.loads(json.dumps(dbapi._encode(v))))
+        back = release_cache._decode(json.loads(json.dumps(release_cache._encode(v))))
         assert back == v and type(back) is type(v), v
-    nan = dbapi._decode(json.loads(json.dumps(dbapi._encode(float("nan")))))
+    nan = release_cache._decode(json.loads(json.dumps(release_cache._encode(float("nan")))))
     assert math.isnan(nan)
-    with pytest.raises(dbapi._Uncacheable):
-        dbapi._encode(object())
+    with pytest.raises(release_cache.Uncacheable):
+        release_cache._encode(object())
 
 
 def test_cache_key_is_stable_and_typed():

@@ -288,7 +288,7 @@ def test_explain_works_for_the_owner(shop: DemoFiles, sh: ShellRunner) -> None:
 def test_explain_checks_key_types_the_metadata_leaves_out(shop: DemoFiles,
                                                          sh: ShellRunner) -> None:
     # Without declared types the shell's \\explain sees the types the connection filled in
-    # from the database, as the query itself would (dpsql.column_types).
+    # from the database, as the query itself would (dpsql.backends.types).
     md = load_metadata(shop.metadata)
     untyped = dataclasses.replace(md, tables={
         key: dataclasses.replace(t, columns={name: dataclasses.replace(c, type=None)

@@ -1,7 +1,7 @@
 """Neighbouring DuckDB databases and the outcome an analyst sees (not a test module).
 
 ``neighbour_pair`` writes two database files from one schema that differ in ONE row of one
-table (``extra`` is present in the second only). ``outcome`` runs a query through a real Engine
+table (``extra`` is present in the second only). ``outcome`` runs a query through a real Session
 (zero noise) and returns what the analyst sees: ``("ok", rows)`` or ``(error class, message)``.
 A privacy rule holds for a query when both databases give the same error, or both succeed.
 """
@@ -15,9 +15,9 @@ from typing import Any
 import duckdb
 
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.engine import Engine
 from dpsql.errors import Error
 from dpsql.metadata import Metadata
+from dpsql.session import Session
 from tests.unit.shop_fixture import ZeroNoise
 
 Rows = dict[str, Sequence[tuple[Any, ...]]]
@@ -47,8 +47,8 @@ def neighbour_pair(folder: Path, schema: Sequence[str], rows: Rows,
             write_database(folder / "with.duckdb", schema, with_row))
 
 
-def engine(path: Path, metadata: Metadata) -> Engine:
-    return Engine(metadata, DuckDBBackend(path, metadata), sampler=ZeroNoise())
+def engine(path: Path, metadata: Metadata) -> Session:
+    return Session(metadata, DuckDBBackend(path, metadata), sampler=ZeroNoise())
 
 
 def outcome(path: Path, metadata: Metadata, sql: str, params: Sequence[Any] = (), *,

@@ -1,4 +1,4 @@
-"""Column types filled from a real DuckDB database (dpsql.column_types, Backend.table_schema),
+"""Column types filled from a real DuckDB database (dpsql.backends.types, Backend.table_schema),
 and what that means for a query that joins keys of different types: rejected before anything
 is charged or executed."""
 
@@ -11,11 +11,12 @@ import dpsql
 from dpsql.accounting import Ledger
 from dpsql.analysis.explain import explain
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.column_types import fill_column_types
-from dpsql.engine import Engine
+from dpsql.backends.types import fill_column_types
 from dpsql.errors import MissingMetricError, ProgrammingError
 from dpsql.metadata import load_metadata, loads_metadata
+from dpsql.session import Session
 from tests.backends import RecordingDuckDBBackend
+from tests.ledgers import charged, ledger_session, open_ledger
 
 UNTYPED = """
 tables:
@@ -109,7 +110,7 @@ def test_a_declared_type_the_database_contradicts_is_an_error(database):
     backend = DuckDBBackend(database, md)
     try:
         with pytest.raises(ProgrammingError, match=r"a\.k as type INTEGER.*stores it as VARCHAR"):
-            Engine(md, backend)
+            Session(md, backend)
     finally:
         backend.close()
 
@@ -117,18 +118,19 @@ def test_a_declared_type_the_database_contradicts_is_an_error(database):
 def test_the_engine_rejects_a_mismatched_join_before_charging_or_running(database):
     md = loads_metadata(UNTYPED)
     backend = RecordingDuckDBBackend(database, md)
-    charges = []
+    ledger = open_ledger(database.parent / "ledger.sqlite")
     try:
-        engine = Engine(md, backend)
+        engine = ledger_session(md, backend, ledger)
         with pytest.raises(MissingMetricError,
                            match=r"a\.k \(VARCHAR\) = b\.k \(INTEGER\).*same type"):
-            engine.run(JOIN_TEXT_INT, epsilon=1.0, delta=1e-6, charge=charges.append)
-        assert charges == [] and backend.executed == []
+            engine.run(JOIN_TEXT_INT, epsilon=1.0, delta=1e-6)
+        assert charged(engine) == [] and backend.executed == []
         # an INTEGER key joined with a BIGINT one is fine
-        result = engine.run(JOIN_INT_BIGINT, epsilon=1.0, delta=1e-6, charge=charges.append)
-        assert len(result.rows) == 1 and len(charges) == 1
+        result = engine.run(JOIN_INT_BIGINT, epsilon=1.0, delta=1e-6)
+        assert len(result.rows) == 1 and len(charged(engine)) == 1
     finally:
         backend.close()
+        ledger.close()
     # what the rejection prevents: '1', '01', ' 1' all match b's 1 (mf(a.k) promised 1)
     con = duckdb.connect(str(database), read_only=True)
     assert con.execute(JOIN_TEXT_INT).fetchone() == (3,)
@@ -162,7 +164,7 @@ def test_flex_format_metadata_gets_types_too(tmp_path):
     md = load_metadata("tests/fixtures/flex_schema.yaml")
     backend = DuckDBBackend(path, md)
     try:
-        engine = Engine(md, backend)
+        engine = Session(md, backend)
         assert engine.metadata.tables["orders"].columns["customer_id"].type == "INTEGER"
         with pytest.raises(MissingMetricError, match=r"\(INTEGER\).*\(VARCHAR\)"):
             engine.prepare("SELECT COUNT(*) FROM orders o JOIN recommendations r "

@@ -1,4 +1,4 @@
-"""Domain values typed against their column, and collated keys (dpsql/domains.py,
+"""Domain values typed against their column, and collated keys (dpsql/analysis/domains.py,
 dpsql/backends/duckdb.py collations; issue #12 classes 8 and 9)."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import duckdb
 import pytest
 
+from dpsql.analysis.domains import check_domains
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.cli.main import main
-from dpsql.domains import check_domains
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import loads_metadata
 from tests.unit.neighbours import engine, neighbour_pair, same_outcome

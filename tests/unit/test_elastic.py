@@ -14,13 +14,14 @@ from sqlglot import exp
 
 from dpsql.analysis.elastic import Measurement, analyze
 from dpsql.analysis.kexpr import Const, PlusK
-from dpsql.analysis.smooth import plan_noise
+from dpsql.budget import Budget
 from dpsql.errors import (
     AggregateArithmeticError,
     MissingMetricError,
     UnsupportedConstructError,
 )
 from dpsql.metadata import Column, Domain, Metadata, Table, load_metadata
+from dpsql.noise.plan import plan_noise
 from tests.unit.typed_metadata import typed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -218,7 +219,7 @@ def test_public_table_join_is_a_global_sensitivity():
     assert [m.sensitivity.at(k) for k in KS] == [7, 7, 7, 7]
     assert not m.sensitivity.depends_on_k
     plan = plan_noise(analyze("SELECT COUNT(*) FROM orders o JOIN products p "
-                              "ON o.quantity = p.category", MD), 0.5, 1e-6)[0]
+                              "ON o.quantity = p.category", MD), Budget(0.5, 1e-6))[0]
     assert plan.pure and plan.delta == 0 and plan.scale == pytest.approx(7 / 0.5, rel=1e-12)
 
 
@@ -620,13 +621,13 @@ def test_epsilon_and_delta_split_evenly():
     # three measurements over the join (COUNT, SUM, COUNT(x)), all smoothed:
     # epsilon 0.3 -> 0.1 each, delta 3e-6 -> 1e-6 each
     a = analyze("SELECT COUNT(*), SUM(o.order_cost), COUNT(o.quantity) " + JOIN_OR, MD)
-    plans = plan_noise(a, 0.3, 3e-6)
+    plans = plan_noise(a, Budget(0.3, 3e-6))
     assert [p.epsilon for p in plans] == pytest.approx([0.1] * 3, rel=1e-12)
     assert [p.delta for p in plans] == pytest.approx([1e-6] * 3, rel=1e-12)
     assert all(not p.pure for p in plans)
     # pure measurements only: epsilon split, delta 0 each
     a = analyze("SELECT COUNT(*), SUM(order_cost) FROM orders", MD)
-    plans = plan_noise(a, 1.0, 1e-6)
+    plans = plan_noise(a, Budget(1.0, 1e-6))
     assert [(p.epsilon, p.delta) for p in plans] == [(0.5, 0.0), (0.5, 0.0)]
 
 
@@ -637,7 +638,7 @@ def test_delta_goes_only_to_smoothed_measurements():
     m = a.measurements[0]
     ms = (m, dataclasses.replace(m, index=1, sensitivity=Const(3.0), label="pure"),
           dataclasses.replace(m, index=2, sensitivity=PlusK(10.0), label="smoothed"))
-    plans = plan_noise(dataclasses.replace(a, measurements=ms), 0.9, 1e-6)
+    plans = plan_noise(dataclasses.replace(a, measurements=ms), Budget(0.9, 1e-6))
     assert [p.epsilon for p in plans] == pytest.approx([0.3, 0.3, 0.3], rel=1e-12)
     assert [p.delta for p in plans] == pytest.approx([5e-7, 0.0, 5e-7], rel=1e-12)
     assert [p.pure for p in plans] == [False, True, False]

@@ -1,4 +1,4 @@
-"""Bins are filled by the engine (dpsql.engine.exact_bins), not sent by the database.
+"""Bins are filled by the session (dpsql.execute.layout.read_bins), not sent by the database.
 
 The exact query returns only the non-empty bins inside the declared domains, as domain
 ordinals, and the domains themselves; the engine fills the rest of the domains' product with
@@ -17,16 +17,18 @@ import numpy as np
 import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.engine import Engine, _sort_order, bins_of, execute_exact
 from dpsql.errors import NotSupportedError
+from dpsql.execute.exact import read_bins, read_domains
+from dpsql.execute.post import sort_order as _sort_order
 from dpsql.metadata import loads_metadata
-from dpsql.rewrite import post_processing_sql
+from dpsql.rewrite.post import post_processing_sql
+from dpsql.session import Session
 from tests.unit.shop_fixture import REGIONS, SEGMENTS, STATUSES, ZeroNoise
 
 
 def _engine(metadata, shop):
     sampler = ZeroNoise()
-    return Engine(metadata, DuckDBBackend(shop.path, metadata), sampler=sampler), sampler
+    return Session(metadata, DuckDBBackend(shop.path, metadata), sampler=sampler), sampler
 
 
 # Three keys: 4 regions x 3 statuses x 20 products (a public table domain) = 240 bins; a
@@ -72,13 +74,14 @@ def test_the_database_sends_only_non_empty_bins(shop):
     metadata = shop.metadata()
     engine, _ = _engine(metadata, shop)
     plan = engine.prepare(THREE_KEYS).plan
-    result = execute_exact(engine.backend, plan, [])
-    # every domain is a list (two declared, one public bound as a parameter): the domain
-    # rows come from their own query, the bins as columns of numbers
-    assert result.columns is not None and len(result.rows) == 4 + 3 + 20
-    index, count, _ = result.columns
+    compiled = engine.prepare(THREE_KEYS).compiled
+    # the domain rows come from their own query (public data), the bins as columns of numbers
+    domains = read_domains(engine.backend, compiled, [])
+    assert [len(d) for d in domains.values] == [4, 3, 20]
+    columns, _ = engine.backend.execute_columns(compiled.exact, plan.exact_bindings([]))
+    index, count, _ = columns
     assert 0 < len(index) < 240 - 150
-    filled = bins_of(plan, result)
+    filled = read_bins(engine.backend, compiled, [], domains)
     assert filled.n_bins == 240 and [len(d) for d in filled.domains] == [4, 3, 20]
     assert int(filled.exact[0].sum()) == int(count.sum())
 
@@ -108,7 +111,8 @@ def test_numpy_order_by_equals_the_sql_post_processing(shop, order):
     post_sql, post_params = post_processing_sql(prepared.analysis)
     slow_plan = dataclasses.replace(prepared.plan, fast_path=None, fast_order=(),
                                     post_sql=post_sql, post_params=post_params)
-    engine._prepared[sql] = dataclasses.replace(prepared, plan=slow_plan)
+    engine._prepared[sql] = dataclasses.replace(
+        prepared, compiled=dataclasses.replace(prepared.compiled, plan=slow_plan))
     slow = engine.run(sql, epsilon=1000.0, delta=1e-6)
     assert fast.rows == slow.rows and fast.types == slow.types
     assert len(fast.rows) == len(REGIONS) * len(SEGMENTS)
@@ -145,12 +149,11 @@ def test_domain_products_over_the_cap_are_rejected_before_anything_runs(shop):
         .replace("domain: {values: [consumer, business]}", f"domain: {{values: [{values}]}}")
         .replace("domain: {values: [1, 2, 3, 4, 5]}", f"domain: {{values: [{values}]}}"))
     engine, sampler = _engine(metadata, shop)
-    charges = []
     sql = ("SELECT c.region, c.segment, o.quantity, COUNT(*) AS n FROM orders o JOIN customers c "
            "ON o.customer_id = c.customer_id GROUP BY c.region, c.segment, o.quantity")
     with pytest.raises(NotSupportedError, match="10,000,000 bins"):
-        engine.run(sql, epsilon=1.0, delta=1e-6, charge=charges.append)
-    assert charges == [] and sampler.sizes == []
+        engine.run(sql, epsilon=1.0, delta=1e-6)
+    assert sampler.sizes == []
 
 
 @pytest.mark.parametrize("case", ["small ints", "wide ints", "floats", "mixed", "ties"])

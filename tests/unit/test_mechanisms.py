@@ -1,4 +1,4 @@
-"""Unit tests of dpsql.mechanisms: contracts, validation, exact grid arithmetic, bit mapping.
+"""Unit tests of dpsql.noise.mechanisms: contracts, validation, exact grid arithmetic, bit mapping.
 
 Test samplers live here (never in dpsql/): they implement the Sampler protocol with
 deterministic noise so the release arithmetic can be checked exactly.
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dpsql import mechanisms
-from dpsql.mechanisms import (
+from dpsql.noise import mechanisms
+from dpsql.noise.mechanisms import (
     MAX_DISCRETE_SCALE,
     SUM_GRID_BITS,
     Sampler,

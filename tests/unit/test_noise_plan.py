@@ -5,10 +5,11 @@ import math
 
 import pytest
 
-from dpsql import mechanisms
 from dpsql.analysis.elastic import analyze
-from dpsql.analysis.smooth import plan_noise
+from dpsql.budget import Budget
 from dpsql.metadata import Column, Metadata, Table
+from dpsql.noise import mechanisms
+from dpsql.noise.plan import plan_noise
 from tests.unit.typed_metadata import typed
 
 
@@ -23,7 +24,7 @@ def shop(mf_customer: int) -> Metadata:
 
 
 def test_pure_sum_scale_absorbs_the_grid():
-    (plan,) = plan_noise(analyze("SELECT SUM(cost) FROM orders", shop(100)), 0.3, 0.0)
+    (plan,) = plan_noise(analyze("SELECT SUM(cost) FROM orders", shop(100)), Budget(0.3, 0.0))
     es = 1005.0  # max(u,0) - min(l,0) = 1000 - (-5)
     g = plan.granularity
     assert g == mechanisms.sum_granularity(plan.scale)
@@ -36,8 +37,8 @@ def test_pure_sum_scale_absorbs_the_grid():
 
 def test_smoothed_sum_grid_does_not_depend_on_the_data():
     sql = ("SELECT SUM(o.cost) FROM orders o JOIN recs r ON o.customer_id = r.customer_id")
-    small = plan_noise(analyze(sql, shop(3)), 0.5, 1e-8)[0]
-    large = plan_noise(analyze(sql, shop(90_000)), 0.5, 1e-8)[0]
+    small = plan_noise(analyze(sql, shop(3)), Budget(0.5, 1e-8))[0]
+    large = plan_noise(analyze(sql, shop(90_000)), Budget(0.5, 1e-8))[0]
     assert small.smoothed and large.smoothed
     assert small.scale < large.scale
     # fixed by the bounds and epsilon alone: 2 * 1005 / 0.5
@@ -49,7 +50,7 @@ def test_smoothed_sum_grid_does_not_depend_on_the_data():
 
 def test_smoothed_count_is_grid_free_discrete():
     sql = "SELECT COUNT(*) FROM orders o JOIN recs r ON o.customer_id = r.customer_id"
-    (plan,) = plan_noise(analyze(sql, shop(100)), 0.1, 1e-8)
+    (plan,) = plan_noise(analyze(sql, shop(100)), Budget(0.1, 1e-8))
     assert plan.granularity is None
     assert plan.scale == pytest.approx(5409.18185629817, rel=1e-12)
 
@@ -58,4 +59,4 @@ def test_absurd_noise_is_rejected_before_anything_runs():
     from dpsql.errors import NotSupportedError
 
     with pytest.raises(NotSupportedError, match="too large"):
-        plan_noise(analyze("SELECT COUNT(*) FROM orders", shop(1)), 1e-10, 0.0)
+        plan_noise(analyze("SELECT COUNT(*) FROM orders", shop(1)), Budget(1e-10, 0.0))

@@ -1,4 +1,4 @@
-"""Smoothed releases never refuse on their data-dependent scale (dpsql/analysis/smooth.py
+"""Smoothed releases never refuse on their data-dependent scale (dpsql/noise/plan.py
 ``_smoothed_plan``, dpsql/engine.py ``Engine._noise``; issue #12 class 6).
 
 Before, a join whose smoothed scale exceeded the sampler's 2^32 was refused before any charge,
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from dpsql.analysis.smooth import count_window
 from dpsql.metadata import loads_metadata
+from dpsql.noise.plan import count_window
 from tests.unit.neighbours import outcome, write_database
 
 SCHEMA = ["CREATE TABLE a (k INTEGER)", "CREATE TABLE b (k INTEGER)"]

@@ -27,7 +27,6 @@ import contextlib
 
 import pytest
 
-from dpsql.engine import Engine
 from dpsql.errors import (
     AggregateArithmeticError,
     Error,
@@ -37,14 +36,17 @@ from dpsql.errors import (
     UnsupportedConstructError,
     UnsupportedQueryError,
 )
+from tests.ledgers import charged, ledger_session, open_ledger
 
 
 @pytest.fixture(scope="module")
-def shared_engine(shop, make_backend):
+def shared_engine(shop, make_backend, tmp_path_factory):
     metadata = shop.metadata()
     backend = make_backend(shop.path, metadata, recording=True)
-    yield Engine(metadata, backend), backend
+    ledger = open_ledger(tmp_path_factory.mktemp("ledger") / "ledger.sqlite")
+    yield ledger_session(metadata, backend, ledger), backend
     backend.close()
+    ledger.close()
 
 
 @pytest.fixture
@@ -376,13 +378,13 @@ CASES = [pytest.param(sql, cls, id=f"{category}-{i}")
 
 
 def _assert_rejected(engine, backend, sql, params, expected):
-    charges = []
+    before = charged(engine)
     with pytest.raises(Error) as err:
-        engine.run(sql, params, epsilon=1.0, delta=1e-6, charge=charges.append)
+        engine.run(sql, params, epsilon=1.0, delta=1e-6)
     assert type(err.value) is expected, f"{type(err.value).__name__}: {err.value}"
     assert len(err.value.message) > 20, err.value.message
     assert backend.executed == []
-    assert charges == []
+    assert charged(engine) == before  # the real ledger file: nothing charged
     return err.value
 
 
@@ -431,22 +433,19 @@ def test_rejection_names_the_statement(engine, sql):
                                  "SELECT COUNT(*) FROM orders WHERE quantity = :q"])
 def test_non_qmark_parameter_markers_are_rejected(engine, sql):
     eng, backend = engine
-    charges = []
+    before = charged(eng)
     with contextlib.suppress(Error):
-        eng.run(sql, [], epsilon=1.0, charge=charges.append)
-    assert backend.executed == [] and charges == []
+        eng.run(sql, [], epsilon=1.0)
+    assert backend.executed == [] and charged(eng) == before
 
 
 @pytest.mark.parametrize("sql", [
     "SELECT COUNT(*) AS n FROM products",
     "SELECT category, COUNT(*) AS n FROM products GROUP BY category",
 ])
-def test_public_only_query_is_answered_or_rejected_cleanly(engine, shop, sql):
-    eng, backend = engine
-    charges = []
-    try:
-        result = eng.run(sql, epsilon=1.0, charge=charges.append)
-    except Error:
-        assert backend.executed == [] and charges == []
-    else:
-        assert result.rows
+def test_public_only_query_is_answered_exactly_and_free(engine, sql):
+    eng, _ = engine
+    before = charged(eng)
+    result = eng.run(sql)  # no epsilon needed: public tables only
+    assert result.rows and result.release.free and result.release.epsilon == 0
+    assert charged(eng) == before

@@ -27,9 +27,9 @@ import duckdb
 import pytest
 import sqlglot
 
-from dpsql.engine import Engine
 from dpsql.errors import ProgrammingError
-from dpsql.rewrite import _not_exists_as_null_safe_not_in
+from dpsql.rewrite.not_in import null_safe_not_in
+from dpsql.session import Session
 from tests.unit.shop_fixture import STATUSES, ZeroNoise, build_shop
 
 EPSILON = 1000.0
@@ -41,7 +41,7 @@ def _engine(shop, make_backend, **metadata_options):
     metadata = shop.metadata(**metadata_options)
     sampler = ZeroNoise()
     backend = make_backend(shop.path, metadata, recording=True)
-    return Engine(metadata, backend, sampler=sampler), sampler, backend
+    return Session(metadata, backend, sampler=sampler), sampler, backend
 
 
 @pytest.fixture(scope="module")
@@ -415,10 +415,10 @@ def test_not_exists_probe_whose_comparison_is_wrapped_in_try_is_kept():
     sql = ("SELECT 1 FROM t WHERE NOT EXISTS (SELECT 1 FROM (SELECT u.y AS y FROM u) AS "
            "__dpsql_notin0 WHERE TRY(__dpsql_notin0.y = t.x))")
     query = sqlglot.parse_one(sql, read="duckdb")
-    _not_exists_as_null_safe_not_in(query)
+    null_safe_not_in(query, ctx=None)
     assert query.sql("duckdb") == sqlglot.parse_one(sql, read="duckdb").sql("duckdb")
     plain = sqlglot.parse_one(sql.replace("TRY(", "").replace("t.x))", "t.x)"), read="duckdb")
-    _not_exists_as_null_safe_not_in(plain)
+    null_safe_not_in(plain, ctx=None)
     assert "EXISTS" not in plain.sql("duckdb")
 
 
@@ -435,7 +435,6 @@ def test_not_exists_probe_whose_comparison_is_wrapped_in_try_is_kept():
 ])
 def test_wrong_number_of_parameters_is_a_programming_error(shop, make_backend, sql, params):
     engine, sampler, backend = _engine(shop, make_backend)
-    charges = []
     with pytest.raises(ProgrammingError, match="parameter"):
-        engine.run(sql, params, epsilon=EPSILON, charge=charges.append)
-    assert charges == [] and backend.executed == [] and sampler.cells == 0
+        engine.run(sql, params, epsilon=EPSILON)
+    assert backend.executed == [] and sampler.cells == 0

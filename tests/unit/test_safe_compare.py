@@ -1,6 +1,6 @@
 """Comparisons the rewrite leaves without TRY cannot raise on DuckDB, whatever the rows.
 
-dpsql.safe_compare decides which comparisons need no TRY. The proof obligation is "no stored
+dpsql.rewrite.safe_compare decides which comparisons need no TRY. The proof obligation is "no stored
 value makes DuckDB raise", so it is checked by brute force: a table holding each type's extreme
 values (minimum, maximum, zero, NULL, infinities, odd strings), every comparison operator
 between every pair of its columns and a set of constants, and every comparison the module
@@ -24,16 +24,18 @@ from sqlglot import exp
 
 from dpsql.analysis.elastic import analyze
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.engine import Engine, read_exact
+from dpsql.execute.exact import read_exact
 from dpsql.metadata import loads_metadata
-from dpsql.rewrite import _native_bounds, plan_execution
-from dpsql.safe_compare import (
+from dpsql.rewrite.clamps import _native_bounds
+from dpsql.rewrite.plan import plan_execution
+from dpsql.rewrite.safe_compare import (
     column_kinds,
     comparison_is_total,
     constant_kind,
     declared_kind,
     fold_date_intervals,
 )
+from dpsql.session import Session
 from tests.unit.shop_fixture import ZeroNoise
 
 #: column -> (declared type, extreme values as SQL literals)
@@ -267,7 +269,7 @@ def _double_clamped(sql: str) -> set[str]:
 
 def test_native_clamp_gives_the_double_clamp_answers(clamp_db):
     backend = DuckDBBackend(clamp_db, CLAMP_METADATA)
-    engine = Engine(CLAMP_METADATA, backend, sampler=ZeroNoise())
+    engine = Session(CLAMP_METADATA, backend, sampler=ZeroNoise())
     sql = ("SELECT s.g, SUM(s.price) AS p, SUM(s.neg) AS q, SUM(s.n) AS r, AVG(s.n) AS m, "
            "SUM(s.disc) AS d FROM s GROUP BY s.g")
     plan = plan_execution(analyze(sql, CLAMP_METADATA), CLAMP_METADATA)
@@ -331,7 +333,7 @@ def test_comparison_inside_coalesce_is_total_on_duckdb(tmp_path):
     con.close()
     backend = DuckDBBackend(path, TYPED)
     try:
-        engine = Engine(TYPED, backend, sampler=ZeroNoise())
+        engine = Session(TYPED, backend, sampler=ZeroNoise())
         rows = engine.run("SELECT COUNT(*) AS n FROM t WHERE COALESCE(t.code = 5, FALSE)",
                           epsilon=1.0).rows
     finally:

@@ -12,10 +12,12 @@ from hypothesis import strategies as st
 
 from dpsql.analysis.elastic import analyze
 from dpsql.analysis.kexpr import ONE, ZERO, Const, KExpr, PlusK, add, kmax, kmin, mul
-from dpsql.analysis.smooth import beta_for, count_window, plan_noise, smooth
+from dpsql.budget import Budget
 from dpsql.errors import NotSupportedError, ProgrammingError
-from dpsql.mechanisms import MAX_DISCRETE_SCALE
 from dpsql.metadata import Column, Metadata, Table, load_metadata
+from dpsql.noise.mechanisms import MAX_DISCRETE_SCALE
+from dpsql.noise.plan import count_window, plan_noise
+from dpsql.noise.smooth import beta_for, smooth
 from tests.unit.typed_metadata import typed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +77,7 @@ def test_worked_join_smooth_sensitivity():
 
 
 def test_worked_join_noise_scale():
-    (plan,) = plan_noise(analyze(JOIN, FLEX), 0.1, 1e-8)
+    (plan,) = plan_noise(analyze(JOIN, FLEX), Budget(0.1, 1e-8))
     # Laplace scale 2S/epsilon = 2 * 270.459092814908 / 0.1
     assert plan.scale == pytest.approx(5409.18185629817, rel=1e-9)
     assert (plan.epsilon, plan.delta) == (0.1, 1e-8)
@@ -179,26 +181,27 @@ def test_bounded_scan_equals_a_much_longer_scan(es, eps, delta):
 def test_pure_count_scale_is_es_over_epsilon():
     # no join between private tables: ES = 1 at every k, global sensitivity
     (plan,) = plan_noise(analyze("SELECT COUNT(*) FROM orders WHERE quantity > 1", FLEX),
-                         0.1, 1e-8)
+                         Budget(0.1, 1e-8))
     assert plan.pure and plan.smoothed is None
     assert plan.scale == pytest.approx(1 / 0.1, rel=1e-15)  # half of FLEX's 2*ES/epsilon
     assert plan.delta == 0.0 and plan.epsilon == 0.1
     # delta = 0 is fine for a pure release
-    (plan,) = plan_noise(analyze("SELECT COUNT(*) FROM orders", FLEX), 0.5, 0.0)
+    (plan,) = plan_noise(analyze("SELECT COUNT(*) FROM orders", FLEX), Budget(0.5, 0.0))
     assert plan.scale == pytest.approx(2.0, rel=1e-15) and plan.delta == 0.0
 
 
 def test_pure_histogram_scale():
     # histogram: ES = 2 * 1 = 2; scale 2 / 0.25 = 8
     (plan,) = plan_noise(
-        analyze("SELECT product_id, COUNT(*) FROM orders GROUP BY product_id", FLEX), 0.25, 0.0)
+        analyze("SELECT product_id, COUNT(*) FROM orders GROUP BY product_id", FLEX),
+        Budget(0.25, 0.0))
     assert plan.pure and plan.scale == pytest.approx(8.0, rel=1e-15)
 
 
 def test_pure_public_join_scale():
     # orders ⋈ products on product_id: ES = mf(products.product_id) * 1 = 300, constant
     (plan,) = plan_noise(analyze("SELECT COUNT(*) FROM orders o JOIN products p "
-                                 "ON o.product_id = p.product_id", FLEX), 1.0, 0.0)
+                                 "ON o.product_id = p.product_id", FLEX), Budget(1.0, 0.0))
     assert plan.pure and plan.elastic_sensitivity == 300.0
     assert plan.scale == pytest.approx(300.0, rel=1e-15)
 
@@ -213,7 +216,7 @@ SUM_MD = typed(Metadata(tables={
 def test_pure_sum_scale():
     # ES = 1 * (20 - (-5)) = 25; scale 25/epsilon plus the sum's snapping grid, which is a
     # power of two at most 2^-19 of the scale
-    (plan,) = plan_noise(analyze("SELECT SUM(x) FROM t", SUM_MD), 0.5, 0.0)
+    (plan,) = plan_noise(analyze("SELECT SUM(x) FROM t", SUM_MD), Budget(0.5, 0.0))
     assert plan.pure and plan.delta == 0.0 and plan.elastic_sensitivity == 25.0
     assert 50.0 <= plan.scale <= 50.0 * (1 + 2.0**-18)
 
@@ -221,7 +224,7 @@ def test_pure_sum_scale():
 def test_smoothed_sum_scale_is_at_least_2s_over_epsilon():
     # t ⋈ t on k: ES = ((3+k) + (3+k) + 1) * 25; S from the scan; scale >= 2S/epsilon
     a = analyze("SELECT SUM(t.x) FROM t JOIN t t2 ON t.k = t2.k", SUM_MD)
-    (plan,) = plan_noise(a, 1.0, 1e-6)
+    (plan,) = plan_noise(a, Budget(1.0, 1e-6))
     assert not plan.pure and plan.elastic_sensitivity == 7 * 25
     assert plan.smoothed is not None
     s = plan.smoothed.smooth_sensitivity
@@ -232,7 +235,7 @@ def test_smoothed_sum_scale_is_at_least_2s_over_epsilon():
 
 
 def test_sum_over_a_public_table_is_planned():
-    (plan,) = plan_noise(analyze("SELECT SUM(price) FROM p", SUM_MD), 1.0, 0.0)
+    (plan,) = plan_noise(analyze("SELECT SUM(price) FROM p", SUM_MD), Budget(1.0, 0.0))
     assert plan.pure and plan.scale == 0.0
 
 
@@ -241,7 +244,7 @@ def test_sum_over_a_public_table_is_planned():
 
 def test_delta_zero_with_a_private_join_is_rejected():
     with pytest.raises(NotSupportedError, match="delta"):
-        plan_noise(analyze(JOIN, FLEX), 0.1, 0.0)
+        plan_noise(analyze(JOIN, FLEX), Budget(0.1, 0.0))
 
 
 @pytest.mark.parametrize(("eps", "delta"), [
@@ -250,13 +253,13 @@ def test_delta_zero_with_a_private_join_is_rejected():
 ])
 def test_bad_budget_parameters(eps, delta):
     with pytest.raises(ProgrammingError):
-        plan_noise(analyze(JOIN, FLEX), eps, delta)
+        plan_noise(analyze(JOIN, FLEX), Budget(eps, delta))
 
 
 def test_scan_too_long_is_rejected():
     # beta = 1e-9 / (2 ln 2e8) ~ 2.6e-11: the scan would need ~4e10 steps
     with pytest.raises(NotSupportedError, match="epsilon"):
-        plan_noise(analyze(JOIN, FLEX), 1e-9, 1e-8)
+        plan_noise(analyze(JOIN, FLEX), Budget(1e-9, 1e-8))
 
 
 # ----------------------------------------------------------------------------- inf and NaN
@@ -304,7 +307,7 @@ class _NaN(KExpr):
 def test_inf_and_nan_never_reach_a_scale(es):
     # S depends on max frequencies, so a non-finite S must not refuse (that would reveal them):
     # the public window caps it, and the scale is the window's
-    (plan,) = plan_noise(_with_sensitivity(es), 0.1, 1e-8)
+    (plan,) = plan_noise(_with_sensitivity(es), Budget(0.1, 1e-8))
     width = count_window(0.1)
     assert plan.window == (0.0, width)
     assert plan.scale == 2.0 * width / 0.1 <= MAX_DISCRETE_SCALE
@@ -324,7 +327,7 @@ def test_smoothed_plans_never_refuse_and_use_min_of_s_and_window(function, mf, e
     if function == "SUM":
         m = dataclasses.replace(analysis.measurements[0], function="SUM", bounds=(0.0, 10.0))
         analysis = dataclasses.replace(analysis, measurements=(m,))
-    (plan,) = plan_noise(analysis, epsilon, 1e-8)
+    (plan,) = plan_noise(analysis, Budget(epsilon, 1e-8))
     s = smooth(es, epsilon, 1e-8).smooth_sensitivity
     lo, hi = plan.window
     width = hi - lo
@@ -341,7 +344,7 @@ def test_smoothed_plans_never_refuse_and_use_min_of_s_and_window(function, mf, e
 
 def test_window_is_public():
     # the same window for any sensitivity: it depends on epsilon (and a SUM's bounds) alone
-    windows = {plan_noise(_with_sensitivity(mul(PlusK(mf), PlusK(mf))), 0.3, 1e-8)[0].window
+    windows = {plan_noise(_with_sensitivity(mul(PlusK(mf), PlusK(mf))), Budget(0.3, 1e-8))[0].window
                for mf in (1, 1000, 10**9)}
     assert windows == {(0.0, count_window(0.3))}
     assert count_window(0.1) == math.floor(0.1 * 2**31)
@@ -350,11 +353,11 @@ def test_window_is_public():
 def test_tiny_epsilon_never_gives_an_infinite_scale():
     # pure: ES / 5e-324 overflows; the plan refuses instead of returning inf
     with pytest.raises(NotSupportedError):
-        plan_noise(analyze("SELECT COUNT(*) FROM orders", FLEX), 5e-324, 0.0)
+        plan_noise(analyze("SELECT COUNT(*) FROM orders", FLEX), Budget(5e-324, 0.0))
 
 
 def test_every_planned_scale_is_finite_and_positive():
     for sql in (JOIN, SELF_JOIN, "SELECT COUNT(*) FROM orders",
                 "SELECT product_id, COUNT(*) FROM orders GROUP BY product_id"):
-        for plan in plan_noise(analyze(sql, FLEX), 0.1, 1e-8):
+        for plan in plan_noise(analyze(sql, FLEX), Budget(0.1, 1e-8)):
             assert math.isfinite(plan.scale) and plan.scale > 0

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpsql.analysis import smooth as smooth_mod
 from dpsql.analysis.kexpr import Const, PlusK, add, kmax, kmin, mul
-from dpsql.analysis.smooth import beta_for, smooth
+from dpsql.noise import smooth as smooth_mod
+from dpsql.noise.smooth import beta_for, smooth
 
 
 def scalar_scan(es, beta, k_scan):

@@ -15,9 +15,9 @@ import duckdb
 import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.engine import Engine
 from dpsql.errors import NotSupportedError, OperationalError, ProgrammingError
 from dpsql.metadata import loads_metadata
+from dpsql.session import Session
 from tests.backends import export_parquet, with_sources
 from tests.shared_data import needs_pums
 from tests.unit.test_rewrite_equivalence import BROKEN, NOT_IN_OVER_NULL, QUERIES
@@ -115,7 +115,7 @@ def backends(shop, sources, spark):
     metadata = shop.metadata()
     duck = DuckDBBackend(shop.path, metadata)
     sparkb = SparkBackend(with_sources(metadata, sources), spark)
-    yield duck, sparkb, Engine(metadata, duck)
+    yield duck, sparkb, Session(metadata, duck)
     duck.close()
     sparkb.close()
 
@@ -128,8 +128,8 @@ EXACT_CASES = [pytest.param(sql, params, id=name) for name, sql, params, _ in QU
 @pytest.mark.spark
 @pytest.mark.parametrize(("sql", "params"), EXACT_CASES)
 def test_exact_rows_and_types_are_identical_to_duckdb(backends, sql, params):
-    from dpsql.engine import bins_of, execute_exact
-    from dpsql.rewrite import plan_execution
+    from dpsql.execute.exact import read_exact
+    from dpsql.rewrite.plan import plan_execution
 
     duck, sparkb, engine = backends
     # the plan without DuckDB's promises about its stored data (what an Engine over Spark
@@ -140,7 +140,7 @@ def test_exact_rows_and_types_are_identical_to_duckdb(backends, sql, params):
         queries.append((plan.domain_sql, plan.domain_bindings(list(params))))
     for sql_, bound in queries:
         want_rows, want_types = duck.execute(sql_, bound)
-        got_rows, got_types = sparkb.execute(sql_, bound)
+        got_rows, got_types = sparkb.execute(sparkb.compile(sql_), bound)
         # exactly, up to order: no ORDER BY (the engine places each row by tag and index)
         got_rows, want_rows = sorted(got_rows, key=repr), sorted(want_rows, key=repr)
         assert got_rows == want_rows
@@ -152,7 +152,7 @@ def test_exact_rows_and_types_are_identical_to_duckdb(backends, sql, params):
         for got, want in zip(got_types, want_types, strict=True):
             assert got == want or (got, want) == ("DECIMAL(38,0)", "HUGEINT"), (got, want)
     # and the engine reads the same bins from both
-    bins = [bins_of(plan, execute_exact(b, plan, list(params))) for b in (duck, sparkb)]
+    bins = [read_exact(b, plan, list(params)) for b in (duck, sparkb)]
     assert [k.tolist() for k in bins[0].keys] == [k.tolist() for k in bins[1].keys]
     assert [m.tolist() for m in bins[0].exact] == [m.tolist() for m in bins[1].exact]
 
@@ -161,7 +161,7 @@ def test_exact_rows_and_types_are_identical_to_duckdb(backends, sql, params):
 def test_translation_is_memoised(backends):
     _, sparkb, _ = backends
     sql = "SELECT COUNT(*) AS n FROM orders AS o WHERE TRY(o.quantity + 1 > 2)"
-    assert sparkb.translate(sql) is sparkb.translate(sql)
+    assert sparkb.compile(sql) is sparkb.compile(sql)
 
 
 @pytest.mark.spark
@@ -169,12 +169,12 @@ def test_default_spark_would_fail_where_the_backend_session_does_not(backends, s
     _, sparkb, _ = backends
     # b = 0 in one row: ANSI Spark (the default in Spark 4) raises on it, like plain DuckDB
     sql = "SELECT COUNT(*) AS n FROM orders AS o WHERE TRY(o.quantity // (o.quantity - 3) > 0)"
-    assert sparkb.execute(sql)[0][0][0] > 0
+    assert sparkb.execute(sparkb.compile(sql))[0][0][0] > 0
     plain = spark.newSession()
     assert plain.conf.get("spark.sql.ansi.enabled") == "true"
     plain.read.parquet(sparkb.sources["orders"]).createOrReplaceTempView("orders")
     with pytest.raises(Exception, match="DIVIDE_BY_ZERO"):
-        plain.sql(sparkb.translate(sql)).collect()
+        plain.sql(sparkb.compile(sql)).collect()
 
 
 @pytest.mark.spark
@@ -199,7 +199,7 @@ def test_variables_are_not_substituted_into_literals(backends):
     _, sparkb, _ = backends
     sparkb.session.conf.set("spark.dpsql.probe", "new")
     sql = "SELECT COUNT(*) AS n FROM orders AS o WHERE o.status = '${spark.dpsql.probe}'"
-    assert sparkb.execute(sql)[0] == [(0,)]
+    assert sparkb.execute(sparkb.compile(sql))[0] == [(0,)]
     assert sparkb.execute("SELECT COUNT(*) AS n FROM orders AS o WHERE o.status = 'new'")[0][0][0]
 
 
@@ -232,7 +232,7 @@ def test_every_sum_keeps_its_clamp_on_spark(backends, shop):
     assert duck.value_range("orders", "order_cost") is not None
     assert sparkb.value_range("orders", "order_cost") is None
     assert "CASE" not in duck_engine.prepare(sql).plan.exact_sql
-    assert "CASE" in Engine(shop.metadata(), sparkb).prepare(sql).plan.exact_sql
+    assert "CASE" in Session(shop.metadata(), sparkb).prepare(sql).plan.exact_sql
 
 
 @pytest.mark.spark
@@ -246,7 +246,7 @@ def test_catalog_tables(shop, sources, spark):
     backend = SparkBackend(metadata, spark, database="dpsql_shop")
     try:
         assert sorted(backend.catalog_tables()) == sorted(sources)
-        result = Engine(metadata, backend).run(
+        result = Session(metadata, backend).run(
             "SELECT COUNT(*) AS n FROM orders o JOIN customers c "
             "ON o.customer_id = c.customer_id", epsilon=1e6, delta=1e-6)
         con = duckdb.connect(str(shop.path), read_only=True)
@@ -322,9 +322,9 @@ tables:
     duck = DuckDBBackend(path, metadata)
     sparkb = SparkBackend(with_sources(metadata, export_parquet(path, tmp_path / "pq")), spark)
     try:
-        plan = Engine(metadata, sparkb).prepare("SELECT SUM(v) AS s FROM big").plan
-        want, _ = duck.execute(plan.exact_sql)
-        got, _ = sparkb.execute(plan.exact_sql)
+        prepared = Session(metadata, sparkb).prepare("SELECT SUM(v) AS s FROM big")
+        want, _ = duck.execute(prepared.plan.exact_sql)
+        got, _ = sparkb.execute(prepared.compiled.exact)
         assert want == [(18 * 10**18,)] and got == want
     finally:
         duck.close()
@@ -345,7 +345,7 @@ def test_csv_columns_get_their_declared_types(spark):
     try:
         declared = {c.name: c.type for c in metadata.table("pums").columns.values()}
         assert sparkb.table_schema("pums") == declared
-        plan = Engine(metadata, duck).prepare(
+        plan = Session(metadata, duck).prepare(
             "SELECT sex, COUNT(*) AS n, SUM(income) AS s, AVG(age) AS a FROM pums "
             "WHERE educ > 8 GROUP BY sex").plan
         assert (sorted(sparkb.execute(plan.exact_sql)[0], key=repr)
@@ -378,7 +378,7 @@ def test_collated_string_keys_are_refused(spark):
     backend = SparkBackend(metadata, spark, database="dpsql_collated")
     try:
         with pytest.raises(NotSupportedError, match="collation UTF8_LCASE"):
-            Engine(metadata, backend).run("SELECT COUNT(*) FROM a JOIN b ON a.k = b.k",
+            Session(metadata, backend).run("SELECT COUNT(*) FROM a JOIN b ON a.k = b.k",
                                           epsilon=1.0, delta=1e-6)
     finally:
         backend.close()

@@ -24,8 +24,8 @@ import duckdb
 import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.engine import Engine
 from dpsql.metadata import loads_metadata
+from dpsql.session import Session
 from tests.backends import RecordingDuckDBBackend
 from tests.unit.shop_fixture import ZeroNoise
 
@@ -90,7 +90,7 @@ def test_value_range_promises_nothing_for_files_or_memory(tmp_path):
     try:
         # the file may change between queries: every SUM over it keeps its clamp
         assert backend.value_range("t", "v") is None
-        engine = Engine(metadata, backend, sampler=ZeroNoise())
+        engine = Session(metadata, backend, sampler=ZeroNoise())
         assert "CASE" in engine.prepare("SELECT SUM(v) AS s FROM t").plan.exact_sql
     finally:
         backend.close()
@@ -142,7 +142,7 @@ def test_zero_noise_sum_is_always_the_clamped_sum(db, column, lo, hi):
     metadata = _metadata(**bounds)
     backend = RecordingDuckDBBackend(db, metadata)
     try:
-        engine = Engine(metadata, backend, sampler=ZeroNoise())
+        engine = Session(metadata, backend, sampler=ZeroNoise())
         result = engine.run(f"SELECT g, SUM({column}) AS s FROM t GROUP BY g ORDER BY g",
                             epsilon=1e9)
         want = _clamped_sums(db, column, lo, hi)
@@ -174,7 +174,7 @@ def test_the_fingerprint_does_not_depend_on_whether_the_clamp_runs(db, tmp_path)
     for path in (db, neighbour):
         backend = DuckDBBackend(path, metadata)
         try:
-            prepared.append(Engine(metadata, backend).prepare(sql))
+            prepared.append(Session(metadata, backend).prepare(sql))
         finally:
             backend.close()
     inside, outside = prepared
@@ -253,7 +253,7 @@ def test_an_inlined_public_domain_gives_what_the_scan_gives(public_db, column):
     backend = RecordingDuckDBBackend(public_db, metadata)
     try:
         for sql in sqls:
-            engine = Engine(metadata, backend, sampler=ZeroNoise())
+            engine = Session(metadata, backend, sampler=ZeroNoise())
             inlined = engine.run(sql, epsilon=1e9, delta=1e-6)
             executed = backend.executed[-1]
             assert "UNNEST($__dpsql_domain_0)" in executed and "SELECT DISTINCT" not in executed

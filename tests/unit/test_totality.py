@@ -20,9 +20,9 @@ import duckdb
 import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.engine import Engine
 from dpsql.errors import OperationalError
 from dpsql.metadata import loads_metadata
+from dpsql.session import Session
 from tests.unit.shop_fixture import ZeroNoise, insert_rows
 
 SECRET_CODE = "SECRET-7731"
@@ -71,7 +71,7 @@ def databases(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engines(databases, make_backend):
-    return {name: Engine(METADATA, make_backend(path, METADATA), sampler=ZeroNoise())
+    return {name: Session(METADATA, make_backend(path, METADATA), sampler=ZeroNoise())
             for name, path in databases.items()}
 
 
@@ -242,7 +242,7 @@ def test_sum_of_a_column_of_unknown_type_cannot_fail(plain):
     # Without a type (no database to fill it from), the clamp casts with TRY_CAST: the
     # unparsable row counts as NULL instead of failing, on both databases.
     from dpsql.analysis.elastic import analyze
-    from dpsql.rewrite import plan_execution
+    from dpsql.rewrite.plan import plan_execution
     sql = "SELECT SUM(code) FROM accounts"
     cast_sum = "SELECT SUM(CAST(code AS DOUBLE)) FROM accounts"  # the clamp's old cast
     plain["without_row"].execute(cast_sum).fetchall()

@@ -1,5 +1,6 @@
-"""Conditions and column equalities can no longer fail on one row (dpsql/totality.py; issue #12
-classes 2 and 3), and a SUM keeps its clamp where the native sum could overflow (class 10).
+"""Conditions and column equalities can no longer fail on one row (dpsql/rewrite/totality.py;
+issue #12 classes 2 and 3), and a SUM keeps its clamp where the native sum could overflow
+(class 10).
 
 Each query is first shown to raise in plain DuckDB on exactly one of two neighbouring databases
 (so the test bites); through the engine both must succeed, with zero noise the same answer

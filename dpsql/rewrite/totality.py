@@ -11,9 +11,9 @@ expression that reaches the database is, by construction, one of:
 
 The positive list (everything else counts as failing):
 
-* a column, or a constant that :func:`dpsql.safe_compare.constant_kind` validated (never a
+* a column, or a constant that :func:`.safe_compare.constant_kind` validated (never a
   parameter: DuckDB casts its bound value to the context's type once a row reaches it);
-* a comparison :func:`dpsql.safe_compare.comparison_is_total` proves total from its operands'
+* a comparison :func:`.safe_compare.comparison_is_total` proves total from its operands'
   declared types, or a key equality of two bare columns whose types the analysis proved
   injectively comparable (:data:`dpsql.analysis.keytypes.COMPARABLE_KEY`: kept plain so the
   database can hash-join);
@@ -24,7 +24,7 @@ The positive list (everything else counts as failing):
   at bind time (``Cannot mix values of type VARCHAR and INTEGER``), which does not depend on data.
 
 Precondition for the plain forms: the metadata's column types are the database's (the Engine
-fills and checks them, dpsql.column_types). Unknown types are never on the list.
+fills and checks them, dpsql.backends.types). Unknown types are never on the list.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from sqlglot import exp
 
 from dpsql.analysis.keytypes import is_marked_comparable
 from dpsql.metadata import Metadata
-from dpsql.safe_compare import (
+from dpsql.rewrite.context import RewriteContext
+from dpsql.rewrite.safe_compare import (
     BOOL,
     ColumnKind,
     Kind,
@@ -175,7 +176,7 @@ def total_query(query: exp.Expression, metadata: Metadata | None = None) -> None
     """Make every SELECT in ``query`` total (see :func:`make_total`), in place.
 
     With ``metadata``, comparisons of declared-type base-table columns that cannot fail stay
-    unwrapped (dpsql.safe_compare); without it, every comparison of a column is wrapped.
+    unwrapped (dpsql.rewrite.safe_compare); without it, every comparison of a column is wrapped.
     """
     ctes = cte_names(query)
     for select in list(query.find_all(exp.Select)):
@@ -192,3 +193,9 @@ def total_query(query: exp.Expression, metadata: Metadata | None = None) -> None
         group = select.args.get("group")
         if group is not None:
             group.set("expressions", [make_total(e, kind) for e in group.expressions])
+
+
+def make_total_pass(query: exp.Expression, *, ctx: RewriteContext) -> exp.Expression:
+    """Pass: :func:`total_query` (in place; CTE bodies included)."""
+    total_query(query, ctx.metadata)
+    return query

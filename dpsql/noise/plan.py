@@ -1,12 +1,11 @@
-"""Smoothing elastic sensitivity, and the noise scale of each measurement (DESIGN.md section 4).
+"""The noise plan: each measurement's share of the budget and its noise scale.
 
-Contract of :func:`smooth`: given ES(k) with the kexpr properties (non-negative, and
-e^(-beta k) ES(k) non-increasing for k >= degree / beta), returns
-S = max over k = 0..ceil(D/beta) of e^(-beta k) ES(k), which equals the max over all k >= 0,
-so S is a beta-smooth upper bound on local sensitivity (Nissim-Raskhodnikova-Smith 2007; FLEX).
-Laplace noise of scale 2S/epsilon then gives (epsilon, delta)-DP with
-beta = epsilon / (2 ln(2/delta)). When ES does not depend on k it is a global sensitivity and
-scale ES/epsilon gives pure epsilon-DP (delta 0). Infinity and NaN never reach a scale.
+Contract of :func:`plan_noise`: the measurements' epsilons sum to the budget's epsilon and
+their deltas to at most its delta (basic composition); a measurement of public tables only
+(elastic sensitivity 0 at every distance) gets no share and is released exactly. A pure
+release's scale is ES/epsilon (global sensitivity); a smoothed one's is 2S/epsilon over a value
+clamped to a public window (:func:`_smoothed_plan`). Every refusal here depends on the SQL, the
+public metadata and the budget alone, never on max frequencies or smoothed scales.
 """
 
 from __future__ import annotations
@@ -14,100 +13,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
-from dpsql import mechanisms
 from dpsql.analysis.elastic import Measurement, QueryAnalysis
-from dpsql.analysis.kexpr import KExpr
-from dpsql.errors import NotSupportedError, ProgrammingError
-
-#: The scan is O(D / beta); refuse parameters that would make it absurdly long.
-_MAX_SCAN = 50_000_000
-
-
-def beta_for(epsilon: float, delta: float) -> float:
-    """beta = epsilon / (2 ln(2/delta)), the smoothing parameter of FLEX."""
-    return epsilon / (2.0 * math.log(2.0 / delta))
-
-
-@dataclass(frozen=True)
-class Smoothed:
-    """S = max_k e^(-beta k) ES(k), the k attaining it, and the scan's upper end."""
-
-    smooth_sensitivity: float
-    k_argmax: int
-    k_scan: int
-    beta: float
-
-
-def smooth(es: KExpr, epsilon: float, delta: float) -> Smoothed:
-    """The smooth sensitivity of ``es`` (see module contract). Scans every k; no early stop."""
-    beta = beta_for(epsilon, delta)
-    degree = es.degree
-    k_scan = math.ceil(degree / beta)
-    if k_scan > _MAX_SCAN:
-        raise NotSupportedError(
-            "epsilon/delta are too small for this join query to be smoothed: raise epsilon "
-            "or delta"
-        )
-    # No early stopping: FLEX stops at the first decrease, which is wrong for sums of terms.
-    best, best_k = _scan(es, beta, k_scan)
-    # No refusal for a non-finite S here: S depends on max frequencies, so refusing would
-    # reveal them; the noise plan caps it with a public window (_smoothed_plan).
-    return Smoothed(best, best_k, k_scan, beta)
-
-
-#: Vectorised values within this relative distance of the largest are re-evaluated exactly.
-_NEAR_MAX = 1e-9
-#: k values evaluated per numpy pass (bounds the scan's memory).
-_CHUNK = 1 << 20
-
-
-def _scan(es: KExpr, beta: float, k_scan: int) -> tuple[float, int]:
-    """max over k = 0..k_scan of e^(-beta k) ES(k) and the first k attaining it.
-
-    The result is exactly that of the scalar loop :func:`_scan_scalar`: numpy evaluates the
-    k in chunks (within a few ulps, far inside ``_NEAR_MAX``), and only the k whose value is
-    within ``_NEAR_MAX`` of the largest are re-evaluated with the scalar expression, in
-    increasing order. Non-finite or non-positive values fall back to the scalar loop.
-    """
-    near: list[tuple[int, float]] = []  # (k, approximate value) close to the running max
-    top = -math.inf
-    threshold = -math.inf
-    for start in range(0, k_scan + 1, _CHUNK):
-        ks = np.arange(start, min(start + _CHUNK, k_scan + 1), dtype=np.float64)
-        with np.errstate(all="ignore"):
-            values = np.exp(-beta * ks) * es.at_array(ks)
-        if not bool(np.isfinite(values).all()):
-            return _scan_scalar(es, beta, range(k_scan + 1))
-        chunk_top = float(values.max())
-        if chunk_top > top:
-            top = chunk_top
-            threshold = top * (1.0 - _NEAR_MAX)
-            near = [(k, v) for k, v in near if v >= threshold]
-        if chunk_top >= threshold:
-            idx = np.flatnonzero(values >= threshold)
-            near += [(start + int(i), float(values[i])) for i in idx]
-    if not top > 0:
-        return _scan_scalar(es, beta, range(k_scan + 1))
-    return _scan_scalar(es, beta, [k for k, _ in near])
-
-
-def _scan_scalar(es: KExpr, beta: float, ks) -> tuple[float, int]:
-    best, best_k = -1.0, 0
-    for k in ks:
-        value = math.exp(-beta * k) * es.at(k)
-        if value > best:
-            best, best_k = value, k
-    return best, best_k
-
-
-def _check_finite(value: float, what: str) -> None:
-    if not math.isfinite(value) or value < 0:
-        raise NotSupportedError(
-            f"the {what} is not a finite number, so no noise scale can protect this query: "
-            "declare max frequencies and bounds for the columns it uses"
-        )
+from dpsql.budget import Budget, missing_epsilon
+from dpsql.errors import NotSupportedError
+from dpsql.noise import mechanisms
+from dpsql.noise.smooth import Smoothed, smooth
 
 
 @dataclass(frozen=True)
@@ -131,27 +41,46 @@ class NoisePlan:
         return self.smoothed is None
 
 
-def plan_noise(
-    analysis: QueryAnalysis, epsilon: float, delta: float, *, distance: int = 0
-) -> tuple[NoisePlan, ...]:
-    """Split (epsilon, delta) evenly over the measurements and compute each noise scale.
+def is_public(m: Measurement) -> bool:
+    """Whether ``m`` reads public tables only: ES(k) = 0 for every k. Max frequencies are at
+    least 1, so this is decided by the SQL and the tables' public flags alone."""
+    return not m.sensitivity.depends_on_k and m.sensitivity.at(0) == 0
 
-    Basic composition: the measurements' epsilons sum to ``epsilon``; delta is split over the
-    smoothed ones only (pure releases need none), so the deltas sum to at most ``delta``.
+
+def is_public_query(analysis: QueryAnalysis) -> bool:
+    """Whether every measurement of ``analysis`` is public: the answer is released exactly
+    and costs nothing (no epsilon needed)."""
+    return all(is_public(m) for m in analysis.measurements)
+
+
+def plan_noise(
+    analysis: QueryAnalysis, budget: Budget | None, *, distance: int = 0
+) -> tuple[NoisePlan, ...]:
+    """Split ``budget`` evenly over the private measurements and compute each noise scale.
+
+    Basic composition: the private measurements' epsilons sum to ``budget.epsilon``; delta is
+    split over the smoothed ones only (pure releases need none), so the deltas sum to at most
+    ``budget.delta``. Public measurements get (0, 0) and scale 0. ``budget`` may be None only
+    for a public query (:func:`is_public_query`).
     """
-    check_budget_parameters(epsilon, delta)
-    n = len(analysis.measurements)
-    smoothed_ms = [m for m in analysis.measurements if m.sensitivity.depends_on_k]
+    private = [m for m in analysis.measurements if not is_public(m)]
+    if private and budget is None:
+        raise missing_epsilon()
+    epsilon, delta = (budget.epsilon, budget.delta) if budget is not None else (0.0, 0.0)
+    smoothed_ms = [m for m in private if m.sensitivity.depends_on_k]
     if smoothed_ms and delta <= 0:
         raise NotSupportedError(
             "this query joins private tables, so its sensitivity depends on the data and needs "
             "delta > 0: pass a delta such as 1e-8"
         )
-    eps_each = epsilon / n
+    eps_each = epsilon / len(private) if private else 0.0
     delta_each = delta / len(smoothed_ms) if smoothed_ms else 0.0
     plans = []
     for m in analysis.measurements:
         es_at = m.sensitivity.at(distance)
+        if is_public(m):
+            plans.append(NoisePlan(m, 0.0, 0.0, es_at, None, 0.0))
+            continue
         if m.sensitivity.depends_on_k:
             sm = smooth(m.sensitivity, eps_each, delta_each)
             plan = _smoothed_plan(m, eps_each, delta_each, es_at, sm)
@@ -180,9 +109,6 @@ def _pure_plan(m: Measurement, epsilon: float, es_at: float) -> NoisePlan:
     the second step settles it). The scale is data-independent, so the grid leaks nothing.
     """
     es = m.sensitivity.at(0)
-    if es == 0:
-        # Only public tables: no row of private data can change the answer; release it exactly.
-        return NoisePlan(m, epsilon, 0.0, es_at, None, 0.0)
     if m.function == "COUNT":
         scale = es / epsilon
         if scale > mechanisms.MAX_DISCRETE_SCALE:
@@ -248,9 +174,11 @@ def _capped(smooth_sensitivity: float, width: float) -> float:
     return smooth_sensitivity if 0.0 <= smooth_sensitivity <= width else width
 
 
-def check_budget_parameters(epsilon: float, delta: float) -> None:
-    """epsilon must be finite and > 0; delta finite in [0, 1)."""
-    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-        raise ProgrammingError(f"epsilon must be a finite number > 0, got {epsilon!r}")
-    if not (isinstance(delta, (int, float)) and math.isfinite(delta) and 0 <= delta < 1):
-        raise ProgrammingError(f"delta must be a finite number in [0, 1), got {delta!r}")
+def _check_finite(value: float, what: str) -> None:
+    if not math.isfinite(value) or value < 0:
+        raise NotSupportedError(
+            f"the {what} is not a finite number, so no noise scale can protect this query: "
+            "declare max frequencies and bounds for the columns it uses"
+        )
+
+

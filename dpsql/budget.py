@@ -1,0 +1,55 @@
+"""The (epsilon, delta) one release may spend: validated once, where a request enters dpsql.
+
+Everything downstream (the noise plan, the release record, the ledger charge) takes a
+:class:`Budget` and trusts it, rather than checking the two floats again at every layer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dpsql.errors import ProgrammingError
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A per-query privacy budget.
+
+    Guarantee: ``epsilon`` is a finite float > 0 and ``delta`` a finite float in [0, 1);
+    construction raises :class:`~dpsql.errors.ProgrammingError` otherwise (a user mistake,
+    named with the fix), so holding a Budget means holding valid parameters.
+    """
+
+    epsilon: float
+    delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        eps, dlt = self.epsilon, self.delta
+        # bool is an int: True is not an epsilon
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (
+            math.isfinite(eps) and eps > 0
+        ):
+            raise ProgrammingError(f"epsilon must be a finite number > 0, got {eps!r}")
+        if isinstance(dlt, bool) or not isinstance(dlt, (int, float)) or not (
+            math.isfinite(dlt) and 0 <= dlt < 1
+        ):
+            raise ProgrammingError(f"delta must be a finite number in [0, 1), got {dlt!r}")
+        object.__setattr__(self, "epsilon", float(eps))
+        object.__setattr__(self, "delta", float(dlt))
+
+    @classmethod
+    def of(cls, epsilon: float | None, delta: float | None = 0.0) -> Budget | None:
+        """``Budget(epsilon, delta)``, or None when no epsilon was given (a public-only query
+        needs none; a private one is refused with the fix when it arrives without one)."""
+        if epsilon is None:
+            return None
+        return cls(epsilon, 0.0 if delta is None else delta)
+
+
+def missing_epsilon() -> ProgrammingError:
+    """The error for a query on private data that came without an epsilon."""
+    return ProgrammingError(
+        "no epsilon for this query: pass cursor.execute(sql, params, epsilon=0.1) or set a "
+        "default with dpsql.connect(..., epsilon=0.1)"
+    )

@@ -1,0 +1,1 @@
+"""What one query releases: its record (:mod:`.record`) and the answer cache (:mod:`.cache`)."""

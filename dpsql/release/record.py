@@ -1,0 +1,114 @@
+"""The release record: what one answer spent and how each column was noised.
+
+It is built from the query's analysis and noise plan alone (never from exact values), before
+the ledger is charged: the charge is the record's (epsilon, delta). Nothing data-dependent
+(sensitivities, smoothed scales) appears in the record of a smoothed release.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from dpsql.noise import mechanisms
+from dpsql.noise.plan import NoisePlan
+
+CONFIDENCE = 0.95
+
+#: the mechanism name of a release that read public tables only (released exactly, free)
+EXACT = "exact"
+
+
+@dataclass(frozen=True)
+class ColumnRelease:
+    """Per output column: how it was released and, for pure releases, its 95% half-width."""
+
+    name: str
+    mechanism: str | None  # None for group keys and constants
+    epsilon: float
+    delta: float
+    half_width_95: float | None  # None: not publishable (smoothed) or not a single measurement
+
+
+@dataclass(frozen=True)
+class Release:
+    """The release record of one query: what it spent and how it was noised."""
+
+    epsilon: float
+    delta: float
+    mechanism: str
+    columns: tuple[ColumnRelease, ...]
+    fingerprint: str
+    cached: bool = False
+
+    @property
+    def free(self) -> bool:
+        """True when the answer read public tables only: released exactly, charged nothing."""
+        return self.mechanism == EXACT
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Result:
+    """Noisy rows with column names and type names."""
+
+    names: tuple[str, ...]
+    types: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+    release: Release
+
+
+@dataclass(frozen=True)
+class ColumnSource:
+    """What the record needs of one output column: its name, the measurements it is computed
+    from, and whether it is one bare COUNT/SUM (only then is a half-width meaningful)."""
+
+    name: str
+    measurements: tuple[int, ...]
+    bare_aggregate: bool
+
+
+def mechanism_name(plan: NoisePlan) -> str:
+    """The ledger's name for how ``plan`` releases its measurement."""
+    if plan.scale == 0 and plan.pure:
+        return EXACT
+    kind = "discrete_laplace" if plan.measurement.function == "COUNT" else "snapped_laplace"
+    return kind if plan.pure else f"smoothed_{kind}"
+
+
+def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ...],
+                   fingerprint: str, n_bins: int) -> Release:
+    """The record of releasing ``plans`` over ``n_bins`` bins.
+
+    Guarantee: its (epsilon, delta) is the basic-composition sum over the measurements, which
+    is what the ledger charges; a 95% half-width is given only for a column that is a single
+    pure measurement (for a smoothed one it would reveal the data-dependent scale).
+    """
+    out = []
+    for col in columns:
+        if not col.measurements:
+            out.append(ColumnRelease(col.name, None, 0.0, 0.0, None))
+            continue
+        parts = [plans[i] for i in col.measurements]
+        mech = "+".join(sorted({mechanism_name(p) for p in parts}))
+        width = None
+        single = len(parts) == 1 and parts[0].pure
+        if single and parts[0].scale == 0:
+            width = 0.0  # public data only: released exactly
+        elif single and col.bare_aggregate:
+            p = parts[0]
+            width = mechanisms.laplace_half_width(p.scale, CONFIDENCE, cells=max(n_bins, 1))
+            # discrete counts: integer error <= alpha + 1/2; sums: <= alpha + grid step
+            width += 0.5 if p.measurement.integer else (p.granularity or 0.0)
+        out.append(ColumnRelease(col.name, mech, math.fsum(p.epsilon for p in parts),
+                                 math.fsum(p.delta for p in parts), width))
+    return Release(
+        epsilon=math.fsum(p.epsilon for p in plans),
+        delta=math.fsum(p.delta for p in plans),
+        mechanism="+".join(sorted({mechanism_name(p) for p in plans})),
+        columns=tuple(out),
+        fingerprint=fingerprint,
+    )

@@ -1,0 +1,1 @@
+"""The SQL dpsql runs: one module per rewrite pass, composed by :mod:`.plan`."""

@@ -1,0 +1,52 @@
+"""What the rewrite passes share: the analysis, the metadata, the backend's promises about
+stored data, and what the passes record for the plan (removable clamps, bound domains)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sqlglot import exp
+
+from dpsql.analysis.elastic import QueryAnalysis
+from dpsql.metadata import Metadata, Table
+
+
+class StoredData(Protocol):
+    """What the backend promises about the stored data for as long as a plan is in use (the
+    engine's view of :meth:`Backend.value_range` and :meth:`Backend.distinct_values`)."""
+
+    def in_bounds(self, table: str, column: str, bounds: tuple[float, float]) -> bool:
+        """True only when every value ``column`` of declared base table ``table`` holds lies
+        inside ``bounds``."""
+        ...
+
+    def distinct_values(self, table: str, column: str) -> Sequence[Any] | None:
+        """Every distinct value of a public table's column, ascending, NULL last; None when
+        not promised (or too many to inline)."""
+        ...
+
+#: a SUM clamp the data make the identity, and the bare column it may be replaced by
+Removable = tuple[exp.Expression, exp.Column]
+
+
+@dataclass
+class RewriteContext:
+    """One query's rewrite: its inputs, and what the passes record along the way."""
+
+    analysis: QueryAnalysis
+    #: declared column types: let provably total comparisons go without TRY and SUM clamp in
+    #: the column's own type (None: both stay conservative)
+    metadata: Metadata | None = None
+    stored: StoredData | None = None
+    #: SUM clamps the stored data make the identity (clamps pass)
+    removable: list[Removable] = field(default_factory=list)
+    #: inlined public domains bound as parameters: name -> values as text (domains pass)
+    constants: dict[str, list[str | None]] = field(default_factory=dict)
+    #: per group key: the relation (__v, __o) of its domain (domains pass)
+    domains: list[exp.Expression] = field(default_factory=list)
+    #: the query with numbered parameters (parameters pass): what post-processing reads
+    numbered: exp.Select | None = None
+    #: table alias -> (table node, declared table) of the outer query (clamps pass)
+    sources: dict[str, tuple[exp.Table, Table]] = field(default_factory=dict)

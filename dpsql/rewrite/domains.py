@@ -1,0 +1,212 @@
+"""Pass: each group key's domain as a relation ``(__v, __o)``: the declared values (or a
+public table's), narrowed by the query's own conditions on the key column alone. Which bins
+are released then depends on the SQL and public data only, never on private rows."""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Any, NamedTuple
+
+from sqlglot import exp
+
+from dpsql.analysis.domains import typed_value
+from dpsql.analysis.elastic import GroupKey
+from dpsql.analysis.keytypes import normalise
+from dpsql.metadata import Domain, Metadata, Table
+from dpsql.rewrite.context import RewriteContext, StoredData
+
+
+def domain_relations(query: exp.Select, *, ctx: RewriteContext) -> exp.Select:
+    """Record in ``ctx.domains`` one domain relation per group key (``query`` unchanged);
+    public table domains the backend promises are bound as parameters (``ctx.constants``).
+    Run after the clamps pass (it reads ``ctx.sources``)."""
+    if not ctx.analysis.group_keys:
+        return query
+    conditions = _row_conditions(query)
+    ctx.domains = [_domain_relation(key, conditions, ctx.sources, ctx.metadata, ctx.stored,
+                                    ctx.constants)
+                   for key in ctx.analysis.group_keys]
+    return query
+
+
+class _RowCondition(NamedTuple):
+    """A conjunct that depends on one joined row alone, and the (table alias, column) pairs
+    it reads."""
+
+    node: exp.Expression
+    columns: frozenset[tuple[str, str]]
+
+
+#: a condition containing any of these may depend on other rows or tables
+_NOT_ROW_LOCAL = (exp.Select, exp.Subquery, exp.Exists, exp.AggFunc, exp.Window)
+
+
+def _row_conditions(select: exp.Select) -> list[_RowCondition]:
+    """The conjuncts every row of ``select``'s FROM/JOIN result satisfies before grouping (its
+    WHERE and the ON conditions of its joins, inner: the analysis admits no other) that read
+    at least one column and no subquery, aggregate or window."""
+    clauses = []
+    where = select.args.get("where")
+    if where is not None:
+        clauses.append(where.this)
+    for join in select.args.get("joins") or []:
+        if join.side or join.kind not in ("", "INNER", "CROSS"):
+            return []  # not reached (outer joins are rejected), but never restrict past one
+        if join.args.get("on") is not None:
+            clauses.append(join.args["on"])
+    out = []
+    for condition in (c for clause in clauses for c in _conjuncts(clause)):
+        columns = set()
+        for node in condition.walk():
+            if isinstance(node, _NOT_ROW_LOCAL):
+                break
+            if isinstance(node, exp.Column):
+                columns.add((node.table, node.name))
+        else:
+            if columns:
+                out.append(_RowCondition(condition, frozenset(columns)))
+    return out
+
+
+def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
+    """``a AND (b AND c)`` -> [a, b, c]."""
+    condition = condition.unnest()
+    if isinstance(condition, exp.And):
+        return _conjuncts(condition.this) + _conjuncts(condition.expression)
+    return [condition]
+
+
+def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
+                     sources: dict[str, tuple[exp.Table, Table]], metadata: Metadata | None,
+                     stored: StoredData | None,
+                     constants: dict[str, list[str | None]]) -> exp.Expression:
+    """SELECT value __v, ordinal __o (INTEGER from 0) for group key ``key``'s declared domain,
+    narrowed by the query's own conditions on the key column alone.
+
+    Value lists keep their declared order; a table domain is ordered by value, and inlined as
+    its value list when ``stored`` promises it (:func:`_inlined_values`).
+
+    Narrowing (why it stays private and exact): every row reaching the key's bins satisfies
+    all ``conditions`` (the WHERE and inner-join conjuncts). A conjunct that reads only the key
+    column is evaluated on each domain value (the key replaced by the value cast to the
+    column's declared type; nothing is narrowed when that type is unknown), so a value failing
+    it could only label a bin no data can fill, and dropping it changes no other bin. The
+    narrowed domain is a function of the declared domain and the query text alone, so which
+    bins are released still does not depend on private data.
+    """
+    domain = key.domain
+    value_filters = _substituted(conditions, key, sources.get(key.node.table))
+    inlined = (_inlined_values(domain, metadata, stored, constants)
+               if domain.table is not None else None)
+    if domain.table is not None and inlined is None:
+        distinct = exp.Select(
+            expressions=[exp.alias_(exp.column(domain.column), "__v", copy=False)],
+            from_=exp.From(this=_table(domain.table)),
+        ).distinct(copy=False)
+        base: exp.Expression = exp.Subquery(this=distinct,
+                                            alias=exp.TableAlias(this=exp.to_identifier("__s")))
+        order = exp.column("__v")
+    else:
+        base = inlined if inlined is not None else _values_relation(domain.values or (),
+                                                                    key.type)
+        if not value_filters:  # the listed ordinals stand
+            return exp.Select(expressions=[exp.column("__v"), exp.column("__o")],
+                              from_=exp.From(this=base))
+        order = exp.column("__o")
+    rank = exp.Sub(this=exp.Window(this=exp.RowNumber(), order=exp.Order(
+        expressions=[exp.Ordered(this=order, nulls_first=False)])),
+        expression=exp.Literal.number(1))
+    ordinal = exp.Cast(this=rank, to=exp.DataType.build(exp.DataType.Type.INT))
+    relation = exp.Select(expressions=[exp.column("__v"), exp.alias_(ordinal, "__o", copy=False)],
+                          from_=exp.From(this=base))
+    if value_filters:
+        relation.set("where", exp.Where(this=_conjunction(value_filters)))
+    return relation
+
+
+def _values_relation(values: Sequence[Any], type_text: str | None) -> exp.Expression:
+    """``(VALUES (v0, 0), (v1, 1), ...) AS __d(__v, __o)``: a declared value list, each value
+    cast to the key column's type (dpsql.analysis.domains checked that the cast cannot fail),
+    so the bin join compares stored keys without casting them."""
+    rows = [exp.Tuple(expressions=[typed_value(v, type_text), exp.convert(j)])
+            for j, v in enumerate(values)]
+    return exp.Values(expressions=rows, alias=exp.TableAlias(
+        this=exp.to_identifier("__d"),
+        columns=[exp.to_identifier("__v"), exp.to_identifier("__o")]))
+
+
+#: Python types whose text, CAST to the column's type, gives back exactly the stored value
+_EXACT_TEXT_TYPES = (str, int, Decimal, datetime.date)
+
+#: most values of a public table's column bound as a list (beyond, a DISTINCT scan per query)
+MAX_INLINED_DOMAIN = 10_000
+
+_DOMAIN_PREFIX = "__dpsql_domain_"
+
+
+def _inlined_values(domain: Domain, metadata: Metadata | None, stored: StoredData | None,
+                    constants: dict[str, list[str | None]]) -> exp.Expression | None:
+    """A public table domain as the value list ``stored`` promises (public data, unchanged
+    while the backend is open): ``SELECT CAST(UNNEST($list) AS <type>) AS __v, ...`` with the
+    values bound as one VARCHAR[] parameter (added to ``constants``), so neither sqlglot nor
+    DuckDB handles them as SQL text. None to scan the table in SQL instead: no promise,
+    unknown type, too many values, or a value whose text does not give it back exactly."""
+    if stored is None or metadata is None or domain.table is None or domain.column is None:
+        return None
+    table = metadata.tables.get(domain.table)
+    declared = table.columns.get(domain.column) if table is not None else None
+    dtype = normalise(declared.type) if declared is not None else None
+    if dtype is None:
+        return None
+    values = stored.distinct_values(domain.table, domain.column)
+    if values is None or len(values) > MAX_INLINED_DOMAIN:
+        return None
+    if not all(v is None or (isinstance(v, _EXACT_TEXT_TYPES) and not isinstance(v, bool)
+                             and type(v) is not datetime.datetime)
+               or (type(v) is float and math.isfinite(v)) for v in values):
+        return None
+    name = f"{_DOMAIN_PREFIX}{len(constants)}"
+    # str(Decimal) and str(float) (shortest repr) round-trip exactly; dates are ISO text
+    constants[name] = [None if v is None else str(v) for v in values]
+    listed = exp.Select(expressions=[
+        exp.alias_(exp.Cast(this=exp.Unnest(expressions=[exp.Placeholder(this=name)]),
+                            to=dtype.copy()), "__v", copy=False),
+        exp.alias_(exp.Cast(this=exp.Unnest(expressions=[exp.func(
+            "range", exp.Literal.number(len(values)))]), to=exp.DataType.build("INT")),
+            "__o", copy=False)])
+    return exp.Subquery(this=listed, alias=exp.TableAlias(this=exp.to_identifier("__s")))
+
+
+def _substituted(conditions: list[_RowCondition], key: GroupKey,
+                 source: tuple[exp.Table, Table] | None) -> list[exp.Expression]:
+    """The conditions reading only the key column, over the domain value ``__v`` (TRY_CAST to
+    the column's declared type) instead; none when the key is not a base-table column of
+    known type."""
+    if source is None:
+        return []
+    declared = source[1].columns.get(key.node.name.lower())
+    dtype = normalise(declared.type) if declared is not None else None
+    if dtype is None:
+        return []
+    out = []
+    only_key = {(key.node.table, key.node.name)}
+    for condition in (c for c in conditions if c.columns == only_key):
+        out.append(condition.node.copy().transform(
+            lambda n: exp.TryCast(this=exp.column("__v"), to=dtype.copy())
+            if isinstance(n, exp.Column) else n, copy=False))
+    return out
+
+
+def _conjunction(conditions: list[exp.Expression]) -> exp.Expression:
+    """``(c1) AND (c2) ...`` over the given nodes themselves (pass copies you may give away)."""
+    out = exp.Paren(this=conditions[0])
+    for condition in conditions[1:]:
+        out = exp.And(this=out, expression=exp.Paren(this=condition))
+    return out
+
+
+def _table(name: str) -> exp.Table:
+    return exp.Table(this=exp.to_identifier(name))

@@ -1,0 +1,137 @@
+"""The post-processing query: the analyst's outer SELECT (expressions, HAVING, ORDER BY,
+DISTINCT, LIMIT) over the table of NOISY values, and the fast path that needs no SQL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from dpsql.analysis.elastic import QueryAnalysis
+from dpsql.analysis.parse import DIALECT
+from dpsql.rewrite.parameters import number_parameters, used_params
+from dpsql.rewrite.totality import AGGREGATES
+
+NOISY_TABLE = "__noisy"
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """How one output column is read from the noisy row (the post-processing fast path)."""
+
+    kind: str  # "key" | "measurement" | "avg"
+    index: int  # key or measurement index (the SUM for avg)
+    count_index: int = -1  # the COUNT for avg
+    bounds: tuple[float, float] | None = None
+
+
+def _replacement_map(analysis: QueryAnalysis) -> dict[str, exp.Expression]:
+    """SQL text of a key / aggregate in the analyst's query -> its noisy column."""
+    repl: dict[str, exp.Expression] = {}
+    for key in analysis.group_keys:
+        repl[key.node.sql(dialect=DIALECT)] = exp.column(f"__k{key.index}")
+    by_label = {m.label: m for m in analysis.measurements}
+    for agg_sql, m in by_label.items():
+        repl[agg_sql] = exp.column(f"__m{m.index}")
+    return repl
+
+
+def _avg_expression(sum_i: int, count_i: int, bounds: tuple[float, float]) -> exp.Expression:
+    # Post-processing of noisy values: a noisy count can be <= 0, so divide by max(count, 1)
+    # and clamp to the bounds the true average lies in.
+    ratio = exp.Div(this=exp.column(f"__m{sum_i}"),
+                    expression=exp.func("GREATEST", exp.column(f"__m{count_i}"),
+                                        exp.convert(1)))
+    return exp.func("LEAST", exp.func("GREATEST", ratio, exp.convert(float(bounds[0]))),
+                    exp.convert(float(bounds[1])))
+
+
+def _avg_parts(analysis: QueryAnalysis, avg: exp.Avg) -> tuple[int, int, tuple[float, float]]:
+    """The SUM and COUNT measurements an AVG is computed from, and its bounds."""
+    arg = avg.this.unnest()
+    by_label = {m.label: m for m in analysis.measurements}
+    total = by_label[exp.Sum(this=arg.copy()).sql(dialect=DIALECT)]
+    count = by_label[exp.Count(this=arg.copy()).sql(dialect=DIALECT)]
+    assert total.bounds is not None
+    return total.index, count.index, total.bounds
+
+
+def _to_noisy(node: exp.Expression, analysis: QueryAnalysis, repl) -> exp.Expression:
+    def transform(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Avg):
+            return _avg_expression(*_avg_parts(analysis, n))
+        if isinstance(n, (exp.Column, *AGGREGATES)):  # only these can be replaced
+            key = n.sql(dialect=DIALECT)
+            if key in repl:
+                return repl[key].copy()
+        return n
+
+    return node.copy().transform(transform)
+
+
+def build_post(analysis: QueryAnalysis, query: exp.Select) -> exp.Select:
+    """The analyst's outer SELECT, evaluated over NOISY_TABLE."""
+    repl = _replacement_map(analysis)
+    post = exp.select(*[_to_noisy(e, analysis, repl) for e in query.expressions]).from_(
+        NOISY_TABLE)
+    having = query.args.get("having")
+    if having is not None:
+        post = post.where(_to_noisy(having.this, analysis, repl))
+    order = query.args.get("order")
+    if order is not None:
+        post.set("order", _to_noisy(order, analysis, repl))
+    for arg in ("limit", "offset", "distinct"):
+        if query.args.get(arg) is not None:
+            post.set(arg, query.args[arg].copy())
+    return post
+
+
+def fast_path(analysis: QueryAnalysis, query: exp.Select) -> tuple[OutputSpec, ...] | None:
+    """Output specs when post-processing is only picking (and ordering) columns: no SQL.
+
+    Read from the analysis's output columns (which measurement or key each one is) rather than
+    by generating SQL text again.
+    """
+    if any(query.args.get(a) is not None for a in ("having", "limit", "offset", "distinct")):
+        return None
+    key_index = {(k.node.table, k.node.name): k.index for k in analysis.group_keys}
+    specs = []
+    for col in analysis.columns:
+        inner = col.node.this if isinstance(col.node, exp.Alias) else col.node
+        if col.kind == "group_key" and isinstance(inner, exp.Column):
+            index = key_index.get((inner.table, inner.name))
+            if index is None:
+                return None
+            specs.append(OutputSpec("key", index))
+        elif col.function in ("COUNT", "SUM") and len(col.measurements) == 1:
+            specs.append(OutputSpec("measurement", col.measurements[0]))
+        elif col.function == "AVG" and isinstance(inner, exp.Avg):
+            specs.append(OutputSpec("avg", *_avg_parts(analysis, inner)))
+        else:
+            return None
+    return tuple(specs)
+
+
+def fast_order(analysis: QueryAnalysis, query: exp.Select) -> tuple[tuple[int, bool], ...] | None:
+    """ORDER BY as (output column, descending) pairs, when every term names an output column
+    (qualify rewrites ``ORDER BY p_brand`` / an alias to the output's name); else None."""
+    order = query.args.get("order")
+    if order is None:
+        return ()
+    names = [c.name for c in analysis.columns]
+    terms = []
+    for ordered in order.expressions:
+        term = ordered.this
+        if not (isinstance(term, exp.Column) and not term.table and names.count(term.name) == 1):
+            return None
+        terms.append((names.index(term.name), bool(ordered.args.get("desc"))))
+    return tuple(terms)
+
+
+def post_processing_sql(analysis: QueryAnalysis) -> tuple[str, tuple[int, ...]]:
+    """The post-processing SQL over NOISY_TABLE and the parameters it uses (what
+    ``ExecutionPlan.post_sql`` holds when there is no fast path)."""
+    query = number_parameters(analysis.query)
+    assert isinstance(query, exp.Select)
+    sql = build_post(analysis, query).sql(dialect=DIALECT, copy=False)
+    return sql, used_params(sql)

@@ -1,0 +1,263 @@
+"""The session: the one owner of "charge before release".
+
+One request goes through these steps, in this order (docs/design.md, "Release pipeline"):
+
+1. **budget**: (epsilon, delta) validated once, as a :class:`~dpsql.budget.Budget`;
+2. **prepare** (memoised by text): the allow-list and name hygiene, the analysis, the rewrite
+   and the backend's compile step (Spark translation);
+3. **parameters** counted against the plan's markers;
+4. a query that reads **public tables only** is answered exactly here: nothing to charge;
+5. **cache lookup**: a repeat of a paid-for request returns the stored answer, free;
+6. **noise plan**: each measurement's share of the budget and its scale;
+7. **public reads and checks**: the domain query (public data only) gives the number of bins,
+   checked against the limit; the backend's binder checks the exact query (reads no row);
+8. **release record**, then the **charge**, durable, for exactly the record's (epsilon, delta);
+9. **execute** the exact query, add noise, post-process;
+10. **store** the answer in the cache, and release it.
+
+Contract: every refusal (steps 1-7, and a budget the ledger says is exhausted) raises before
+anything is charged; none of them depends on private data. Once charged, a query that fails or
+is cancelled before its answer exists (any exception, KeyboardInterrupt included) has its
+charge refunded and the exception propagates: nothing was released. A released answer is
+always charged first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from dpsql.accounting import Ledger
+from dpsql.analysis.domains import check_domains
+from dpsql.analysis.elastic import QueryAnalysis, analyze
+from dpsql.analysis.parse import DIALECT
+from dpsql.backends.base import Backend
+from dpsql.backends.stored import StoredFacts
+from dpsql.backends.types import fill_column_types
+from dpsql.budget import Budget, missing_epsilon
+from dpsql.errors import OperationalError, ProgrammingError
+from dpsql.execute.exact import CompiledPlan, compile_plan, read_bins, read_domains
+from dpsql.execute.layout import Domains
+from dpsql.execute.post import PostProcessor, gc_paused
+from dpsql.metadata import Metadata
+from dpsql.noise import mechanisms
+from dpsql.noise.apply import noisy_values
+from dpsql.noise.plan import NoisePlan, is_public_query, plan_noise
+from dpsql.release.cache import Uncacheable, cache_key, dump_payload, load_payload
+from dpsql.release.record import ColumnSource, Result, release_record
+from dpsql.rewrite.plan import ExecutionPlan, plan_execution
+from dpsql.rewrite.post import post_processing_sql
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An analysed, rewritten and compiled query, reusable across executions (parameters
+    vary). Everything here depends on the SQL, the metadata and the schema alone."""
+
+    analysis: QueryAnalysis
+    compiled: CompiledPlan
+    fingerprint: str
+    #: the release record's view of each output column
+    columns: tuple[ColumnSource, ...] = field(default=())
+
+    @property
+    def plan(self) -> ExecutionPlan:
+        """The execution plan (the SQL dpsql generated, before the backend compiled it)."""
+        return self.compiled.plan
+
+    @cached_property
+    def qualified_sql(self) -> str:
+        """The qualified query text (the answer-cache key), generated on first use."""
+        return self.analysis.query.sql(dialect=DIALECT)
+
+    @cached_property
+    def public(self) -> bool:
+        """True when the query reads public tables only: answered exactly, for free."""
+        return is_public_query(self.analysis)
+
+
+def fingerprint(sql: str) -> str:
+    """A stable fingerprint of the normalised query text (ledger history, cache keys)."""
+    return hashlib.sha256(sql.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is charged: the analyst, on the database identity the ledger keys budgets by."""
+
+    database: str
+    analyst: str
+
+
+class Session:
+    """Private queries for one analyst against one backend with one metadata file.
+
+    ``ledger`` None: nothing is charged or cached (local experimentation); ``sampler`` is for
+    tests only (production always uses the secure default).
+    """
+
+    def __init__(
+        self,
+        metadata: Metadata,
+        backend: Backend,
+        *,
+        ledger: Ledger | None = None,
+        principal: Principal | None = None,
+        sampler: mechanisms.Sampler | None = None,
+        cache_size: int = 256,
+    ) -> None:
+        if ledger is not None and principal is None:
+            raise ProgrammingError("a session with a ledger needs the principal it charges")
+        # Join-key types are checked by the analysis: take undeclared ones from the database.
+        self.metadata = fill_column_types(metadata, backend)
+        check_domains(self.metadata)  # domain values of the key's type (analysis/domains.py)
+        self.backend = backend
+        self.ledger = ledger
+        self.principal = principal
+        self._sampler = sampler
+        self._prepared: OrderedDict[str, Prepared] = OrderedDict()
+        self._cache_size = cache_size
+        self._stored = StoredFacts(backend)
+        self._post = PostProcessor()
+
+    # -- step 2 ---------------------------------------------------------------------------
+
+    def prepare(self, sql: str) -> Prepared:
+        """Analyse, rewrite and compile ``sql`` (memoised by text: all three are pure).
+        Raises the analysis's or the backend's refusal; charges nothing."""
+        if not isinstance(sql, str):
+            raise ProgrammingError(f"sql must be a string, got {type(sql).__name__}")
+        hit = self._prepared.get(sql)
+        if hit is not None:
+            self._prepared.move_to_end(sql)
+            return hit
+        analysis = analyze(sql, self.metadata)
+        plan = plan_execution(analysis, self.metadata, self._stored)
+        # The generated SQL is a normal form of the qualified query: fingerprint it rather
+        # than generating the analysed query's text once more.
+        prepared = Prepared(
+            analysis, compile_plan(self.backend, plan),
+            fingerprint(f"{plan.normal_form}\n{plan.post_sql or ''}"), _column_sources(analysis))
+        self._prepared[sql] = prepared
+        if len(self._prepared) > self._cache_size:
+            self._prepared.popitem(last=False)
+        return prepared
+
+    # -- steps 1-10 -----------------------------------------------------------------------
+
+    def run(self, sql: str, params: Sequence[Any] | None = None, *,
+            epsilon: float | None = None, delta: float | None = 0.0) -> Result:
+        """Answer ``sql`` privately (module contract). ``epsilon`` may be None only for a
+        query that reads public tables only."""
+        budget = Budget.of(epsilon, delta)
+        prepared = self.prepare(sql)
+        values = _checked_params(prepared.plan, params)
+        if prepared.public:
+            return self._release(prepared, values, plan_noise(prepared.analysis, None),
+                                 read_domains(self.backend, prepared.compiled, values), charge=None)
+        if budget is None:
+            raise missing_epsilon()
+        key = None
+        if self.ledger is not None:
+            key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta)
+            cached = self._cached(key)
+            if cached is not None:
+                return cached
+        plans = plan_noise(prepared.analysis, budget)
+        domains = read_domains(self.backend, prepared.compiled, values)
+        self.backend.check(prepared.compiled.exact, prepared.plan.exact_bindings(values))
+        result = self._release(prepared, values, plans, domains, charge=self.ledger)
+        if key is not None:
+            self._store(key, result)
+        return result
+
+    def _release(self, prepared: Prepared, values: list[Any], plans: tuple[NoisePlan, ...],
+                 domains: Domains, *, charge: Ledger | None) -> Result:
+        """Steps 8-9: record, charge (when ``charge`` is a ledger), execute, noise, refund if
+        nothing could be released."""
+        record = release_record(prepared.columns, plans, prepared.fingerprint, domains.n_bins)
+        charge_id = None
+        if charge is not None and self.principal is not None:
+            charge_id = charge.charge(
+                self.principal.database, self.principal.analyst,
+                fingerprint=record.fingerprint, epsilon=record.epsilon, delta=record.delta,
+                mechanism=record.mechanism)
+        try:
+            names, types, rows = self._answer(prepared, values, plans, domains)
+        except BaseException:
+            if charge is not None and charge_id is not None and self.principal is not None:
+                # Nothing was released: the analyst learned that the query failed, which the
+                # binder check and totality make independent of private data.
+                charge.refund(self.principal.database, self.principal.analyst, charge_id)
+            raise
+        return Result(names, types, rows, record)
+
+    def _answer(self, prepared: Prepared, values: list[Any], plans: tuple[NoisePlan, ...],
+                domains: Domains):
+        plan = prepared.plan
+        with gc_paused():
+            bins = read_bins(self.backend, prepared.compiled, values, domains)
+            noisy = [noisy_values(bins.exact[j], plans[j], self._sampler)
+                     for j in range(plan.n_measurements)]
+            return self._post.rows(plan, bins, noisy, values,
+                                   lambda: post_processing_sql(prepared.analysis))
+
+    # -- steps 5 and 10 -------------------------------------------------------------------
+
+    def _cached(self, key: str) -> Result | None:
+        assert self.ledger is not None and self.principal is not None
+        payload = self.ledger.cache_get(self.principal.database, self.principal.analyst, key)
+        if payload is None:
+            return None
+        try:
+            return load_payload(payload)
+        except (ValueError, KeyError, TypeError) as exc:
+            # fail closed: a damaged cache entry may mean a tampered ledger
+            raise OperationalError(
+                f"privacy ledger {self.ledger.path}: a cached answer is unreadable "
+                f"({type(exc).__name__}); refusing to answer until the owner checks the file"
+            ) from None
+
+    def _store(self, key: str, result: Result) -> None:
+        assert self.ledger is not None and self.principal is not None
+        try:
+            self.ledger.cache_put(self.principal.database, self.principal.analyst, key,
+                                  dump_payload(result))
+        except Uncacheable as exc:
+            # Safe either way: an uncached repeat is charged again, never free.
+            warnings.warn(f"dpsql: answer not cached (values of type {exc})", RuntimeWarning,
+                          stacklevel=4)
+        except OperationalError as exc:
+            # The charge is committed; withholding the paid-for answer would waste it. A repeat
+            # of this query will simply be charged again.
+            warnings.warn(f"dpsql: answer not cached: {exc.message}", RuntimeWarning,
+                          stacklevel=4)
+
+    def cancel(self) -> None:
+        """Stop the query running now (from another thread): it raises QueryCancelledError
+        and its charge is refunded."""
+        self.backend.interrupt()
+
+    def close(self) -> None:
+        """Close the post-processing database (the backend and ledger belong to the caller)."""
+        self._post.close()
+
+
+def _checked_params(plan: ExecutionPlan, params: Sequence[Any] | None) -> list[Any]:
+    values = list(params or [])
+    if len(values) != plan.n_params:
+        raise ProgrammingError(
+            f"the query has {plan.n_params} parameter marker(s) '?' but {len(values)} "
+            "parameter(s) were given"
+        )
+    return values
+
+
+def _column_sources(analysis: QueryAnalysis) -> tuple[ColumnSource, ...]:
+    return tuple(ColumnSource(c.name, c.measurements, c.bare_aggregate)
+                 for c in analysis.columns)

@@ -1,0 +1,31 @@
+"""Sessions charging a real ledger file (not a test module): what a rejection, failure or
+cancellation must leave untouched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dpsql.accounting import Charge, Ledger
+from dpsql.session import Principal, Session
+
+DATABASE = "test-database"
+ANALYST = "alice"
+PRINCIPAL = Principal(DATABASE, ANALYST)
+
+
+def open_ledger(path: Path, *, epsilon: float = 1000.0, delta: float = 0.5) -> Ledger:
+    """A new ledger file at ``path`` granting the test analyst (epsilon, delta)."""
+    ledger = Ledger(path)
+    ledger.set_budget(DATABASE, ANALYST, epsilon, delta)
+    return ledger
+
+
+def charged(session: Session) -> list[Charge]:
+    """Every charge on the session's ledger, oldest first."""
+    assert session.ledger is not None
+    return list(session.ledger.status(DATABASE, ANALYST).history)
+
+
+def ledger_session(metadata, backend, ledger: Ledger, **kwargs) -> Session:
+    """A session over ``backend`` charging ``ledger``."""
+    return Session(metadata, backend, ledger=ledger, principal=PRINCIPAL, **kwargs)
