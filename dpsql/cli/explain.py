@@ -7,12 +7,8 @@ from pathlib import Path
 
 import click
 
-from dpsql.analysis.explain import explain, explain_text
-from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.cli.backend import backend_options, spark_argument
-from dpsql.column_types import fill_column_types
 from dpsql.errors import Error
-from dpsql.metadata import load_metadata
 
 
 @click.command("explain")
@@ -38,6 +34,12 @@ def command(metadata: Path, epsilon: float, delta: float, distance: int, databas
     OWNER ONLY: the report contains max frequencies and data-dependent sensitivities.
     """
     spark = spark_argument(backend, spark_master)
+    # imported here: the analysis pulls in sqlglot and DuckDB, which `dpsql --help` does not need
+    from dpsql.analysis.explain import explain, explain_text
+    from dpsql.backends.duckdb import DuckDBBackend
+    from dpsql.column_types import fill_column_types
+    from dpsql.metadata import load_metadata
+
     try:
         md = load_metadata(metadata)
         if spark is not None:  # the tables' types as Spark stores them

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -26,7 +26,9 @@ from dpsql.cli.backend import backend_options, spark_argument
 from dpsql.cli.commands import COMMANDS, CommandError, QuitShell, run_command
 from dpsql.cli.output import FORMATS, release_line, render_rows
 from dpsql.errors import Error
-from dpsql.metadata import Metadata
+
+if TYPE_CHECKING:
+    from dpsql.metadata import Metadata
 
 DEFAULT_EPSILON = 0.1
 DEFAULT_DELTA = 1e-8
