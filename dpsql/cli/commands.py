@@ -15,16 +15,14 @@ import difflib
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-from tabulate import tabulate
+from typing import TYPE_CHECKING, Any
 
 from dpsql.cli.output import FORMATS
 from dpsql.errors import Error
-from dpsql.metadata import Column, Domain, Table
 
 if TYPE_CHECKING:
     from dpsql.cli.shell import Shell
+    from dpsql.metadata import Column, Domain, Table
 
 Handler = Callable[["Shell", str], None]
 
@@ -125,6 +123,13 @@ def run_command(shell: Shell, line: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # Built-in commands
 # ---------------------------------------------------------------------------------------------
+
+
+def tabulate(*args: Any, **kwargs: Any) -> str:
+    """:func:`tabulate.tabulate`, imported on first use (the shell's startup does not need it)."""
+    from tabulate import tabulate as _tabulate
+
+    return _tabulate(*args, **kwargs)
 
 
 def _no_argument(name: str, argument: str) -> None:

@@ -12,15 +12,19 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import duckdb
 
 import dpsql
 from dpsql.cli.output import release_line, render_rows
-from dpsql.demo import DEMO_ANALYST, DemoFiles, create_demo, demo_home, existing_demo
 from dpsql.errors import Error
+
+if TYPE_CHECKING:
+    from dpsql.demo import DemoFiles
+
+# dpsql.demo (DuckDB, numpy) and duckdb are imported by the functions that use them, so that
+# `dpsql --help` does not load them.
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ def _owner_truths(files: DemoFiles, steps: Sequence[Step]) -> list[list[tuple[An
     Computed before the analyst's connection opens: DuckDB shares one database instance per
     file within a process, and dpsql locks that instance's configuration down.
     """
+    import duckdb
+
     with duckdb.connect(str(files.database), read_only=True) as con:
         return [con.execute(step.sql).fetchall() for step in steps]
 
@@ -103,6 +109,8 @@ def _compare(names: Sequence[str], keys: int, truth: Sequence[tuple[Any, ...]],
 
 def run_tour(files: DemoFiles) -> int:
     """Print the tour; 0 if every step behaved as described, else 1."""
+    from dpsql.demo import DEMO_ANALYST
+
     failures = 0
     click.echo(
         "You are the data owner here. 'true' values come from a plain read-only DuckDB "
@@ -169,6 +177,8 @@ def command(rebuild: bool) -> int:
     Files live in $DPSQL_HOME/demo (default ~/.cache/dpsql/demo): shop.duckdb, its metadata
     shop.yaml and ledger.sqlite, with a budget of epsilon 10, delta 1e-6 for analyst 'demo'.
     """
+    from dpsql.demo import create_demo, demo_home, existing_demo
+
     folder = demo_home()
     if rebuild or existing_demo(folder) is None:
         click.echo(f"building the demo shop in {folder} (once; `dpsql demo --rebuild` redoes "

@@ -7,12 +7,8 @@ from pathlib import Path
 
 import click
 
-from dpsql.analysis.explain import explain, explain_text
-from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.backends.types import fill_column_types
 from dpsql.cli.backend import backend_options, spark_argument
 from dpsql.errors import Error
-from dpsql.metadata import load_metadata
 
 
 @click.command("explain")
@@ -38,14 +34,17 @@ def command(metadata: Path, epsilon: float, delta: float, distance: int, databas
     OWNER ONLY: the report contains max frequencies and data-dependent sensitivities.
     """
     spark = spark_argument(backend, spark_master)
+    # imported here: the analysis pulls in sqlglot and DuckDB, which `dpsql --help` does not need
+    from dpsql.analysis.explain import explain, explain_text
+    from dpsql.backends import open_backend
+    from dpsql.backends.types import fill_column_types
+    from dpsql.metadata import load_metadata
+
     try:
         md = load_metadata(metadata)
-        if spark is not None:  # the tables' types as Spark stores them
-            from dpsql.backends.spark import SparkBackend
-
-            types_from = SparkBackend(md, spark, database=str(database) if database else None)
-        else:
-            types_from = DuckDBBackend(database, md) if database is not None else None
+        types_from = None  # the tables' types as the backend stores them, when there is one
+        if spark is not None or database is not None:
+            types_from = open_backend(backend, database, md, spark)
         if types_from is not None:
             try:
                 md = fill_column_types(md, types_from)

@@ -5,13 +5,17 @@ from __future__ import annotations
 import glob
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from dpsql.analysis.domains import check_domains
 from dpsql.cli.backend import backend_options, spark_argument
-from dpsql.metadata import Table, load_metadata, loads_metadata
-from dpsql.metadata_build import build_metadata, spark_profiling_backend
+
+if TYPE_CHECKING:
+    from dpsql.metadata import Table
+
+# dpsql.metadata_build and dpsql.analysis.domains (DuckDB, sqlglot) are imported by the
+# commands that use them, so that `dpsql --help` does not load them.
 
 
 @click.group("metadata")
@@ -59,6 +63,9 @@ def build(
     if output is not None and output.exists() and not force:
         # a reviewed file holds the owner's bound and domain decisions; never clobber it silently
         raise click.ClickException(f"{output} exists; pass --force to overwrite it")
+    from dpsql.metadata import loads_metadata
+    from dpsql.metadata_build import build_metadata, spark_profiling_backend
+
     if backend == "duckdb":
         if database is None:
             raise click.UsageError("missing --database FILE (the DuckDB database to profile)")
@@ -124,6 +131,9 @@ def _summary(t: Table, base: Path | None) -> str:
 @click.argument("path", type=click.Path(path_type=Path))
 def check(path: Path) -> None:
     """Load and validate a metadata file (ours or FLEX's); print one line per table."""
+    from dpsql.analysis.domains import check_domains
+    from dpsql.metadata import load_metadata
+
     md = load_metadata(path)  # a ProgrammingError becomes one "error: ..." line in main()
     check_domains(md)  # listed values against declared types
     for t in md.tables.values():

@@ -8,8 +8,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from tabulate import tabulate
-
 FORMATS = ("table", "csv", "json")
 
 
@@ -29,6 +27,8 @@ def render_rows(names: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str) -
         return buf.getvalue().rstrip("\n")
     if fmt == "json":
         return json.dumps([dict(zip(names, row, strict=True)) for row in rows], default=str)
+    from tabulate import tabulate  # imported here: `dpsql --help` should not pay for it
+
     return tabulate([[_cell(v) for v in row] for row in rows], headers=list(names),
                     tablefmt="simple", floatfmt="g", disable_numparse=True)
 

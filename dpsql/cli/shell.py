@@ -12,12 +12,14 @@ statements and commands in order and stops with exit status 1 at the first error
 
 from __future__ import annotations
 
+import bisect
+import functools
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -26,7 +28,9 @@ from dpsql.cli.backend import backend_options, spark_argument
 from dpsql.cli.commands import COMMANDS, CommandError, QuitShell, run_command
 from dpsql.cli.output import FORMATS, release_line, render_rows
 from dpsql.errors import Error
-from dpsql.metadata import Metadata
+
+if TYPE_CHECKING:
+    from dpsql.metadata import Metadata
 
 DEFAULT_EPSILON = 0.1
 DEFAULT_DELTA = 1e-8
@@ -47,67 +51,123 @@ class Statement:
     command: bool = False
 
 
-def _position(text: str, index: int) -> tuple[int, int]:
-    line = text.count("\n", 0, index) + 1
-    return line, index - (text.rfind("\n", 0, index) + 1) + 1
+def _positions(text: str) -> Callable[[int], tuple[int, int]]:
+    """``position(index)``: the 1-based line and column of ``text[index]``."""
+    starts = [0, *(m.end() for m in re.finditer("\n", text))]
+
+    def position(index: int) -> tuple[int, int]:
+        line = bisect.bisect_right(starts, index)
+        return line, index - starts[line - 1] + 1
+
+    return position
+
+
+def _skip_blank(text: str, i: int) -> tuple[int, bool]:
+    """The index of the first character at or after ``i`` that is neither whitespace nor inside
+    a comment (``--`` to the end of the line, ``/* */``, which nest in DuckDB as in PostgreSQL),
+    and whether the text ended inside an unterminated ``/*`` comment."""
+    n = len(text)
+    while i < n:
+        if text[i].isspace():
+            i += 1
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end + 1
+        elif text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while depth:
+                close = text.find("*/", i)
+                if close < 0:
+                    return n, True
+                opened = text.find("/*", i, close)
+                if opened >= 0:
+                    depth, i = depth + 1, opened + 2
+                else:
+                    depth, i = depth - 1, close + 2
+        else:
+            break
+    return i, False
+
+
+@functools.cache
+def _tokenizer() -> Any:
+    """sqlglot's DuckDB tokenizer, imported on first use so that `dpsql --help` stays fast."""
+    from sqlglot.dialects.duckdb import DuckDB
+
+    return DuckDB().tokenizer()
+
+
+def _statement_end(text: str, start: int) -> int | None:
+    """The index of the ``;`` ending the statement that starts at ``start``, found by sqlglot's
+    DuckDB tokenizer (so ``;`` inside '...', E'...', "...", $$...$$, $tag$...$tag$ and comments
+    does not count), or None while the statement is incomplete.
+
+    The text is tokenized a line at a time, as lines usually end between tokens: so a backslash
+    command line after the statement is not read as SQL, and a script is tokenized about once.
+    A line that ends inside a string or comment makes the tokenizer raise; the tokens it read
+    before the open one still count, and the text looked at grows (doubling, so a long string
+    is not tokenized once per line) until the string closes or the text ends: a string or
+    comment that never closes leaves the statement pending.
+    """
+    from sqlglot.errors import TokenError
+    from sqlglot.tokens import TokenType
+
+    tokenizer = _tokenizer()
+    n = len(text)
+    chunk = end = start  # text[start:chunk] holds no ';'; text[chunk:end] is tokenized next
+    lines = 1
+    while end < n:
+        for _ in range(lines):
+            newline = text.find("\n", end)
+            end = n if newline < 0 else newline + 1
+            if end == n:
+                break
+        try:
+            tokens = tokenizer.tokenize(text[chunk:end])
+        except TokenError:
+            tokens, lines = tokenizer.tokens, lines * 2  # the complete tokens before the error
+        else:
+            lines = 0
+        for token in tokens:
+            if token.token_type == TokenType.SEMICOLON:
+                return chunk + token.start
+        if not lines:
+            chunk, lines = end, 1
+    return None
 
 
 def split_script(text: str) -> tuple[list[Statement], Statement | None]:
     """The complete statements and backslash commands of ``text``, and the pending statement.
 
-    A statement ends at a ``;`` outside quotes and comments. A line starting with ``\\`` (when
-    no statement is pending) is a command. Statements holding only comments are dropped. The
-    pending statement is SQL still waiting for its ``;`` (None if there is none).
+    A statement ends at a ``;`` outside strings, quoted identifiers and comments, as DuckDB's
+    SQL is tokenized by sqlglot. A line whose first character outside comments is ``\\``
+    (when no statement is pending) is a command. Statements holding only comments are
+    dropped. The pending statement is SQL still waiting for its ``;``, or inside an
+    unterminated string or comment (None if there is none).
     """
     items: list[Statement] = []
     i, n = 0, len(text)
-    start: int | None = None  # index where the pending statement starts
-    has_code = False  # the pending statement has more than comments
-    while i < n:
-        ch = text[i]
-        if start is None:
-            if ch.isspace():
-                i += 1
-                continue
-            if ch == "\\":
-                end = text.find("\n", i)
-                end = n if end < 0 else end
-                items.append(Statement(text[i:end].strip(), *_position(text, i), command=True))
-                i = end
-                continue
-            start, has_code = i, False
-        if text.startswith("--", i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end
+    position = _positions(text)
+    while True:
+        first = i
+        while first < n and text[first].isspace():
+            first += 1
+        code, in_comment = _skip_blank(text, i)
+        if in_comment:
+            return items, Statement(text[first:].strip(), *position(first))
+        if code >= n:
+            return items, None
+        if text[code] == "\\":
+            newline = text.find("\n", code)
+            i = n if newline < 0 else newline
+            items.append(Statement(text[code:i].strip(), *position(code), command=True))
             continue
-        if text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-            continue
-        if ch in "'\"":
-            # '...' strings and "..." identifiers; a doubled quote inside is an escaped quote
-            j = i + 1
-            while True:
-                j = text.find(ch, j)
-                if j < 0 or not text.startswith(ch, j + 1):
-                    break
-                j += 2
-            i = n if j < 0 else j + 1
-            has_code = True
-            continue
-        if ch == ";":
-            if has_code:
-                items.append(Statement(text[start:i].strip(), *_position(text, start)))
-            start = None
-            i += 1
-            continue
-        if not ch.isspace():
-            has_code = True
-        i += 1
-    pending = None
-    if start is not None and has_code:
-        pending = Statement(text[start:].strip(), *_position(text, start))
-    return items, pending
+        end = _statement_end(text, code)
+        if end is None:
+            return items, Statement(text[first:].strip(), *position(first))
+        if end > code:  # something besides comments before the ';'
+            items.append(Statement(text[first:end].strip(), *position(first)))
+        i = end + 1
 
 
 def statement_complete(text: str) -> bool:
