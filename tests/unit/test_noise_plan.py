@@ -60,3 +60,25 @@ def test_absurd_noise_is_rejected_before_anything_runs():
 
     with pytest.raises(NotSupportedError, match="too large"):
         plan_noise(analyze("SELECT COUNT(*) FROM orders", shop(1)), Budget(1e-10, 0.0))
+
+
+def test_public_measurements_get_no_share_and_no_noise():
+    import dataclasses
+
+    from dpsql.analysis.kexpr import Const
+    from dpsql.noise.plan import is_public, is_public_query
+
+    private = analyze("SELECT COUNT(*) AS n, SUM(cost) AS s FROM orders", shop(100))
+    count, total = private.measurements
+    public = dataclasses.replace(total, sensitivity=Const(0.0))
+    mixed = dataclasses.replace(private, measurements=(count, public))
+    assert not is_public(count) and is_public(public) and not is_public_query(mixed)
+    plans = plan_noise(mixed, Budget(0.5, 0.0))
+    # basic composition over the private measurements only: all of epsilon goes to the count
+    assert [p.epsilon for p in plans] == [0.5, 0.0]
+    assert plans[0].scale == 1 / 0.5 and plans[1].scale == 0.0
+    only_public = dataclasses.replace(private, measurements=(public,))
+    assert is_public_query(only_public)
+    assert [p.epsilon for p in plan_noise(only_public, None)] == [0.0]
+    with pytest.raises(Exception, match="no epsilon"):
+        plan_noise(mixed, None)
