@@ -1,4 +1,4 @@
-"""PEP 249 exception tree plus the differential-privacy rejections (DESIGN.md section 6).
+"""PEP 249 exception tree plus the differential-privacy rejections (docs/design.md, "Interfaces").
 
 Every rejection message says which construct was refused and what would make the query
 acceptable. Messages never quote private values, max frequencies or sensitivities.

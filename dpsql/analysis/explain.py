@@ -1,4 +1,4 @@
-"""The owner-facing privacy report of a query (``dpsql explain``; DESIGN.md section 6).
+"""The owner-facing privacy report of a query (``dpsql explain``; docs/design.md, "Interfaces").
 
 It shows data-dependent quantities (max frequencies, elastic and smooth sensitivities, noise
 scales), so it is for the data owner only: analyst-facing code never calls it.

@@ -1,4 +1,4 @@
-"""Column types from the attached database (owner side; DESIGN.md section 3, join keys).
+"""Column types from the attached database (owner side; docs/design.md, "Rules", join keys).
 
 The join, IN and EXISTS rules need each key's type (dpsql.analysis.keytypes), and metadata
 often has none: FLEX's format has no types, and ours makes ``type`` optional. Whenever an

@@ -1,4 +1,4 @@
-"""Noise for dpsql: the only module that draws random numbers (DESIGN.md section 4).
+"""Noise for dpsql: the only module that draws random numbers (docs/design.md, "Noise").
 
 Every released number gets its noise here, from the operating system's CSPRNG (``os.urandom``),
 vectorised with numpy. Nothing in this module uses numpy's generators, :mod:`random`, or a seed.
@@ -352,7 +352,7 @@ def laplace_half_width(scale: float, confidence: float = 0.95, cells: int = 1) -
     P(|Lap(b)| >= k - 1/2)``, so the integer error exceeds ``alpha + 1/2`` with probability at
     most ``beta``; :func:`release_sums` errs by at most ``alpha + g`` (``g`` its grid step).
     The scale itself may be data-dependent (smoothed sensitivity): show the result only where
-    the scale may be shown (DESIGN.md section 2).
+    the scale may be shown (docs/design.md, "Privacy model").
     """
     scale = _check_scale(scale)
     if isinstance(confidence, bool) or not isinstance(confidence, int | float | np.floating):

@@ -174,7 +174,7 @@ def test_flex_format_metadata_gets_types_too(tmp_path):
 
 
 def test_explain_without_a_database_lists_unchecked_key_types():
-    # DESIGN.md's worked example on FLEX's untyped schema: same numbers, and a warning
+    # docs/design.md's worked example on FLEX's untyped schema: same numbers, and a warning
     md = load_metadata("tests/fixtures/flex_schema.yaml")
     report = explain("SELECT COUNT(*) AS n FROM orders JOIN recommendations ON "
                      "orders.customer_id = recommendations.customer_id", md,

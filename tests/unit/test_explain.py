@@ -1,4 +1,4 @@
-"""The owner-facing explain report (DESIGN.md section 6)."""
+"""The owner-facing explain report (docs/design.md, "Interfaces")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Every category of the allow-list is rejected before anything is charged or executed.
 
-For each query: ``Engine.run`` raises exactly the class DESIGN.md section 6 assigns (the class
+For each query: ``Engine.run`` raises exactly the class docs/design.md, "Interfaces" assigns (the class
 itself, not just a parent), never reaches DuckDB (a real DuckDBBackend subclass records every
 ``execute`` call and the list must stay empty), never calls the charge hook, and the message is
 a sentence that says what to change. Classes:

@@ -1,4 +1,4 @@
-"""Smoothing and noise scales (DESIGN.md section 4)."""
+"""Smoothing and noise scales (docs/design.md, "Noise")."""
 
 from __future__ import annotations
 
