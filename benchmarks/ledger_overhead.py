@@ -2,7 +2,8 @@
 
     python -m benchmarks.ledger_overhead [--n 500] [--dir DIR] [--json]
 
-Targets (docs/design.md, "Budget and accounting" / the accounting brief): charge <= 3 ms, cache hit <= 1 ms (median).
+Targets (docs/design.md, "Budget and accounting"): charge <= 3 ms, cache hit <= 1 ms
+(median).
 ``--dir`` chooses the filesystem (the charge cost is dominated by its fsync); default: a temp dir.
 Also reports how long opening a ledger with many charges takes (it runs PRAGMA quick_check).
 """

@@ -24,6 +24,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -50,7 +51,7 @@ _DAYS = 730
 #: the owner's review: (table, column) -> settings added to the drafted metadata. Bounds are
 #: policy (what one row may contribute), not observed min/max; domains are values the owner
 #: agrees to publish as bins.
-_REVIEWED: dict[tuple[str, str], dict[str, object]] = {
+_REVIEWED: dict[tuple[str, str], dict[str, Any]] = {
     ("orders", "status"): {"releasable": True, "domain": Domain(values=STATUSES)},
     ("orders", "product_id"): {
         "releasable": True, "domain": Domain(table="products", column="product_id")

@@ -338,8 +338,11 @@ def _schema(metadata: Metadata) -> MappingSchema:
     if hit is not None and hit[0]() is metadata:
         return hit[1]
     schema = MappingSchema(metadata.sqlglot_schema(), dialect=DIALECT)
-    _SCHEMAS[key] = (weakref.ref(metadata, lambda _ref, key=key: _SCHEMAS.pop(key, None)),
-                     schema)
+
+    def forget(_ref: object, key: int = key) -> None:
+        _SCHEMAS.pop(key, None)
+
+    _SCHEMAS[key] = (weakref.ref(metadata, forget), schema)
     return schema
 
 

@@ -48,7 +48,7 @@ class DuckDBBackend:
     def __init__(
         self, database: str | os.PathLike | None, metadata: Metadata | None = None
     ) -> None:
-        path = ":memory:" if database in (None, "", ":memory:") else os.fspath(database)
+        path = ":memory:" if database is None else os.fsdecode(database) or ":memory:"
         if path != ":memory:" and not Path(path).exists():
             raise OperationalError(f"database file {path!r} does not exist")
         try:
@@ -66,8 +66,9 @@ class DuckDBBackend:
         # process, so another dpsql connection may already have locked it down.
         locked = self._setting("lock_configuration")
         if not locked:
-            files = [s.source for s in sources if not _is_glob(s.source)]
-            dirs = [str(Path(s.source).parent) for s in sources if _is_glob(s.source)]
+            paths = [t.source for t in sources if t.source]
+            files = [p for p in paths if not _is_glob(p)]
+            dirs = [str(Path(p).parent) for p in paths if _is_glob(p)]
             if files:
                 self._con.execute(f"SET allowed_paths=[{', '.join(map(_quote_str, files))}]")
             if dirs:

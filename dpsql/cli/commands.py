@@ -6,7 +6,8 @@ the shell only through the attributes and methods of :class:`dpsql.cli.shell.She
 problems by raising :class:`CommandError` (the shell prints it as one error line).
 
 Analyst-facing output never shows max frequencies or row counts of private tables: those are
-data-dependent (docs/design.md, "Privacy model"). Bounds and domains are shown: they are declared policy.
+data-dependent (docs/design.md, "Privacy model"). Bounds and domains are shown: they are
+declared policy.
 """
 
 from __future__ import annotations

@@ -126,9 +126,10 @@ def run_tour(files: DemoFiles) -> int:
             try:
                 cur = conn.cursor()
                 cur.execute(step.sql, epsilon=step.epsilon, delta=step.delta)
-                names = [d[0] for d in cur.description]
+                names = [d[0] for d in cur.description or ()]
                 rows = cur.fetchall()
                 release = cur.release
+                assert release is not None  # execute() succeeded
             except Error as err:
                 click.echo(click.style(f"error: {err.message}", fg="red"), err=True)
                 failures += 1

@@ -36,16 +36,17 @@ def command(metadata: Path, database: Path | None, epsilon: float, delta: float,
             sql: str) -> int:
     """Run SQL with differential privacy and print the noisy rows and the release record."""
     spark = spark_argument(backend, spark_master)
-    if backend == "spark" and database is not None:
-        database = str(database)  # a catalog database name, not a file
+    # with Spark: a catalog database name, not a file
+    target = str(database) if backend == "spark" and database is not None else database
     try:
-        with dpsql.connect(database, metadata, analyst=analyst, ledger=ledger, backend=backend,
+        with dpsql.connect(target, metadata, analyst=analyst, ledger=ledger, backend=backend,
                            spark=spark) as conn:
             cur = conn.cursor()
             cur.execute(sql, epsilon=epsilon, delta=delta)
-            names = [d[0] for d in cur.description]
+            names = [d[0] for d in cur.description or ()]
             rows = cur.fetchall()
             release = cur.release
+            assert release is not None  # execute() succeeded
     except Error as err:
         if fmt != "json":
             raise

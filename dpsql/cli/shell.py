@@ -316,7 +316,8 @@ def sql_completer(metadata: Metadata) -> Any:
 
         def get_completions(self, document: Any, complete_event: Any) -> Iterator[Completion]:
             before = document.text_before_cursor
-            word = re.search(r"[\\\w.]*$", before).group()
+            found = re.search(r"[\\\w.]*$", before)
+            word = found.group() if found else ""
             if before.lstrip().startswith("\\"):
                 head = before.lstrip()
                 if " " not in head:
@@ -472,7 +473,7 @@ def command(database: Path | None, metadata: Path | None, analyst: str | None,
         shell = Shell(conn, conn.metadata, analyst=analyst, epsilon=epsilon, delta=delta,
                       owner=owner, fmt=fmt)
         if sql is not None or not sys.stdin.isatty():
-            text = sql if sql is not None else click.get_text_stream("stdin").read()
+            text = sql if sql is not None else sys.stdin.read()
             try:
                 ok = shell.run_all(script_items(text), stop_on_error=True)
             except QuitShell:

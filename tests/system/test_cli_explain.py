@@ -1,4 +1,5 @@
-"""`dpsql explain` end to end: the JSON of docs/design.md, "Interfaces", the text derivation, errors."""
+"""`dpsql explain` end to end: the JSON of docs/design.md ("Interfaces"), the text derivation,
+errors."""
 
 import json
 import subprocess

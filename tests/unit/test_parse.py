@@ -1,4 +1,5 @@
-"""Every rejection class of the analysis, with a representative query each (docs/design.md, "Interfaces").
+"""Every rejection class of the analysis, with a representative query each (docs/design.md,
+"Interfaces").
 
 Each case checks the exception class (and so its PEP 249 parent) and that the message names the
 refused construct, so the analyst knows what to change. Rejections happen before any database

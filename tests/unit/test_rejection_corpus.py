@@ -1,9 +1,9 @@
 """Every category of the allow-list is rejected before anything is charged or executed.
 
-For each query: ``Engine.run`` raises exactly the class docs/design.md, "Interfaces" assigns (the class
-itself, not just a parent), never reaches DuckDB (a real DuckDBBackend subclass records every
-``execute`` call and the list must stay empty), never calls the charge hook, and the message is
-a sentence that says what to change. Classes:
+For each query: ``Session.run`` raises exactly the class docs/design.md ("Interfaces") assigns
+(the class itself, not just a parent), never reaches DuckDB (a real DuckDBBackend subclass
+records every ``execute`` call and the list must stay empty), charges nothing on a real ledger
+file, and the message is a sentence that says what to change. Classes:
 
 * ``UnsupportedQueryError``: not an aggregate query dpsql can release — DDL/DML, PRAGMA, SET,
   ATTACH, COPY, INSTALL, LOAD, CALL, several statements, raw rows, no FROM;
