@@ -11,11 +11,18 @@ from dpsql.rewrite.context import RewriteContext
 
 def not_in_as_not_exists(query: exp.Expression, *,
                          ctx: RewriteContext | None) -> exp.Expression:
-    """``x NOT IN (SELECT y ...)`` -> ``NOT EXISTS (SELECT 1 FROM (...) s WHERE s.y = x)``."""
-    for n, not_node in enumerate(list(query.find_all(exp.Not))):
+    """``x NOT IN (SELECT y ...)`` -> ``NOT EXISTS (SELECT 1 FROM (...) s WHERE s.y = x)``.
+
+    Innermost first: the probe holds a copy of the subquery, so a NOT IN nested inside it must
+    already be rewritten when the copy is taken (else it keeps plain NOT IN semantics, and one
+    NULL in its subquery would empty it).
+    """
+    targets = [node for node in query.find_all(exp.Not, bfs=False)
+               if isinstance(node.this.unnest(), exp.In)
+               and node.this.unnest().args.get("query") is not None]
+    # aliases in text order, rewrites from the last (innermost) back
+    for n, not_node in reversed(list(enumerate(targets))):
         inner = not_node.this.unnest()
-        if not (isinstance(inner, exp.In) and inner.args.get("query") is not None):
-            continue
         sub = inner.args["query"]
         sub = sub.this if isinstance(sub, exp.Subquery) else sub
         alias = f"__dpsql_notin{n}"
