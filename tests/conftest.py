@@ -11,8 +11,13 @@ import duckdb
 import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
-from tests.backends import RecordingDuckDBBackend, export_parquet, spark_backend_class, with_sources
-from tests.unit.shop_fixture import build_shop
+from tests.recording import (
+    RecordingDuckDBBackend,
+    export_parquet,
+    spark_backend_class,
+    with_sources,
+)
+from tests.shop_fixture import build_shop
 
 SPARK_CONF = {
     "spark.ui.enabled": "false",
@@ -74,7 +79,7 @@ def make_backend(request, backend_name, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shop(request, tmp_path_factory):
-    """The shop database (tests/unit/shop_fixture.py), one file per test module: DuckDB shares
+    """The shop database (tests/shop_fixture.py), one file per test module: DuckDB shares
     one database instance per file within a process and dpsql locks its configuration."""
     folder = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
     return build_shop(folder / "shop.duckdb")
@@ -86,3 +91,14 @@ def reference(shop):
     con = duckdb.connect(str(shop.path), read_only=True)
     yield con
     con.close()
+
+
+#: suites marked ``slow`` by where they live: brute force over neighbours, statistical tests
+#: of the noise, and the differential fuzzer (``-m "not slow"`` leaves them out; CI runs them)
+SLOW_FOLDERS = ("bruteforce", "statistical", "fuzz")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(part in SLOW_FOLDERS for part in item.path.parts[-3:-1]):
+            item.add_marker(pytest.mark.slow)

@@ -22,9 +22,9 @@ from dpsql.errors import (
     QueryCancelledError,
 )
 from dpsql.metadata import loads_metadata
-from tests.backends import RecordingDuckDBBackend
 from tests.ledgers import ANALYST, DATABASE, charged, ledger_session, open_ledger
-from tests.unit.shop_fixture import ZeroNoise
+from tests.recording import RecordingDuckDBBackend
+from tests.shop_fixture import ZeroNoise
 
 METADATA = """\
 tables:

@@ -29,7 +29,7 @@ empty one), so a constant that can fail is itself data-dependent.
 
 Precondition: declared metadata types are the database's types (the engine checks them against
 the backend when it can; a wrong declaration is as unsafe as a wrong max frequency).
-Checked on DuckDB with extreme stored values by tests/unit/test_safe_compare.py.
+Checked on DuckDB with extreme stored values by tests/rewrite/test_safe_compare.py.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from dpsql.execute.exact import read_exact
 from dpsql.session import Session
 from tests.fuzz import worlds
 from tests.fuzz.grammar import Query, queries
-from tests.unit.shop_fixture import ZeroNoise
+from tests.shop_fixture import ZeroNoise
 
 FUZZ_EXAMPLES = int(os.environ.get("DPSQL_FUZZ_EXAMPLES", "150"))
 SETTINGS = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dpsql.metadata import Metadata, loads_metadata
-from tests.unit.neighbours import write_database
+from tests.neighbours import write_database
 
 SCHEMA = [
     "CREATE TABLE t (id INTEGER, n INTEGER, s VARCHAR, f VARCHAR, d DATE, x DOUBLE, "

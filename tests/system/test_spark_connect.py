@@ -19,8 +19,8 @@ from dpsql.cli.main import main
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import dump_metadata
 from dpsql.metadata_build import build_metadata
-from tests.backends import export_parquet, with_sources
-from tests.unit.shop_fixture import build_shop
+from tests.recording import export_parquet, with_sources
+from tests.shop_fixture import build_shop
 
 JOIN = ("SELECT COUNT(*) AS n FROM orders o JOIN customers c ON o.customer_id = c.customer_id "
         "WHERE c.region = 'north'")

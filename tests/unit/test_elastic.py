@@ -22,7 +22,7 @@ from dpsql.errors import (
 )
 from dpsql.metadata import Column, Domain, Metadata, Table, load_metadata
 from dpsql.noise.plan import plan_noise
-from tests.unit.typed_metadata import typed
+from tests.typed_metadata import typed
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -26,8 +26,8 @@ import pytest
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.metadata import loads_metadata
 from dpsql.session import Session
-from tests.backends import RecordingDuckDBBackend
-from tests.unit.shop_fixture import ZeroNoise
+from tests.recording import RecordingDuckDBBackend
+from tests.shop_fixture import ZeroNoise
 
 # price DECIMAL(15,2) in [1.50, 80.25]; n INTEGER in [-3, 12]; x DOUBLE with a NaN; empty_col
 # all NULL; g the group key.

@@ -5,7 +5,7 @@ Spark over the same tables as Parquet); the reference is always plain SQL on Duc
 
 This is the contract of :mod:`dpsql.rewrite` (clamping, domain bins, TRY totality, NOT IN with
 NOT EXISTS semantics, post-processing over the noisy table) checked end to end through
-:meth:`Engine.run`: the shop database (``tests/unit/shop_fixture.py``) keeps every SUM argument
+:meth:`Engine.run`: the shop database (``tests/shop_fixture.py``) keeps every SUM argument
 inside its bounds and every group-key value inside its declared domain, so the only differences
 the rewrite may introduce are the documented ones, each tested on its own below (an extra domain
 value gains an empty bin, a value outside the domain is dropped, NOT IN over a NULL follows NOT
@@ -30,7 +30,7 @@ import sqlglot
 from dpsql.errors import ProgrammingError
 from dpsql.rewrite.not_in import null_safe_not_in
 from dpsql.session import Session
-from tests.unit.shop_fixture import STATUSES, ZeroNoise, build_shop
+from tests.shop_fixture import STATUSES, ZeroNoise, build_shop
 
 EPSILON = 1000.0
 DELTA = 1e-6

@@ -18,7 +18,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import Error
 from dpsql.metadata import Metadata
 from dpsql.session import Session
-from tests.unit.shop_fixture import ZeroNoise
+from tests.shop_fixture import ZeroNoise
 
 Rows = dict[str, Sequence[tuple[Any, ...]]]
 

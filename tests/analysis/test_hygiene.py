@@ -16,7 +16,7 @@ from dpsql.analysis.elastic import analyze
 from dpsql.analysis.hygiene import MAX_CONNECTIVES, MAX_DEPTH, MAX_SQL_CHARS
 from dpsql.errors import ProgrammingError, UnsupportedConstructError, UnsupportedQueryError
 from dpsql.metadata import loads_metadata
-from tests.unit.neighbours import engine, neighbour_pair, same_outcome
+from tests.neighbours import engine, neighbour_pair, same_outcome
 
 SCHEMA = [
     "CREATE TABLE orders (order_id INTEGER, customer_id INTEGER, product_id INTEGER, "

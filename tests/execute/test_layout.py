@@ -23,7 +23,7 @@ from dpsql.execute.post import sort_order as _sort_order
 from dpsql.metadata import loads_metadata
 from dpsql.rewrite.post import post_processing_sql
 from dpsql.session import Session
-from tests.unit.shop_fixture import REGIONS, SEGMENTS, STATUSES, ZeroNoise
+from tests.shop_fixture import REGIONS, SEGMENTS, STATUSES, ZeroNoise
 
 
 def _engine(metadata, shop):

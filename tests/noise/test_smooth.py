@@ -18,7 +18,7 @@ from dpsql.metadata import Column, Metadata, Table, load_metadata
 from dpsql.noise.mechanisms import MAX_DISCRETE_SCALE
 from dpsql.noise.plan import count_window, plan_noise
 from dpsql.noise.smooth import beta_for, smooth
-from tests.unit.typed_metadata import typed
+from tests.typed_metadata import typed
 
 ROOT = Path(__file__).resolve().parents[2]
 # FLEX's schema declares no types (its format has none); a real database would say INTEGER.

@@ -36,7 +36,7 @@ from dpsql.rewrite.safe_compare import (
     fold_date_intervals,
 )
 from dpsql.session import Session
-from tests.unit.shop_fixture import ZeroNoise
+from tests.shop_fixture import ZeroNoise
 
 #: column -> (declared type, extreme values as SQL literals)
 COLUMNS = {

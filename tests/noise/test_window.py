@@ -12,7 +12,7 @@ import pytest
 
 from dpsql.metadata import loads_metadata
 from dpsql.noise.plan import count_window
-from tests.unit.neighbours import outcome, write_database
+from tests.neighbours import outcome, write_database
 
 SCHEMA = ["CREATE TABLE a (k INTEGER)", "CREATE TABLE b (k INTEGER)"]
 ROWS = {"a": [(i % 3,) for i in range(300)], "b": [(i % 3,) for i in range(300)]}

@@ -18,9 +18,9 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import NotSupportedError, OperationalError, ProgrammingError
 from dpsql.metadata import loads_metadata
 from dpsql.session import Session
-from tests.backends import export_parquet, with_sources
+from tests.recording import export_parquet, with_sources
+from tests.rewrite.test_rewrite_equivalence import BROKEN, NOT_IN_OVER_NULL, QUERIES
 from tests.shared_data import needs_pums
-from tests.unit.test_rewrite_equivalence import BROKEN, NOT_IN_OVER_NULL, QUERIES
 
 # --------------------------------------------------------------------------- translation
 # (sqlglot only: these run without pyspark)

@@ -23,7 +23,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import OperationalError
 from dpsql.metadata import loads_metadata
 from dpsql.session import Session
-from tests.unit.shop_fixture import ZeroNoise, insert_rows
+from tests.shop_fixture import ZeroNoise, insert_rows
 
 SECRET_CODE = "SECRET-7731"
 INT32_MAX = 2147483647

@@ -10,7 +10,7 @@ from dpsql.budget import Budget
 from dpsql.metadata import Column, Metadata, Table
 from dpsql.noise import mechanisms
 from dpsql.noise.plan import plan_noise
-from tests.unit.typed_metadata import typed
+from tests.typed_metadata import typed
 
 
 def shop(mf_customer: int) -> Metadata:

@@ -11,7 +11,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.cli.main import main
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import loads_metadata
-from tests.unit.neighbours import engine, neighbour_pair, same_outcome
+from tests.neighbours import engine, neighbour_pair, same_outcome
 
 
 def _metadata(column_type: str, values: str):

@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 from dpsql.metadata import loads_metadata
-from tests.unit.neighbours import engine, neighbour_pair, same_outcome
+from tests.neighbours import engine, neighbour_pair, same_outcome
 
 SCHEMA = ["CREATE TABLE t (id INTEGER, n INTEGER, s VARCHAR, flag VARCHAR, b BOOLEAN)",
           "CREATE TABLE u (id INTEGER, s VARCHAR)"]

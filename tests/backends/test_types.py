@@ -15,8 +15,8 @@ from dpsql.backends.types import fill_column_types
 from dpsql.errors import MissingMetricError, ProgrammingError
 from dpsql.metadata import load_metadata, loads_metadata
 from dpsql.session import Session
-from tests.backends import RecordingDuckDBBackend
 from tests.ledgers import charged, ledger_session, open_ledger
+from tests.recording import RecordingDuckDBBackend
 
 UNTYPED = """
 tables:

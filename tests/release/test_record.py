@@ -1,0 +1,66 @@
+"""dpsql/release/record.py: the release record says what was spent, and never a data-dependent
+scale."""
+
+from pathlib import Path
+
+import pytest
+
+from dpsql.analysis.elastic import analyze
+from dpsql.budget import Budget
+from dpsql.metadata import load_metadata, loads_metadata
+from dpsql.noise import mechanisms
+from dpsql.noise.plan import plan_noise
+from dpsql.release.record import CONFIDENCE, ColumnSource, release_record
+from tests.typed_metadata import typed
+
+ROOT = Path(__file__).resolve().parents[2]
+FLEX = typed(load_metadata(ROOT / "schemas" / "flex_test.yaml"))
+JOIN = ("SELECT COUNT(*) AS n FROM orders JOIN recommendations "
+        "ON orders.customer_id = recommendations.customer_id")
+BOTH = loads_metadata("""
+tables:
+  p:
+    public: true
+    columns:
+      x: {type: INTEGER, bounds: [0, 10]}
+  t:
+    columns:
+      v: {type: INTEGER, bounds: [-2, 5]}
+""")
+
+
+def _record(sql, metadata, budget, n_bins=1):
+    analysis = analyze(sql, metadata)
+    plans = plan_noise(analysis, budget)
+    columns = tuple(ColumnSource(c.name, c.measurements, c.bare_aggregate)
+                    for c in analysis.columns)
+    return release_record(columns, plans, "fp", n_bins), plans
+
+
+def test_a_pure_count_has_its_exact_half_width_over_every_bin():
+    record, (plan,) = _record("SELECT COUNT(*) AS n FROM orders", FLEX, Budget(0.5), n_bins=7)
+    (column,) = record.columns
+    assert (record.epsilon, record.delta, record.mechanism) == (0.5, 0.0, "discrete_laplace")
+    want = mechanisms.laplace_half_width(plan.scale, CONFIDENCE, cells=7) + 0.5
+    assert column.half_width_95 == want and column.epsilon == 0.5
+    assert not record.free
+
+
+def test_a_smoothed_release_shows_no_half_width():
+    record, _ = _record(JOIN, FLEX, Budget(0.1, 1e-8))
+    assert record.mechanism == "smoothed_discrete_laplace"
+    assert record.columns[0].half_width_95 is None  # it would reveal the smoothed scale
+    assert (record.epsilon, record.delta) == (0.1, 1e-8)
+
+
+def test_a_public_release_is_exact_and_free():
+    record, _ = _record("SELECT COUNT(*) AS n, SUM(x) AS s FROM p", BOTH, None)
+    assert record.free and record.mechanism == "exact"
+    assert (record.epsilon, record.delta) == (0.0, 0.0)
+    assert [c.half_width_95 for c in record.columns] == [0.0, 0.0]
+
+
+def test_columns_split_the_budget_and_it_sums_back():
+    record, _ = _record("SELECT COUNT(*) AS n, SUM(v) AS s FROM t", BOTH, Budget(0.3))
+    assert [c.epsilon for c in record.columns] == pytest.approx([0.15, 0.15])
+    assert record.epsilon == pytest.approx(0.3)
