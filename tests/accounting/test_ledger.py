@@ -174,6 +174,88 @@ def test_reset_forgets_charges_keeps_budget_and_ids(ledger):
     assert spend(ledger, 1.0) > last  # ids are never reused
 
 
+# -- refunds ----------------------------------------------------------------------------------
+
+
+def test_refund_restores_spending_exactly_and_removes_the_charge(ledger):
+    ledger.set_budget(DB, "alice", 1.0, 1e-6)
+    kept = spend(ledger, 0.1, 1e-9)
+    refunded = spend(ledger, 0.3, 3e-9)
+    before = ledger.status(DB, "alice")
+    assert before.epsilon_spent == 0.4 and [c.id for c in before.history] == [kept, refunded]
+    ledger.refund(DB, "alice", refunded)
+    after = ledger.status(DB, "alice")
+    # exact: the refund subtracts the same integer units the charge added (no float residue)
+    assert (after.epsilon_spent, after.delta_spent) == (0.1, 1e-9)
+    assert after._units == (10**12, 10**12, 10**11, 10**9)
+    assert [c.id for c in after.history] == [kept]  # only the refunded row is gone
+    assert (after.epsilon_remaining, after.delta_remaining) == (0.9, 9.99e-7)
+    ledger.refund(DB, "alice", kept)
+    empty = ledger.status(DB, "alice")
+    assert empty.history == () and empty._units == (10**12, 10**12, 0, 0)
+    assert empty.epsilon_remaining == 1.0 and empty.delta_remaining == 1e-6
+    assert spend(ledger, 1.0) > refunded  # refunded ids are not reused either
+
+
+def test_refund_twice_fails_closed(ledger):
+    ledger.set_budget(DB, "alice", 1.0, 0.0)
+    spend(ledger, 0.2)
+    charge_id = spend(ledger, 0.5)
+    ledger.refund(DB, "alice", charge_id)
+    with pytest.raises(OperationalError, match=f"charge {charge_id} .*cannot be refunded"):
+        ledger.refund(DB, "alice", charge_id)
+    status = ledger.status(DB, "alice")  # the failed refund changed nothing
+    assert status.epsilon_spent == 0.2 and len(status.history) == 1
+
+
+def test_refund_of_another_principals_charge_fails_closed(ledger):
+    ledger.set_budget(DB, "alice", 1.0, 0.0)
+    ledger.set_budget(DB, "bob", 1.0, 0.0)
+    ledger.set_budget("other.duckdb", "alice", 1.0, 0.0)
+    bobs = spend(ledger, 0.5, analyst="bob")
+    spend(ledger, 0.25)
+    elsewhere = spend(ledger, 0.75, database="other.duckdb")
+    with pytest.raises(OperationalError, match="cannot be refunded"):
+        ledger.refund(DB, "alice", bobs)  # bob's charge, refunded as alice
+    with pytest.raises(OperationalError, match="cannot be refunded"):
+        ledger.refund(DB, "alice", elsewhere)  # alice's charge, but on another database
+    with pytest.raises(OperationalError, match="cannot be refunded"):
+        ledger.refund(DB, "alice", elsewhere + 1000)  # no such charge at all
+    assert ledger.status(DB, "bob").epsilon_spent == 0.5
+    assert [c.id for c in ledger.status(DB, "bob").history] == [bobs]
+    assert ledger.status(DB, "alice").epsilon_spent == 0.25
+    assert ledger.status("other.duckdb", "alice").epsilon_spent == 0.75
+
+
+def test_refund_after_reset_fails_closed(ledger):
+    ledger.set_budget(DB, "alice", 1.0, 0.0)
+    charge_id = spend(ledger, 0.5)
+    ledger.reset(DB, "alice")
+    with pytest.raises(OperationalError, match="cannot be refunded"):
+        ledger.refund(DB, "alice", charge_id)
+    assert ledger.status(DB, "alice").epsilon_spent == 0.0  # never negative
+
+
+def test_refund_is_durable(tmp_path):
+    path = tmp_path / "l.sqlite"
+    with Ledger(path) as book:
+        book.set_budget(DB, "alice", 1.0, 0.0)
+        kept = spend(book, 0.4)
+        refunded = spend(book, 0.6)
+        book.refund(DB, "alice", refunded)
+    with Ledger(path) as book:
+        status = book.status(DB, "alice")  # also cross-checks the running sums against the rows
+        assert status.epsilon_spent == 0.4 and [c.id for c in status.history] == [kept]
+        spend(book, 0.6)  # the refunded epsilon is available again
+        with pytest.raises(BudgetExhaustedError):
+            spend(book, 1e-12)
+        with pytest.raises(OperationalError, match="cannot be refunded"):
+            book.refund(DB, "alice", refunded)
+    conn = sqlite3.connect(path)  # the row itself is gone from the file, not just hidden
+    assert conn.execute("SELECT count(*) FROM charges WHERE id = ?", (refunded,)).fetchone() == (0,)
+    conn.close()
+
+
 def test_empty_analyst_rejected(ledger):
     with pytest.raises(ProgrammingError):
         ledger.set_budget(DB, "", 1.0, 0.0)

@@ -11,9 +11,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpsql.accounting import Ledger
+from dpsql.accounting import DELTA_UNIT_EXPONENT, EPSILON_UNIT_EXPONENT, MAX_EPSILON, Ledger
+from dpsql.accounting.units import _delta_float, _delta_units, _eps_float, _eps_units
 from dpsql.errors import BudgetExhaustedError, ProgrammingError
 from tests.accounting.helpers import DB, spend
+
+
+def test_units_round_charges_up_and_budgets_down():
+    assert (EPSILON_UNIT_EXPONENT, DELTA_UNIT_EXPONENT) == (12, 18)
+    assert _eps_units(0.01, charge=True) == _eps_units(0.01, charge=False) == 10**10
+    assert _eps_units(1e-13, charge=True) == 1 and _eps_units(1e-13, charge=False) == 0
+    assert _delta_units(1e-19, charge=True) == 1 and _delta_units(1e-19, charge=False) == 0
+    assert _delta_units(1, charge=True) == 10**18
+    assert _eps_units(MAX_EPSILON, charge=False) == MAX_EPSILON * 10**12 < 2**63
+    assert _eps_float(3 * 10**12) == 3.0 and _delta_float(10**9) == 1e-9
+    with pytest.raises(ProgrammingError, match="epsilon must be <="):
+        _eps_units(MAX_EPSILON + 1, charge=True)
+    with pytest.raises(ProgrammingError, match="delta must be <= 1"):
+        _delta_units(1.0000001, charge=False)
 
 
 def test_fixed_point_is_exact_300_charges_of_a_cent(ledger):
