@@ -51,7 +51,7 @@ _STAGES = [
      ("sqlglot/expressions.py", "sqlglot/expressions/core.py"), "sql"),
     ("sqlglot Expression.copy (deepcopy, all callers)",
      ("sqlglot/expressions.py", "sqlglot/expressions/core.py"), "copy"),
-    ("Metadata.sqlglot_schema", "dpsql/metadata.py", "sqlglot_schema"),
+    ("Metadata.sqlglot_schema", "dpsql/metadata/model.py", "sqlglot_schema"),
 ]
 
 

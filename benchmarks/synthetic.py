@@ -28,7 +28,7 @@ import duckdb
 import yaml
 
 from dpsql.metadata import dump_metadata, load_metadata
-from dpsql.metadata_build import build_metadata
+from dpsql.metadata.build import build_metadata
 
 from .tpch_data import Dataset, write_database
 

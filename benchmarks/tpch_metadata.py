@@ -1,6 +1,6 @@
 """dpsql metadata for the benchmark's TPC-H database.
 
-Max frequencies and row counts come from :func:`dpsql.metadata_build.build_metadata` on the
+Max frequencies and row counts come from :func:`dpsql.metadata.build.build_metadata` on the
 generated database (so they are exact for the scale being run); nation, region and part are
 public, as in FLEX's TPC-H experiment (plus ``supplier_names``, the public list of supplier
 names that the TPC-H specification fixes for a scale factor, used as the domain of ``s_name``).
@@ -18,7 +18,7 @@ import duckdb
 import yaml
 
 from dpsql.metadata import dump_metadata, load_metadata
-from dpsql.metadata_build import build_metadata
+from dpsql.metadata.build import build_metadata
 
 from .tpch_gen import PRIORITIES, SEGMENTS, SHIP_INSTRUCT, SHIP_MODES
 

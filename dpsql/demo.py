@@ -5,7 +5,7 @@
 * ``shop.duckdb`` with ``customers`` (private), ``orders`` (private), ``products`` (public) and
   ``recommendations`` (private), generated from a fixed seed (same files on every machine
   with the same numpy and DuckDB versions);
-* ``shop.yaml``: the metadata drafted by :func:`dpsql.metadata_build.build_metadata`, plus the
+* ``shop.yaml``: the metadata drafted by :func:`dpsql.metadata.build.build_metadata`, plus the
   bounds and domains a data owner would declare after review (see ``_REVIEWED``), and the
   ledger's path;
 * ``ledger.sqlite``: a budget for the analyst ``demo`` (:data:`DEMO_EPSILON`,
@@ -32,7 +32,7 @@ import numpy as np
 from dpsql.accounting import Ledger, database_identity
 from dpsql.errors import OperationalError
 from dpsql.metadata import Column, Domain, Metadata, dump_metadata, load_metadata, loads_metadata
-from dpsql.metadata_build import build_metadata
+from dpsql.metadata.build import build_metadata
 
 DEMO_ANALYST = "demo"
 DEMO_EPSILON = 10.0

@@ -14,7 +14,7 @@ from dpsql.cli.backend import backend_options, spark_argument
 if TYPE_CHECKING:
     from dpsql.metadata import Table
 
-# dpsql.metadata_build and dpsql.analysis.domains (DuckDB, sqlglot) are imported by the
+# dpsql.metadata.build and dpsql.analysis.domains (DuckDB, sqlglot) are imported by the
 # commands that use them, so that `dpsql --help` does not load them.
 
 
@@ -64,7 +64,7 @@ def build(
         # a reviewed file holds the owner's bound and domain decisions; never clobber it silently
         raise click.ClickException(f"{output} exists; pass --force to overwrite it")
     from dpsql.metadata import loads_metadata
-    from dpsql.metadata_build import build_metadata, spark_profiling_backend
+    from dpsql.metadata.build import build_metadata, spark_profiling_backend
 
     if backend == "duckdb":
         if database is None:

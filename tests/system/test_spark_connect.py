@@ -18,7 +18,7 @@ from dpsql.accounting import Ledger
 from dpsql.cli.main import main
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import dump_metadata
-from dpsql.metadata_build import build_metadata
+from dpsql.metadata.build import build_metadata
 from tests.recording import export_parquet, with_sources
 from tests.shop_fixture import build_shop
 

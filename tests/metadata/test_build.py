@@ -1,4 +1,5 @@
-"""Drafting metadata from a DuckDB database, and the `dpsql metadata` command."""
+"""Drafting metadata from a DuckDB database (dpsql/metadata/build.py), and the `dpsql metadata`
+command."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
-import dpsql.metadata_build as mb
+import dpsql.metadata.build as mb
 from dpsql.cli.main import main
 from dpsql.errors import OperationalError, ProgrammingError
 from dpsql.metadata import dump_metadata, load_metadata, loads_metadata
-from dpsql.metadata_build import build_metadata, quote_ident
+from dpsql.metadata.build import build_metadata, quote_ident
 from tests.shared_data import PUMS_CSV, needs_pums
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -29,7 +29,8 @@ import click
 import duckdb
 
 from dpsql.errors import OperationalError, ProgrammingError
-from dpsql.metadata import _emit, _flow, load_metadata
+from dpsql.metadata.load import load_metadata
+from dpsql.metadata.yaml_io import _emit, _flow
 
 if TYPE_CHECKING:
     from dpsql.backends.spark import SparkBackend

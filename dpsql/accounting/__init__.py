@@ -1,0 +1,72 @@
+"""Privacy budgets: the persistent ledger, composition theorems and the result cache.
+
+DESIGN.md section 5. One SQLite file (WAL mode) holds, per (database identity, analyst):
+
+* the budget the data owner granted (``set_budget``),
+* every charge ever made against it (who, when, query fingerprint, epsilon, delta, mechanism),
+* the noisy answers already paid for (the cache), so a repeated query costs nothing and returns
+  the same noise (averaging repeated answers is the classic attack on DP query systems).
+
+Contract with the session (:class:`dpsql.session.Session`, the one caller that charges; the
+reason this package exists):
+
+1. ``cache_get`` first; a hit is released as is, at no cost.
+2. Otherwise ``charge()`` BEFORE running the query. ``charge`` returns only after the charge is
+   committed durably (``synchronous=FULL``), so a crash or SIGKILL after it returned cannot lose
+   the charge, and a crash before it returned released nothing. If it raises, release nothing.
+3. Run, add noise, ``cache_put`` the noisy payload, release.
+4. ``refund()`` a charge only when nothing derived from its query was released (the query failed
+   or was cancelled before its answer existed). A refund that does not commit leaves the charge
+   in place: failing to refund can only overcharge, never underspend.
+
+The ledger enforces basic composition (sum of epsilons, sum of deltas), which stays valid when the
+analyst chooses each (epsilon, delta) adaptively (it is a valid privacy *filter*). The advanced
+(Dwork-Rothblum-Vadhan) and optimal (Kairouz-Oh-Viswanath) bounds are computed for reporting
+only: those theorems assume the sequence of parameters is fixed in advance; with adaptively chosen
+parameters they need the filter versions of Rogers-Roth-Ullman-Vadhan (2016), which we do not
+enforce.
+
+Everything fails closed: an unreadable, corrupt, foreign or incomplete ledger file, or a lock held
+longer than the timeout, raises :class:`dpsql.errors.OperationalError` naming the file; an analyst
+without a budget may spend nothing.
+
+Modules, one job each (all standard library only, so ``dpsql budget`` starts fast):
+
+* :mod:`~dpsql.accounting.units`: exact fixed-point epsilon and delta amounts;
+* :mod:`~dpsql.accounting.store`: the SQLite file, its schema, validation and transactions;
+* :mod:`~dpsql.accounting.ledger`: :class:`Ledger` (budgets, charges, refunds, the cache);
+* :mod:`~dpsql.accounting.composition`: the composition theorems and :func:`compose`.
+"""
+
+from __future__ import annotations
+
+from dpsql.accounting.composition import (
+    CompositionReport,
+    PrivacyBound,
+    advanced_composition,
+    basic_composition,
+    compose,
+    kov_bound,
+    kov_delta,
+    optimal_homogeneous_composition,
+)
+from dpsql.accounting.ledger import BudgetStatus, Charge, Ledger, database_identity
+from dpsql.accounting.units import DELTA_UNIT_EXPONENT, EPSILON_UNIT_EXPONENT, MAX_EPSILON
+
+__all__ = [
+    "DELTA_UNIT_EXPONENT",
+    "EPSILON_UNIT_EXPONENT",
+    "MAX_EPSILON",
+    "BudgetStatus",
+    "Charge",
+    "CompositionReport",
+    "Ledger",
+    "PrivacyBound",
+    "advanced_composition",
+    "basic_composition",
+    "compose",
+    "database_identity",
+    "kov_bound",
+    "kov_delta",
+    "optimal_homogeneous_composition",
+]

@@ -1,0 +1,102 @@
+"""The metadata model: the validated, frozen description of tables the analysis reads.
+
+Names are stored lower-case (DuckDB identifiers are case-insensitive); a schema prefix such as
+``public.orders`` names the same table as ``orders``. Columns of public tables are always
+releasable, with the column itself as their domain unless another is declared (the readers,
+:mod:`dpsql.metadata.reader`, apply this when they build the model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dpsql.errors import ProgrammingError
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The declared set of values a group key may take: a literal list or a public table's column.
+
+    Exactly one of ``values`` or (``table``, ``column``) is set.
+    """
+
+    values: tuple[object, ...] | None = None
+    table: str | None = None
+    column: str | None = None
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column. ``max_freq`` is mf(a): the most rows sharing one value (None: unknown).
+
+    ``bounds`` = (lower, upper) clamps SUM/AVG arguments. ``releasable`` lets the column be a
+    GROUP BY key (columns of public tables are always releasable).
+    """
+
+    name: str
+    max_freq: int | None = None
+    bounds: tuple[float, float] | None = None
+    releasable: bool = False
+    domain: Domain | None = None
+    type: str | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table. Public tables have stability 0. ``source`` is a CSV/Parquet path or glob the
+    owner-side backend registers as a view (None: the table lives in the database)."""
+
+    name: str
+    columns: Mapping[str, Column]
+    public: bool = False
+    rows: int | None = None
+    source: str | None = None
+
+    def column(self, name: str) -> Column:
+        try:
+            return self.columns[name.lower()]
+        except KeyError:
+            raise ProgrammingError(
+                f"column {name!r} is not declared for table {self.name!r}; "
+                f"declared columns: {', '.join(self.columns)}"
+            ) from None
+
+
+@dataclass(frozen=True)
+class Metadata:
+    """All declared tables. Only these tables and columns are reachable by queries."""
+
+    tables: Mapping[str, Table]
+    #: path of the privacy ledger every query against this database is charged to (optional)
+    ledger: str | None = None
+    #: the file this metadata came from (for error messages and relative paths)
+    path: Path | None = field(default=None, compare=False)
+
+    def table(self, name: str) -> Table:
+        """The table named ``name`` (case-insensitive; a ``schema.`` prefix is ignored)."""
+        key = name.lower().rsplit(".", 1)[-1]
+        try:
+            return self.tables[key]
+        except KeyError:
+            raise ProgrammingError(
+                f"table {name!r} is not declared in the metadata; "
+                f"declared tables: {', '.join(self.tables) or '(none)'}"
+            ) from None
+
+    def sqlglot_schema(self) -> dict[str, dict[str, str]]:
+        """{table: {column: type}} for sqlglot's qualify / annotate_types."""
+        return {
+            t.name: {c.name: (c.type or "UNKNOWN") for c in t.columns.values()}
+            for t in self.tables.values()
+        }
+
+
+def _table_key(name: str) -> str:
+    """Canonical table name: lower-case, schema/namespace prefix dropped (as Metadata.table)."""
+    return name.lower().rsplit(".", 1)[-1]
+
+
+def _has_scheme(path: str) -> bool:
+    return "://" in path

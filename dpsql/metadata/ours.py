@@ -1,0 +1,112 @@
+"""Reading dpsql's own metadata format (DESIGN.md section 6), for example::
+
+    ledger: ledger.sqlite             # optional; relative to this file
+    tables:
+      products:
+        public: true                  # optional
+        columns:
+          product_id: {type: INTEGER}
+      orders:
+        rows: 1000000                 # optional
+        source: orders.parquet        # optional; relative to this file
+        columns:
+          customer_id: {max_freq: 100, type: INTEGER}
+          cost: {bounds: [0, 500]}
+          product_id: {releasable: true, domain: {table: products, column: product_id}}
+          status: {releasable: true, domain: {values: [open, shipped]}}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from dpsql.metadata.model import Domain, _table_key
+from dpsql.metadata.reader import _FLEX_TO_OURS, _ColSpec, _Reader, _TableSpec
+from dpsql.metadata.yaml_io import _Map
+
+_OURS_TOP = ("ledger", "tables")
+_OURS_TABLE = ("public", "rows", "source", "columns")
+_OURS_COLUMN = ("max_freq", "bounds", "releasable", "domain", "type")
+_OURS_DOMAIN = ("values", "table", "column")
+
+
+class _OursReader(_Reader):
+    """Validates a document in our format into table specs (see :meth:`_Reader.finish`)."""
+
+    def read_ours(self, doc: Mapping) -> tuple[list[_TableSpec], str | None]:
+        self.check_keys(doc, _OURS_TOP, "top level", _FLEX_TO_OURS)
+        ledger = self.path(doc, "ledger", "top level")
+        tables = doc.get("tables")
+        if tables is None:
+            self.fail("top level", "missing 'tables': declare at least one table", doc)
+        self.mapping(tables, "top level", "'tables'", doc, "tables")
+        if not tables:
+            self.fail("top level", "'tables' is empty: declare at least one table", doc, "tables")
+        specs = []
+        for raw_name, spec in tables.items():
+            self.name(raw_name, "tables", "a table name", tables, None)
+            where = f"table {raw_name!r}"
+            if spec is None:
+                self.fail(where, "has no settings; give it at least 'columns:'", tables, raw_name)
+            self.mapping(spec, where, "the table", tables, raw_name)
+            self.check_keys(spec, _OURS_TABLE, where, _FLEX_TO_OURS)
+            table = _TableSpec(
+                name=_table_key(raw_name),
+                where=where,
+                node=tables,
+                key=raw_name,
+                public=bool(self.flag(spec, "public", where)),
+                rows=self.rows(spec, "rows", where),
+                source=self.path(spec, "source", where),
+            )
+            columns = spec.get("columns")
+            if columns is None:
+                self.fail(where, "missing 'columns:'; list the columns queries may use",
+                          spec, None)
+            self.mapping(columns, where, "'columns'", spec, "columns")
+            for raw_col, cspec in columns.items():
+                self.name(raw_col, where, "a column name", columns, None)
+                cwhere = f"{where}, column {raw_col!r}"
+                cspec = {} if cspec is None else cspec
+                self.mapping(cspec, cwhere, "the column", columns, raw_col)
+                self.check_keys(cspec, _OURS_COLUMN, cwhere, _FLEX_TO_OURS)
+                col = _ColSpec(
+                    name=raw_col.lower(),
+                    where=cwhere,
+                    node=cspec if isinstance(cspec, _Map) else columns,
+                    max_freq=self.max_freq(cspec, "max_freq", cwhere),
+                    bounds=self.bounds(cspec, "bounds", cwhere),
+                    releasable=self.flag(cspec, "releasable", cwhere),
+                    type=self.col_type(cspec, cwhere),
+                )
+                if cspec.get("domain") is not None:
+                    col.domain = self.domain_ours(cspec["domain"], cwhere, cspec)
+                self.add_column(table, col, columns, raw_col)
+            specs.append(table)
+        return specs, ledger
+
+    def col_type(self, node: Mapping, where: str) -> str | None:
+        value = node.get("type")
+        if value is None:
+            return None
+        return self.name(value, where, "type", node, "type").strip()
+
+    def domain_ours(self, value: object, where: str, node: Mapping) -> Domain:
+        dom = self.mapping(value, where, "domain", node, "domain")
+        self.check_keys(dom, _OURS_DOMAIN, f"{where}, domain", {})
+        if "values" in dom:
+            if "table" in dom or "column" in dom:
+                self.fail(where, "domain takes either 'values' or 'table' and 'column', not both",
+                          node, "domain")
+            return Domain(values=self.values(dom["values"], where, "domain values", node))
+        if "table" not in dom or "column" not in dom:
+            self.fail(
+                where,
+                "domain needs either {values: [...]} or {table: T, column: C} naming a public "
+                "table's column",
+                node,
+                "domain",
+            )
+        table = self.name(dom["table"], where, "domain table", node, "domain")
+        column = self.name(dom["column"], where, "domain column", node, "domain")
+        return Domain(table=_table_key(table), column=column.lower())

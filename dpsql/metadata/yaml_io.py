@@ -1,0 +1,214 @@
+"""YAML in and out: the strict loader that remembers line numbers, and the writer of our format.
+
+Reading: :func:`_parse_yaml` rejects duplicate keys and keeps keys as written; every mapping
+it returns is a :class:`_Map` that knows its own line and each key's line, so the readers can
+name ``FILE:LINE`` in errors. Writing: :func:`dump_metadata` (and :func:`_emit`, which also
+writes comments, for ``dpsql metadata build``) produce our format, which loads back equal.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import yaml
+
+from dpsql.errors import ProgrammingError
+from dpsql.metadata.model import Column, Metadata, Table, _has_scheme
+
+# --------------------------------------------------------------------------------------------
+# Strict loading, with line numbers
+# --------------------------------------------------------------------------------------------
+
+
+class _Map(dict):
+    """A YAML mapping that remembers its own line and each key's line (for error messages)."""
+
+    line: int | None = None
+    lines: dict[str, int]
+
+
+class _DuplicateKeyError(yaml.YAMLError):
+    def __init__(self, key: str, first: int, second: int) -> None:
+        super().__init__(key)
+        self.key, self.first, self.second = key, first, second
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys (PyYAML silently keeps the last one, which would
+    let a second ``orders:`` entry quietly replace the first) and keeps keys as written: a
+    column named ``no`` or ``2020`` is a name, not the boolean false or the integer 2020."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> _Map:
+    loader.flatten_mapping(node)  # resolves "<<" merge keys
+    out = _Map()
+    out.line = node.start_mark.line + 1
+    out.lines = {}
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise yaml.constructor.ConstructorError(
+                None, None, "a mapping key must be a plain name", key_node.start_mark
+            )
+        key = key_node.value
+        line = key_node.start_mark.line + 1
+        if key in out:
+            raise _DuplicateKeyError(key, out.lines[key], line)
+        out[key] = loader.construct_object(value_node, deep=deep)
+        out.lines[key] = line
+    return out
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _line_of(node: object, key: str | None = None) -> int | None:
+    if isinstance(node, _Map):
+        if key is not None and key in node.lines:
+            return node.lines[key]
+        return node.line
+    return None
+
+
+def _parse_yaml(text: str, origin: str) -> object:
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
+    except _DuplicateKeyError as exc:
+        raise ProgrammingError(
+            f"{origin}:{exc.second}: key {exc.key!r} appears twice in the same mapping (first "
+            f"on line {exc.first}); YAML keeps only one, so merge them or remove one"
+        ) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        loc = f"{origin}:{mark.line + 1}" if mark is not None else origin
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ProgrammingError(f"{loc}: not valid YAML: {problem}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Dumping (our format)
+# --------------------------------------------------------------------------------------------
+
+
+def _double_quoted(text: str) -> str:
+    """A YAML double-quoted scalar with everything outside printable ASCII escaped."""
+    out = ['"']
+    for ch in text:
+        code = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 0x20 <= code < 0x7F:
+            out.append(ch)
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
+
+
+def _scalar(value: object) -> str:
+    # dumped inside a flow list, so that "a,b" or "[x" get quoted for flow context
+    text = yaml.safe_dump([value], default_flow_style=True, width=2**31, allow_unicode=True)
+    text = text.strip()[1:-1]
+    if isinstance(value, str):
+        # line breaks, and characters PyYAML writes raw but cannot read back (e.g. U+007F)
+        try:
+            readable = "\n" not in text and yaml.load(f"[{text}]", Loader=_StrictLoader) == [value]
+        except yaml.YAMLError:
+            readable = False
+        if not readable:
+            return _double_quoted(value)
+    return text
+
+
+def _flow(value: object) -> str:
+    """One-line YAML for a scalar, list or mapping."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{_scalar(k)}: {_flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
+    return _scalar(value)
+
+
+def _relative(path: str, base: Path | None) -> str:
+    """``path`` relative to ``base`` when they share more than the file-system root (files kept
+    next to the metadata), else unchanged (an absolute path the owner wrote stays absolute)."""
+    if base is None or _has_scheme(path) or not os.path.isabs(path):
+        return path
+    try:
+        common = os.path.commonpath([path, str(base)])
+        if common == os.path.dirname(common):  # only the root ("/" or "C:\\") in common
+            return path
+        return os.path.relpath(path, base)
+    except ValueError:  # another drive on Windows
+        return path
+
+
+def _column_settings(table: Table, col: Column) -> dict[str, object]:
+    out: dict[str, object] = {}
+    if col.max_freq is not None:
+        out["max_freq"] = col.max_freq
+    if col.bounds is not None:
+        out["bounds"] = list(col.bounds)
+    if col.releasable and not table.public:  # implied for public tables
+        out["releasable"] = True
+    dom = col.domain
+    if dom is not None and not (
+        table.public and dom.values is None and (dom.table, dom.column) == (table.name, col.name)
+    ):
+        out["domain"] = (
+            {"values": list(dom.values)} if dom.values is not None
+            else {"table": dom.table, "column": dom.column}
+        )
+    if col.type is not None:
+        out["type"] = col.type
+    return out
+
+
+def _emit(
+    md: Metadata,
+    *,
+    header: Sequence[str] = (),
+    table_notes: Mapping[str, Sequence[str]] | None = None,
+    column_notes: Mapping[tuple[str, str], Sequence[str]] | None = None,
+) -> str:
+    """Our format as text. Notes become ``#`` comments: table notes under the table's name,
+    column notes inside the column's block (so a commented ``# bounds: [..]`` can be
+    uncommented in place)."""
+    table_notes = table_notes or {}
+    column_notes = column_notes or {}
+    base = md.path.parent if md.path is not None else None
+    lines = [f"# {h}" if h else "#" for h in header]
+    if md.ledger is not None:
+        lines.append(f"ledger: {_scalar(_relative(md.ledger, base))}")
+    lines.append("tables:")
+    for t in md.tables.values():
+        lines.append(f"  {_scalar(t.name)}:")
+        lines.extend(f"    # {n}" for n in table_notes.get(t.name, ()))
+        if t.public:
+            lines.append("    public: true")
+        if t.rows is not None:
+            lines.append(f"    rows: {t.rows}")
+        if t.source is not None:
+            lines.append(f"    source: {_scalar(_relative(t.source, base))}")
+        lines.append("    columns:" if t.columns else "    columns: {}")
+        for c in t.columns.values():
+            settings = _column_settings(t, c)
+            notes = column_notes.get((t.name, c.name), ())
+            if not notes:
+                lines.append(f"      {_scalar(c.name)}: {_flow(settings)}")
+                continue
+            lines.append(f"      {_scalar(c.name)}:")
+            lines.extend(f"        {k}: {_flow(v)}" for k, v in settings.items())
+            lines.extend(f"        # {n}" for n in notes)
+    return "\n".join(lines) + "\n"
+
+
+def dump_metadata(md: Metadata) -> str:
+    """``md`` as YAML in our format; ``loads_metadata(dump_metadata(md), md.path) == md``.
+
+    Paths are written relative to ``md.path``'s folder when ``md`` came from a file.
+    """
+    return _emit(md)

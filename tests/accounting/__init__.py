@@ -1,0 +1,1 @@
+"""Tests of dpsql.accounting, one module per module: units, ledger (and its file), composition."""

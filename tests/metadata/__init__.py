@@ -1,0 +1,1 @@
+"""Tests of dpsql.metadata: loading both formats, validation errors, dumping, and drafting."""
