@@ -176,7 +176,7 @@ class Ledger(LedgerFile):
         if row is None:
             units = (0, 0, eps_sum, dlt_sum)
         else:
-            units = tuple(int(v) for v in row)
+            units = (int(row[0]), int(row[1]), int(row[2]), int(row[3]))
             if (units[2], units[3]) != (eps_sum, dlt_sum):
                 raise OperationalError(
                     f"privacy ledger {self.path} is inconsistent: the spending recorded for "

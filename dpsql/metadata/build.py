@@ -231,8 +231,8 @@ def build_metadata(
     values get a commented candidate domain, numeric columns commented bounds. The text loads
     with :func:`dpsql.metadata.load_metadata`.
     """
-    if getattr(con_or_path, "dialect", None) == "spark":
-        backend: Any = con_or_path
+    if not isinstance(con_or_path, (duckdb.DuckDBPyConnection, str, os.PathLike)):
+        backend: Any = con_or_path  # a SparkBackend (its module imports pyspark: not here)
         return _build(_SparkProfiler(backend), f"Spark (master {backend.master})", tables,
                       public, progress, domain_max)
     con, origin, owned = _connect(con_or_path)
@@ -254,7 +254,7 @@ def _build(
     domain_max: int,
 ) -> str:
     chosen = _select(con.relations(), tables)
-    public_keys = set()
+    public_keys: set[str] = set()
     for name in public:
         match = [r for r in chosen if r.matches(name)]
         if not match:
