@@ -13,7 +13,6 @@ statements and commands in order and stops with exit status 1 at the first error
 from __future__ import annotations
 
 import bisect
-import functools
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -28,6 +27,7 @@ from dpsql.cli.backend import backend_options, spark_argument
 from dpsql.cli.commands import COMMANDS, CommandError, QuitShell, run_command
 from dpsql.cli.output import FORMATS, release_line, render_rows
 from dpsql.errors import Error
+from dpsql.sql import statement_end
 
 if TYPE_CHECKING:
     from dpsql.metadata import Metadata
@@ -89,53 +89,6 @@ def _skip_blank(text: str, i: int) -> tuple[int, bool]:
     return i, False
 
 
-@functools.cache
-def _tokenizer() -> Any:
-    """sqlglot's DuckDB tokenizer, imported on first use so that `dpsql --help` stays fast."""
-    from sqlglot.dialects.duckdb import DuckDB
-
-    return DuckDB().tokenizer()
-
-
-def _statement_end(text: str, start: int) -> int | None:
-    """The index of the ``;`` ending the statement that starts at ``start``, found by sqlglot's
-    DuckDB tokenizer (so ``;`` inside '...', E'...', "...", $$...$$, $tag$...$tag$ and comments
-    does not count), or None while the statement is incomplete.
-
-    The text is tokenized a line at a time, as lines usually end between tokens: so a backslash
-    command line after the statement is not read as SQL, and a script is tokenized about once.
-    A line that ends inside a string or comment makes the tokenizer raise; the tokens it read
-    before the open one still count, and the text looked at grows (doubling, so a long string
-    is not tokenized once per line) until the string closes or the text ends: a string or
-    comment that never closes leaves the statement pending.
-    """
-    from sqlglot.errors import TokenError
-    from sqlglot.tokens import TokenType
-
-    tokenizer = _tokenizer()
-    n = len(text)
-    chunk = end = start  # text[start:chunk] holds no ';'; text[chunk:end] is tokenized next
-    lines = 1
-    while end < n:
-        for _ in range(lines):
-            newline = text.find("\n", end)
-            end = n if newline < 0 else newline + 1
-            if end == n:
-                break
-        try:
-            tokens = tokenizer.tokenize(text[chunk:end])
-        except TokenError:
-            tokens, lines = tokenizer.tokens, lines * 2  # the complete tokens before the error
-        else:
-            lines = 0
-        for token in tokens:
-            if token.token_type == TokenType.SEMICOLON:
-                return chunk + token.start
-        if not lines:
-            chunk, lines = end, 1
-    return None
-
-
 def split_script(text: str) -> tuple[list[Statement], Statement | None]:
     """The complete statements and backslash commands of ``text``, and the pending statement.
 
@@ -162,7 +115,7 @@ def split_script(text: str) -> tuple[list[Statement], Statement | None]:
             i = n if newline < 0 else newline
             items.append(Statement(text[code:i].strip(), *position(code), command=True))
             continue
-        end = _statement_end(text, code)
+        end = statement_end(text, code)
         if end is None:
             return items, Statement(text[first:].strip(), *position(first))
         if end > code:  # something besides comments before the ';'
