@@ -4,6 +4,7 @@ small demo shop: every backslash command, exit statuses, error lines, and the bu
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import shutil
@@ -58,18 +59,22 @@ ShellRunner = Callable[..., Run]
 @pytest.fixture
 def sh(shop: DemoFiles, capsys: pytest.CaptureFixture[str],
        monkeypatch: pytest.MonkeyPatch) -> ShellRunner:
-    """``sh(*args, stdin=None, owner=False)`` runs ``dpsql shell`` on ``shop``: as a real
-    process reading ``stdin`` when given; otherwise (the -e cases, which never read standard
-    input) through the same entry point in this process, to keep the file fast."""
+    """``sh(*args, stdin=None, owner=False, process=False)`` runs ``dpsql shell`` on ``shop``
+    through its entry point in this process (``stdin``, when given, is the piped script), or as
+    a real process with ``process=True`` (one test does: the file stays fast)."""
     monkeypatch.setenv("DPSQL_HOME", str(shop.folder.parent))  # history goes there
 
-    def run(*args: str, stdin: str | None = None, owner: bool = False) -> Run:
+    def run(*args: str, stdin: str | None = None, owner: bool = False,
+            process: bool = False) -> Run:
         argv = ["shell", str(shop.database), "--metadata", str(shop.metadata), "--analyst",
                 "demo", *args, *(["--owner"] if owner else [])]
-        if stdin is None:
+        if not process:
+            # a piped script: standard input that is not a terminal
+            monkeypatch.setattr(sys, "stdin", io.StringIO(stdin or ""))
             capsys.readouterr()
             code = main(argv)
             out = capsys.readouterr()
+            assert "Traceback" not in out.out + out.err
             return Run(code, out.out, out.err)
         proc = subprocess.run([sys.executable, "-m", "dpsql.cli.main", *argv], input=stdin,
                               capture_output=True, text=True, env=dict(os.environ),
@@ -109,7 +114,7 @@ def test_stdin_script_multiline_statements_and_comments(shop: DemoFiles, sh: She
         "GROUP BY status; SELECT COUNT(*) AS n_customers FROM customers;\n"
         "/* a trailing comment; with a semicolon */\n"
     )
-    proc = sh("--epsilon", "0.5", stdin=script)
+    proc = sh("--epsilon", "0.5", stdin=script, process=True)  # the one real process
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for status in ("delivered", "shipped", "processing", "cancelled", "returned"):
