@@ -43,15 +43,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ErrorLevel, SqlglotError
-from sqlglot.optimizer.annotate_types import annotate_types
+from sqlglot.errors import SqlglotError
 from sqlglot.schema import MappingSchema
 
 from dpsql.backends.base import columns_of
+from dpsql.backends.spark_sql import SOURCE_DIALECT, TARGET_DIALECT, to_spark_sql
 from dpsql.errors import (
-    NotSupportedError,
     OperationalError,
     ProgrammingError,
     QueryCancelledError,
@@ -61,8 +59,6 @@ from dpsql.metadata import Metadata
 if TYPE_CHECKING:  # pyspark is an optional extra: import it only when a backend is created
     from pyspark.sql import DataFrame, SparkSession
 
-SOURCE_DIALECT = "duckdb"  # what dpsql.rewrite generates
-TARGET_DIALECT = "spark"
 
 #: The session settings every backend session gets (see module docstring).
 SESSION_CONF: dict[str, str] = {
@@ -71,13 +67,6 @@ SESSION_CONF: dict[str, str] = {
     "spark.sql.variable.substitute": "false",
 }
 
-# Inside TRY(...): Spark operators whose non-ANSI behaviour is not NULL-on-error.
-_TRY_FUNCTIONS: dict[type[exp.Expression], str] = {
-    exp.Add: "try_add",
-    exp.Sub: "try_subtract",
-    exp.Mul: "try_multiply",
-    exp.Div: "try_divide",
-}
 
 
 def _require_pyspark() -> Any:
@@ -102,104 +91,6 @@ def spark_session(master: str, app_name: str = "dpsql") -> SparkSession:
         raise OperationalError(
             f"cannot start Spark with master {master!r} ({type(err).__name__}): check the "
             "master URL and that Java 17+ is installed"
-        ) from None
-
-
-# --------------------------------------------------------------------------- transpiling
-
-
-# Date functions Spark evaluates with exact arithmetic even without ANSI mode (add_months,
-# timestampadd raise on overflow); try_add/try_subtract cover ``d + INTERVAL ...`` instead.
-_UNTRAPPED_DATE_FUNCTIONS: tuple[type[exp.Expression], ...] = (
-    exp.DateAdd, exp.DateSub, exp.AddMonths, exp.TimestampAdd, exp.TimestampSub,
-    exp.DatetimeAdd, exp.DatetimeSub, exp.TsOrDsAdd, exp.TimeAdd, exp.TimeSub,
-)
-
-
-def _post_order(node: exp.Expression) -> list[exp.Expression]:
-    """Every node under ``node`` (itself last), each after all of its descendants."""
-    return list(reversed(list(node.walk(bfs=False))))
-
-
-def _total_operators(node: exp.Expression) -> exp.Expression:
-    """The body of one TRY(...): arithmetic as try_* functions, casts as TRY_CAST."""
-    for n in node.walk():
-        if isinstance(n, _UNTRAPPED_DATE_FUNCTIONS) and n.find(exp.Column) is not None:
-            # Spark has no general TRY: an overflow here would raise, depending on the data
-            raise OperationalError(
-                f"{n.sql(dialect=SOURCE_DIALECT)[:60]} cannot be made error-free on Spark: "
-                "write date arithmetic as column + INTERVAL ..., or use the DuckDB backend"
-            )
-    holder = exp.Paren(this=node)  # a parent, so that the body's root can be replaced too
-    for n in _post_order(node):  # children first: their replacements move into the new parent
-        name = _TRY_FUNCTIONS.get(type(n))
-        if name is not None:
-            n.replace(exp.Anonymous(this=name, expressions=[n.left, n.right]))
-        elif type(n) is exp.Cast:
-            n.replace(exp.TryCast(this=n.this, to=n.args["to"], safe=True))
-    return holder.this
-
-
-def _translate_try(tree: exp.Expression) -> exp.Expression:
-    """Replace every ``TRY(x)`` by ``x`` with NULL-on-error operators (module docstring)."""
-    for node in _post_order(tree):
-        if isinstance(node, exp.Try):
-            node.replace(_total_operators(node.this))
-    return tree
-
-
-def _sum_type(node: exp.Sum) -> exp.DataType | None:
-    """The DECIMAL(38, s) an integer or DECIMAL SUM argument is summed in; None for floats."""
-    arg_type = node.this.type
-    if arg_type is None or arg_type.is_type(exp.DataType.Type.UNKNOWN):
-        raise OperationalError(
-            f"the type of SUM argument {node.this.sql(dialect=SOURCE_DIALECT)[:60]} is unknown, "
-            "so dpsql cannot make Spark sum it exactly: declare the column's type"
-        )
-    if arg_type.is_type(*exp.DataType.FLOAT_TYPES):
-        return None
-    if arg_type.is_type(*exp.DataType.INTEGER_TYPES):
-        return exp.DataType.build("DECIMAL(38, 0)")
-    if arg_type.is_type(exp.DataType.Type.DECIMAL):
-        params = arg_type.expressions
-        scale = int(params[1].name) if len(params) > 1 else 0
-        return exp.DataType.build(f"DECIMAL(38, {scale})")
-    raise OperationalError(
-        f"SUM over {arg_type.sql(dialect=SOURCE_DIALECT)} is not supported on Spark: sum a "
-        "numeric column"
-    )
-
-
-def _exact_sums(tree: exp.Expression, schema: MappingSchema) -> exp.Expression:
-    """Sum integer and DECIMAL arguments in DECIMAL(38, s), as DuckDB does (module docstring)."""
-    annotate_types(tree, schema=schema, dialect=SOURCE_DIALECT)
-    for node in list(tree.find_all(exp.Sum)):
-        wide = _sum_type(node)
-        if wide is not None:
-            node.set("this", exp.Cast(this=node.this, to=wide))
-    return tree
-
-
-def to_spark_sql(sql: str, schema: MappingSchema | Mapping[str, Mapping[str, str]]) -> str:
-    """``sql`` (DuckDB dialect, as dpsql.rewrite generates it) as Spark SQL, given the
-    {table: {column: DuckDB type}} ``schema`` of the tables it reads.
-
-    Guarantees: the same result set on Spark with :data:`SESSION_CONF` as on DuckDB, NULL
-    wherever DuckDB's ``TRY`` gives NULL, sums exact (module docstring); named parameters
-    ``$p`` become ``:p``; comments are dropped. A construct that cannot be expressed faithfully
-    raises NotSupportedError (fail closed) rather than running a different query.
-    """
-    if not isinstance(schema, MappingSchema):
-        schema = MappingSchema(dict(schema), dialect=SOURCE_DIALECT)
-    try:
-        tree = sqlglot.parse_one(sql, read=SOURCE_DIALECT)
-        tree = _exact_sums(_translate_try(tree), schema)
-        return tree.sql(dialect=TARGET_DIALECT, comments=False,
-                        unsupported_level=ErrorLevel.RAISE)
-    except SqlglotError as err:
-        raise NotSupportedError(
-            f"the generated query cannot be translated to Spark SQL ({err}); run it on the "
-            "DuckDB backend"
         ) from None
 
 

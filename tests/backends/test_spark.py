@@ -31,7 +31,7 @@ SCHEMA = {"t": {"a": "INTEGER", "b": "BIGINT", "c": "DOUBLE", "d": "DECIMAL(15,2
 
 
 def test_try_becomes_null_on_error_operators():
-    from dpsql.backends.spark import to_spark_sql
+    from dpsql.backends.spark_sql import to_spark_sql
 
     sql = to_spark_sql("SELECT COUNT(*) FROM t WHERE TRY(t.a + t.b * 2 - t.c / t.d > 3) "
                        "AND TRY(CAST(t.s AS INTEGER) = 1) AND TRY(t.a // t.b = 1)", SCHEMA)
@@ -43,14 +43,14 @@ def test_try_becomes_null_on_error_operators():
 
 
 def test_arithmetic_outside_try_is_left_alone():
-    from dpsql.backends.spark import to_spark_sql
+    from dpsql.backends.spark_sql import to_spark_sql
 
     sql = to_spark_sql("SELECT SUM(CAST(t.a AS DOUBLE)) + 1 AS s FROM t", SCHEMA)
     assert "TRY" not in sql.upper() and "SUM(CAST(t.a AS DOUBLE)) + 1" in sql
 
 
 def test_integer_and_decimal_sums_are_exact():
-    from dpsql.backends.spark import to_spark_sql
+    from dpsql.backends.spark_sql import to_spark_sql
 
     sql = to_spark_sql(
         "SELECT SUM(CASE WHEN t.b < 0 THEN 0 ELSE t.b END) AS x, SUM(t.a) AS y, "
@@ -61,12 +61,12 @@ def test_integer_and_decimal_sums_are_exact():
 
 
 def test_date_functions_that_spark_cannot_trap_fail_closed():
-    from dpsql.backends.spark import to_spark_sql
+    from dpsql.backends.spark_sql import to_spark_sql
 
     schema = {"t": {"d": "DATE", "ts": "TIMESTAMP"}}
     # add_months / timestampadd raise on overflow even without ANSI mode: refused, whatever
     # the data (the refusal depends on the query text only)
-    with pytest.raises(OperationalError, match="cannot be made error-free on Spark"):
+    with pytest.raises(NotSupportedError, match="cannot be made error-free on Spark"):
         to_spark_sql("SELECT COUNT(*) FROM t WHERE TRY(date_add(t.d, INTERVAL 1 MONTH) > "
                      "DATE '2020-01-01')", schema)
     # column + INTERVAL becomes try_add, which returns NULL on any error
@@ -76,16 +76,16 @@ def test_date_functions_that_spark_cannot_trap_fail_closed():
 
 
 def test_a_sum_of_unknown_type_fails_closed():
-    from dpsql.backends.spark import to_spark_sql
+    from dpsql.backends.spark_sql import to_spark_sql
 
-    with pytest.raises(OperationalError, match="SUM argument"):
+    with pytest.raises(NotSupportedError, match="SUM argument"):
         to_spark_sql("SELECT SUM(t.zz) FROM t", SCHEMA)
-    with pytest.raises(OperationalError, match="SUM over"):
+    with pytest.raises(NotSupportedError, match="SUM over"):
         to_spark_sql("SELECT SUM(t.s) FROM t", SCHEMA)
 
 
 def test_named_parameters_comments_and_hints():
-    from dpsql.backends.spark import to_spark_sql
+    from dpsql.backends.spark_sql import to_spark_sql
 
     sql = to_spark_sql("/*+ REPARTITION(100000) */ SELECT /*+ BROADCAST(t) */ COUNT(*) "
                        "FROM t WHERE TRY(t.a > $__dpsql_param_0) -- note", SCHEMA)
@@ -94,7 +94,7 @@ def test_named_parameters_comments_and_hints():
 
 
 def test_string_literals_keep_their_value():
-    from dpsql.backends.spark import to_spark_sql
+    from dpsql.backends.spark_sql import to_spark_sql
 
     # Spark reads backslash escapes in literals; DuckDB does not
     assert to_spark_sql("SELECT 'a\\b''c' AS x", SCHEMA) == "SELECT 'a\\\\b\\'c' AS x"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpsql.cli.shell import Statement, script_items, split_script, statement_complete
+from dpsql.cli.script import Statement, script_items, split_script, statement_complete
 
 
 def texts(script: str) -> list[str]:
