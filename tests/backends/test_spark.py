@@ -382,3 +382,31 @@ def test_collated_string_keys_are_refused(spark):
                                           epsilon=1.0, delta=1e-6)
     finally:
         backend.close()
+
+
+@pytest.mark.spark
+def test_the_spark_translation_happens_while_preparing(spark, tmp_path):
+    # Translation refusals (NotSupportedError from dpsql.backends.spark_sql) therefore come
+    # before the charge. The analysis already keeps out what Spark would refuse (a date
+    # function sqlglot reads as date + INTERVAL becomes try_add), so this checks the order.
+    from tests.ledgers import charged, ledger_session, open_ledger
+    from tests.recording import spark_backend_class
+
+    path = tmp_path / "dates.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE t AS SELECT DATE '2020-01-01' + i::INTEGER AS d FROM range(5) r(i)")
+    con.close()
+    metadata = loads_metadata("tables:\n  t:\n    columns:\n      d: {type: DATE}\n")
+    sources = export_parquet(path, tmp_path / "pq")
+    sparkb = spark_backend_class(recording=True)(with_sources(metadata, sources), spark)
+    ledger = open_ledger(tmp_path / "ledger.sqlite")
+    try:
+        session = ledger_session(metadata, sparkb, ledger)
+        sql = "SELECT COUNT(*) AS n FROM t WHERE date_add(d, INTERVAL 1 MONTH) > DATE '2020-01-03'"
+        prepared = session.prepare(sql)
+        assert "TRY_ADD(t.d, INTERVAL '1' MONTH)" in prepared.compiled.exact
+        assert sparkb.executed == [] and charged(session) == []
+        assert abs(session.run(sql, epsilon=100.0).rows[0][0] - 5) <= 2  # every date passes
+    finally:
+        sparkb.close()
+        ledger.close()
