@@ -193,9 +193,9 @@ def spark_profiling_backend(
     Parquet path), plus the catalog tables ``tables`` of ``database`` not among them; with
     neither, every table of ``database`` in the Spark catalog. ``spark`` is a SparkSession or a
     master URL."""
-    from dpsql.backends.spark import SparkBackend
+    from dpsql.backends import open_backend
 
-    backend = SparkBackend(None, spark, database=database)
+    backend: Any = open_backend("spark", database, None, spark)  # a SparkBackend
     try:
         for name, path in (sources or {}).items():
             backend.register(name.lower(), path)
