@@ -239,6 +239,14 @@ class JoinBuilder:
             sub = sub.this if isinstance(sub, exp.Subquery) else sub
             if not isinstance(sub, exp.Select):
                 raise UnsupportedConstructError("EXISTS must wrap a plain SELECT")
+            if sub.args.get("with_") is not None:
+                # from_where below reads the subquery's FROM only, not its WITH: a CTE defined
+                # there would be resolved as an enclosing query's CTE of the same name (another
+                # relation, e.g. a public one with S = 0) or as a table.
+                raise UnsupportedConstructError(
+                    "a WITH inside an EXISTS subquery is not supported: define the CTE in the "
+                    "outer query's WITH"
+                )
             if sub.args.get("group") is not None or any(
                 has_aggregate(e) for e in sub.expressions
             ):
