@@ -29,6 +29,7 @@ class JoinBuilder:
     used_mf: list[str]
     unchecked: list[str]
     allow_unknown_key_types: bool
+    unmarked: int
 
     # Provided by the analyzer (dpsql.analysis.relations).
     def query_relation(self, query: exp.Expression) -> Relation:
@@ -36,6 +37,13 @@ class JoinBuilder:
 
     def from_where(self, select: exp.Select, *, correlated_ok: bool):
         raise NotImplementedError
+
+    def mark_comparable(self, node: exp.Expression, left: str | None,
+                        right: str | None) -> None:
+        """keytypes.mark_comparable, except in the body of a nested query with a WITH (see
+        Analyzer.query_relation)."""
+        if not self.unmarked:
+            mark_comparable(node, left, right)
 
     def _links_later(self, pending, where, aliases, used) -> bool:
         for node, _join in pending:
@@ -300,7 +308,7 @@ class JoinBuilder:
                     "outer WHERE, or join its table inside the middle subquery"
                 )
         for key, _, inner_facts, key_node in keys:
-            mark_comparable(key_node, outer.facts(key).type, inner_facts.type)
+            self.mark_comparable(key_node, outer.facts(key).type, inner_facts.type)
         if is_zero(sub.stability):
             # No mf enters the bound, but the equality still runs on private outer rows: a
             # cast between its sides could fail or merge values, so its types must be proven.

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sqlglot import exp
+from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from dpsql.analysis import rules
 from dpsql.analysis.checks import (
@@ -25,16 +26,47 @@ from dpsql.analysis.checks import (
     sql_text,
 )
 from dpsql.analysis.joins import JoinBuilder
-from dpsql.analysis.keytypes import mark_comparable, same_type
+from dpsql.analysis.keytypes import same_type
 from dpsql.analysis.model import ColumnFacts, Derivation, Relation
 from dpsql.errors import UnsupportedConstructError, UnsupportedQueryError
 from dpsql.metadata import Metadata
 
 
+def cte_references(query: exp.Query) -> dict[int, exp.CTE]:
+    """The CTE each table reference reads, by sqlglot's scope resolution: id(Table) -> CTE.
+
+    A reference names a CTE when sqlglot.optimizer.scope resolves its source to a CTE scope:
+    the innermost WITH around it that defines that name before it (a CTE sees the CTEs before
+    it in its own WITH, not itself nor later ones), never a schema-qualified name. Anything
+    else is a table (dpsql.analysis.hygiene forbids CTEs named like a declared table).
+    """
+    refs: dict[int, exp.CTE] = {}
+    for scope in traverse_scope(query):
+        for table in scope.tables:
+            source = scope.sources.get(table.alias_or_name)
+            if not (isinstance(source, Scope) and source.is_cte):
+                continue
+            node: exp.Expression | None = source.expression
+            while node is not None and not isinstance(node, exp.CTE):
+                node = node.parent
+            if node is None or table.db or node.alias_or_name.lower() != table.name.lower():
+                # Not reachable after qualify (which rejects duplicate aliases); never guess.
+                raise UnsupportedConstructError(
+                    f"the table reference {sql_text(table)} could not be resolved: give each "
+                    "table and CTE reference a distinct alias"
+                )
+            refs[id(table)] = node
+    return refs
+
+
 class Analyzer(JoinBuilder):
     def __init__(self, metadata: Metadata, allow_unknown_key_types: bool = False) -> None:
         self.metadata = metadata
-        self.ctes: list[dict[str, Relation]] = []
+        #: id(Table) -> the CTE it reads (cte_references); id(CTE) -> its analysed relation
+        self.cte_refs: dict[int, exp.CTE] = {}
+        self.cte_relations: dict[int, Relation] = {}
+        #: > 0 while analysing the body of a nested query with a WITH (see query_relation)
+        self.unmarked = 0
         self.used_mf: list[str] = []
         self.allow_unknown_key_types = allow_unknown_key_types
         self.unchecked: list[str] = []
@@ -43,10 +75,15 @@ class Analyzer(JoinBuilder):
 
     def table(self, table: exp.Table) -> Relation:
         name = table.name.lower()
-        for scope in reversed(self.ctes):
-            if name in scope and not table.db:
-                cte = scope[name]
-                return replace(cte, tree=Derivation(f"CTE {name}", cte.stability, (), (cte.tree,)))
+        ref = self.cte_refs.get(id(table))
+        if ref is not None:
+            cte = self.cte_relations.get(id(ref))
+            if cte is None:  # a WITH no analysis step read (EXISTS rejects its WITH)
+                raise UnsupportedConstructError(
+                    f"the CTE {name} is defined where dpsql does not analyse it: define it in "
+                    "the outer query's WITH"
+                )
+            return replace(cte, tree=Derivation(f"CTE {name}", cte.stability, (), (cte.tree,)))
         meta = self.metadata.table(name)
         rule = rules.public_table if meta.public else rules.private_table
         stability = rule(None)[0]
@@ -65,11 +102,9 @@ class Analyzer(JoinBuilder):
     def outer_relation(self, query: exp.Query) -> Relation:
         """The relation the top-level SELECT aggregates over: its FROM / WHERE, with the
         query's CTEs in scope (each analysed once, in order, even if unused)."""
-        with_ = query.args.get("with_")
-        if with_ is not None:
-            self.ctes.append({})
-            for cte in with_.expressions:
-                self.ctes[-1][cte.alias_or_name.lower()] = self.query_relation(cte.this)
+        if query.find(exp.CTE) is not None:
+            self.cte_refs = cte_references(query)
+        self._analyse_ctes(query)
         if not isinstance(query, exp.Select):
             raise UnsupportedConstructError(
                 f"{query.key.upper()} at the top level is not supported: send each branch as "
@@ -82,17 +117,27 @@ class Analyzer(JoinBuilder):
         query = query.unnest() if isinstance(query, exp.Subquery) else query
         if isinstance(query, exp.Subquery):
             return self.query_relation(query.this)
+        if query.args.get("with_") is not None:
+            self._analyse_ctes(query)
+            # The body (everything but the WITH) used to be analysed on a copy, so the key
+            # equalities in it were never marked comparable in the query the rewrite reads
+            # (it then treats them as possibly failing): keep that until it is decided.
+            self.unmarked += 1
+            try:
+                return self._query_body(query)
+            finally:
+                self.unmarked -= 1
+        return self._query_body(query)
+
+    def _analyse_ctes(self, query: exp.Expression) -> None:
+        """Analyse each CTE of ``query``'s WITH once, in order (even if unused); references
+        to it (cte_references) share the relation, so a CTE used twice is a self-join."""
         with_ = query.args.get("with_")
         if with_ is not None:
-            self.ctes.append({})
-            try:
-                for cte in with_.expressions:
-                    self.ctes[-1][cte.alias_or_name.lower()] = self.query_relation(cte.this)
-                inner = query.copy()
-                inner.set("with_", None)
-                return self.query_relation(inner)
-            finally:
-                self.ctes.pop()
+            for cte in with_.expressions:
+                self.cte_relations[id(cte)] = self.query_relation(cte.this)
+
+    def _query_body(self, query: exp.Expression) -> Relation:
         if isinstance(query, exp.Union):
             return self.union(query)
         if isinstance(query, (exp.Intersect, exp.Except)):
@@ -266,7 +311,7 @@ class Analyzer(JoinBuilder):
                 if c not in key_nodes:
                     check_filter(c, "JOIN ... ON")
             for (a, b), key_node in zip(keys, key_nodes, strict=True):
-                mark_comparable(key_node, rel.facts(a).type, right.facts(b).type)
+                self.mark_comparable(key_node, rel.facts(a).type, right.facts(b).type)
             rel = self.join(rel, right, keys, alias)
             aliases.add(alias)
 
