@@ -64,6 +64,8 @@ class Analyzer(JoinBuilder):
         self.metadata = metadata
         #: id(Table) -> the CTE it reads (cte_references); id(CTE) -> its analysed relation
         self.cte_refs: dict[int, exp.CTE] = {}
+        self.root: exp.Query | None = None  # the top-level query (outer_relation)
+        self.ctes_resolved = False
         self.cte_relations: dict[int, Relation] = {}
         #: > 0 while analysing the body of a nested query with a WITH (see query_relation)
         self.unmarked = 0
@@ -102,8 +104,7 @@ class Analyzer(JoinBuilder):
     def outer_relation(self, query: exp.Query) -> Relation:
         """The relation the top-level SELECT aggregates over: its FROM / WHERE, with the
         query's CTEs in scope (each analysed once, in order, even if unused)."""
-        if query.find(exp.CTE) is not None:
-            self.cte_refs = cte_references(query)
+        self.root = query
         self._analyse_ctes(query)
         if not isinstance(query, exp.Select):
             raise UnsupportedConstructError(
@@ -134,6 +135,11 @@ class Analyzer(JoinBuilder):
         to it (cte_references) share the relation, so a CTE used twice is a self-join."""
         with_ = query.args.get("with_")
         if with_ is not None:
+            if not self.ctes_resolved and self.root is not None:
+                self.ctes_resolved = True
+                # Resolved on the first WITH read (a reference needs one around it): a
+                # query without any pays no scope traversal.
+                self.cte_refs = cte_references(self.root)
             for cte in with_.expressions:
                 self.cte_relations[id(cte)] = self.query_relation(cte.this)
 

@@ -135,17 +135,23 @@ def several_equi_conjuncts(candidates: Sequence[KExpr]) -> KExpr:
     return kmin(*candidates)
 
 
-def join_column_mf(mf: KExpr | None, other_key_mfs: Sequence[KExpr]) -> KExpr | None:
+def join_key_factor(other_key_mfs: Sequence[KExpr]) -> KExpr | None:
+    """The factor a joined column's mf is multiplied by: the smallest known mf_k of the other
+    side's join keys (None, unknown, if none is known). See :func:`join_column_mf`."""
+    return kmin(*other_key_mfs) if other_key_mfs else None
+
+
+def join_column_mf(mf: KExpr | None, factor: KExpr | None) -> KExpr | None:
     """mf_k of a column after a join: mf_k(c) · min over conjuncts of the other side's key mf.
 
-    Precondition: ``other_key_mfs`` are the known mf_k of the other side's join keys.
-    Guarantee: None (unknown) if ``mf`` is unknown or no other side key mf is known.
+    Precondition: ``factor`` is :func:`join_key_factor` of the other side's key mfs.
+    Guarantee: None (unknown) if ``mf`` or ``factor`` is unknown.
     Why: each row of this side matches at most mf_k(key) rows of the other, so a value shared
     by mf_k(c) rows here is shared by at most mf_k(c)·mf_k(key) joined rows.
     """
-    if mf is None or not other_key_mfs:
+    if mf is None or factor is None:
         return None
-    return mul(mf, kmin(*other_key_mfs))
+    return mul(mf, factor)
 
 
 # --------------------------------------------------------------------------- grouping

@@ -140,17 +140,19 @@ def test_several_equi_conjuncts_is_attained():
 
 
 def test_join_column_mf_exact():
-    assert rules.join_column_mf(PlusK(2), [PlusK(5), Const(3)]) is not None
-    assert at(rules.join_column_mf(PlusK(2), [PlusK(5), Const(3)])) == [6, 9, 12, 21]
-    assert rules.join_column_mf(None, [Const(3)]) is None
-    assert rules.join_column_mf(PlusK(2), []) is None
+    factor = rules.join_key_factor([PlusK(5), Const(3)])
+    assert at(factor) == [3, 3, 3, 3] and rules.join_key_factor([]) is None
+    assert at(rules.join_column_mf(PlusK(2), factor)) == [6, 9, 12, 21]
+    assert rules.join_column_mf(None, factor) is None
+    assert rules.join_column_mf(PlusK(2), None) is None
 
 
 def test_join_column_mf_is_attained():
     r1 = [(1, "c"), (1, "c")]  # column c: value "c" twice; key 1
     r2 = [1, 1, 1]  # key mf 3
     out = [a[1] for a, _ in join(r1, r2, lambda a, b: a[0] == b)]
-    assert mf(out) == rules.join_column_mf(Const(2), [Const(3)]).at(0) == 6
+    bound = rules.join_column_mf(Const(2), rules.join_key_factor([Const(3)])).at(0)
+    assert mf(out) == bound == 6
 
 
 # ----------------------------------------------------------------------------- grouping
