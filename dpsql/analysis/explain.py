@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from dpsql.analysis.elastic import Derivation, QueryAnalysis, analyze
+from dpsql.analysis.elastic import analyze
+from dpsql.analysis.model import Derivation, QueryAnalysis
 from dpsql.analysis.parse import DIALECT
 from dpsql.budget import Budget
 from dpsql.metadata import Metadata

@@ -662,3 +662,26 @@ def test_exists_correlated_two_levels_up_names_the_construct(sql):
     msg = str(info.value)
     assert "o.customer_id" in msg and "more than one level up" in msg
     assert "max frequency" not in msg and "directly around it" in msg
+
+
+@pytest.mark.parametrize("outer_with", [
+    # An enclosing CTE of the same name over a public table: the EXISTS's own CTE over a
+    # private table was resolved to it (S(sub) = 0), so ES was 1 while one changed
+    # recommendations row flips every order of one product (mf_k(o.product_id) of them).
+    "WITH c AS (SELECT product_id AS pid FROM products) ",
+    "",
+])
+def test_with_inside_exists_is_rejected(outer_with):
+    sql = (f"{outer_with}SELECT COUNT(*) FROM orders o WHERE EXISTS (WITH c AS (SELECT "
+           "product_id AS pid FROM recommendations) SELECT 1 FROM c WHERE c.pid = o.product_id)")
+    with pytest.raises(UnsupportedConstructError, match="WITH inside an EXISTS subquery"):
+        analyze(sql, MD)
+
+
+def test_with_inside_in_subquery_is_its_own_scope():
+    # The IN subquery's WITH shadows the enclosing CTE of the same name: the private one counts.
+    sql = ("WITH c AS (SELECT product_id AS pid FROM products) SELECT COUNT(*) FROM orders o "
+           "WHERE o.product_id IN (WITH c AS (SELECT product_id AS pid FROM recommendations) "
+           "SELECT pid FROM c)")
+    # max(S(orders) = 1, mf_k(o.product_id) * S(recommendations) = 500 + k): disjoint ancestors
+    assert es(sql) == [500.0, 501.0, 502.0, 505.0]

@@ -1,0 +1,140 @@
+"""Syntax helpers and the checks shared by the relation, join and measurement builders.
+
+The checks here reject what no rule of dpsql.analysis.rules covers (subqueries hidden in a
+filter, scalar subqueries, nested aggregates, duplicate output names, outer references); their
+messages are part of the interface (tests match on them).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.analysis.kexpr import KExpr
+from dpsql.analysis.model import ColumnFacts
+from dpsql.analysis.parse import DIALECT
+from dpsql.errors import AggregateArithmeticError, UnsupportedConstructError
+
+AGGREGATES = (exp.Count, exp.Sum, exp.Avg)
+
+
+
+def conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+    """Flatten nested ANDs (and parentheses around them) into a list of conjuncts."""
+    if node is None:
+        return []
+    node = node.unnest()
+    if isinstance(node, exp.And):
+        return conjuncts(node.left) + conjuncts(node.right)
+    return [node]
+
+
+def has_aggregate(node: exp.Expression) -> bool:
+    return any(in_same_select(a, node) for a in node.find_all(*AGGREGATES))
+
+
+def in_same_select(inner: exp.Expression, outer: exp.Expression) -> bool:
+    """True when ``inner`` is not nested in a subquery below ``outer``."""
+    if inner is outer:
+        return True
+    node = inner.parent
+    while node is not None and node is not outer:
+        if isinstance(node, exp.Query):
+            return False
+        node = node.parent
+    return True
+
+
+def sql_text(node: exp.Expression) -> str:
+    return node.sql(dialect=DIALECT)
+
+
+def key_of(node: exp.Expression) -> tuple[str, str] | str:
+    """What identifies a GROUP BY key or an expression compared with one: a column by its
+    (qualified) table and name, without generating SQL; anything else by its SQL text."""
+    if isinstance(node, exp.Column):
+        return (node.table, node.name)
+    return sql_text(node)
+
+
+def mf_str(mf: KExpr | None) -> str:
+    return "unknown" if mf is None else str(mf)
+
+
+def check_unique_output(name: str, out: dict[tuple[str, str], ColumnFacts]) -> None:
+    """Reject a second output column of the same name in a subquery, CTE or UNION branch.
+
+    DuckDB binds ``t.x`` to the FIRST column named x (it renames the second to x_1), while a
+    dict keyed by name would keep the LAST one's facts: ``(SELECT customer_id AS x, order_id AS
+    x ...) t JOIN c ON c.id = t.x`` would use order_id's mf 1 for a join on customer_id.
+    """
+    if any(key.lower() == name.lower() for _, key in out):
+        raise UnsupportedConstructError(
+            f"a subquery outputs two columns named {name!r}: give each column a distinct alias"
+        )
+
+
+def reject_outer_references(select: exp.Select) -> None:
+    """Reject a derived table, CTE or IN subquery that refers to an enclosing query's columns.
+
+    DuckDB evaluates such a subquery once per outer row (an implicit LATERAL join), so its
+    relation is not one fixed relation with one stability: in
+    ``EXISTS (SELECT 1 FROM (SELECT COUNT(*) AS n FROM r WHERE r.k = o.k) t WHERE t.n = o.q)``
+    one changed row of r changes n for every outer row with that k, which no mf of o.q bounds.
+    Correlated EXISTS conditions are analysed by the semi-join rule instead (from_where with
+    correlated_ok=True), not here.
+    """
+    items = [select.args["from_"].this] + [j.this for j in select.args.get("joins") or []]
+    aliases = {item.alias_or_name for item in items}
+    for col in select.find_all(exp.Column):
+        if col.table and col.table not in aliases and in_same_select(col, select):
+            raise UnsupportedConstructError(
+                f"a subquery in FROM, a CTE or an IN subquery refers to {sql_text(col)} of an "
+                "enclosing query (an implicit LATERAL join), which has no sensitivity rule: "
+                "join the tables instead, or correlate only through EXISTS (... WHERE "
+                "inner.k = outer.k)"
+            )
+
+
+def derived_type(node: exp.Expression) -> str | None:
+    """The type of a computed output column, where it is certain: an explicit CAST, COUNT."""
+    if isinstance(node, (exp.Cast, exp.TryCast)) and isinstance(node.args.get("to"), exp.DataType):
+        return node.args["to"].sql(dialect=DIALECT)
+    if isinstance(node, exp.Count):
+        return "BIGINT"  # COUNT is BIGINT in DuckDB and Spark
+    return None
+
+
+def check_filter(cond: exp.Expression | None, where: str) -> None:
+    """A filter keeps stability and mf, unless it hides a subquery no rule covers."""
+    if cond is None:
+        return
+    cond = cond.this if isinstance(cond, exp.Having) else cond
+    for sub in cond.find_all(exp.Subquery, exp.Exists, exp.Select):
+        query = sub.this if isinstance(sub, (exp.Subquery, exp.Exists)) else sub
+        if isinstance(query, exp.Select) and any(has_aggregate(e) for e in query.expressions):
+            raise AggregateArithmeticError(
+                f"the aggregate subquery in {where} ({sql_text(sub)[:60]}) feeds a comparison; "
+                "its exact value could flip every row, and no rule bounds that: "
+                "run it as its own query and pass the noisy value as a parameter"
+            )
+        raise UnsupportedConstructError(
+            f"a subquery inside {where} must be a whole AND-ed condition of the form "
+            "x IN (SELECT ...), EXISTS (...), NOT IN or NOT EXISTS"
+        )
+    if has_aggregate(cond) and where != "HAVING":
+        raise AggregateArithmeticError(f"an aggregate cannot appear in {where}")
+
+
+def check_scalar(node: exp.Expression, where: str) -> None:
+    if node.find(exp.Subquery, exp.Select) is not None:
+        raise UnsupportedConstructError(
+            f"a scalar subquery in the {where} is not supported: join instead"
+        )
+
+
+def check_aggregate_args(node: exp.Expression) -> None:
+    check_scalar(node, "SELECT list")
+    for agg in node.find_all(*AGGREGATES):
+        if any(inner is not agg for inner in agg.find_all(*AGGREGATES)):
+            raise AggregateArithmeticError(f"nested aggregate {sql_text(agg)} is not supported")
+

@@ -1,0 +1,236 @@
+"""The measurement builder: which exact aggregates a query releases, with ES(k) each.
+
+From the relation a top-level SELECT aggregates over (dpsql.analysis.relations), this builds the
+:class:`~dpsql.analysis.model.Measurement` s (COUNT: rules.count_sensitivity; SUM / AVG over
+declared bounds: rules.sum_sensitivity), the GROUP BY keys with their declared domains, and the
+output columns, and rejects outputs that would release raw values.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.analysis import rules
+from dpsql.analysis.checks import (
+    AGGREGATES,
+    check_aggregate_args,
+    check_filter,
+    check_scalar,
+    in_same_select,
+    key_of,
+    sql_text,
+)
+from dpsql.analysis.keytypes import collation, numeric_or_unknown
+from dpsql.analysis.model import (
+    Derivation,
+    GroupKey,
+    Measurement,
+    OutputColumn,
+    QueryAnalysis,
+    Relation,
+)
+from dpsql.analysis.relations import Analyzer
+from dpsql.errors import (
+    AggregateArithmeticError,
+    MissingMetricError,
+    ProtectedBinError,
+    UnsupportedConstructError,
+    UnsupportedQueryError,
+)
+from dpsql.metadata import Domain, Metadata
+
+
+def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
+                   metadata: Metadata) -> QueryAnalysis:
+    """The measurements, group keys and output columns of the top-level SELECT ``query``,
+    which aggregates over ``rel`` (its FROM / WHERE relation)."""
+    keys = list(query.args["group"].expressions) if query.args.get("group") else []
+    group_keys = _group_keys(keys, rel, metadata)
+    grouped = bool(keys)
+    check_filter(query.args.get("having"), "HAVING")
+
+    base = rules.count_sensitivity(rel.stability, grouped)
+    measurements: list[Measurement] = []
+    by_sql: dict[str, int] = {}
+
+    def measure(function: str, node: exp.Expression, bounds=None) -> int:
+        key = sql_text(node)
+        if key in by_sql:
+            return by_sql[key]
+        if function == "COUNT":
+            es = base
+        else:
+            assert bounds is not None
+            es = rules.sum_sensitivity(rel.stability, grouped, bounds)
+        m = Measurement(len(measurements), function, node, es, bounds, key)
+        measurements.append(m)
+        by_sql[key] = m.index
+        return m.index
+
+    def aggregate_measurements(agg: exp.Expression) -> tuple[int, ...]:
+        if isinstance(agg, exp.Count):
+            check_scalar(agg, "COUNT argument")
+            return (measure("COUNT", agg),)
+        if agg.args.get("distinct") or isinstance(agg.this, exp.Distinct):
+            raise UnsupportedConstructError(
+                f"{sql_text(agg)}: DISTINCT is supported only in COUNT(DISTINCT x)"
+            )
+        arg = agg.this.unnest()
+        bounds = _sum_bounds(agg, arg, rel)
+        sum_node = exp.Sum(this=arg.copy())
+        if isinstance(agg, exp.Sum):
+            return (measure("SUM", sum_node, bounds),)
+        count_node = exp.Count(this=arg.copy())
+        return (measure("SUM", sum_node, bounds), measure("COUNT", count_node))
+
+    columns: list[OutputColumn] = []
+    key_sql = {key_of(k): i for i, k in enumerate(keys)}
+    for item in query.expressions:
+        inner = item.this if isinstance(item, exp.Alias) else item
+        name = item.alias_or_name
+        aggs = [a for a in inner.find_all(*AGGREGATES) if in_same_select(a, inner)]
+        if not aggs:
+            _check_over_keys(inner, key_sql, name)
+            kind = "group_key" if key_of(inner) in key_sql else "expression"
+            columns.append(OutputColumn(name, kind, None, (), item))
+            continue
+        check_aggregate_args(inner)
+        ids: list[int] = []
+        for agg in aggs:
+            ids.extend(i for i in aggregate_measurements(agg) if i not in ids)
+        function = type(inner).__name__.upper() if isinstance(inner, AGGREGATES) else None
+        columns.append(OutputColumn(name, "aggregate", function, tuple(ids), item))
+    # Aggregates used only by HAVING / ORDER BY are measured (and noised) too.
+    for clause in ("having", "order"):
+        node = query.args.get(clause)
+        if node is None:
+            continue
+        for agg in node.find_all(*AGGREGATES):
+            if in_same_select(agg, node):
+                aggregate_measurements(agg)
+        _check_over_keys_or_aggs(node, key_sql, clause.upper(), {c.name for c in columns})
+    if not measurements:
+        raise UnsupportedQueryError(
+            "the query releases no aggregate: dpsql answers COUNT / SUM / AVG queries, never "
+            "raw rows; wrap the columns in an aggregate or GROUP BY them and COUNT(*)"
+        )
+    details = (f"ES(k) = {'2 * ' if grouped else ''}S(k) per COUNT"
+               + (" (histogram: one row moves between two bins)" if grouped else ""),)
+    tree = Derivation("aggregate", base, details, (rel.tree,))
+    return QueryAnalysis(
+        query=query, columns=tuple(columns), measurements=tuple(measurements),
+        group_keys=tuple(group_keys), tree=tree,
+        max_frequencies_used=tuple(analyzer.used_mf),
+        unchecked_key_types=tuple(analyzer.unchecked),
+    )
+
+
+def _check_over_keys(node: exp.Expression, key_sql: dict[tuple[str, str] | str, int],
+                     name: str) -> None:
+    """A non-aggregate output must be built from group keys only (else it is a raw row)."""
+    if key_of(node) in key_sql:
+        return
+    if isinstance(node, exp.Column):
+        raise UnsupportedQueryError(
+            f"column {name!r} is neither aggregated nor a GROUP BY key, so it would release "
+            "raw values: aggregate it (COUNT/SUM/AVG) or add it to GROUP BY"
+        )
+    if node.find(exp.Subquery, exp.Select) is not None:
+        raise UnsupportedConstructError("a scalar subquery in the SELECT list is not supported")
+    for child in node.iter_expressions():
+        _check_over_keys(child, key_sql, name)
+
+
+def _check_over_keys_or_aggs(node, key_sql, clause: str, aliases: set[str]) -> None:
+    for col in node.find_all(exp.Column):
+        if any(isinstance(a, AGGREGATES) for a in _ancestors(col, node)):
+            continue
+        if key_of(col) in key_sql or (not col.table and col.name in aliases):
+            continue
+        raise UnsupportedQueryError(
+            f"{clause} uses {sql_text(col)}, which is neither a GROUP BY key nor an aggregate: "
+            "use a key or an aggregate of it"
+        )
+
+
+def _ancestors(node: exp.Expression, stop: exp.Expression):
+    node = node.parent
+    while node is not None and node is not stop:
+        yield node
+        node = node.parent
+
+
+def _sum_bounds(agg: exp.Expression, arg: exp.Expression, rel: Relation) -> tuple[float, float]:
+    fn = type(agg).__name__.upper()
+    if not isinstance(arg, exp.Column):
+        cols = [rel.columns.get((c.table, c.name)) for c in arg.find_all(exp.Column)]
+        if any(f is not None and f.from_aggregate for f in cols):
+            raise AggregateArithmeticError(
+                f"{fn}({sql_text(arg)}) sums a value computed by an aggregate in a subquery, which "
+                "has no bounds: release the inner aggregate directly instead"
+            )
+        raise MissingMetricError(
+            f"{fn}({sql_text(arg)}) needs bounds, and a computed expression has none: "
+            f"{fn} a declared column that has bounds: [lower, upper]"
+        )
+    facts = rel.columns.get((arg.table, arg.name))
+    if facts is not None and facts.from_aggregate:
+        raise AggregateArithmeticError(
+            f"{fn}({sql_text(arg)}) sums a value computed by an aggregate in a subquery, which has "
+            "no bounds: release the inner aggregate directly instead"
+        )
+    if facts is None or facts.bounds is None:
+        raise MissingMetricError(
+            f"{fn}({sql_text(arg)}) needs bounds: declare bounds: [lower, upper] for column "
+            f"{arg.name!r} in the metadata"
+        )
+    if not numeric_or_unknown(facts.type):
+        # DuckDB would cast each stored value to a number: one unparsable row would make the
+        # whole query fail, an error that depends on the data (the rewrite also uses TRY_CAST
+        # for columns of unknown type).
+        raise UnsupportedConstructError(
+            f"{fn}({sql_text(arg)}) needs a numeric column, and {arg.name!r} is "
+            f"{facts.type}: sum a numeric column, or store this one as a number"
+        )
+    return facts.bounds
+
+
+def _group_keys(keys: list[exp.Expression], rel: Relation, metadata: Metadata) -> list[GroupKey]:
+    out: list[GroupKey] = []
+    for i, key in enumerate(keys):
+        if not isinstance(key, exp.Column):
+            raise ProtectedBinError(
+                f"GROUP BY {sql_text(key)} groups by a computed expression, whose bins are not "
+                "declared: group by a releasable column with a declared domain"
+            )
+        facts = rel.columns.get((key.table, key.name))
+        origin = facts.origin if facts is not None else None
+        if origin is None:
+            raise ProtectedBinError(
+                f"GROUP BY {sql_text(key)}: the column is computed in a subquery, so its values "
+                "are not releasable: group by a declared releasable column"
+            )
+        table = metadata.table(origin[0])
+        column = table.column(origin[1])
+        if not (table.public or column.releasable):
+            raise ProtectedBinError(
+                f"GROUP BY {origin[0]}.{origin[1]}: the column is not releasable; the owner must "
+                "declare it releasable with a domain (or group by a public table's column)"
+            )
+        if collation(column.type) is not None:
+            raise ProtectedBinError(
+                f"GROUP BY {origin[0]}.{origin[1]}: the column is stored with the collation "
+                f"{collation(column.type)}, under which different values compare equal, so one "
+                "row could fall in several bins: store it without a collation"
+            )
+        domain = column.domain
+        if domain is None and table.public:
+            domain = Domain(table=table.name, column=column.name)
+        if domain is None:
+            raise ProtectedBinError(
+                f"GROUP BY {origin[0]}.{origin[1]}: no domain is declared, so which bins exist "
+                "would depend on private data; the owner must declare domain: {values: [...]} "
+                "or domain: {table: <public table>, column: <column>}"
+            )
+        out.append(GroupKey(i, key, domain, key.name, column.type))
+    return out

@@ -1,0 +1,123 @@
+"""The analysis's data model: what a relation is known to be, and what a query releases.
+
+A *relation* (:class:`Relation`) carries its elastic stability S(k), the facts known about each
+of its columns (:class:`ColumnFacts`: mf_k, clamp bounds, origin, type), its private ancestor
+tables and the derivation tree shown by ``dpsql explain``. A :class:`QueryAnalysis` is the
+result of analysing one query: its :class:`Measurement` s (one noised COUNT or SUM each, with
+ES(k)), :class:`GroupKey` s and :class:`OutputColumn` s. ``None`` stands for an unknown
+(infinite) mf and never enters arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from dpsql.analysis.kexpr import KExpr
+from dpsql.metadata import Domain
+
+
+@dataclass(frozen=True)
+class ColumnFacts:
+    """What the analysis knows about one column of a relation."""
+
+    mf: KExpr | None  # mf_k; None = unknown (no max frequency, or derived)
+    bounds: tuple[float, float] | None = None  # declared clamp bounds, kept by plain copies
+    origin: tuple[str, str] | None = None  # (table, column) when an unmodified base column
+    from_aggregate: bool = False  # computed by an aggregate inside a subquery
+    type: str | None = None  # SQL type (declared or from the database); None = unknown
+
+    @staticmethod
+    def derived(from_aggregate: bool = False, type: str | None = None) -> ColumnFacts:
+        return ColumnFacts(mf=None, from_aggregate=from_aggregate, type=type)
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """One node of the owner-facing derivation tree (dpsql explain)."""
+
+    label: str
+    stability: KExpr
+    details: tuple[str, ...] = ()
+    children: tuple[Derivation, ...] = ()
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A relation's stability, column facts and private ancestor tables.
+
+    ``columns`` keys are ``(alias, column)`` inside a FROM clause and ``("", column)`` for the
+    output of a subquery.
+    """
+
+    stability: KExpr
+    columns: dict[tuple[str, str], ColumnFacts]
+    ancestors: frozenset[str]
+    tree: Derivation
+
+    def facts(self, key: tuple[str, str]) -> ColumnFacts:
+        return self.columns[key]
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One exact aggregate that receives noise: COUNT or SUM (AVG is split into both)."""
+
+    index: int
+    function: str  # "COUNT" or "SUM"
+    node: exp.Expression  # the qualified aggregate, e.g. COUNT(DISTINCT o.x) or SUM(o.cost)
+    sensitivity: KExpr  # ES(k)
+    bounds: tuple[float, float] | None = None  # SUM: clamp bounds of the argument
+    label: str = ""
+
+    @property
+    def integer(self) -> bool:
+        return self.function == "COUNT"
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """A GROUP BY key and the declared domain of values its bins are filled from."""
+
+    index: int
+    node: exp.Column
+    domain: Domain
+    name: str
+    #: the declared (or database-filled) type of the base column the key comes from
+    type: str | None = None
+
+
+@dataclass(frozen=True)
+class OutputColumn:
+    """One column of the analyst's result, in SELECT order."""
+
+    name: str
+    kind: str  # "group_key" | "aggregate" | "expression"
+    function: str | None  # COUNT / SUM / AVG for a single-aggregate column
+    measurements: tuple[int, ...] = ()
+    node: exp.Expression | None = None
+
+    @property
+    def bare_aggregate(self) -> bool:
+        """True for a column that is one COUNT or SUM as written (``COUNT(*) AS n``)."""
+        inner = self.node.this if isinstance(self.node, exp.Alias) else self.node
+        return isinstance(inner, (exp.Count, exp.Sum))
+
+
+@dataclass(frozen=True)
+class QueryAnalysis:
+    """The privacy analysis of one query: what to measure, with which ES(k)."""
+
+    query: exp.Select
+    columns: tuple[OutputColumn, ...]
+    measurements: tuple[Measurement, ...]
+    group_keys: tuple[GroupKey, ...]
+    tree: Derivation
+    max_frequencies_used: tuple[str, ...] = field(default=())
+    #: key equalities whose types were unknown (only with allow_unknown_key_types=True)
+    unchecked_key_types: tuple[str, ...] = field(default=())
+
