@@ -7,7 +7,7 @@ Two kinds of test per rule:
 * ``test_<rule>_is_attained``: a tiny database and one neighbour (plain Python multisets) on
   which the rule's bound at k = 0 is reached exactly, so a smaller bound would be unsound. The
   end-to-end brute force over all neighbours of small databases, through DuckDB, is in
-  tests/unit/test_soundness_bruteforce.py (joins, self-joins, grouped subqueries, semi/anti-joins,
+  tests/bruteforce/test_soundness.py (joins, self-joins, grouped subqueries, semi/anti-joins,
   UNION ALL, SUM) and tests/fuzz/test_grammar_bruteforce.py.
 """
 

@@ -2,7 +2,7 @@
 accepts, no neighbour of a tiny database moves the answer by more than ES(0).
 
 The universe, exact metadata, neighbour enumeration and DuckDB runner are those of
-``tests/unit/test_soundness_bruteforce.py`` (tables a, b, c, s private and p public; values
+``tests/bruteforce/test_soundness.py`` (tables a, b, c, s private and p public; values
 {1, 2, 3}). That file checks one template per rule; this one draws combinations: filters of
 every kind (comparisons, column equalities, CASE, COALESCE, arithmetic, IN lists, NOT, OR) on
 top of joins, self-joins, public joins, derived tables, UNION ALL, grouped subqueries and
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from dpsql.analysis.elastic import analyze
 from dpsql.errors import Error
-from tests.unit.test_soundness_bruteforce import (
+from tests.bruteforce.test_soundness import (
     _fmt,
     _tol,
     change,
