@@ -16,10 +16,12 @@ One request goes through these steps, in this order (docs/design.md, "Release pi
 10. **store** the answer in the cache, and release it.
 
 Contract: every refusal (steps 1-7, and a budget the ledger says is exhausted) raises before
-anything is charged; none of them depends on private data. Once charged, a query that fails or
-is cancelled before its answer exists (any exception, KeyboardInterrupt included) has its
-charge refunded and the exception propagates: nothing was released. A released answer is
-always charged first.
+anything is charged; none of them depends on private data. Once charged, a query whose exact
+read fails or is cancelled (any exception, KeyboardInterrupt included) has its charge refunded
+and the exception propagates: no noisy value exists yet, so nothing was released. Once noise is
+drawn the charge stands, even if the post-processing then fails: such a failure can depend on
+the noisy values, and refunding it would let an analyst redraw noise for free. A released
+answer is always charged first.
 """
 
 from __future__ import annotations
@@ -178,8 +180,8 @@ class Session:
 
     def _release(self, prepared: Prepared, values: list[Any], plans: tuple[NoisePlan, ...],
                  domains: Domains, *, charge: Ledger | None) -> Result:
-        """Steps 8-9: record, charge (when ``charge`` is a ledger), execute, noise, refund if
-        nothing could be released."""
+        """Steps 8-9: record, charge (when ``charge`` is a ledger), read the exact values
+        (refunded if that fails), noise, post-process (charged whatever happens)."""
         record = release_record(prepared.columns, plans, prepared.fingerprint, domains.n_bins)
         charge_id = None
         if charge is not None and self.principal is not None:
@@ -187,25 +189,25 @@ class Session:
                 self.principal.database, self.principal.analyst,
                 fingerprint=record.fingerprint, epsilon=record.epsilon, delta=record.delta,
                 mechanism=record.mechanism)
-        try:
-            names, types, rows = self._answer(prepared, values, plans, domains)
-        except BaseException:
-            if charge is not None and charge_id is not None and self.principal is not None:
-                # Nothing was released: the analyst learned that the query failed, which the
-                # binder check and totality make independent of private data.
-                charge.refund(self.principal.database, self.principal.analyst, charge_id)
-            raise
-        return Result(names, types, rows, record)
-
-    def _answer(self, prepared: Prepared, values: list[Any], plans: tuple[NoisePlan, ...],
-                domains: Domains):
         plan = prepared.plan
         with gc_paused():
-            bins = read_bins(self.backend, prepared.compiled, values, domains)
+            try:
+                bins = read_bins(self.backend, prepared.compiled, values, domains)
+            except BaseException:
+                # No noisy value exists yet, so nothing was released: the analyst learns only
+                # that the exact query failed or was cancelled, which the binder check and the
+                # totality rewrite make independent of private data.
+                if charge is not None and charge_id is not None and self.principal is not None:
+                    charge.refund(self.principal.database, self.principal.analyst, charge_id)
+                raise
+            # From here on the charge stands, whatever happens: an error in the noise or the
+            # post-processing may depend on the noisy values, and a free retry would draw
+            # fresh noise (an averaging attack paid for by nobody).
             noisy = [noisy_values(bins.exact[j], plans[j], self._sampler)
                      for j in range(plan.n_measurements)]
-            return self._post.rows(plan, bins, noisy, values,
-                                   lambda: post_processing_sql(prepared.analysis))
+            names, types, rows = self._post.rows(
+                plan, bins, noisy, values, lambda: post_processing_sql(prepared.analysis))
+        return Result(names, types, rows, record)
 
     # -- steps 5 and 10 -------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""dpsql/session.py: charge before release, and charge nothing that was not released.
+"""dpsql/session.py: charge before release, and refund only what nothing was derived from.
 
 Every test charges a real ledger file (tests/ledgers.py) through a real DuckDB backend: the
 ledger's history is what a refusal, a failure or a cancellation must leave untouched, and what
@@ -169,7 +169,7 @@ class Interrupting(ZeroNoise):
         raise KeyboardInterrupt
 
 
-def test_ctrl_c_after_the_charge_propagates_and_is_refunded(database, tmp_path):
+def test_ctrl_c_once_noise_is_drawn_propagates_and_stays_charged(database, tmp_path):
     metadata = loads_metadata(METADATA)
     backend = DuckDBBackend(database, metadata)
     ledger = open_ledger(tmp_path / "ledger.sqlite")
@@ -177,11 +177,20 @@ def test_ctrl_c_after_the_charge_propagates_and_is_refunded(database, tmp_path):
         session = ledger_session(metadata, backend, ledger, sampler=Interrupting())
         with pytest.raises(KeyboardInterrupt):
             session.run("SELECT COUNT(*) AS n FROM visits", epsilon=0.5)
-        status = ledger.status(DATABASE, ANALYST)
-        assert status.history == () and status.epsilon_spent == 0.0
+        # the exact value was read and noise was being drawn: no refund (a free retry would
+        # draw fresh noise)
+        assert [c.epsilon for c in ledger.status(DATABASE, ANALYST).history] == [0.5]
     finally:
         backend.close()
         ledger.close()
+
+
+def test_a_post_processing_error_on_noisy_values_stays_charged(session):
+    # whether CAST(noisy count AS TINYINT) fails depends on the noisy value: refunding it would
+    # let an analyst learn "count > 127" again and again with fresh noise, for free
+    with pytest.raises(ProgrammingError, match="post-processing failed"):
+        session.run("SELECT CAST(COUNT(*) AS TINYINT) AS n FROM visits", epsilon=0.5)
+    assert [c.epsilon for c in charged(session)] == [0.5]
 
 
 SLOW = "SELECT COUNT(*) AS n FROM visits a JOIN visits b ON a.k = b.k"
