@@ -10,7 +10,8 @@ One request goes through these steps, in this order (docs/design.md, "Release pi
 5. **cache lookup**: a repeat of a paid-for request returns the stored answer, free;
 6. **noise plan**: each measurement's share of the budget and its scale;
 7. **public reads and checks**: the domain query (public data only) gives the number of bins,
-   checked against the limit; the backend's binder checks the exact query (reads no row);
+   checked against the limit; when a ledger is charged, the backend's binder checks the exact
+   query (reads no row; once per query text and parameter types);
 8. **release record**, then the **charge**, durable, for exactly the record's (epsilon, delta);
 9. **execute** the exact query, add noise, post-process;
 10. **store** the answer in the cache, and release it.
@@ -123,6 +124,8 @@ class Session:
         self.principal = principal
         self._sampler = sampler
         self._prepared: OrderedDict[str, Prepared] = OrderedDict()
+        #: (compiled exact SQL, parameter types) the backend's binder accepted
+        self._bound: dict[tuple[str, tuple[str, ...]], None] = {}
         self._cache_size = cache_size
         self._stored = StoredFacts(backend)
         self._post = PostProcessor()
@@ -172,11 +175,25 @@ class Session:
                 return cached
         plans = plan_noise(prepared.analysis, budget)
         domains = read_domains(self.backend, prepared.compiled, values)
-        self.backend.check(prepared.compiled.exact, prepared.plan.exact_bindings(values))
+        if self.ledger is not None:
+            self._check_binds(prepared, values)
         result = self._release(prepared, values, plans, domains, charge=self.ledger)
         if key is not None:
             self._store(key, result)
         return result
+
+    def _check_binds(self, prepared: Prepared, values: list[Any]) -> None:
+        """The backend's binder on the exact query, once per query text and parameter types
+        (what the binder's outcome depends on). Only a charging session needs it: without a
+        ledger there is no charge for a binder error to come after."""
+        bindings = prepared.plan.exact_bindings(values)
+        key = (prepared.compiled.exact, tuple(type(v).__name__ for v in bindings.values()))
+        if key in self._bound:
+            return
+        self.backend.check(prepared.compiled.exact, bindings)
+        self._bound[key] = None
+        if len(self._bound) > self._cache_size:
+            self._bound.pop(next(iter(self._bound)))
 
     def _release(self, prepared: Prepared, values: list[Any], plans: tuple[NoisePlan, ...],
                  domains: Domains, *, charge: Ledger | None) -> Result:

@@ -22,8 +22,9 @@ from tests.shop_fixture import build_shop
 SPARK_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "4",  # 2 CPUs and tiny tables: few partitions per shuffle
-    "spark.default.parallelism": "2",
+    "spark.sql.shuffle.partitions": "1",  # tiny tables: one partition per shuffle
+    "spark.default.parallelism": "1",
+    "spark.sql.adaptive.enabled": "false",  # no re-planning of plans this small
     "spark.driver.memory": "1g",
 }
 
@@ -102,3 +103,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if any(part in SLOW_FOLDERS for part in item.path.parts[-3:-1]):
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("spark") is not None:
+            # one worker runs every Spark test (--dist loadgroup): one JVM, not one per worker
+            item.add_marker(pytest.mark.xdist_group("spark"))

@@ -37,9 +37,10 @@ class Backend(Protocol):
         ...
 
     def check(self, compiled: str, params: Mapping[str, Any] | None = None) -> None:
-        """Bind and plan ``compiled`` with ``params`` without reading any row (DuckDB:
-        EXPLAIN; Spark: analysis); raises ProgrammingError naming only the error's class (a
-        type mismatch the binder finds depends on the SQL and the schema, never on data)."""
+        """Bind ``compiled`` with ``params`` without reading any row (DuckDB: a relation that
+        is never fetched; Spark: analysis); raises ProgrammingError naming only the error's
+        class (a type mismatch the binder finds depends on the SQL and the schema, never on
+        data)."""
         ...
 
     def execute(

@@ -40,6 +40,13 @@ def _reader(source: str) -> str:
     return "read_csv_auto"
 
 
+def _binder_error(err: Exception) -> ProgrammingError:
+    return ProgrammingError(
+        f"the database refused the query while planning it ({type(err).__name__}); check "
+        "parameter types and the metadata's declared column types. Nothing was charged."
+    )
+
+
 class DuckDBBackend:
     """Exact aggregates from DuckDB (see module docstring)."""
 
@@ -109,21 +116,22 @@ class DuckDBBackend:
         return sql
 
     def check(self, compiled: str, params: Mapping[str, Any] | None = None) -> None:
-        """EXPLAIN ``compiled``: DuckDB parses, binds and plans it without reading a row.
+        """Bind ``compiled`` without reading a row: a relation (``cursor.sql``) is parsed and
+        bound when it is made and runs only when fetched (2-6 ms on TPC-H at SF1, where
+        EXPLAIN, which also plans physically, takes 8-200 ms).
 
         The message names only the error class: the analyst may see it, and although the
         binder reads no data, its text could quote a parameter or a bound domain value.
         """
+        cursor = self._con.cursor()
         try:
-            self._con.execute(f"EXPLAIN {compiled}", dict(params) if params else None)
+            cursor.sql(compiled, params=dict(params) if params else None)
         except duckdb.InterruptException:
             raise QueryCancelledError("the query was cancelled; nothing was charged") from None
         except duckdb.Error as err:
-            raise ProgrammingError(
-                f"the database refused the query while planning it ({type(err).__name__}); "
-                "check parameter types and the metadata's declared column types. Nothing was "
-                "charged."
-            ) from None
+            raise _binder_error(err) from None
+        finally:
+            cursor.close()
 
     def execute(
         self, compiled: str, params: Mapping[str, Any] | None = None
@@ -150,6 +158,8 @@ class DuckDBBackend:
         except duckdb.InterruptException:
             raise QueryCancelledError("the query was cancelled before anything was released"
                                       ) from None
+        except duckdb.BinderException as err:  # as check() reports it (no ledger: no check)
+            raise _binder_error(err) from None
         except duckdb.Error as err:
             raise OperationalError(
                 f"the database could not run the query ({type(err).__name__}); check parameter "

@@ -40,6 +40,13 @@ from tests.ledgers import charged, ledger_session, open_ledger
 
 
 @pytest.fixture(scope="module")
+def backend_name() -> str:
+    # The refusals come from the analysis, before any backend is involved; that a Spark session
+    # is not touched either is checked in tests/backends/test_spark.py.
+    return "duckdb"
+
+
+@pytest.fixture(scope="module")
 def shared_engine(shop, make_backend, tmp_path_factory):
     metadata = shop.metadata()
     backend = make_backend(shop.path, metadata, recording=True)

@@ -410,3 +410,25 @@ def test_the_spark_translation_happens_while_preparing(spark, tmp_path):
     finally:
         sparkb.close()
         ledger.close()
+
+
+@pytest.mark.spark
+def test_rejected_queries_neither_reach_spark_nor_charge(shop, sources, spark, tmp_path):
+    from tests.analysis.test_rejection_corpus import CORPUS
+    from tests.ledgers import charged, ledger_session, open_ledger
+    from tests.recording import spark_backend_class
+
+    metadata = shop.metadata()
+    sparkb = spark_backend_class(recording=True)(with_sources(metadata, sources), spark)
+    ledger = open_ledger(tmp_path / "ledger.sqlite")
+    try:
+        session = ledger_session(metadata, sparkb, ledger)
+        # the first case of every category, and every Spark-specific one
+        cases = [c[0] for c in CORPUS.values()] + CORPUS["spark_file_sources_commands_and_udfs"]
+        for sql, cls in cases:
+            with pytest.raises(cls):
+                session.run(sql, epsilon=1.0, delta=1e-6)
+        assert sparkb.executed == [] and charged(session) == []
+    finally:
+        sparkb.close()
+        ledger.close()

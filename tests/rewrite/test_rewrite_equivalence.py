@@ -1,11 +1,12 @@
 """With noise switched off, the engine answers exactly what the analyst's SQL answers on DuckDB.
 
-Every test runs once per execution backend (``make_backend`` in tests/conftest.py: DuckDB, and
-Spark over the same tables as Parquet); the reference is always plain SQL on DuckDB.
+The tests run on DuckDB; the reference is plain SQL on DuckDB. Spark is covered by
+tests/backends/test_spark.py, which runs the exact and domain queries of every case here on both
+backends and requires identical rows and types: equal to DuckDB, equal to the reference.
 
 This is the contract of :mod:`dpsql.rewrite` (clamping, domain bins, TRY totality, NOT IN with
 NOT EXISTS semantics, post-processing over the noisy table) checked end to end through
-:meth:`Engine.run`: the shop database (``tests/shop_fixture.py``) keeps every SUM argument
+:meth:`Session.run`: the shop database (``tests/shop_fixture.py``) keeps every SUM argument
 inside its bounds and every group-key value inside its declared domain, so the only differences
 the rewrite may introduce are the documented ones, each tested on its own below (an extra domain
 value gains an empty bin, a value outside the domain is dropped, NOT IN over a NULL follows NOT
@@ -35,6 +36,11 @@ from tests.shop_fixture import STATUSES, ZeroNoise, build_shop
 EPSILON = 1000.0
 DELTA = 1e-6
 
+
+
+@pytest.fixture(scope="module")
+def backend_name() -> str:
+    return "duckdb"  # Spark: see the module docstring
 
 
 def _engine(shop, make_backend, **metadata_options):

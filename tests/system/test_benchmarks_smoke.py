@@ -29,6 +29,10 @@ HIDE_OPTIONAL = (
 )
 
 
+# one worker runs this module: its fixture (the whole smoke run) is built once, not per worker
+pytestmark = pytest.mark.xdist_group("benchmarks-smoke")
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict[str, dict]:
     tmp = tmp_path_factory.mktemp("bench")
