@@ -37,8 +37,8 @@ class Backend(Protocol):
         ...
 
     def check(self, compiled: str, params: Mapping[str, Any] | None = None) -> None:
-        """Bind ``compiled`` with ``params`` without reading any row (DuckDB: a relation that
-        is never fetched; Spark: analysis); raises ProgrammingError naming only the error's
+        """Bind and plan ``compiled`` with ``params`` without reading any row (DuckDB:
+        EXPLAIN; Spark: analysis); raises ProgrammingError naming only the error's
         class (a type mismatch the binder finds depends on the SQL and the schema, never on
         data)."""
         ...
