@@ -41,8 +41,10 @@ class Budget:
     @classmethod
     def of(cls, epsilon: float | None, delta: float | None = 0.0) -> Budget | None:
         """``Budget(epsilon, delta)``, or None when no epsilon was given (a public-only query
-        needs none; a private one is refused with the fix when it arrives without one)."""
+        needs none; a private one is refused with the fix when it arrives without one). A
+        delta is checked either way."""
         if epsilon is None:
+            cls(1.0, 0.0 if delta is None else delta)  # raises for an invalid delta
             return None
         return cls(epsilon, 0.0 if delta is None else delta)
 

@@ -19,9 +19,10 @@ One request goes through these steps, in this order (docs/design.md, "Release pi
 Contract: every refusal (steps 1-7, and a budget the ledger says is exhausted) raises before
 anything is charged; none of them depends on private data. Once charged, a query whose exact
 read fails or is cancelled (any exception, KeyboardInterrupt included) has its charge refunded
-and the exception propagates: no noisy value exists yet, so nothing was released. Once noise is
-drawn the charge stands, even if the post-processing then fails: such a failure can depend on
-the noisy values, and refunding it would let an analyst redraw noise for free. A released
+and the exception propagates: no noisy value exists yet, so nothing was released; so is a
+cancellation (Ctrl-C, :meth:`Session.cancel`) at any later point, which shows nothing. Once noise
+is drawn, an error stands charged: its occurrence and message can depend on the noisy values
+(it is a release), and refunding it would let an analyst redraw noise for free. A released
 answer is always charged first.
 """
 
@@ -43,7 +44,7 @@ from dpsql.backends.base import Backend
 from dpsql.backends.stored import StoredFacts
 from dpsql.backends.types import fill_column_types
 from dpsql.budget import Budget, missing_epsilon
-from dpsql.errors import OperationalError, ProgrammingError
+from dpsql.errors import OperationalError, ProgrammingError, QueryCancelledError
 from dpsql.execute.exact import CompiledPlan, compile_plan, read_bins, read_domains
 from dpsql.execute.layout import Domains
 from dpsql.execute.post import PostProcessor, gc_paused
@@ -197,8 +198,9 @@ class Session:
 
     def _release(self, prepared: Prepared, values: list[Any], plans: tuple[NoisePlan, ...],
                  domains: Domains, *, charge: Ledger | None) -> Result:
-        """Steps 8-9: record, charge (when ``charge`` is a ledger), read the exact values
-        (refunded if that fails), noise, post-process (charged whatever happens)."""
+        """Steps 8-9: record, charge (when ``charge`` is a ledger), read the exact values,
+        noise, post-process. Refunded: a failed or cancelled exact read, and a cancellation
+        at any later point (nothing is shown). Charged: any error once noise is drawn."""
         record = release_record(prepared.columns, plans, prepared.fingerprint, domains.n_bins)
         charge_id = None
         if charge is not None and self.principal is not None:
@@ -207,23 +209,26 @@ class Session:
                 fingerprint=record.fingerprint, epsilon=record.epsilon, delta=record.delta,
                 mechanism=record.mechanism)
         plan = prepared.plan
-        with gc_paused():
-            try:
+        noise_drawn = False
+        try:
+            with gc_paused():
                 bins = read_bins(self.backend, prepared.compiled, values, domains)
-            except BaseException:
-                # No noisy value exists yet, so nothing was released: the analyst learns only
-                # that the exact query failed or was cancelled, which the binder check and the
-                # totality rewrite make independent of private data.
-                if charge is not None and charge_id is not None and self.principal is not None:
-                    charge.refund(self.principal.database, self.principal.analyst, charge_id)
-                raise
-            # From here on the charge stands, whatever happens: an error in the noise or the
-            # post-processing may depend on the noisy values, and a free retry would draw
-            # fresh noise (an averaging attack paid for by nobody).
-            noisy = [noisy_values(bins.exact[j], plans[j], self._sampler)
-                     for j in range(plan.n_measurements)]
-            names, types, rows = self._post.rows(
-                plan, bins, noisy, values, lambda: post_processing_sql(prepared.analysis))
+                noise_drawn = True
+                noisy = [noisy_values(bins.exact[j], plans[j], self._sampler)
+                         for j in range(plan.n_measurements)]
+                names, types, rows = self._post.rows(
+                    plan, bins, noisy, values, lambda: post_processing_sql(prepared.analysis))
+        except BaseException as exc:
+            # Before the noise, nothing derived from the data exists: the analyst learns only
+            # that the exact read failed or was cancelled, which the binder check and the
+            # totality rewrite make independent of private data. After it, an error may
+            # depend on the noisy values (it is shown: a release), and a free retry would draw
+            # fresh noise; only a cancellation, which shows nothing, is refunded.
+            cancelled = isinstance(exc, (KeyboardInterrupt, QueryCancelledError))
+            if ((not noise_drawn or cancelled) and charge is not None and charge_id is not None
+                    and self.principal is not None):
+                charge.refund(self.principal.database, self.principal.analyst, charge_id)
+            raise
         return Result(names, types, rows, record)
 
     # -- steps 5 and 10 -------------------------------------------------------------------

@@ -169,7 +169,7 @@ class Interrupting(ZeroNoise):
         raise KeyboardInterrupt
 
 
-def test_ctrl_c_once_noise_is_drawn_propagates_and_stays_charged(database, tmp_path):
+def test_ctrl_c_while_noise_is_drawn_propagates_and_is_refunded(database, tmp_path):
     metadata = loads_metadata(METADATA)
     backend = DuckDBBackend(database, metadata)
     ledger = open_ledger(tmp_path / "ledger.sqlite")
@@ -177,9 +177,9 @@ def test_ctrl_c_once_noise_is_drawn_propagates_and_stays_charged(database, tmp_p
         session = ledger_session(metadata, backend, ledger, sampler=Interrupting())
         with pytest.raises(KeyboardInterrupt):
             session.run("SELECT COUNT(*) AS n FROM visits", epsilon=0.5)
-        # the exact value was read and noise was being drawn: no refund (a free retry would
-        # draw fresh noise)
-        assert [c.epsilon for c in ledger.status(DATABASE, ANALYST).history] == [0.5]
+        # a cancellation shows nothing, whenever it comes: refunded
+        status = ledger.status(DATABASE, ANALYST)
+        assert status.history == () and status.epsilon_spent == 0.0
     finally:
         backend.close()
         ledger.close()
@@ -191,6 +191,11 @@ def test_a_post_processing_error_on_noisy_values_stays_charged(session):
     with pytest.raises(ProgrammingError, match="post-processing failed"):
         session.run("SELECT CAST(COUNT(*) AS TINYINT) AS n FROM visits", epsilon=0.5)
     assert [c.epsilon for c in charged(session)] == [0.5]
+
+
+def test_a_bad_delta_is_refused_even_without_epsilon(session):
+    with pytest.raises(ProgrammingError, match="delta"):
+        session.run("SELECT COUNT(*) AS n FROM regions", delta=2.0)
 
 
 SLOW = "SELECT COUNT(*) AS n FROM visits a JOIN visits b ON a.k = b.k"

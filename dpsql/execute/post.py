@@ -17,7 +17,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from dpsql.errors import ProgrammingError
+from dpsql.errors import ProgrammingError, QueryCancelledError
 from dpsql.execute.layout import Bins
 from dpsql.rewrite.parameters import bind_params
 from dpsql.rewrite.plan import NOISY_TABLE, ExecutionPlan
@@ -61,6 +61,9 @@ class PostProcessor:
             result = cur.execute(sql, bind_params(positions, params))
             rows = result.fetchall()
             types = [str(d[1]) for d in result.description]
+        except duckdb.InterruptException:
+            raise QueryCancelledError("the query was cancelled before anything was released"
+                                      ) from None
         except duckdb.Error as err:
             raise ProgrammingError(f"post-processing failed: {err}") from None
         finally:
