@@ -1,0 +1,56 @@
+"""`dpsql serve`: run the PostgreSQL-protocol server (the owner's command)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import click
+
+
+def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise click.BadParameter("use HOST:PORT, e.g. 127.0.0.1:5433")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+@click.command("serve")
+@click.option("-m", "--metadata", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="The owner's metadata file.")
+@click.option("-d", "--database", type=click.Path(dir_okay=False),
+              help="The DuckDB database file (omit for tables backed by the metadata's "
+                   "sources; with --backend spark, the catalog database).")
+@click.option("--ledger", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="The privacy ledger (mandatory: every release is charged to it).")
+@click.option("--listen", default="127.0.0.1:5433", show_default=True, callback=_listen,
+              help="Address to listen on.")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False),
+              help="PEM certificate: when given (with --tls-key), clients must use TLS.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False),
+              help="PEM private key of --tls-cert.")
+@click.option("--backend", type=click.Choice(["duckdb", "spark"]), default="duckdb",
+              show_default=True)
+@click.option("--spark", "spark_master", default=None, help="Spark master URL (--backend spark).")
+@click.option("--workers", default=8, show_default=True, type=click.IntRange(1, 256),
+              help="Threads answering queries.")
+def command(metadata: str, database: str | None, ledger: str, listen: tuple[str, int],
+            tls_cert: str | None, tls_key: str | None, backend: str, spark_master: str | None,
+            workers: int) -> None:
+    """Serve analysts over the PostgreSQL protocol; they authenticate with SCRAM-SHA-256
+    (add them with `dpsql analyst add`) and see only noisy releases."""
+    from dpsql.server.app import Server
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    spark = spark_master or ("local[2]" if backend == "spark" else None)
+    server = Server(metadata, database, ledger, backend=backend, spark=spark,
+                    tls_cert=tls_cert, tls_key=tls_key, workers=workers)
+
+    def ready(bound: tuple[str, int]) -> None:
+        click.echo(f"dpsql: serving {database or metadata} on {bound[0]}:{bound[1]} "
+                   f"(ledger {ledger}{', TLS' if server.tls_context else ''})", err=True)
+
+    try:
+        asyncio.run(server.serve_forever(*listen, ready=ready))
+    finally:
+        server.close()

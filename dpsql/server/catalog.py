@@ -1,0 +1,340 @@
+"""Introspection answered from the analyst-facing schema, never from the data.
+
+Clients probe the server on connect (``version()``, ``SHOW``, ``pg_catalog`` and
+``information_schema`` lookups: psql's ``\\dt``, SQLAlchemy's dialect, JDBC's metadata calls).
+They are answered by a *shadow* DuckDB: in memory, holding empty tables with the declared
+columns and types of the tables this analyst may query, and nothing else; external access is
+disabled and its configuration locked. Such a query cannot read a row of data, so it is answered
+exactly and costs nothing.
+
+A query goes to the shadow only when every relation it names is a catalog relation
+(``pg_catalog.*``, ``information_schema.*``, or an unqualified ``pg_*`` name), a table function
+(``generate_series``) or none (``SELECT version()``); anything else is a private query for the
+session. PostgreSQL-only spellings the shadow lacks are rewritten first (:func:`to_shadow_sql`).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+
+from dpsql.metadata import Metadata
+
+#: what ``SELECT version()`` and the ``server_version`` parameter say
+SERVER_VERSION = "15.0"
+VERSION_TEXT = f"PostgreSQL {SERVER_VERSION} (dpsql, differentially private)"
+
+_CATALOG_SCHEMAS = {"pg_catalog", "information_schema"}
+
+# pg_catalog relations whose DuckDB emulation lacks columns or rows clients read: served from
+# views in the shadow's own schema instead (``pg_catalog.pg_class`` → ``dpsql_pg.pg_class``).
+_EXTENDED = {
+    "pg_class": "SELECT *, false AS relforcerowsecurity FROM pg_catalog.pg_class",
+    "pg_database": (
+        "SELECT *, 10 AS datdba, 6 AS encoding, 'C' AS datcollate, 'C' AS datctype, "
+        "'c' AS datlocprovider, -1 AS datconnlimit, CAST(NULL AS VARCHAR) AS datacl, "
+        "CAST(NULL AS VARCHAR) AS daticulocale FROM pg_catalog.pg_database"),
+    "pg_roles": (
+        "SELECT 10 AS oid, {user} AS rolname, false AS rolsuper, false AS rolinherit, "
+        "false AS rolcreaterole, false AS rolcreatedb, true AS rolcanlogin, "
+        "false AS rolreplication, false AS rolbypassrls, -1 AS rolconnlimit, "
+        "CAST(NULL AS TIMESTAMP) AS rolvaliduntil"),
+    "pg_auth_members": (
+        "SELECT 0 AS oid, 0 AS roleid, 0 AS member, 0 AS grantor, false AS admin_option "
+        "WHERE false"),
+    # the features dpsql's schema never has: empty, with the columns psql's \\d reads
+    "pg_policy": (
+        "SELECT 0 AS oid, '' AS polname, 0 AS polrelid, '' AS polcmd, true AS polpermissive, "
+        "[0] AS polroles, CAST(NULL AS VARCHAR) AS polqual, "
+        "CAST(NULL AS VARCHAR) AS polwithcheck WHERE false"),
+    "pg_statistic_ext": (
+        "SELECT 0 AS oid, 0 AS stxrelid, '' AS stxname, 0 AS stxnamespace, 0 AS stxowner, "
+        "-1 AS stxstattarget, [0] AS stxkeys, [''] AS stxkind, "
+        "CAST(NULL AS VARCHAR) AS stxexprs WHERE false"),
+    "pg_publication": (
+        "SELECT 0 AS oid, '' AS pubname, 0 AS pubowner, false AS puballtables, "
+        "false AS pubinsert, false AS pubupdate, false AS pubdelete, false AS pubtruncate, "
+        "false AS pubviaroot WHERE false"),
+    "pg_publication_rel": (
+        "SELECT 0 AS oid, 0 AS prpubid, 0 AS prrelid, CAST(NULL AS VARCHAR) AS prqual, "
+        "[0] AS prattrs WHERE false"),
+    "pg_publication_namespace": "SELECT 0 AS oid, 0 AS pnpubid, 0 AS pnnspid WHERE false",
+    "pg_inherits": (
+        "SELECT 0 AS inhrelid, 0 AS inhparent, 0 AS inhseqno, false AS inhdetachpending "
+        "WHERE false"),
+    "pg_trigger": (
+        "SELECT 0 AS oid, 0 AS tgrelid, '' AS tgname, 0 AS tgfoid, 0 AS tgtype, "
+        "'' AS tgenabled, false AS tgisinternal, 0 AS tgparentid WHERE false"),
+    "pg_rewrite": (
+        "SELECT 0 AS oid, '' AS rulename, 0 AS ev_class, '' AS ev_type, '' AS ev_enabled, "
+        "false AS is_instead WHERE false"),
+    "pg_user": (
+        "SELECT {user} AS usename, 10 AS usesysid, false AS usecreatedb, false AS usesuper, "
+        "false AS userepl, false AS usebypassrls, CAST(NULL AS TIMESTAMP) AS valuntil"),
+}
+
+# Functions PostgreSQL clients call that DuckDB's pg_catalog emulation lacks.
+_MACROS = (
+    "CREATE MACRO obj_description(x, y := NULL) AS CAST(NULL AS VARCHAR)",
+    "CREATE MACRO col_description(x, y) AS CAST(NULL AS VARCHAR)",
+    "CREATE MACRO shobj_description(x, y) AS CAST(NULL AS VARCHAR)",
+    "CREATE MACRO pg_encoding_to_char(x) AS 'UTF8'",
+    "CREATE MACRO pg_get_indexdef(x, y := 0, z := false) AS CAST(NULL AS VARCHAR)",
+    "CREATE MACRO pg_get_constraintdef(x, y := false) AS CAST(NULL AS VARCHAR)",
+    "CREATE MACRO pg_get_viewdef(x, y := false) AS CAST(NULL AS VARCHAR)",
+    "CREATE MACRO pg_get_partkeydef(x) AS CAST(NULL AS VARCHAR)",
+    "CREATE MACRO pg_relation_is_publishable(x) AS false",
+    "CREATE MACRO array_upper(a, d) AS len(a)",
+    "CREATE MACRO array_lower(a, d) AS 1",
+    "CREATE MACRO pg_get_statisticsobjdef_columns(x) AS CAST(NULL AS VARCHAR)",
+    "CREATE MACRO pg_get_triggerdef(x, y := false) AS CAST(NULL AS VARCHAR)",
+    "CREATE MACRO pg_get_ruledef(x, y := false) AS CAST(NULL AS VARCHAR)",
+    "CREATE MACRO has_table_privilege(x, y, z := NULL) AS true",
+    "CREATE MACRO has_schema_privilege(x, y, z := NULL) AS true",
+    "CREATE MACRO has_database_privilege(x, y, z := NULL) AS true",
+)
+
+
+def _is_catalog_table(table: exp.Table) -> bool:
+    schema = table.db.lower() if table.db else ""
+    if schema:
+        return schema in _CATALOG_SCHEMAS
+    return table.name.lower().startswith("pg_") and not isinstance(table.this, exp.Func)
+
+
+def is_catalog_query(tree: exp.Expression) -> bool:
+    """True when ``tree`` is a SELECT whose every relation is a catalog relation (or none).
+    Depends on the SQL text alone."""
+    if not isinstance(tree, exp.Query):
+        return False
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    for table in tree.find_all(exp.Table):
+        if not isinstance(table.this, exp.Identifier):
+            continue  # generate_series(...), unnest(...): the shadow reads no files either
+        if table.name.lower() in ctes and not table.db:
+            continue
+        if not _is_catalog_table(table):
+            return False
+    return True
+
+
+def parse_postgres(sql: str) -> exp.Expression | None:
+    """The statement as PostgreSQL would read it, or None when sqlglot cannot parse it."""
+    try:
+        trees = [t for t in sqlglot.parse(sql, read="postgres") if t is not None]
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
+        return None
+    return trees[0] if len(trees) == 1 else None
+
+
+def to_shadow_sql(tree: exp.Expression) -> str:
+    """``tree`` in DuckDB's dialect, with PostgreSQL-only spellings the shadow lacks replaced:
+    ``pg_catalog.f()`` → ``f()``, ``version()`` → dpsql's version text, casts to ``reg*`` types
+    → an OID lookup, ``COLLATE pg_catalog.default`` dropped, ``OPERATOR(pg_catalog.~)`` → ``~``."""
+
+    def fix(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Func) and \
+                node.this.name.lower() == "pg_catalog":
+            return node.expression
+        if isinstance(node, exp.CurrentVersion) or (
+                isinstance(node, exp.Anonymous) and node.name.lower() == "version"
+                and not node.expressions):
+            return exp.alias_(exp.Literal.string(VERSION_TEXT), "version") \
+                if isinstance(node.parent, exp.Select) else exp.Literal.string(VERSION_TEXT)
+        if isinstance(node, exp.Operator):
+            op = node.args.get("operator")
+            text = op.name if isinstance(op, exp.Expression) else str(op)
+            pattern = exp.RegexpLike(this=node.this, expression=node.expression)
+            if text.endswith("!~"):
+                return exp.Not(this=pattern)
+            if text.endswith("~"):
+                return pattern
+            if text.endswith("="):
+                return exp.EQ(this=node.this, expression=node.expression)
+        if isinstance(node, exp.Anonymous) and node.name.lower() == "pg_get_expr":
+            node.set("expressions", node.expressions[:2])  # the pretty flag: DuckDB has two
+            return node
+        if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier) and \
+                node.db:  # pg_catalog.generate_series(...): DuckDB's are unqualified
+            node.set("db", None)
+            return node
+        if isinstance(node, exp.Table) and node.name.lower() in _EXTENDED and \
+                (not node.db or node.db.lower() == "pg_catalog"):
+            node.set("db", exp.to_identifier("dpsql_pg"))
+            return node
+        if isinstance(node, exp.Cast):
+            target = node.to.sql().lower().split(".")[-1].strip('"')
+            if target.startswith("reg"):
+                return _reg_lookup(node.this, target)
+        if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.USERDEFINED:
+            kind = node.args.get("kind")
+            name = (kind.sql() if isinstance(kind, exp.Expression) else str(kind or ""))
+            name = name.lower().split(".")[-1].strip('"')
+            if name in _TYPE_NAMES:
+                return exp.DataType.build(_TYPE_NAMES[name])
+        return node
+
+    # A node ``fix`` replaces is not descended into: repeat until nothing changes.
+    tree = tree.copy().transform(lambda n: n.this if isinstance(n, exp.Collate) else n)
+    sql = tree.sql(dialect="duckdb")
+    for _ in range(8):
+        tree = tree.transform(fix)
+        again = tree.sql(dialect="duckdb")
+        if again == sql:
+            break
+        sql = again
+    return sql
+
+
+_TYPE_NAMES = {
+    "oid": "BIGINT", "text": "VARCHAR", "name": "VARCHAR", "int2": "SMALLINT",
+    "int4": "INTEGER", "int8": "BIGINT", "float4": "FLOAT", "float8": "DOUBLE",
+    "bool": "BOOLEAN", "char": "VARCHAR", "bpchar": "VARCHAR", "int2vector": "SMALLINT[]",
+    "oidvector": "BIGINT[]",
+}
+
+
+def _reg_lookup(value: exp.Expression, target: str) -> exp.Expression:
+    """A cast to a ``reg*`` type: a name literal becomes its OID, an OID becomes its name."""
+    table, name_column = {
+        "regtype": ("pg_catalog.pg_type", "typname"),
+        "regnamespace": ("pg_catalog.pg_namespace", "nspname"),
+        "regproc": ("pg_catalog.pg_proc", "proname"),
+        "regprocedure": ("pg_catalog.pg_proc", "proname"),
+    }.get(target, ("pg_catalog.pg_class", "relname"))
+    if isinstance(value, exp.Literal) and value.is_string:
+        lookup = exp.select("oid").from_(table).where(
+            exp.EQ(this=exp.column(name_column), expression=value.copy()))
+    else:
+        lookup = exp.select(name_column).from_(table).where(
+            exp.EQ(this=exp.column("oid"), expression=value.copy()))
+    return exp.Subquery(this=lookup.limit(1))
+
+
+@dataclass(frozen=True)
+class CatalogAnswer:
+    names: tuple[str, ...]
+    types: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+
+
+class Catalog:
+    """The shadow DuckDB of one analyst's schema (thread-safe: one lock per shadow)."""
+
+    def __init__(self, metadata: Metadata, tables: Iterable[str], user: str = "dpsql") -> None:
+        self._con = duckdb.connect(":memory:")
+        self._lock = threading.Lock()
+        for name in tables:
+            table = metadata.tables[name]
+            columns = ", ".join(
+                f'"{c.name}" {c.type or "VARCHAR"}' for c in table.columns.values())
+            self._con.execute(f'CREATE TABLE "{name}" ({columns})')
+        for macro in _MACROS:
+            self._con.execute(macro)
+        quoted = "'" + user.replace("'", "''") + "'"
+        self._con.execute(f"CREATE MACRO pg_get_userbyid(x) AS {quoted}")
+        self._con.execute("CREATE MACRO pg_table_size(x) AS CAST(NULL AS BIGINT)")
+        self._con.execute("CREATE MACRO pg_total_relation_size(x) AS CAST(NULL AS BIGINT)")
+        self._con.execute("CREATE MACRO pg_relation_size(x) AS CAST(NULL AS BIGINT)")
+        self._con.execute("CREATE SCHEMA dpsql_pg")
+        for name, body in _EXTENDED.items():
+            self._con.execute(f"CREATE VIEW dpsql_pg.{name} AS {body.format(user=quoted)}")
+        self._con.execute("SET enable_external_access = false")
+        self._con.execute("SET threads = 1")
+        self._con.execute("SET memory_limit = '256MB'")
+        self._con.execute("SET lock_configuration = true")
+
+    def run(self, tree: exp.Expression) -> CatalogAnswer:
+        """Answer a catalog query (see :func:`is_catalog_query`). Raises duckdb.Error when the
+        shadow cannot answer it."""
+        sql = to_shadow_sql(tree)
+        with self._lock:
+            cursor = self._con.execute(sql)
+            description = cursor.description or []
+            rows = cursor.fetchmany(100_000)
+        return CatalogAnswer(tuple(d[0] for d in description),
+                             tuple(str(d[1]) for d in description), rows)
+
+    def interrupt(self) -> None:
+        self._con.interrupt()
+
+    def close(self) -> None:
+        self._con.close()
+
+
+# -- session commands: SET, SHOW, RESET, transactions ----------------------------------------
+
+#: what ``SHOW`` answers before a SET (the names clients ask about on connect)
+DEFAULT_SETTINGS = {
+    "server_version": SERVER_VERSION,
+    "server_encoding": "UTF8",
+    "client_encoding": "UTF8",
+    "datestyle": "ISO, MDY",
+    "timezone": "UTC",
+    "integer_datetimes": "on",
+    "standard_conforming_strings": "on",
+    "transaction_isolation": "read committed",
+    "transaction isolation level": "read committed",
+    "default_transaction_read_only": "on",
+    "search_path": "main",
+    "application_name": "",
+    "extra_float_digits": "1",
+    "max_identifier_length": "63",
+    "statement_timeout": "0",
+}
+
+_SET = re.compile(
+    r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?([A-Za-z_][\w.]*)\s*(?:=|\s+TO\s+|\s+)\s*(.+?)\s*;?\s*$",
+    re.I | re.S)
+_SET_TIME_ZONE = re.compile(r"^\s*SET\s+(?:SESSION\s+)?TIME\s+ZONE\s+(.+?)\s*;?\s*$", re.I | re.S)
+_SHOW = re.compile(r"^\s*SHOW\s+(.+?)\s*;?\s*$", re.I | re.S)
+_RESET = re.compile(r"^\s*RESET\s+(\w[\w.]*|ALL)\s*;?\s*$", re.I)
+_NO_OP = re.compile(
+    r"^\s*(BEGIN|START\s+TRANSACTION|COMMIT|END|ROLLBACK|ABORT|DISCARD\s+\w+|DEALLOCATE"
+    r"(\s+PREPARE)?\s+(ALL|\w+)|CLOSE\s+(ALL|\w+)|UNLISTEN\s+\*)\b[^;]*;?\s*$", re.I)
+
+
+@dataclass(frozen=True)
+class SettingChange:
+    name: str
+    value: str | None  # None: RESET
+
+
+def parse_session_command(sql: str) -> tuple[str, Any] | None:
+    """("set", SettingChange) | ("show", name) | ("noop", tag) | None for anything else."""
+    m = _SET_TIME_ZONE.match(sql)
+    if m:
+        return "set", SettingChange("timezone", _unquote(m.group(1)))
+    m = _SET.match(sql)
+    if m and m.group(1).lower() not in ("transaction", "session"):
+        return "set", SettingChange(m.group(1).lower(), _unquote(m.group(2)))
+    if re.match(r"^\s*SET\s+(SESSION\s+CHARACTERISTICS|TRANSACTION)\b", sql, re.I):
+        return "noop", "SET"
+    m = _RESET.match(sql)
+    if m:
+        return "set", SettingChange(m.group(1).lower(), None)
+    m = _SHOW.match(sql)
+    if m:
+        return "show", " ".join(m.group(1).lower().split())
+    m = _NO_OP.match(sql)
+    if m:
+        word = m.group(1).split()[0].upper()
+        tag = {"START": "START TRANSACTION", "END": "COMMIT", "ABORT": "ROLLBACK"}.get(word, word)
+        if word == "DISCARD":
+            tag = "DISCARD ALL"
+        return "noop", tag
+    return None
+
+
+def _unquote(value: str) -> str:
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1].replace(value[0] * 2, value[0])
+    return value

@@ -1,0 +1,482 @@
+"""One client connection: startup, TLS, SCRAM, then simple and extended queries.
+
+The protocol state machine only; statements are answered by
+:class:`~dpsql.server.statements.StatementRunner` in a worker thread, so a long query never
+blocks other clients, and a CancelRequest (from another connection, by PostgreSQL's design) can
+interrupt it. Errors: dpsql's PEP 249 errors become ErrorResponses with SQLSTATE codes
+(:func:`sqlstate`); anything unexpected is logged for the owner and answered with XX000 and no
+details (never a traceback). After an error in the extended protocol, messages are skipped until
+Sync, as PostgreSQL does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import ssl
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+
+from dpsql import errors
+from dpsql.server import pgtypes, wire
+from dpsql.server.auth import MECHANISM, AuthenticationFailed, ScramExchange
+from dpsql.server.catalog import SERVER_VERSION
+from dpsql.server.placeholders import count_markers
+from dpsql.server.statements import AccessDenied, Answer, StatementRunner, release_notice
+
+if TYPE_CHECKING:
+    from dpsql.server.app import Server
+
+log = logging.getLogger("dpsql.server")
+
+
+def sqlstate(exc: BaseException) -> str:
+    """The SQLSTATE code of a dpsql error (docs/design.md, "Server")."""
+    if isinstance(exc, AccessDenied):
+        return "42501"
+    if isinstance(exc, errors.QueryCancelledError):
+        return "57014"
+    if isinstance(exc, errors.BudgetExhaustedError):
+        return "53400"
+    if isinstance(exc, errors.NotSupportedError):
+        return "0A000"
+    if isinstance(exc, errors.ProgrammingError):
+        text = str(exc).lower()
+        if "syntax" in text or "parse" in text:
+            return "42601"
+        if "could not be resolved" in text or "unknown column" in text:
+            return "42703"
+        if "unknown table" in text or "not declared" in text:
+            return "42P01"
+        return "42000"
+    if isinstance(exc, errors.DataError):
+        return "22000"
+    if isinstance(exc, errors.OperationalError):
+        return "58000"
+    if isinstance(exc, duckdb.Error):  # a catalog query the shadow schema cannot answer
+        return "42000"
+    return "XX000"
+
+
+@dataclass
+class Statement:
+    sql: str
+    param_oids: list[int]
+
+
+@dataclass
+class Portal:
+    statement: Statement
+    params: list[Any]
+    result_formats: list[int]
+    answer: Answer | None = None
+    sent: int = 0
+    described: bool = field(default=False)
+
+
+class Closed(Exception):
+    """The connection is over (Terminate, hang-up, or a fatal error already sent)."""
+
+
+class ClientConnection:
+    """The protocol state of one client (see module docstring)."""
+
+    def __init__(self, server: Server, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.address = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        self.pid = secrets.randbelow(2**31 - 1) + 1
+        self.secret = secrets.randbelow(2**31 - 1) + 1
+        self.runner: StatementRunner | None = None
+        self.statements: dict[str, Statement] = {}
+        self.portals: dict[str, Portal] = {}
+        self.failed = False  # skipping extended-protocol messages until Sync
+        self.running: Callable[[], None] | None = None
+        self.tls = False
+        self.failed_transaction = False  # an error inside BEGIN ... until ROLLBACK
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def send(self, *chunks: bytes) -> None:
+        for chunk in chunks:
+            self.writer.write(chunk)
+
+    async def flush(self) -> None:
+        await self.writer.drain()
+
+    def status(self) -> bytes:
+        runner = self.runner
+        if runner is None or not runner.in_transaction:
+            return b"I"
+        return b"E" if self.failed_transaction else b"T"
+
+    async def fatal(self, code: str, text: str) -> None:
+        self.send(wire.error_response(code, text, severity="FATAL"))
+        await self.flush()
+        raise Closed
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        try:
+            await self._startup()
+            while True:
+                msg = await wire.read_message(self.reader)
+                await self._dispatch(msg)
+        except (Closed, asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except wire.ProtocolViolation as exc:
+            await self._quietly(self.fatal("08P01", f"protocol violation: {exc}"))
+        except ssl.SSLError:
+            pass
+        except Exception:  # never a traceback to the client; the owner's log has it
+            log.exception("dpsql server: connection from %s failed", self.address)
+            await self._quietly(self.fatal("XX000", "internal error in the dpsql server"))
+        finally:
+            self.server.forget(self)
+            if self.runner is not None:
+                await asyncio.get_running_loop().run_in_executor(
+                    self.server.executor, self._close_runner)
+            self.writer.close()
+
+    def _close_runner(self) -> None:
+        runner = self.runner
+        if runner is not None:
+            runner.close()
+            runner.session.close()
+            runner.session.backend.close()
+
+    @staticmethod
+    async def _quietly(coro: Any) -> None:
+        with contextlib.suppress(Closed, ConnectionError, ssl.SSLError, RuntimeError):
+            await coro
+
+    async def _startup(self) -> None:
+        while True:
+            code, body = await wire.read_startup(self.reader)
+            if code == wire.SSL_REQUEST:
+                await self._negotiate_tls()
+            elif code == wire.GSSENC_REQUEST:
+                self.send(b"N")
+                await self.flush()
+            elif code == wire.CANCEL_REQUEST:
+                if len(body) == 8:
+                    pid, secret = struct.unpack("!ii", body)
+                    self.server.cancel(pid, secret)
+                raise Closed
+            elif code == wire.PROTOCOL_3:
+                break
+            else:
+                version = f"{code >> 16}.{code & 0xFFFF}"
+                await self.fatal("0A000", f"unsupported frontend protocol {version}")
+        if self.server.tls_context is not None and not self.tls:
+            await self.fatal("28000", "this dpsql server requires TLS (sslmode=require)")
+        params = wire.parse_startup_parameters(body)
+        user = params.get("user", "")
+        if not user:
+            await self.fatal("28000", "no user name in the startup message")
+        await self._authenticate(user)
+        self.runner = await asyncio.get_running_loop().run_in_executor(
+            self.server.executor, self.server.open_runner, user)
+        self.server.register(self)
+        self.runner.settings["application_name"] = params.get("application_name", "")
+        status = {
+            "server_version": SERVER_VERSION, "server_encoding": "UTF8",
+            "client_encoding": "UTF8", "DateStyle": "ISO, MDY", "TimeZone": "UTC",
+            "integer_datetimes": "on", "standard_conforming_strings": "on",
+            "is_superuser": "off", "session_authorization": user,
+            "application_name": params.get("application_name", ""),
+            "default_transaction_read_only": "on", "IntervalStyle": "postgres",
+        }
+        self.send(*(wire.parameter_status(k, v) for k, v in status.items()))
+        self.send(wire.backend_key_data(self.pid, self.secret), wire.ready_for_query())
+        await self.flush()
+
+    async def _negotiate_tls(self) -> None:
+        context = self.server.tls_context
+        if context is None or self.tls:
+            self.send(b"N")
+            await self.flush()
+            return
+        self.send(b"S")
+        await self.flush()
+        await self.writer.start_tls(context)
+        self.tls = True
+
+    async def _authenticate(self, user: str) -> None:
+        throttle = self.server.throttle
+        if not throttle.allowed(self.address):
+            await self.fatal("28P01", "too many failed logins from this address; try again later")
+        exchange = ScramExchange(user, self.server.auth_info)
+        self.send(wire.sasl_mechanisms([MECHANISM]))
+        await self.flush()
+        try:
+            first = await self._password_message()
+            body = wire.Body(first)
+            mechanism = body.cstring()
+            if mechanism != MECHANISM:
+                raise AuthenticationFailed(f"unsupported SASL mechanism {mechanism!r}")
+            length = body.int32()
+            data = body.bytes_(length) if length >= 0 else b""
+            self.send(wire.authentication(11, exchange.first(data)))
+            await self.flush()
+            final = await self._password_message()
+            self.send(wire.authentication(12, exchange.final(final)))
+        except AuthenticationFailed as exc:
+            throttle.failed(self.address)
+            await asyncio.sleep(self.server.failed_login_delay)
+            await self.fatal("28P01", str(exc))
+        self.send(wire.authentication(0))
+
+    async def _password_message(self) -> bytes:
+        msg = await wire.read_message(self.reader)
+        if msg.kind != b"p":
+            raise wire.ProtocolViolation(f"expected a password message, got {msg.kind!r}")
+        return msg.body
+
+    # -- messages ---------------------------------------------------------------------------
+
+    async def _dispatch(self, msg: wire.Message) -> None:
+        kind = msg.kind
+        if kind == b"X":
+            raise Closed
+        if kind == b"Q":
+            await self._simple_query(wire.Body(msg.body).cstring())
+            return
+        if kind == b"S":
+            self.failed = False
+            self.send(wire.ready_for_query(self.status()))
+            await self.flush()
+            return
+        if kind == b"H":
+            await self.flush()
+            return
+        if self.failed and kind in b"PBDEC":
+            return  # skipped until Sync
+        handler = {b"P": self._parse, b"B": self._bind, b"D": self._describe,
+                   b"E": self._execute, b"C": self._close}.get(kind)
+        if handler is None:
+            raise wire.ProtocolViolation(f"unexpected message type {kind!r}")
+        try:
+            await handler(wire.Body(msg.body))
+        except (errors.Error, duckdb.Error, ValueError) as exc:
+            self._error(exc)
+            self.failed = True
+
+    def _error(self, exc: BaseException) -> None:
+        if self.runner is not None and self.runner.in_transaction:
+            self.failed_transaction = True
+        code = sqlstate(exc)
+        text = getattr(exc, "message", None) or str(exc)
+        if isinstance(exc, duckdb.Error):
+            text = f"catalog query not supported by dpsql: {str(exc).splitlines()[0]}"
+        elif isinstance(exc, ValueError):
+            code, text = "22P02", f"invalid parameter value: {exc}"
+        self.send(wire.error_response(code, text))
+
+    async def _run(self, sql: str, params: list[Any] | None) -> Answer:
+        runner = self.runner
+        assert runner is not None
+        if self.failed_transaction and not sql.strip().upper().startswith(("ROLLBACK", "ABORT",
+                                                                           "COMMIT", "END")):
+            raise errors.ProgrammingError(
+                "current transaction is aborted, commands ignored until end of transaction block")
+        loop = asyncio.get_running_loop()
+        self.running = runner.session.cancel
+        try:
+            answer = await loop.run_in_executor(self.server.executor, runner.answer, sql, params)
+        finally:
+            self.running = None
+        if not runner.in_transaction:
+            self.failed_transaction = False
+        return answer
+
+    async def _simple_query(self, text: str) -> None:
+        statements = _split(text)
+        if not statements:
+            self.send(wire.EMPTY_QUERY)
+        for sql in statements:
+            try:
+                answer = await self._run(sql, None)
+            except (errors.Error, duckdb.Error, ValueError) as exc:
+                self._error(exc)
+                break
+            self._send_answer(answer, [0], describe=True, limit=0)
+        self.send(wire.ready_for_query(self.status()))
+        await self.flush()
+
+    def _send_answer(self, answer: Answer, formats: list[int], *, describe: bool,
+                     limit: int, start: int = 0) -> int:
+        """RowDescription (if ``describe``), DataRows from ``start`` (at most ``limit``, 0: all),
+        then CommandComplete or PortalSuspended. Returns the index after the last row sent."""
+        if answer.release is not None and start == 0:
+            text, detail = release_notice(answer.release)
+            self.send(wire.notice_response(text, detail=detail))
+        oids = [pgtypes.type_oid(t) for t in answer.types]
+        if describe and answer.has_rows:
+            self.send(wire.row_description(_fields(answer, formats)))
+        end = len(answer.rows) if limit <= 0 else min(len(answer.rows), start + limit)
+        binary = [_format_of(formats, i) == 1 for i in range(len(oids))]
+        for row in answer.rows[start:end]:
+            self.send(wire.data_row([
+                pgtypes.encode_binary(v, oids[i]) if binary[i] else pgtypes.encode_text(v)
+                for i, v in enumerate(row)]))
+        if end < len(answer.rows):
+            self.send(wire.PORTAL_SUSPENDED)
+        else:
+            self.send(wire.command_complete(answer.tag))
+        return end
+
+    # -- extended protocol ------------------------------------------------------------------
+
+    async def _parse(self, body: wire.Body) -> None:
+        name, sql = body.cstring(), body.cstring()
+        oids = [body.int32() for _ in range(body.count())]
+        body.end()
+        if name and name in self.statements:
+            raise errors.ProgrammingError(f'prepared statement "{name}" already exists')
+        markers = count_markers(sql)
+        oids += [0] * max(0, markers - len(oids))
+        self.statements[name] = Statement(sql, oids)
+        self.send(wire.PARSE_COMPLETE)
+
+    async def _bind(self, body: wire.Body) -> None:
+        portal, name = body.cstring(), body.cstring()
+        formats = [body.int16() for _ in range(body.count())]
+        raw: list[bytes | None] = []
+        for _ in range(body.count()):
+            length = body.int32()
+            raw.append(None if length == -1 else body.bytes_(length))
+        result_formats = [body.int16() for _ in range(body.count())]
+        body.end()
+        statement = self.statements.get(name)
+        if statement is None:
+            raise errors.ProgrammingError(f'prepared statement "{name}" does not exist')
+        if len(raw) != len(statement.param_oids):
+            raise errors.ProgrammingError(
+                f"bind message supplies {len(raw)} parameters, but prepared statement "
+                f'"{name}" requires {len(statement.param_oids)}')
+        if any(f not in (0, 1) for f in formats + result_formats):
+            raise wire.ProtocolViolation("format codes must be 0 (text) or 1 (binary)")
+        params = [pgtypes.decode_param(v, statement.param_oids[i], _format_of(formats, i) == 1)
+                  for i, v in enumerate(raw)]
+        self.portals[portal] = Portal(statement, params, result_formats)
+        self.send(wire.BIND_COMPLETE)
+
+    async def _describe(self, body: wire.Body) -> None:
+        what, name = body.byte(), body.cstring()
+        body.end()
+        if what == b"S":
+            statement = self.statements.get(name)
+            if statement is None:
+                raise errors.ProgrammingError(f'prepared statement "{name}" does not exist')
+            self.send(wire.parameter_description(
+                [oid or pgtypes.TEXT for oid in statement.param_oids]))
+            fields = await self._statement_fields(statement)
+            self.send(wire.row_description(fields) if fields else wire.NO_DATA)
+            return
+        if what != b"P":
+            raise wire.ProtocolViolation("Describe must name a statement (S) or a portal (P)")
+        portal = self._portal(name)
+        # A portal's columns are known once it is answered: the answer is computed here (and
+        # charged, if private) and Execute streams it.
+        answer = await self._answer(portal)
+        portal.described = True
+        if answer.has_rows:
+            self.send(wire.row_description(_fields(answer, portal.result_formats)))
+        else:
+            self.send(wire.NO_DATA)
+
+    async def _statement_fields(self, statement: Statement) -> list[wire.Field]:
+        """A statement's columns before it runs: a catalog or session query is answered with
+        NULL parameters (it reads no data); a private query's names come from its analysis
+        (nothing is charged), typed as text."""
+        runner = self.runner
+        assert runner is not None
+        nulls = [None] * len(statement.param_oids)
+        from dpsql.server.catalog import is_catalog_query, parse_postgres
+
+        tree = parse_postgres(statement.sql)
+        if tree is None or not is_catalog_query(tree):
+            from dpsql.server.placeholders import to_qmark
+
+            text, _ = to_qmark(statement.sql, nulls)
+            loop = asyncio.get_running_loop()
+            prepared = await loop.run_in_executor(self.server.executor, runner.session.prepare,
+                                                  text)
+            return [wire.Field(c.name, pgtypes.TEXT) for c in prepared.analysis.columns]
+        answer = await self._run(statement.sql, nulls)
+        return _fields(answer, [0])
+
+    def _portal(self, name: str) -> Portal:
+        portal = self.portals.get(name)
+        if portal is None:
+            raise errors.ProgrammingError(f'portal "{name}" does not exist')
+        return portal
+
+    async def _answer(self, portal: Portal) -> Answer:
+        if portal.answer is None:
+            portal.answer = await self._run(portal.statement.sql, portal.params)
+        return portal.answer
+
+    async def _execute(self, body: wire.Body) -> None:
+        name, limit = body.cstring(), body.int32()
+        body.end()
+        portal = self._portal(name)
+        answer = await self._answer(portal)
+        portal.sent = self._send_answer(answer, portal.result_formats, describe=False,
+                                        limit=limit, start=portal.sent)
+
+    async def _close(self, body: wire.Body) -> None:
+        what, name = body.byte(), body.cstring()
+        body.end()
+        if what == b"S":
+            self.statements.pop(name, None)
+        elif what == b"P":
+            self.portals.pop(name, None)
+        else:
+            raise wire.ProtocolViolation("Close must name a statement (S) or a portal (P)")
+        self.send(wire.CLOSE_COMPLETE)
+
+
+def _format_of(formats: list[int], i: int) -> int:
+    if not formats:
+        return 0
+    return formats[0] if len(formats) == 1 else formats[i] if i < len(formats) else 0
+
+
+def _fields(answer: Answer, formats: list[int]) -> list[wire.Field]:
+    fields = []
+    for i, (name, type_name) in enumerate(zip(answer.names, answer.types, strict=True)):
+        oid = pgtypes.type_oid(type_name)
+        fmt = _format_of(formats, i)
+        if fmt == 1 and not pgtypes.binary_supported(oid):
+            raise errors.NotSupportedError(
+                f"binary results of type {type_name} are not supported; ask for text format")
+        fields.append(wire.Field(name, oid, pgtypes.type_size(oid), fmt))
+    return fields
+
+
+def _split(text: str) -> list[str]:
+    """The statements of a simple Query message (split where sqlglot's tokenizer sees ';')."""
+    from dpsql.sql import statement_end
+
+    out, start = [], 0
+    while start < len(text):
+        end = statement_end(text, start)
+        piece = text[start:] if end is None else text[start:end]
+        if piece.strip():
+            out.append(piece.strip())
+        if end is None:
+            break
+        start = end + 1
+    return out

@@ -1,0 +1,241 @@
+"""What one statement from an authenticated analyst means, and its answer (no wire format here).
+
+Each statement is, in this order: a session command (SET/SHOW/RESET, transaction control: no
+data), a catalog query (answered by the shadow schema: no data, see
+:mod:`dpsql.server.catalog`), or a private query, answered by the analyst's
+:class:`~dpsql.session.Session` under the owner's policy:
+
+* the analyst is the authenticated user, never a name the client sends;
+* the query may name only the tables the owner granted (checked on the analysed query, before
+  anything is charged);
+* epsilon/delta come from ``SET dpsql.epsilon`` / ``SET dpsql.delta`` or the analyst's
+  defaults, and may not exceed the owner's per-query caps (refused before the charge).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlglot import exp
+
+from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.release.record import Release
+from dpsql.server.catalog import (
+    DEFAULT_SETTINGS,
+    Catalog,
+    SettingChange,
+    is_catalog_query,
+    parse_postgres,
+    parse_session_command,
+)
+from dpsql.server.placeholders import to_qmark
+from dpsql.session import Session
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The owner's rules for one analyst (from the ledger's analyst account)."""
+
+    tables: frozenset[str] | None = None  # None: every declared table
+    max_epsilon: float | None = None
+    max_delta: float | None = None
+    default_epsilon: float | None = None
+    default_delta: float | None = None
+
+
+class AccessDenied(ProgrammingError):
+    """The analyst is not granted a table, or asked for more than the owner's cap (42501)."""
+
+
+@dataclass
+class Answer:
+    """One statement's answer: rows (possibly none) and the command tag."""
+
+    tag: str
+    names: tuple[str, ...] = ()
+    types: tuple[str, ...] = ()
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    release: Release | None = None
+
+    @property
+    def has_rows(self) -> bool:
+        return bool(self.names)
+
+
+class StatementRunner:
+    """Answers an analyst's statements (thread-confined: one per client connection)."""
+
+    def __init__(self, session: Session, policy: Policy, analyst: str) -> None:
+        self.session = session
+        self.policy = policy
+        self.analyst = analyst
+        self.settings: dict[str, str] = dict(DEFAULT_SETTINGS)
+        self.settings["session_authorization"] = analyst
+        self._catalog: Catalog | None = None
+        self.in_transaction = False
+
+    @property
+    def visible_tables(self) -> list[str]:
+        tables = self.session.metadata.tables
+        allowed = self.policy.tables
+        return [t for t in tables if allowed is None or t in allowed]
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = Catalog(self.session.metadata, self.visible_tables, self.analyst)
+        return self._catalog
+
+    def answer(self, sql: str, params: list[Any] | None = None) -> Answer:
+        """The answer to one statement (raises dpsql's errors; the caller maps SQLSTATEs)."""
+        command = parse_session_command(sql)
+        if command is not None:
+            if params:
+                raise ProgrammingError("session commands take no parameters")
+            return self._session_command(*command)
+        tree = parse_postgres(sql)
+        if tree is not None and is_catalog_query(tree):
+            if params:
+                tree = _inline_params(tree, params)
+            got = self.catalog.run(tree)
+            return Answer(f"SELECT {len(got.rows)}", got.names, got.types, got.rows)
+        return self._private(sql, params or [])
+
+    def _private(self, sql: str, params: list[Any]) -> Answer:
+        text, values = to_qmark(sql, params)
+        prepared = self.session.prepare(text)
+        denied = sorted(_tables_of(prepared.analysis.query) - set(self.visible_tables))
+        if denied:
+            raise AccessDenied(
+                f"permission denied for table {', '.join(denied)}: the data owner has not "
+                f"granted analyst {self.analyst!r} access to it")
+        epsilon, delta = self.budget()
+        result = self.session.run(text, values, epsilon=epsilon, delta=delta)
+        return Answer(f"SELECT {len(result.rows)}", result.names, result.types, result.rows,
+                      result.release)
+
+    def budget(self) -> tuple[float | None, float]:
+        """This statement's (epsilon, delta): the session's SET values, else the analyst's
+        defaults; refused above the owner's caps (before anything is charged)."""
+        epsilon = _number(self.settings.get("dpsql.epsilon"), self.policy.default_epsilon)
+        delta = _number(self.settings.get("dpsql.delta"), self.policy.default_delta) or 0.0
+        cap, dcap = self.policy.max_epsilon, self.policy.max_delta
+        if epsilon is not None and cap is not None and epsilon > cap:
+            raise AccessDenied(
+                f"epsilon {epsilon:g} exceeds the owner's per-query limit {cap:g} for analyst "
+                f"{self.analyst!r}: SET dpsql.epsilon to at most {cap:g}")
+        if dcap is not None and delta > dcap:
+            raise AccessDenied(
+                f"delta {delta:g} exceeds the owner's per-query limit {dcap:g} for analyst "
+                f"{self.analyst!r}: SET dpsql.delta to at most {dcap:g}")
+        return epsilon, delta
+
+    def _session_command(self, kind: str, arg: Any) -> Answer:
+        if kind == "noop":
+            if arg in ("BEGIN", "START TRANSACTION"):
+                self.in_transaction = True
+            elif arg in ("COMMIT", "ROLLBACK"):
+                self.in_transaction = False
+            return Answer(arg)
+        if kind == "set":
+            self._set(arg)
+            return Answer("RESET" if arg.value is None else "SET")
+        name = str(arg)
+        if name == "all":
+            rows = sorted(self.settings.items())
+            return Answer(f"SHOW {len(rows)}", ("name", "setting"), ("VARCHAR", "VARCHAR"), rows)
+        if name == "dpsql.budget":
+            return self._show_budget()
+        if name not in self.settings:
+            raise ProgrammingError(f'unrecognized configuration parameter "{name}"')
+        return Answer("SHOW", (name.split()[-1],), ("VARCHAR",), [(self.settings[name],)])
+
+    def _set(self, change: SettingChange) -> None:
+        name, value = change.name, change.value
+        if name in ("dpsql.epsilon", "dpsql.delta"):
+            if value is not None and value.lower() != "default":
+                number = _number(value, None)
+                if name == "dpsql.epsilon" and (number is None or not number > 0):
+                    raise ProgrammingError(f"dpsql.epsilon must be a number > 0, got {value!r}")
+                if name == "dpsql.delta" and (number is None or not 0 <= number < 1):
+                    raise ProgrammingError(f"dpsql.delta must be a number in [0, 1), got {value!r}")
+            else:
+                value = None
+        elif name.startswith("dpsql."):
+            raise ProgrammingError(
+                f'unrecognized configuration parameter "{name}": dpsql has dpsql.epsilon '
+                "and dpsql.delta")
+        if value is None:
+            if name in DEFAULT_SETTINGS:
+                self.settings[name] = DEFAULT_SETTINGS[name]
+            else:
+                self.settings.pop(name, None)
+        else:
+            self.settings[name] = value
+
+    def _show_budget(self) -> Answer:
+        ledger, principal = self.session.ledger, self.session.principal
+        if ledger is None or principal is None:
+            raise NotSupportedError("this server has no ledger")
+        status = ledger.status(principal.database, principal.analyst)
+        row = (status.epsilon_total, status.epsilon_remaining, status.delta_total,
+               status.delta_remaining)
+        return Answer("SHOW", ("epsilon_total", "epsilon_remaining", "delta_total",
+                               "delta_remaining"),
+                      ("DOUBLE", "DOUBLE", "DOUBLE", "DOUBLE"), [row])
+
+    def close(self) -> None:
+        if self._catalog is not None:
+            self._catalog.close()
+
+
+def release_notice(release: Release) -> tuple[str, str]:
+    """The NOTICE text and its JSON detail for a released answer (no data-dependent values:
+    the release record never holds any; see dpsql.release.record)."""
+    if release.free:
+        text = "dpsql: public tables only, answered exactly (no budget spent)"
+    elif release.cached:
+        text = "dpsql: repeated query, the earlier noisy answer (no budget spent)"
+    else:
+        text = (f"dpsql: released with epsilon={release.epsilon:g}, delta={release.delta:g} "
+                f"({release.mechanism})")
+    return text, json.dumps(release.to_json(), default=str)
+
+
+def _number(value: str | None, default: float | None) -> float | None:
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _tables_of(query: exp.Expression) -> set[str]:
+    ctes = {cte.alias_or_name for cte in query.find_all(exp.CTE)}
+    return {t.name for t in query.find_all(exp.Table) if t.name not in ctes or t.db}
+
+
+def _inline_params(tree: exp.Expression, params: list[Any]) -> exp.Expression:
+    """A catalog query's ``$n`` markers replaced by literals (the shadow holds no data, so
+    inlining is harmless; it keeps DuckDB's binder out of PostgreSQL's parameter types)."""
+
+    def fix(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, (exp.Parameter, exp.Placeholder)):
+            raw = node.name or (node.this.name if isinstance(node.this, exp.Expression) else "")
+            if raw.isdigit() and 1 <= int(raw) <= len(params):
+                value = params[int(raw) - 1]
+                if value is None:
+                    return exp.Null()
+                if isinstance(value, bool):
+                    return exp.Boolean(this=value)
+                if isinstance(value, (int, float)):
+                    return exp.Literal.number(value)
+                return exp.Literal.string(str(value))
+        return node
+
+    return tree.transform(fix)
