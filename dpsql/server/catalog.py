@@ -91,6 +91,12 @@ _MACROS = (
     "CREATE MACRO pg_get_viewdef(x, y := false) AS CAST(NULL AS VARCHAR)",
     "CREATE MACRO pg_get_partkeydef(x) AS CAST(NULL AS VARCHAR)",
     "CREATE MACRO pg_relation_is_publishable(x) AS false",
+    "CREATE MACRO pg_get_serial_sequence(x, y) AS CAST(NULL AS VARCHAR)",
+    "CREATE MACRO pg_collation_is_visible(x) AS true",
+    "CREATE MACRO to_regtype(x) AS "
+    "(SELECT oid FROM pg_catalog.pg_type WHERE typname = x LIMIT 1)",
+    "CREATE MACRO to_regclass(x) AS "
+    "(SELECT oid FROM pg_catalog.pg_class WHERE relname = x LIMIT 1)",
     "CREATE MACRO array_upper(a, d) AS len(a)",
     "CREATE MACRO array_lower(a, d) AS 1",
     "CREATE MACRO pg_get_statisticsobjdef_columns(x) AS CAST(NULL AS VARCHAR)",
@@ -167,7 +173,13 @@ def to_shadow_sql(tree: exp.Expression) -> str:
             return node
         if isinstance(node, exp.Table) and node.name.lower() in _EXTENDED and \
                 (not node.db or node.db.lower() == "pg_catalog"):
+            if not node.alias:  # columns may still say pg_class.x
+                node.set("alias", exp.TableAlias(this=exp.to_identifier(node.name)))
             node.set("db", exp.to_identifier("dpsql_pg"))
+            return node
+        if isinstance(node, exp.Column) and node.args.get("db") is not None and \
+                node.db.lower() == "pg_catalog" and node.table.lower() in _EXTENDED:
+            node.set("db", None)  # pg_catalog.pg_class.relname: the alias above
             return node
         if isinstance(node, exp.Cast):
             target = node.to.sql().lower().split(".")[-1].strip('"')
@@ -296,6 +308,9 @@ _SET = re.compile(
 _SET_TIME_ZONE = re.compile(r"^\s*SET\s+(?:SESSION\s+)?TIME\s+ZONE\s+(.+?)\s*;?\s*$", re.I | re.S)
 _SHOW = re.compile(r"^\s*SHOW\s+(.+?)\s*;?\s*$", re.I | re.S)
 _RESET = re.compile(r"^\s*RESET\s+(\w[\w.]*|ALL)\s*;?\s*$", re.I)
+_SAVEPOINT = re.compile(
+    r"^\s*(SAVEPOINT|RELEASE|ROLLBACK)\s+(?:TO\s+)?(?:SAVEPOINT\s+)?(?!TRANSACTION\b|WORK\b)"
+    r"(\w+|\"[^\"]+\")\s*;?\s*$", re.I)
 _NO_OP = re.compile(
     r"^\s*(BEGIN|START\s+TRANSACTION|COMMIT|END|ROLLBACK|ABORT|DISCARD\s+\w+|DEALLOCATE"
     r"(\s+PREPARE)?\s+(ALL|\w+)|CLOSE\s+(ALL|\w+)|UNLISTEN\s+\*)\b[^;]*;?\s*$", re.I)
@@ -323,6 +338,10 @@ def parse_session_command(sql: str) -> tuple[str, Any] | None:
     m = _SHOW.match(sql)
     if m:
         return "show", " ".join(m.group(1).lower().split())
+    m = _SAVEPOINT.match(sql)
+    if m:  # psycopg's nested transaction(): nothing to save, nothing to undo
+        word = m.group(1).upper()
+        return "noop", "ROLLBACK TO" if word == "ROLLBACK" else word
     m = _NO_OP.match(sql)
     if m:
         word = m.group(1).split()[0].upper()

@@ -286,8 +286,8 @@ class ClientConnection:
     async def _run(self, sql: str, params: list[Any] | None) -> Answer:
         runner = self.runner
         assert runner is not None
-        if self.failed_transaction and not sql.strip().upper().startswith(("ROLLBACK", "ABORT",
-                                                                           "COMMIT", "END")):
+        if self.failed_transaction and not sql.strip().upper().startswith(
+                ("ROLLBACK", "ABORT", "COMMIT", "END")):
             raise errors.ProgrammingError(
                 "current transaction is aborted, commands ignored until end of transaction block")
         loop = asyncio.get_running_loop()
@@ -296,8 +296,8 @@ class ClientConnection:
             answer = await loop.run_in_executor(self.server.executor, runner.answer, sql, params)
         finally:
             self.running = None
-        if not runner.in_transaction:
-            self.failed_transaction = False
+        if not runner.in_transaction or sql.strip().upper().startswith("ROLLBACK"):
+            self.failed_transaction = False  # ROLLBACK [TO SAVEPOINT] clears the failure
         return answer
 
     async def _simple_query(self, text: str) -> None:

@@ -139,7 +139,7 @@ class StatementRunner:
                 self.in_transaction = True
             elif arg in ("COMMIT", "ROLLBACK"):
                 self.in_transaction = False
-            return Answer(arg)
+            return Answer("ROLLBACK" if arg == "ROLLBACK TO" else arg)
         if kind == "set":
             self._set(arg)
             return Answer("RESET" if arg.value is None else "SET")
