@@ -82,9 +82,9 @@ def _same_file(a: str, b: str) -> bool:
 
 def connect(
     database: str | os.PathLike | None,
-    metadata: str | os.PathLike | Metadata | Mapping,
+    metadata: str | os.PathLike | Metadata | Mapping | None = None,
     *,
-    analyst: str,
+    analyst: str | None = None,
     ledger: str | os.PathLike | None = None,
     epsilon: float | None = None,
     delta: float | None = None,
@@ -110,7 +110,24 @@ def connect(
     raises ProgrammingError), else ``ledger``, else none (nothing charged or cached). A missing,
     unreadable or foreign ledger file raises OperationalError; a missing database file raises
     OperationalError; invalid metadata raises ProgrammingError. Nothing is charged by connecting.
+
+    ``database`` may instead be a server URL, ``postgresql://alice@host:5433/shop``: the result
+    is a :class:`~dpsql.remote.RemoteConnection` to a `dpsql serve` process, which holds the
+    metadata and the ledger; pass no ``metadata`` and no ``analyst`` (the URL's user is the
+    analyst the server authenticates), and optionally ``epsilon``/``delta`` defaults.
     """
+    from dpsql.remote import RemoteConnection, is_url
+
+    if is_url(database):
+        if metadata is not None or analyst is not None or ledger is not None:
+            raise ProgrammingError(
+                "a server URL takes no metadata, analyst or ledger: the server holds them and "
+                "the URL's user is the analyst")
+        return RemoteConnection(str(database), epsilon=epsilon, delta=delta)  # type: ignore[return-value]
+    if metadata is None or analyst is None:
+        raise ProgrammingError(
+            "dpsql.connect(database, metadata, analyst=...) needs the metadata file and the "
+            "analyst's name (or a server URL: dpsql.connect('postgresql://alice@host/db'))")
     return Connection(database, metadata, analyst=analyst, ledger=ledger, epsilon=epsilon,
                       delta=delta, backend=backend, spark=spark)
 
