@@ -13,7 +13,8 @@ One request goes through these steps, in this order (docs/design.md, "Release pi
    checked against the limit; when a ledger is charged, the backend's binder checks the exact
    query (reads no row; once per query text and parameter types);
 8. **release record**, then the **charge**, durable, for exactly the record's (epsilon, delta);
-9. **execute** the exact query, add noise, post-process;
+9. **execute** the exact query, add noise, post-process, and write the rows to the ledger's
+   audit log (if that fails they are withheld; the charge stands);
 10. **store** the answer in the cache, and release it.
 
 Contract: every refusal (steps 1-7, and a budget the ledger says is exhausted) raises before
@@ -178,7 +179,7 @@ class Session:
         domains = read_domains(self.backend, prepared.compiled, values)
         if self.ledger is not None:
             self._check_binds(prepared, values)
-        result = self._release(prepared, values, plans, domains, charge=self.ledger)
+        result = self._release(prepared, values, plans, domains, charge=self.ledger, sql=sql)
         if key is not None:
             self._store(key, result)
         return result
@@ -197,17 +198,20 @@ class Session:
             self._bound.pop(next(iter(self._bound)))
 
     def _release(self, prepared: Prepared, values: list[Any], plans: tuple[NoisePlan, ...],
-                 domains: Domains, *, charge: Ledger | None) -> Result:
-        """Steps 8-9: record, charge (when ``charge`` is a ledger), read the exact values,
-        noise, post-process. Refunded: a failed or cancelled exact read, and a cancellation
-        at any later point (nothing is shown). Charged: any error once noise is drawn."""
+                 domains: Domains, *, charge: Ledger | None, sql: str | None = None) -> Result:
+        """Steps 8-9: record, charge (when ``charge`` is a ledger; the audit log gets ``sql``
+        and the parameters), read the exact values, noise, post-process, and record the
+        released rows in the audit log. Refunded: a failed or cancelled exact read, and a
+        cancellation at any later point before the rows are recorded (nothing is shown).
+        Charged: any error once noise is drawn, including a failure to record the rows (the
+        answer is then withheld)."""
         record = release_record(prepared.columns, plans, prepared.fingerprint, domains.n_bins)
         charge_id = None
         if charge is not None and self.principal is not None:
             charge_id = charge.charge(
                 self.principal.database, self.principal.analyst,
                 fingerprint=record.fingerprint, epsilon=record.epsilon, delta=record.delta,
-                mechanism=record.mechanism)
+                mechanism=record.mechanism, sql=sql, params=values)
         plan = prepared.plan
         noise_drawn = False
         try:
@@ -229,6 +233,8 @@ class Session:
                     and self.principal is not None):
                 charge.refund(self.principal.database, self.principal.analyst, charge_id)
             raise
+        if charge is not None and charge_id is not None and self.principal is not None:
+            _record_release(charge, self.principal, charge_id, names, rows)
         return Result(names, types, rows, record)
 
     # -- steps 5 and 10 -------------------------------------------------------------------
@@ -270,6 +276,23 @@ class Session:
     def close(self) -> None:
         """Close the post-processing database (the backend and ledger belong to the caller)."""
         self._post.close()
+
+
+def _record_release(ledger: Ledger, principal: Principal, charge_id: int,
+                    names: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Write the rows about to be released to the audit log, or withhold them.
+
+    Fail closed: the charge is committed and stands (noise was drawn: refunding would let a
+    retry redraw it for free), and rows the audit log does not hold are never shown; the
+    answer is not cached either, so a repeat is charged again."""
+    try:
+        ledger.record_release(principal.database, principal.analyst, charge_id, rows,
+                              columns=names)
+    except OperationalError as exc:
+        raise OperationalError(
+            f"the answer was computed and charged (charge {charge_id}) but could not be written "
+            f"to the audit log, so it is withheld: {exc.message}"
+        ) from None
 
 
 def _checked_params(plan: ExecutionPlan, params: Sequence[Any] | None) -> list[Any]:

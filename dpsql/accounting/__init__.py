@@ -1,11 +1,16 @@
-"""Privacy budgets: the persistent ledger, composition theorems and the result cache.
+"""Privacy budgets: the persistent ledger, its audit log, analyst accounts, composition theorems
+and the result cache.
 
 DESIGN.md section 5. One SQLite file (WAL mode) holds, per (database identity, analyst):
 
 * the budget the data owner granted (``set_budget``),
-* every charge ever made against it (who, when, query fingerprint, epsilon, delta, mechanism),
+* every charge ever made against it (who, when, query fingerprint, epsilon, delta, mechanism,
+  SQL text, parameters, and the values it released), append-only: refunds and the owner's
+  resets mark charges, never delete them (``audit``),
 * the noisy answers already paid for (the cache), so a repeated query costs nothing and returns
-  the same noise (averaging repeated answers is the classic attack on DP query systems).
+  the same noise (averaging repeated answers is the classic attack on DP query systems);
+
+and, per file, the analysts' accounts for server mode (SCRAM verifiers and the owner's policy).
 
 Contract with the session (:class:`dpsql.session.Session`, the one caller that charges; the
 reason this package exists):
@@ -14,7 +19,8 @@ reason this package exists):
 2. Otherwise ``charge()`` BEFORE running the query. ``charge`` returns only after the charge is
    committed durably (``synchronous=FULL``), so a crash or SIGKILL after it returned cannot lose
    the charge, and a crash before it returned released nothing. If it raises, release nothing.
-3. Run, add noise, ``cache_put`` the noisy payload, release.
+3. Run, add noise, ``record_release`` the values (if that fails, withhold them: the charge
+   stands), ``cache_put`` the noisy payload, release.
 4. ``refund()`` a charge only when nothing derived from its query was released (the query failed
    or was cancelled before its answer existed). A refund that does not commit leaves the charge
    in place: failing to refund can only overcharge, never underspend.
@@ -30,16 +36,23 @@ Everything fails closed: an unreadable, corrupt, foreign or incomplete ledger fi
 longer than the timeout, raises :class:`dpsql.errors.OperationalError` naming the file; an analyst
 without a budget may spend nothing.
 
-Modules, one job each (all standard library only, so ``dpsql budget`` starts fast):
+Modules, one job each (standard library only, so ``dpsql budget`` starts fast; ``scramp`` is
+imported only when a password is set):
 
 * :mod:`~dpsql.accounting.units`: exact fixed-point epsilon and delta amounts;
-* :mod:`~dpsql.accounting.store`: the SQLite file, its schema, validation and transactions;
+* :mod:`~dpsql.accounting.schema`: the SQL schema (version 2) and the upgrade from version 1;
+* :mod:`~dpsql.accounting.store`: the SQLite file, opening, upgrading, validation, transactions;
+* :mod:`~dpsql.accounting.principal`: database identities, analyst keys, timestamps;
 * :mod:`~dpsql.accounting.ledger`: :class:`Ledger` (budgets, charges, refunds, the cache);
+* :mod:`~dpsql.accounting.audit`: the audit log (released values, :meth:`Ledger.audit`);
+* :mod:`~dpsql.accounting.analysts`: analyst accounts and their policy;
 * :mod:`~dpsql.accounting.composition`: the composition theorems and :func:`compose`.
 """
 
 from __future__ import annotations
 
+from dpsql.accounting.analysts import AnalystAccount
+from dpsql.accounting.audit import AuditCharge, AuditEntry, AuditReset
 from dpsql.accounting.composition import (
     CompositionReport,
     PrivacyBound,
@@ -57,6 +70,10 @@ __all__ = [
     "DELTA_UNIT_EXPONENT",
     "EPSILON_UNIT_EXPONENT",
     "MAX_EPSILON",
+    "AnalystAccount",
+    "AuditCharge",
+    "AuditEntry",
+    "AuditReset",
     "BudgetStatus",
     "Charge",
     "CompositionReport",

@@ -8,45 +8,26 @@ basic composition (sum of epsilons, sum of deltas) under SQLite's write lock.
 
 from __future__ import annotations
 
-import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from typing import Any
 
+from dpsql.accounting.analysts import AnalystBook
+from dpsql.accounting.audit import AuditBook, to_json
 from dpsql.accounting.composition import CompositionReport, compose
-from dpsql.accounting.store import LedgerFile
+from dpsql.accounting.principal import database_identity, now, principal
 from dpsql.accounting.units import _delta_float, _delta_units, _eps_float, _eps_units
 from dpsql.errors import BudgetExhaustedError, OperationalError, ProgrammingError
 
+__all__ = ["BudgetStatus", "Charge", "Ledger", "database_identity"]
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
+# A charge counts against its budget while it is neither refunded nor cleared by a reset.
+_LIVE = "refunded_at IS NULL AND reset_id IS NULL"
 
 
 # ---------------------------------------------------------------------------------------------
-# Identity and value types
+# Value types
 # ---------------------------------------------------------------------------------------------
-
-
-def database_identity(database: str | os.PathLike | None) -> str:
-    """The key under which a database's budgets are kept.
-
-    Precondition: ``database`` is what the engine passes to DuckDB (a file path), or None.
-    Guarantee: None, "" and ":memory:" (also DuckDB's named ":memory:x") map to ":memory:" (all
-    in-memory databases share one budget, which can only err towards spending less); a string
-    containing "://" (a remote/Spark URI) is returned unchanged; anything else maps to the
-    ``realpath`` of the user-expanded path, so "shop.duckdb", "./shop.duckdb" and a symlink to it
-    share ONE budget. The function is idempotent.
-    """
-    if database is None:
-        return ":memory:"
-    text = os.fspath(database)
-    if isinstance(text, bytes):
-        text = os.fsdecode(text)
-    if text == "" or text.startswith(":memory:"):
-        return ":memory:"
-    if "://" in text:
-        return text
-    return os.path.realpath(os.path.expanduser(text))
 
 
 @dataclass(frozen=True)
@@ -105,8 +86,9 @@ class BudgetStatus:
 # ---------------------------------------------------------------------------------------------
 
 
-class Ledger(LedgerFile):
-    """Persistent, process-safe privacy-budget ledger and result cache in one SQLite file.
+class Ledger(AnalystBook, AuditBook):
+    """Persistent, process-safe privacy-budget ledger, audit log, analyst accounts and result
+    cache in one SQLite file.
 
     Every method is atomic. Writes run in ``BEGIN IMMEDIATE`` transactions (one writer at a time
     across threads and processes; readers are never blocked in WAL mode) and are committed with
@@ -114,16 +96,11 @@ class Ledger(LedgerFile):
     are serialised by a lock); after ``os.fork`` the child must open its own Ledger.
 
     ``database`` arguments are normalised with :func:`database_identity`, so a path and its
-    realpath address the same budget.
+    realpath address the same budget. Accounts: :class:`~dpsql.accounting.analysts.AnalystBook`;
+    the audit log: :class:`~dpsql.accounting.audit.AuditBook`.
     """
 
-    @staticmethod
-    def _principal(database: str, analyst: str) -> tuple[str, str]:
-        if not isinstance(analyst, str) or not analyst:
-            raise ProgrammingError("analyst must be a non-empty string")
-        return database_identity(database), analyst
-
-    # -- public API -------------------------------------------------------------------------
+    # -- budgets ----------------------------------------------------------------------------
 
     def set_budget(self, database: str, analyst: str, epsilon: float, delta: float) -> None:
         """Grant ``analyst`` a total budget of (epsilon, delta) on ``database`` (owner action).
@@ -133,33 +110,34 @@ class Ledger(LedgerFile):
         still count; committed durably before returning. Lowering a total below what was spent
         is allowed and simply blocks further charges.
         """
-        key = self._principal(database, analyst)
+        key = principal(database, analyst)
         eps = _eps_units(epsilon, charge=False)
         dlt = _delta_units(delta, charge=False)
         with self._write("set_budget") as conn:
             conn.execute(
-                """INSERT INTO budgets (database, analyst, epsilon_total, delta_total,
+                f"""INSERT INTO budgets (database, analyst, epsilon_total, delta_total,
                                         epsilon_spent, delta_spent, updated_at)
                    VALUES (?, ?, ?, ?,
                            (SELECT coalesce(sum(epsilon), 0) FROM charges
-                             WHERE database = ? AND analyst = ?),
+                             WHERE database = ? AND analyst = ? AND {_LIVE}),
                            (SELECT coalesce(sum(delta), 0) FROM charges
-                             WHERE database = ? AND analyst = ?), ?)
+                             WHERE database = ? AND analyst = ? AND {_LIVE}), ?)
                    ON CONFLICT (database, analyst) DO UPDATE SET
                        epsilon_total = excluded.epsilon_total,
                        delta_total = excluded.delta_total,
                        updated_at = excluded.updated_at""",
-                (*key, eps, dlt, *key, *key, _now()),
+                (*key, eps, dlt, *key, *key, now()),
             )
 
     def status(self, database: str, analyst: str) -> BudgetStatus:
-        """A consistent snapshot of ``analyst``'s budget on ``database``, with full history.
+        """A consistent snapshot of ``analyst``'s budget on ``database``, with the history of
+        the charges that count (refunded and reset ones are in :meth:`audit` only).
 
         Guarantee: an analyst without a budget gets totals of 0 (nothing allowed). Raises
         OperationalError if the recorded running totals disagree with the charges table
         (a tampered or damaged ledger), rather than report a wrong remainder.
         """
-        key = self._principal(database, analyst)
+        key = principal(database, analyst)
         with self._read("status") as conn:
             row = conn.execute(
                 """SELECT epsilon_total, delta_total, epsilon_spent, delta_spent FROM budgets
@@ -167,8 +145,8 @@ class Ledger(LedgerFile):
                 key,
             ).fetchone()
             rows = conn.execute(
-                """SELECT id, fingerprint, epsilon, delta, mechanism, at FROM charges
-                   WHERE database = ? AND analyst = ? ORDER BY id""",
+                f"""SELECT id, fingerprint, epsilon, delta, mechanism, at FROM charges
+                   WHERE database = ? AND analyst = ? AND {_LIVE} ORDER BY id""",
                 key,
             ).fetchall()
         eps_sum = sum(r[2] for r in rows)
@@ -199,6 +177,8 @@ class Ledger(LedgerFile):
             _units=units,  # type: ignore[arg-type]
         )
 
+    # -- charges ----------------------------------------------------------------------------
+
     def charge(
         self,
         database: str,
@@ -208,21 +188,29 @@ class Ledger(LedgerFile):
         epsilon: float,
         delta: float,
         mechanism: str,
+        sql: str | None = None,
+        params: Sequence[Any] | None = None,
     ) -> int:
-        """Atomically spend (epsilon, delta) of ``analyst``'s budget on ``database``.
+        """Atomically spend (epsilon, delta) of ``analyst``'s budget on ``database``, and
+        record the query (``sql``, ``params``) in the audit log with it.
 
         Precondition: the caller has NOT released anything derived from the query yet.
         Guarantee: if this returns, the charge (rounded UP to whole units) is committed durably
         and its id is returned; spent + this <= total held for both epsilon and delta at commit
         time, under the write lock, so concurrent processes can never overspend. Otherwise raises
-        BudgetExhaustedError (requested vs remaining; no data-dependent numbers) or
+        BudgetExhaustedError (requested vs remaining; no data-dependent numbers),
+        ProgrammingError (the amount is above the cap of the analyst's account) or
         OperationalError (ledger unusable/locked) and writes nothing: the caller must release
         nothing. An analyst without a budget can be charged nothing, not even (0, 0).
         """
-        key = self._principal(database, analyst)
+        key = principal(database, analyst)
         eps = _eps_units(epsilon, charge=True)
         dlt = _delta_units(delta, charge=True)
+        if sql is not None and not isinstance(sql, str):
+            raise ProgrammingError(f"sql must be a string, got {type(sql).__name__}")
+        params_json = None if params is None else to_json(list(params))
         with self._write("charge") as conn:
+            self._check_caps(conn, analyst, eps, dlt)
             row = conn.execute(
                 """SELECT epsilon_total, delta_total, epsilon_spent, delta_spent FROM budgets
                    WHERE database = ? AND analyst = ?""",
@@ -244,9 +232,9 @@ class Ledger(LedgerFile):
                 )
             cursor = conn.execute(
                 """INSERT INTO charges (database, analyst, fingerprint, epsilon, delta,
-                                        mechanism, at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?)""",
-                (*key, str(fingerprint), eps, dlt, str(mechanism), _now()),
+                                        mechanism, at, sql, params)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                (*key, str(fingerprint), eps, dlt, str(mechanism), now(), sql, params_json),
             )
             conn.execute(
                 """UPDATE budgets SET epsilon_spent = epsilon_spent + ?,
@@ -258,28 +246,52 @@ class Ledger(LedgerFile):
         assert charge_id is not None
         return int(charge_id)
 
+    @staticmethod
+    def _check_caps(conn: Any, analyst: str, eps: int, dlt: int) -> None:
+        """Inside the charge's transaction: refuse an amount above the analyst account's
+        per-query cap (no account, or no cap: nothing to check)."""
+        row = conn.execute(
+            "SELECT max_epsilon, max_delta FROM analysts WHERE name = ?", (analyst,)
+        ).fetchone()
+        if row is None:
+            return
+        for what, units, cap, to_units, to_float in (
+                ("epsilon", eps, row[0], _eps_units, _eps_float),
+                ("delta", dlt, row[1], _delta_units, _delta_float)):
+            if cap is not None and units > to_units(cap, charge=False):
+                raise ProgrammingError(
+                    f"analyst '{analyst}' may spend at most {what}={cap!r} on one query (the "
+                    f"data owner's cap); this query needs {what}={to_float(units)!r}. Nothing "
+                    f"was charged; ask with a smaller {what}."
+                )
+
     def refund(self, database: str, analyst: str, charge_id: int) -> None:
-        """Undo charge ``charge_id`` of ``analyst`` on ``database``: its row is deleted and its
-        amounts leave the running sums, in one durable transaction.
+        """Undo charge ``charge_id`` of ``analyst`` on ``database``: it is marked refunded in
+        the audit log (never deleted) and its amounts leave the running sums, in one durable
+        transaction.
 
         Precondition: nothing derived from the charged query was released (the session calls
         this only when the query failed or was cancelled before its answer existed).
         Guarantee: the budget is as if the charge had never been made; a process killed before
         the refund commits keeps the charge (fail safe). Raises OperationalError when no such
-        charge of this principal exists (already refunded, or reset by the owner).
+        charge of this principal counts (already refunded, or reset by the owner) or its
+        answer was released.
         """
-        key = self._principal(database, analyst)
+        key = principal(database, analyst)
         with self._write("refund") as conn:
             row = conn.execute(
-                "SELECT epsilon, delta FROM charges WHERE id = ? AND database = ? AND analyst = ?",
+                f"""SELECT epsilon, delta, released_at FROM charges
+                   WHERE id = ? AND database = ? AND analyst = ? AND {_LIVE}""",
                 (int(charge_id), *key),
             ).fetchone()
-            if row is None:
+            if row is None or row[2] is not None:
+                why = "is not on the ledger" if row is None else "was released"
                 raise OperationalError(
-                    f"privacy ledger {self.path}: charge {charge_id} of analyst '{analyst}' is "
-                    "not on the ledger, so it cannot be refunded"
+                    f"privacy ledger {self.path}: charge {charge_id} of analyst '{analyst}' "
+                    f"{why}, so it cannot be refunded"
                 )
-            conn.execute("DELETE FROM charges WHERE id = ?", (int(charge_id),))
+            conn.execute("UPDATE charges SET refunded_at = ? WHERE id = ?",
+                         (now(), int(charge_id)))
             conn.execute(
                 """UPDATE budgets SET epsilon_spent = epsilon_spent - ?,
                                       delta_spent = delta_spent - ?
@@ -287,33 +299,54 @@ class Ledger(LedgerFile):
                 (row[0], row[1], *key),
             )
 
-    def reset(self, database: str, analyst: str) -> None:
-        """Forget all of ``analyst``'s charges on ``database`` (owner action); keep the budget.
+    def reset(self, database: str, analyst: str) -> int:
+        """Clear ``analyst``'s spending on ``database`` (owner action); keep the budget.
 
+        Guarantee: the charges that counted stop counting (spent restarts at 0) and stay in
+        the audit log, marked with this reset, which is recorded too (its id is returned).
         Cached answers are kept: they were paid for, and re-releasing them costs nothing.
         """
-        key = self._principal(database, analyst)
+        key = principal(database, analyst)
         with self._write("reset") as conn:
-            conn.execute("DELETE FROM charges WHERE database = ? AND analyst = ?", key)
+            n, eps, dlt = conn.execute(
+                f"""SELECT count(*), coalesce(sum(epsilon), 0), coalesce(sum(delta), 0)
+                   FROM charges WHERE database = ? AND analyst = ? AND {_LIVE}""",
+                key,
+            ).fetchone()
+            at = now()
+            cursor = conn.execute(
+                """INSERT INTO resets (database, analyst, charges_cleared, epsilon_cleared,
+                                       delta_cleared, at) VALUES (?, ?, ?, ?, ?, ?)""",
+                (*key, n, eps, dlt, at),
+            )
+            reset_id = cursor.lastrowid
+            conn.execute(
+                f"UPDATE charges SET reset_id = ? WHERE database = ? AND analyst = ? AND {_LIVE}",
+                (reset_id, *key),
+            )
             conn.execute(
                 """UPDATE budgets SET epsilon_spent = 0, delta_spent = 0, updated_at = ?
                    WHERE database = ? AND analyst = ?""",
-                (_now(), *key),
+                (at, *key),
             )
+        assert reset_id is not None
+        return int(reset_id)
+
+    # -- cache ------------------------------------------------------------------------------
 
     def cache_get(self, database: str, analyst: str, key: str) -> bytes | None:
         """The payload stored under ``key`` for this principal, or None."""
-        principal = self._principal(database, analyst)
+        who = principal(database, analyst)
         with self._lock, self._translate("cache_get"):
             row = self._require().execute(
                 "SELECT payload FROM cache WHERE database = ? AND analyst = ? AND key = ?",
-                (*principal, key),
+                (*who, key),
             ).fetchone()
         return None if row is None else bytes(row[0])
 
     def cache_put(self, database: str, analyst: str, key: str, payload: bytes) -> None:
         """Store ``payload`` under ``key`` (last write wins), durably, for later cache_get."""
-        principal = self._principal(database, analyst)
+        who = principal(database, analyst)
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise ProgrammingError("cache payload must be bytes")
         with self._write("cache_put") as conn:
@@ -321,7 +354,7 @@ class Ledger(LedgerFile):
                 """INSERT INTO cache (database, analyst, key, payload, at) VALUES (?, ?, ?, ?, ?)
                    ON CONFLICT (database, analyst, key) DO UPDATE SET
                        payload = excluded.payload, at = excluded.at""",
-                (*principal, key, bytes(payload), _now()),
+                (*who, key, bytes(payload), now()),
             )
 
     def __enter__(self) -> Ledger:

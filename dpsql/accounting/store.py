@@ -1,10 +1,12 @@
-"""The ledger's SQLite file: its schema, opening and validating it, and transactions on it.
+"""The ledger's SQLite file: opening, upgrading and validating it, and transactions on it.
 
 :class:`LedgerFile` is the part of :class:`dpsql.accounting.Ledger` that knows nothing about
-budgets: it opens (or initialises) one SQLite file, checks that it is a dpsql ledger of the
-current schema that passes ``quick_check``, and runs every read and write as one transaction
-committed with ``synchronous=FULL``. Every sqlite3 error leaves as an
-:class:`~dpsql.errors.OperationalError` naming the file: the ledger fails closed.
+budgets: it opens (or initialises) one SQLite file, upgrades a file of an older schema version in
+place (one transaction: the file is either fully upgraded or untouched), checks that it is a
+dpsql ledger of the current schema (:mod:`dpsql.accounting.schema`) that passes
+``quick_check``, and runs every read and write as one transaction committed with
+``synchronous=FULL``. Every sqlite3 error leaves as an :class:`~dpsql.errors.OperationalError`
+naming the file: the ledger fails closed.
 """
 
 from __future__ import annotations
@@ -16,57 +18,16 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 
+from dpsql.accounting.schema import (
+    APPLICATION_ID,
+    EXPECTED_COLUMNS,
+    EXPECTED_TRIGGERS,
+    SCHEMA_V1,
+    SCHEMA_VERSION,
+    UPGRADES,
+    statements,
+)
 from dpsql.errors import InterfaceError, OperationalError
-
-# PRAGMA application_id marks the file as a dpsql ledger ("dpLd"); user_version is the schema.
-_APPLICATION_ID = 0x64704C64
-_SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE budgets (
-    database      TEXT    NOT NULL,
-    analyst       TEXT    NOT NULL,
-    epsilon_total INTEGER NOT NULL CHECK (typeof(epsilon_total) = 'integer' AND epsilon_total >= 0),
-    delta_total   INTEGER NOT NULL CHECK (typeof(delta_total) = 'integer' AND delta_total >= 0),
-    -- running sums of this principal's charges, updated in the same transaction as each insert,
-    -- so a charge is an O(1) check, and status() cross-checks them against the charges table
-    epsilon_spent INTEGER NOT NULL CHECK (typeof(epsilon_spent) = 'integer' AND epsilon_spent >= 0),
-    delta_spent   INTEGER NOT NULL CHECK (typeof(delta_spent) = 'integer' AND delta_spent >= 0),
-    updated_at    TEXT    NOT NULL,
-    PRIMARY KEY (database, analyst)
-);
--- AUTOINCREMENT: charge ids are never reused, not even after reset() deleted the charges
-CREATE TABLE charges (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
-    database    TEXT    NOT NULL,
-    analyst     TEXT    NOT NULL,
-    fingerprint TEXT    NOT NULL,
-    epsilon     INTEGER NOT NULL CHECK (typeof(epsilon) = 'integer' AND epsilon >= 0),
-    delta       INTEGER NOT NULL CHECK (typeof(delta) = 'integer' AND delta >= 0),
-    mechanism   TEXT    NOT NULL,
-    at          TEXT    NOT NULL
-);
-CREATE INDEX charges_by_principal ON charges (database, analyst, id);
-CREATE TABLE cache (
-    database TEXT NOT NULL,
-    analyst  TEXT NOT NULL,
-    key      TEXT NOT NULL,
-    payload  BLOB NOT NULL,
-    at       TEXT NOT NULL,
-    PRIMARY KEY (database, analyst, key)
-) WITHOUT ROWID;
-"""
-
-_EXPECTED_COLUMNS: dict[str, frozenset[str]] = {
-    "budgets": frozenset(
-        {"database", "analyst", "epsilon_total", "delta_total", "epsilon_spent", "delta_spent",
-         "updated_at"}
-    ),
-    "charges": frozenset(
-        {"id", "database", "analyst", "fingerprint", "epsilon", "delta", "mechanism", "at"}
-    ),
-    "cache": frozenset({"database", "analyst", "key", "payload", "at"}),
-}
 
 
 class LedgerFile:
@@ -83,7 +44,8 @@ class LedgerFile:
         Precondition: ``path`` is a file path (":memory:" gives a non-persistent ledger, for
         tests); ``timeout`` is how long to wait for another process's lock, in seconds.
         Guarantee: on return the file is a dpsql ledger of the current schema, in WAL mode, that
-        passed SQLite's quick_check. Otherwise raises OperationalError naming the file and leaves
+        passed SQLite's quick_check; a ledger of an older schema version has been upgraded in
+        place, atomically. Otherwise raises OperationalError naming the file and leaves
         the file untouched: a corrupt/unreadable file, a foreign SQLite database, a ledger whose
         tables are missing or altered, a missing file when ``create`` is false, or a lock held
         longer than ``timeout``. A fresh schema is only ever created in an empty file.
@@ -132,15 +94,17 @@ class LedgerFile:
         tables = self._tables()
         if app_id == 0 and version == 0 and not tables:
             self._initialise(memory)
-        elif app_id != _APPLICATION_ID:
+        elif app_id != APPLICATION_ID:
             raise OperationalError(
                 f"{self.path} is an SQLite database but not a dpsql privacy ledger "
                 f"(tables: {', '.join(sorted(tables)) or 'none'}); refusing to use it"
             )
-        elif version != _SCHEMA_VERSION:
+        elif 1 <= version < SCHEMA_VERSION:
+            self._upgrade()
+        elif version != SCHEMA_VERSION:
             raise OperationalError(
                 f"privacy ledger {self.path} has schema version {version}; this dpsql "
-                f"understands version {_SCHEMA_VERSION}"
+                f"understands versions 1 to {SCHEMA_VERSION} (a newer dpsql made it?)"
             )
         self._check_schema()
         problems = [row[0] for row in conn.execute("PRAGMA quick_check")]
@@ -169,20 +133,50 @@ class LedgerFile:
         try:
             # re-check under the write lock: another process may have initialised it meanwhile
             if conn.execute("PRAGMA application_id").fetchone()[0] == 0 and not self._tables():
-                # statements end with ";\n" (comments may contain ";" but never at line end)
-                for statement in _SCHEMA.split(";\n"):
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute(f"PRAGMA application_id={_APPLICATION_ID}")
-                conn.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+                # version 1, then every upgrade: new and upgraded files cannot differ
+                for statement in statements(SCHEMA_V1):
+                    conn.execute(statement)
+                self._run_upgrades(1)
+                conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
             conn.execute("COMMIT")
         except BaseException:
             self._rollback()
             raise
 
+    def _upgrade(self) -> None:
+        """Upgrade an older ledger in place, in ONE transaction: a crash or error leaves the
+        file exactly as it was (still the old version), never half upgraded."""
+        conn = self._require()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # re-read under the write lock: another process may have upgraded it meanwhile
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version < SCHEMA_VERSION:
+                self._run_upgrades(version)
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise OperationalError(
+                f"cannot upgrade privacy ledger {self.path} to schema version {SCHEMA_VERSION} "
+                f"({exc}); the file is unchanged. Is it damaged?"
+            ) from exc
+        except BaseException:
+            self._rollback()
+            raise
+
+    def _run_upgrades(self, version: int) -> None:
+        """Inside a write transaction: every upgrade from ``version`` on, then the new version
+        number (``user_version`` is part of the transaction)."""
+        conn = self._require()
+        for start, script in UPGRADES:
+            if start >= version:
+                for statement in statements(script):
+                    conn.execute(statement)
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
     def _check_schema(self) -> None:
         conn = self._require()
-        for table, expected in _EXPECTED_COLUMNS.items():
+        for table, expected in EXPECTED_COLUMNS.items():
             columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
             if not columns:
                 raise OperationalError(
@@ -194,6 +188,14 @@ class LedgerFile:
                     f"privacy ledger {self.path} is damaged: table '{table}' lacks column(s) "
                     f"{', '.join(sorted(expected - columns))}"
                 )
+        triggers = {row[0] for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+        if not triggers >= EXPECTED_TRIGGERS:
+            raise OperationalError(
+                f"privacy ledger {self.path} is damaged: the audit log's append-only trigger(s) "
+                f"{', '.join(sorted(EXPECTED_TRIGGERS - triggers))} are missing; refusing to "
+                "answer queries until the owner restores it"
+            )
 
     # -- plumbing ---------------------------------------------------------------------------
 
