@@ -34,9 +34,11 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 @click.option("--spark", "spark_master", default=None, help="Spark master URL (--backend spark).")
 @click.option("--workers", default=8, show_default=True, type=click.IntRange(1, 256),
               help="Threads answering queries.")
+@click.option("--max-failed-logins", default=10, show_default=True, type=click.IntRange(1),
+              help="Failed logins from one address per minute before it is refused.")
 def command(metadata: str, database: str | None, ledger: str, listen: tuple[str, int],
             tls_cert: str | None, tls_key: str | None, backend: str, spark_master: str | None,
-            workers: int) -> None:
+            workers: int, max_failed_logins: int) -> None:
     """Serve analysts over the PostgreSQL protocol; they authenticate with SCRAM-SHA-256
     (add them with `dpsql analyst add`) and see only noisy releases."""
     from dpsql.server.app import Server
@@ -44,7 +46,8 @@ def command(metadata: str, database: str | None, ledger: str, listen: tuple[str,
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     spark = spark_master or ("local[2]" if backend == "spark" else None)
     server = Server(metadata, database, ledger, backend=backend, spark=spark,
-                    tls_cert=tls_cert, tls_key=tls_key, workers=workers)
+                    tls_cert=tls_cert, tls_key=tls_key, workers=workers,
+                    login_limit=max_failed_logins)
 
     def ready(bound: tuple[str, int]) -> None:
         click.echo(f"dpsql: serving {database or metadata} on {bound[0]}:{bound[1]} "

@@ -1,0 +1,173 @@
+"""Unmodified PostgreSQL clients against a real `dpsql serve` process on loopback: psycopg 3,
+psql, pandas through SQLAlchemy, dpsql's own remote driver, and a JDBC-style catalog probe."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import psycopg
+import pytest
+
+import dpsql
+from dpsql.accounting import Ledger
+from tests.server.serving import PASSWORDS, ServerProcess
+
+
+def _charges(server: ServerProcess, analyst: str) -> int:
+    with Ledger(server.ledger, create=False) as ledger:
+        return len(ledger.status(server.database_id, analyst).history)
+
+
+def test_psycopg_private_query_with_parameters_is_noisy_charged_once_and_cached(
+        server: ServerProcess) -> None:
+    before = _charges(server, "alice")
+    details: list[str | None] = []
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: details.append(d.message_detail))
+        cur = conn.cursor()
+        cur.execute("SET dpsql.epsilon = 0.25")
+        cur.execute("SELECT COUNT(*) AS n FROM orders WHERE status = %s", ["returned"])
+        assert [d.name for d in cur.description] == ["n"]
+        (n,) = cur.fetchone()
+        assert isinstance(n, int)
+        assert '"epsilon": 0.25' in (details[-1] or "")
+        cur.execute("SELECT COUNT(*) AS n FROM orders WHERE status = %s", ["returned"])
+        assert cur.fetchone() == (n,)  # the cached noisy answer, not a fresh draw
+        assert '"cached": true' in (details[-1] or "")
+    assert _charges(server, "alice") == before + 1
+
+
+@pytest.mark.parametrize(("sql", "code"), [
+    ("SELECT * FROM orders", "0A000"),
+    ("SELEC COUNT(*) FROM orders", "42601"),
+    ("SELECT COUNT(*) FROM customers", "42501"),  # bob may read orders and products only
+])
+def test_errors_carry_sqlstate_and_are_not_charged(server: ServerProcess, sql: str,
+                                                   code: str) -> None:
+    before = _charges(server, "bob")
+    with psycopg.connect(server.dsn("bob"), autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute("SET dpsql.epsilon = 0.1")
+            conn.execute(sql)
+        assert info.value.sqlstate == code
+        assert "Traceback" not in str(info.value)
+    assert _charges(server, "bob") == before
+
+
+def test_epsilon_above_the_owner_cap_is_refused_before_the_charge(server: ServerProcess) -> None:
+    before = _charges(server, "alice")
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute("SET dpsql.epsilon = 3")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="at most 2"):
+            conn.execute("SELECT COUNT(*) FROM orders")
+    assert _charges(server, "alice") == before
+
+
+def test_exhausted_budget_is_53400(server: ServerProcess) -> None:
+    with psycopg.connect(server.dsn("carol"), autocommit=True) as conn:
+        conn.execute("SELECT COUNT(*) FROM orders WHERE quantity = 1")
+        conn.execute("SELECT COUNT(*) FROM orders WHERE quantity = 2")
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute("SELECT COUNT(*) FROM orders WHERE quantity = 3")
+        assert info.value.sqlstate == "53400"
+
+
+def test_wrong_password_and_unknown_user_fail_alike(server: ServerProcess) -> None:
+    messages = []
+    for user, password in (("alice", "wrong"), ("mallory", "whatever")):
+        with pytest.raises(psycopg.OperationalError) as info:
+            psycopg.connect(server.dsn(user, password))
+        messages.append(str(info.value).split("failed:")[-1].replace(user, "USER"))
+    assert messages[0] == messages[1]
+    assert "password authentication failed" in messages[0]
+
+
+def test_psql_runs_queries_and_describes_tables(server: ServerProcess) -> None:
+    psql = shutil.which("psql")
+    if psql is None:
+        pytest.skip("psql (Debian's postgresql-client) is not installed; .ci/run installs it")
+    env = {"PGPASSWORD": PASSWORDS["alice"], "PATH": "/usr/bin:/bin"}
+    conninfo = f"host={server.host} port={server.port} user=alice dbname=shop sslmode=disable"
+    out = subprocess.run(
+        [psql, conninfo, "-X", "-c", "SELECT COUNT(*) AS n FROM orders", "-c", r"\dt",
+         "-c", r"\d orders", "-c", "SELECT version()"],
+        capture_output=True, text=True, env=env, timeout=60, check=True)
+    assert "(1 row)" in out.stdout
+    for name in ("customers", "orders", "products", "recommendations", "order_cost", "dpsql"):
+        assert name in out.stdout
+    assert "NOTICE:  dpsql: released with epsilon=0.5" in out.stderr
+    assert "max_freq" not in out.stdout and "1810" not in out.stdout
+
+
+def test_pandas_read_sql_through_sqlalchemy(server: ServerProcess) -> None:
+    pd = pytest.importorskip("pandas")
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    engine = sqlalchemy.create_engine(
+        f"postgresql+psycopg://alice:{PASSWORDS['alice']}@{server.host}:{server.port}/shop")
+    try:
+        with engine.connect() as conn:
+            frame = pd.read_sql(sqlalchemy.text(
+                "SELECT status, COUNT(*) AS n FROM orders WHERE quantity >= :q GROUP BY status"),
+                conn, params={"q": 2})
+            assert sorted(frame["status"]) == ["new", "returned", "shipped"]
+            assert list(frame.columns) == ["status", "n"]
+            assert pd.read_sql("SELECT COUNT(*) AS n FROM orders", conn).shape == (1, 1)
+    finally:
+        engine.dispose()
+
+
+# What pgjdbc sends on connect and for DatabaseMetaData.getTables/getColumns (as DBeaver and
+# Metabase call them), shortened to the parts that matter.
+JDBC_PROBE = [
+    "SET extra_float_digits = 3",
+    "SET application_name = 'PostgreSQL JDBC Driver'",
+    "SELECT current_schema(), session_user",
+    "SHOW TRANSACTION ISOLATION LEVEL",
+    "SELECT oid, typname FROM pg_catalog.pg_type WHERE typname = 'int4'",
+    "SELECT NULL AS TABLE_CAT, n.nspname AS TABLE_SCHEM, c.relname AS TABLE_NAME, "
+    "CASE n.nspname ~ '^pg_' OR n.nspname = 'information_schema' WHEN true THEN 'SYSTEM TABLE' "
+    "WHEN false THEN CASE c.relkind WHEN 'r' THEN 'TABLE' WHEN 'v' THEN 'VIEW' END END "
+    "AS TABLE_TYPE, d.description AS REMARKS FROM pg_catalog.pg_namespace n, "
+    "pg_catalog.pg_class c LEFT JOIN pg_catalog.pg_description d ON (c.oid = d.objoid AND "
+    "d.objsubid = 0 and d.classoid = 'pg_class'::regclass) WHERE c.relnamespace = n.oid AND "
+    "c.relname LIKE '%' AND c.relkind = 'r' AND n.nspname !~ '^pg_' "
+    "ORDER BY TABLE_TYPE, TABLE_SCHEM, TABLE_NAME",
+    "SELECT * FROM (SELECT n.nspname, c.relname, a.attname, a.atttypid, a.attnotnull, "
+    "a.atttypmod, a.attlen, row_number() OVER (PARTITION BY a.attrelid ORDER BY a.attnum) "
+    "AS attnum, pg_catalog.pg_get_expr(def.adbin, def.adrelid) AS adsrc, dsc.description, "
+    "t.typbasetype, t.typtype FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_class c ON "
+    "(c.relnamespace = n.oid) JOIN pg_catalog.pg_attribute a ON (a.attrelid=c.oid) JOIN "
+    "pg_catalog.pg_type t ON (a.atttypid = t.oid) LEFT JOIN pg_catalog.pg_attrdef def ON "
+    "(a.attrelid=def.adrelid AND a.attnum = def.adnum) LEFT JOIN pg_catalog.pg_description dsc "
+    "ON (c.oid=dsc.objoid AND a.attnum = dsc.objsubid) WHERE c.relkind in ('r','v') and "
+    "a.attnum > 0 AND NOT a.attisdropped AND c.relname LIKE 'orders') c WHERE true "
+    "ORDER BY nspname, c.relname, attnum",
+]
+
+
+def test_jdbc_style_catalog_probe_is_answered_free_from_the_analyst_schema(
+        server: ServerProcess) -> None:
+    before = _charges(server, "bob")
+    with psycopg.connect(server.dsn("bob"), autocommit=True) as conn:
+        results = [conn.execute(q).fetchall() if conn.execute(q).description else None
+                   for q in JDBC_PROBE]
+    tables = {row[2] for row in results[5]}
+    assert tables == {"orders", "products"}  # bob's grants only
+    assert [row[2] for row in results[6]] == [
+        "order_id", "customer_id", "product_id", "quantity", "order_cost", "status"]
+    assert _charges(server, "bob") == before
+
+
+def test_dpsql_connect_url_gives_a_remote_dbapi_connection(server: ServerProcess) -> None:
+    with dpsql.connect(server.url(), epsilon=0.2) as conn:
+        cur = conn.cursor()
+        cur.execute("SELECT AVG(order_cost) AS a FROM orders WHERE quantity = ?", [3])
+        (avg,) = cur.fetchone()
+        assert isinstance(avg, float)
+        assert cur.release is not None and cur.release.epsilon == pytest.approx(0.2)
+        assert not cur.release.cached
+        epsilon_left, _ = conn.budget_remaining
+        assert epsilon_left < 50.0
+        with pytest.raises(dpsql.NotSupportedError):
+            cur.execute("SELECT order_id FROM orders")
