@@ -34,7 +34,7 @@ VERSION_TEXT = f"PostgreSQL {SERVER_VERSION} (dpsql, differentially private)"
 _CATALOG_SCHEMAS = {"pg_catalog", "information_schema"}
 
 # pg_catalog relations whose DuckDB emulation lacks columns or rows clients read: served from
-# views in the shadow's own schema instead (``pg_catalog.pg_class`` → ``dpsql_pg.pg_class``).
+# these definitions, inlined as subqueries (``pg_catalog.pg_class`` → ``(SELECT ...) pg_class``).
 _EXTENDED = {
     "pg_class": "SELECT *, false AS relforcerowsecurity FROM pg_catalog.pg_class",
     "pg_database": (
@@ -140,10 +140,12 @@ def parse_postgres(sql: str) -> exp.Expression | None:
     return trees[0] if len(trees) == 1 else None
 
 
-def to_shadow_sql(tree: exp.Expression) -> str:
+def to_shadow_sql(tree: exp.Expression, user: str = "dpsql") -> str:
     """``tree`` in DuckDB's dialect, with PostgreSQL-only spellings the shadow lacks replaced:
     ``pg_catalog.f()`` → ``f()``, ``version()`` → dpsql's version text, casts to ``reg*`` types
     → an OID lookup, ``COLLATE pg_catalog.default`` dropped, ``OPERATOR(pg_catalog.~)`` → ``~``."""
+
+    quoted_user = "'" + user.replace("'", "''") + "'"
 
     def fix(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Func) and \
@@ -173,13 +175,14 @@ def to_shadow_sql(tree: exp.Expression) -> str:
             return node
         if isinstance(node, exp.Table) and node.name.lower() in _EXTENDED and \
                 (not node.db or node.db.lower() == "pg_catalog"):
-            if not node.alias:  # columns may still say pg_class.x
-                node.set("alias", exp.TableAlias(this=exp.to_identifier(node.name)))
-            node.set("db", exp.to_identifier("dpsql_pg"))
-            return node
+            # inlined, not a view: a view would itself show up in the catalog's listings
+            body = sqlglot.parse_one(_EXTENDED[node.name.lower()].format(user=quoted_user),
+                                     read="duckdb")
+            return exp.Subquery(this=body, alias=exp.TableAlias(
+                this=exp.to_identifier(node.alias or node.name)))
         if isinstance(node, exp.Column) and node.args.get("db") is not None and \
                 node.db.lower() == "pg_catalog" and node.table.lower() in _EXTENDED:
-            node.set("db", None)  # pg_catalog.pg_class.relname: the alias above
+            node.set("db", None)  # pg_catalog.pg_class.relname: the subquery's alias
             return node
         if isinstance(node, exp.Cast):
             target = node.to.sql().lower().split(".")[-1].strip('"')
@@ -255,9 +258,7 @@ class Catalog:
         self._con.execute("CREATE MACRO pg_table_size(x) AS CAST(NULL AS BIGINT)")
         self._con.execute("CREATE MACRO pg_total_relation_size(x) AS CAST(NULL AS BIGINT)")
         self._con.execute("CREATE MACRO pg_relation_size(x) AS CAST(NULL AS BIGINT)")
-        self._con.execute("CREATE SCHEMA dpsql_pg")
-        for name, body in _EXTENDED.items():
-            self._con.execute(f"CREATE VIEW dpsql_pg.{name} AS {body.format(user=quoted)}")
+        self._user = user
         self._con.execute("SET enable_external_access = false")
         self._con.execute("SET threads = 1")
         self._con.execute("SET memory_limit = '256MB'")
@@ -266,7 +267,7 @@ class Catalog:
     def run(self, tree: exp.Expression) -> CatalogAnswer:
         """Answer a catalog query (see :func:`is_catalog_query`). Raises duckdb.Error when the
         shadow cannot answer it."""
-        sql = to_shadow_sql(tree)
+        sql = to_shadow_sql(tree, self._user)
         with self._lock:
             cursor = self._con.execute(sql)
             description = cursor.description or []

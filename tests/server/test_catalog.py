@@ -1,0 +1,82 @@
+"""Routing catalog queries to the shadow schema, and session commands (dpsql/server/catalog.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpsql.metadata import loads_metadata
+from dpsql.server.catalog import (
+    VERSION_TEXT,
+    Catalog,
+    is_catalog_query,
+    parse_postgres,
+    parse_session_command,
+)
+from tests.shop_fixture import shop_metadata_yaml
+
+
+class _AnyMaxFreq(dict):
+    """The shadow never sees max frequencies: any value will do."""
+
+    def __missing__(self, key: str) -> int:
+        return 1
+
+
+MAX_FREQ = _AnyMaxFreq()
+
+
+@pytest.mark.parametrize(("sql", "catalog"), [
+    ("SELECT version()", True),
+    ("SELECT relname FROM pg_catalog.pg_class", True),
+    ("SELECT table_name FROM information_schema.tables", True),
+    ("SELECT * FROM pg_class JOIN pg_namespace ON true", True),
+    ("SELECT * FROM generate_series(1, 3)", True),
+    ("SELECT COUNT(*) FROM orders", False),
+    ("SELECT COUNT(*) FROM pg_class JOIN orders ON true", False),
+    ("SELECT COUNT(*) FROM main.pg_orders", False),  # a user schema, not the catalog
+    ("WITH pg_x AS (SELECT 1) SELECT * FROM orders", False),
+])
+def test_only_queries_naming_catalog_relations_go_to_the_shadow(sql: str, catalog: bool) -> None:
+    tree = parse_postgres(sql)
+    assert tree is not None
+    assert is_catalog_query(tree) is catalog
+
+
+def test_the_shadow_holds_the_granted_tables_columns_and_types_and_no_rows() -> None:
+    shadow = Catalog(loads_metadata(shop_metadata_yaml(MAX_FREQ)), ["orders", "products"], "bob")
+    try:
+        got = shadow.run(parse_postgres(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "ORDER BY table_name, ordinal_position"))
+        assert {r[0] for r in got.rows} == {"orders", "products"}
+        assert ("orders", "order_cost", "DOUBLE") in got.rows
+        assert shadow.run(parse_postgres("SELECT version()")).rows == [(VERSION_TEXT,)]
+        counts = shadow.run(parse_postgres(
+            "SELECT COUNT(*) FROM pg_catalog.pg_class WHERE relname = 'orders'"))
+        assert counts.rows == [(1,)]
+        with pytest.raises(Exception, match=r"(?i)external|disabled|permission"):
+            shadow.run(parse_postgres("SELECT * FROM read_csv('/etc/passwd')"))
+    finally:
+        shadow.close()
+
+
+@pytest.mark.parametrize(("sql", "expected"), [
+    ("SET dpsql.epsilon = 0.1", ("set", "dpsql.epsilon", "0.1")),
+    ("SET dpsql.epsilon TO '0.1';", ("set", "dpsql.epsilon", "0.1")),
+    ("SET TIME ZONE 'UTC'", ("set", "timezone", "UTC")),
+    ("RESET dpsql.epsilon", ("set", "dpsql.epsilon", None)),
+    ("SHOW transaction isolation level", ("show", "transaction isolation level")),
+    ("BEGIN", ("noop", "BEGIN")),
+    ('SAVEPOINT "_pg3_1"', ("noop", "SAVEPOINT")),
+    ('ROLLBACK TO SAVEPOINT "_pg3_1"', ("noop", "ROLLBACK TO")),
+    ("SELECT 1", None),
+])
+def test_session_commands(sql: str, expected: tuple | None) -> None:
+    got = parse_session_command(sql)
+    if expected is None:
+        assert got is None
+    elif expected[0] == "set":
+        assert got is not None and got[0] == "set"
+        assert (got[1].name, got[1].value) == expected[1:]
+    else:
+        assert got == expected
