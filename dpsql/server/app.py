@@ -146,10 +146,15 @@ class Server:
         if ready is not None:
             ready(bound)
         loop = asyncio.get_running_loop()
-        stop = loop.create_future()
+        stop: asyncio.Future[None] = loop.create_future()
+
+        def request_stop() -> None:
+            if not stop.done():
+                stop.set_result(None)
+
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
-                loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
+                loop.add_signal_handler(sig, request_stop)
         assert self._server is not None
         async with self._server:
             await stop
