@@ -10,7 +10,8 @@ import click
 from dpsql.errors import Error
 
 # Subcommand modules; each defines ``command`` (a click command or group).
-_SUBCOMMANDS: tuple[str, ...] = ("explain", "query", "metadata", "budget", "shell", "demo")
+_SUBCOMMANDS: tuple[str, ...] = (
+    "explain", "query", "metadata", "budget", "analyst", "audit", "shell", "demo")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
