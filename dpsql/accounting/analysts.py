@@ -113,6 +113,15 @@ def _check_policy(policy: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def check_account(name: object, **policy: Any) -> dict[str, Any]:
+    """Validate a new account's name and full policy (every policy key, None when unset)
+    without touching a ledger: ProgrammingError naming the problem, else the stored form."""
+    check_name(name)
+    row = _check_policy({key: policy.get(key) for key in _POLICY} | policy)
+    _check_defaults(row, str(name))
+    return row
+
+
 def check_table(table: object) -> str:
     if not isinstance(table, str) or not table.strip() or any(
             unicodedata.category(c) == "Cc" for c in table):
@@ -177,11 +186,9 @@ class AnalystBook(LedgerFile):
         and the given policy. Raises ProgrammingError for an invalid name, password or policy
         (caps > 0, deltas in [0, 1], a default above its cap) and OperationalError when the
         account exists already."""
-        check_name(name)
-        row = _check_policy({"tables": tables, "max_epsilon": max_epsilon,
-                             "max_delta": max_delta, "default_epsilon": default_epsilon,
-                             "default_delta": default_delta})
-        _check_defaults(row, name)
+        row = check_account(name, tables=tables, max_epsilon=max_epsilon,
+                            max_delta=max_delta, default_epsilon=default_epsilon,
+                            default_delta=default_delta)
         salt, stored, server, iterations = _verifier(password)
         at = now()
         with self._write("add_analyst") as conn:

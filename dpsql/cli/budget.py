@@ -1,17 +1,22 @@
 """`dpsql budget`: the data owner's view of the privacy-budget ledger (set, show, reset).
 
 Budgets are kept per (database, analyst); ``--database`` is the DuckDB file the analyst queries
-(its realpath is the key, see :func:`dpsql.accounting.database_identity`). Ledger problems raise
-dpsql errors, which ``dpsql.cli.main.main`` prints as one line with exit status 1.
+(its realpath is the key, see :func:`dpsql.accounting.database_identity`), or ``spark://NAME``;
+without it the database is taken from the metadata (``-m M.yaml``), keyed as connections key it
+(:func:`dpsql.backends.ledger_identity`), or the command is a usage error: a budget is never
+silently keyed to ":memory:". Ledger problems raise dpsql errors, which ``dpsql.cli.main.main``
+prints as one line with exit status 1.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import click
 
-from dpsql.accounting import BudgetStatus, CompositionReport, Ledger, database_identity
+from dpsql.accounting import BudgetStatus, CompositionReport, Ledger
 
 # The history is printed newest last; older entries are summarised so `show` stays readable.
 _TEXT_HISTORY_LIMIT = 20
@@ -24,12 +29,45 @@ _ledger_option = click.option(
     help="Privacy ledger file (SQLite). Default: $DPSQL_LEDGER.",
 )
 _analyst_option = click.option("--analyst", required=True, help="The analyst (principal).")
-_database_option = click.option(
-    "--database",
-    default=":memory:",
-    show_default=True,
-    help="The DuckDB database file the budget applies to.",
-)
+
+
+def _database_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--database, -m/--metadata and --backend: which database's budget (see the module)."""
+    f = click.option("--backend", type=click.Choice(["duckdb", "spark"]), default="duckdb",
+                     show_default=True, help="The backend the analyst's queries run on.")(f)
+    f = click.option("-m", "--metadata", type=click.Path(dir_okay=False),
+                     help="Take the database from this metadata file (when --database is not "
+                     "given).")(f)
+    return click.option(
+        "--database", help="The DuckDB database file the budget applies to (spark://NAME for "
+        "Spark; ':memory:' only if you mean it).")(f)
+
+
+def database_key(database: str | None, metadata: str | None, backend: str) -> str:
+    """The database identity a budget command acts on: ``database`` as connections key it,
+    else the metadata's; a click.UsageError when neither names one (never ":memory:" by
+    default)."""
+    from dpsql.backends import ledger_identity  # light: no backend is imported
+
+    if database is not None:
+        return ledger_identity(backend, database)
+    if metadata is None:
+        raise click.UsageError(
+            "name the database the budget applies to: --database D.duckdb (spark://NAME for "
+            "Spark), or -m M.yaml to take it from the metadata"
+        )
+    from dpsql.metadata import load_metadata
+
+    load_metadata(metadata)  # a broken file is reported as such
+    # The identity a connection without a database file gets for this metadata (Spark: the
+    # default catalog database).
+    identity = ledger_identity(backend, None)
+    if identity == ":memory:":
+        raise click.UsageError(
+            f"the metadata {metadata} does not say which database file its tables live in, so "
+            "the budget's database cannot be taken from it; pass --database D.duckdb"
+        )
+    return identity
 
 
 def _open_unit_interval(ctx: click.Context, param: click.Parameter, value: float) -> float:
@@ -46,15 +84,16 @@ def command() -> None:
 @command.command("set")
 @_ledger_option
 @_analyst_option
-@_database_option
+@_database_options
 @click.option("--epsilon", type=click.FloatRange(min=0), required=True, help="Total epsilon.")
 @click.option(
     "--delta", type=click.FloatRange(min=0, max=1), default=0.0, show_default=True,
     help="Total delta.",
 )
-def set_budget(ledger: str, analyst: str, database: str, epsilon: float, delta: float) -> None:
+def set_budget(ledger: str, analyst: str, database: str | None, metadata: str | None,
+               backend: str, epsilon: float, delta: float) -> None:
     """Grant ANALYST a total (epsilon, delta) budget on DATABASE; earlier charges still count."""
-    identity = database_identity(database)
+    identity = database_key(database, metadata, backend)
     with Ledger(ledger) as book:
         book.set_budget(identity, analyst, epsilon, delta)
         status = book.status(identity, analyst)
@@ -140,15 +179,17 @@ def _status_text(
 @command.command("show")
 @_ledger_option
 @_analyst_option
-@_database_option
+@_database_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.option(
     "--delta-prime", type=float, default=1e-6, show_default=True, callback=_open_unit_interval,
     help="Slack delta' for the advanced and KOV composition bounds.",
 )
-def show(ledger: str, analyst: str, database: str, as_json: bool, delta_prime: float) -> None:
-    """Show ANALYST's budget, spending, composition bounds and charge history on DATABASE."""
-    identity = database_identity(database)
+def show(ledger: str, analyst: str, database: str | None, metadata: str | None, backend: str,
+         as_json: bool, delta_prime: float) -> None:
+    """Show ANALYST's budget, spending, composition bounds and charge history on DATABASE
+    (the charges that count; `dpsql audit log` shows refunded and reset ones too)."""
+    identity = database_key(database, metadata, backend)
     with Ledger(ledger, create=False) as book:
         status = book.status(identity, analyst)
     report = status.composition(delta_prime)
@@ -162,21 +203,24 @@ def show(ledger: str, analyst: str, database: str, as_json: bool, delta_prime: f
 @command.command("reset")
 @_ledger_option
 @_analyst_option
-@_database_option
+@_database_options
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-def reset(ledger: str, analyst: str, database: str, yes: bool) -> None:
-    """Forget ANALYST's charges on DATABASE (the budget itself stays)."""
-    identity = database_identity(database)
+def reset(ledger: str, analyst: str, database: str | None, metadata: str | None, backend: str,
+          yes: bool) -> None:
+    """Clear ANALYST's spending on DATABASE (the budget stays; the charges stay in the audit
+    log, marked with this reset)."""
+    identity = database_key(database, metadata, backend)
     with Ledger(ledger, create=False) as book:
         if not yes:
             click.confirm(
-                f"Forget every charge of {analyst} on {identity}? Their full budget becomes "
-                "available again",
+                f"Clear the spending of {analyst} on {identity}? Their full budget becomes "
+                "available again (the charges stay in the audit log)",
                 abort=True,
             )
-        book.reset(identity, analyst)
+        reset_id = book.reset(identity, analyst)
         status = book.status(identity, analyst)
     click.echo(
-        f"charges of {analyst} on {identity} forgotten; remaining: epsilon "
-        f"{status.epsilon_remaining!r}, delta {status.delta_remaining!r}"
+        f"spending of {analyst} on {identity} cleared (reset #{reset_id}; the charges stay in "
+        f"the audit log); remaining: epsilon {status.epsilon_remaining!r}, delta "
+        f"{status.delta_remaining!r}"
     )

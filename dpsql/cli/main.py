@@ -11,7 +11,7 @@ from dpsql.errors import Error
 
 # Subcommand modules; each defines ``command`` (a click command or group).
 _SUBCOMMANDS: tuple[str, ...] = (
-    "explain", "query", "metadata", "budget", "shell", "demo", "serve")
+    "explain", "query", "metadata", "budget", "analyst", "audit", "shell", "demo", "serve")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -82,10 +82,12 @@ def test_help_loads_no_heavy_dependency(argv: list[str]) -> None:
 
 def test_budget_commands_touch_only_the_ledger(tmp_path: Path) -> None:
     ledger = str(tmp_path / "ledger.sqlite")
-    common = ["--ledger", ledger, "--analyst", "alice"]
+    common = ["--ledger", ledger, "--analyst", "alice", "--database", str(tmp_path / "d.duckdb")]
     assert _modules_after(["budget", "set", *common, "--epsilon", "1"]) == []
     assert _modules_after(["budget", "show", *common, "--json"]) == []
     assert _modules_after(["budget", "reset", *common, "--yes"]) == []
+    assert _modules_after(["audit", "log", "--ledger", ledger, "--json"]) == []
+    assert _modules_after(["analyst", "list", "--ledger", ledger]) == []
 
 
 def test_lazy_pep249_names() -> None:

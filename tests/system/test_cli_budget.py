@@ -81,14 +81,19 @@ def test_set_show_reset_round_trip(capsys, paths, monkeypatch):
         assert status.history == () and status.epsilon_total == 20.0
 
 
-def test_database_defaults_to_memory_and_ledger_from_environment(capsys, paths, monkeypatch):
-    ledger, _ = paths
+def test_database_is_required_and_ledger_from_environment(capsys, paths, monkeypatch):
+    ledger, db = paths
     monkeypatch.setenv("DPSQL_LEDGER", ledger)
-    code, _, _ = run(capsys, "budget", "set", "--analyst", "bob", "--epsilon", "1")
+    # no --database: a usage error, never a budget silently keyed to ":memory:"
+    code, _, err = run(capsys, "budget", "set", "--analyst", "bob", "--epsilon", "1")
+    assert code == 2 and "--database" in err and not Path(ledger).exists()
+    code, _, _ = run(capsys, "budget", "set", "--analyst", "bob", "--epsilon", "1",
+                     "--database", db)
     assert code == 0
-    code, out, _ = run(capsys, "budget", "show", "--analyst", "bob", "--json")
+    code, out, _ = run(capsys, "budget", "show", "--analyst", "bob", "--json", "--database", db)
     report = json.loads(out)
-    assert code == 0 and report["database"] == ":memory:" and report["epsilon_total"] == 1.0
+    assert code == 0 and report["database"] == database_identity(db)
+    assert report["epsilon_total"] == 1.0
     assert report["delta_total"] == 0.0 and report["history"] == []
 
 
@@ -102,8 +107,9 @@ def test_relative_database_path_is_the_same_budget(capsys, paths):
 
 
 def test_errors_are_one_readable_line(capsys, paths, tmp_path):
-    ledger, _ = paths
-    code, out, err = run(capsys, "budget", "show", "--ledger", ledger, "--analyst", "alice")
+    ledger, db = paths
+    code, out, err = run(capsys, "budget", "show", "--ledger", ledger, "--analyst", "alice",
+                         "--database", db)
     assert code == 1 and out == ""
     assert err.strip().splitlines() == [err.strip()] and "does not exist" in err
     assert not Path(ledger).exists()  # show never creates a ledger
@@ -111,7 +117,7 @@ def test_errors_are_one_readable_line(capsys, paths, tmp_path):
     corrupt = tmp_path / "corrupt.sqlite"
     corrupt.write_bytes(b"garbage" * 1000)
     code, _, err = run(capsys, "budget", "set", "--ledger", str(corrupt), "--analyst", "alice",
-                       "--epsilon", "1")
+                       "--epsilon", "1", "--database", db)
     assert code == 1 and "corrupt" in err and "Traceback" not in err
     assert corrupt.read_bytes() == b"garbage" * 1000
 
@@ -121,9 +127,10 @@ def test_errors_are_one_readable_line(capsys, paths, tmp_path):
     code, _, err = run(capsys, "budget", "set", "--ledger", ledger, "--analyst", "alice",
                        "--epsilon", "1", "--delta", "2")
     assert code == 2 and "--delta" in err
-    run(capsys, "budget", "set", "--ledger", ledger, "--analyst", "alice", "--epsilon", "1")
+    run(capsys, "budget", "set", "--ledger", ledger, "--analyst", "alice", "--epsilon", "1",
+        "--database", db)
     code, _, err = run(capsys, "budget", "show", "--ledger", ledger, "--analyst", "alice",
-                       "--delta-prime", "0")
+                       "--database", db, "--delta-prime", "0")
     assert code == 2 and "--delta-prime" in err
 
 
@@ -146,7 +153,8 @@ def test_real_process_budget_show(paths):
     assert report["epsilon_remaining"] == 0.7 and report["charges"] == 3
 
     failed = subprocess.run(
-        [*command, "budget", "show", "--ledger", ledger + ".missing", "--analyst", "alice"],
+        [*command, "budget", "show", "--ledger", ledger + ".missing", "--analyst", "alice",
+         "--database", db],
         capture_output=True, text=True, timeout=60, env=env, check=False,
     )
     assert failed.returncode == 1 and "Traceback" not in failed.stderr

@@ -46,6 +46,37 @@ print(json.dumps({"ids": ids, "refused": refused,
                   "delta": str(Decimal("1e-9") * len(ids))}), flush=True)
 """
 
+# Like CONTENDER, as the session does it: each charge carries its SQL and parameters; those of
+# i = 1 mod 4 are refunded (a failed query), the others get their released rows recorded. Every
+# refund is followed by another attempt of the same child (n = 0 mod 4), so the budget ends
+# exactly full: after the last refusal each refund is made up by that child's next charge.
+AUDITED = r"""
+import json, os, sys
+from dpsql.accounting import Ledger
+from dpsql.errors import BudgetExhaustedError
+path, n = sys.argv[1], int(sys.argv[2])
+released, refunded, refused = {}, [], 0
+with Ledger(path, timeout=30) as ledger:
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for i in range(n):
+        try:
+            cid = ledger.charge("/data/shop.duckdb", "alice", fingerprint="fp", epsilon=0.01,
+                                delta=0.0, mechanism="laplace",
+                                sql=f"SELECT {os.getpid()} AS p, ? AS i", params=[i])
+        except BudgetExhaustedError:
+            refused += 1
+            continue
+        if i % 4 == 1:
+            ledger.refund("/data/shop.duckdb", "alice", cid)
+            refunded.append(cid)
+        else:
+            ledger.record_release("/data/shop.duckdb", "alice", cid, [(os.getpid(), i)],
+                                  columns=["p", "i"])
+            released[cid] = [os.getpid(), i]
+print(json.dumps({"released": released, "refunded": refunded, "refused": refused}), flush=True)
+"""
+
 # Charges forever; reports each charge id on stdout only AFTER charge() returned.
 RUNNER = r"""
 import sys
@@ -113,6 +144,46 @@ def test_eight_processes_never_overspend(tmp_path):
     assert Decimal(repr(status.epsilon_spent)) == reported_eps
     assert Decimal(repr(status.delta_spent)) == reported_delta
     assert status.epsilon_remaining == 0.0
+
+
+def test_processes_releasing_and_refunding_keep_budget_and_audit_log_consistent(tmp_path):
+    path = str(tmp_path / "ledger.sqlite")
+    with Ledger(path) as ledger:
+        ledger.set_budget(DB, "alice", 0.5, 0.0)  # 50 charges of 0.01 count at most
+    children = [spawn(AUDITED, path, "40") for _ in range(4)]
+    try:
+        for child in children:
+            assert child.stdout.readline().strip() == "ready", child.stderr.read()
+        for child in children:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        reports = []
+        for child in children:
+            out = child.stdout.read()
+            assert child.wait(timeout=60) == 0, child.stderr.read()
+            reports.append(json.loads(out))
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+    released = {int(k): v for r in reports for k, v in r["released"].items()}
+    refunded = {i for r in reports for i in r["refunded"]}
+    assert sum(r["refused"] for r in reports) > 0  # the budget ran out under contention
+    assert len(released) == 50 and refunded  # what counts is exactly the budget
+    with Ledger(path) as ledger:
+        status = ledger.status(DB, "alice")  # running sums agree with the live charges
+        log = ledger.audit()
+    assert status.epsilon_spent == 0.5 and status.epsilon_remaining == 0.0
+    assert {c.id for c in status.history} == set(released)
+    assert {e.id for e in log} == set(released) | refunded  # nothing lost, nothing extra
+    for entry in log:
+        pid = int(entry.sql.split()[1])  # type: ignore[union-attr]
+        if entry.id in refunded:
+            assert entry.state == "refunded" and entry.released is None
+        else:
+            assert entry.state == "released"
+            assert entry.released == {"columns": ["p", "i"], "rows": [released[entry.id]]}
+            assert released[entry.id] == [pid, *entry.params]  # type: ignore[union-attr]
 
 
 def test_sigkill_loses_no_reported_charge(tmp_path):

@@ -1,0 +1,96 @@
+"""`dpsql budget` (dpsql/cli/budget.py): which database a budget is keyed to (never ":memory:"
+by default), and `reset` keeping the history; CliRunner on real ledger files. The round trip of
+set/show/reset is in tests/system/test_cli_budget.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dpsql.accounting import AuditCharge, AuditReset, Ledger, database_identity
+from dpsql.cli.main import cli, main
+
+METADATA = """\
+tables:
+  orders:
+    columns:
+      order_id: {max_freq: 1}
+"""
+
+
+@pytest.fixture
+def ledger(tmp_path, monkeypatch):
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "shop.yaml").write_text(METADATA)
+    return str(tmp_path / "ledger.sqlite")
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.mark.parametrize("command", [["set", "--epsilon", "1"], ["show"], ["reset", "--yes"]])
+def test_no_database_is_a_usage_error_not_memory(ledger, command):
+    done = run("budget", command[0], "--ledger", ledger, "--analyst", "alice", *command[1:])
+    assert done.exit_code == 2
+    assert "name the database the budget applies to: --database D.duckdb" in done.output
+    assert not Path(ledger).exists()  # nothing was written, not even a new ledger
+
+
+def test_metadata_without_a_database_file_is_a_usage_error(ledger):
+    done = run("budget", "set", "--ledger", ledger, "--analyst", "alice", "--epsilon", "1",
+               "-m", "shop.yaml")
+    assert done.exit_code == 2
+    assert "the metadata shop.yaml does not say which database file" in done.output
+    assert "--database D.duckdb" in done.output and not Path(ledger).exists()
+
+
+def test_spark_takes_the_database_the_connection_would_use(ledger):
+    done = run("budget", "set", "--ledger", ledger, "--analyst", "alice", "--epsilon", "1",
+               "-m", "shop.yaml", "--backend", "spark")
+    assert done.exit_code == 0 and "on spark://default" in done.output
+    named = run("budget", "set", "--ledger", ledger, "--analyst", "alice", "--epsilon", "2",
+                "--backend", "spark", "--database", "sales")
+    assert named.exit_code == 0 and "on spark://sales" in named.output
+    with Ledger(ledger) as book:
+        assert book.status("spark://default", "alice").epsilon_total == 1.0
+        assert book.status("spark://sales", "alice").epsilon_total == 2.0
+
+
+def test_a_broken_metadata_file_is_reported(ledger, capsys):
+    code = main(["budget", "set", "--ledger", ledger, "--analyst", "alice", "--epsilon", "1",
+                 "-m", "absent.yaml"])
+    err = capsys.readouterr().err
+    assert code == 1 and "absent.yaml" in err and "does not exist" in err
+
+
+def test_an_explicit_memory_database_is_allowed(ledger):
+    done = run("budget", "set", "--ledger", ledger, "--analyst", "alice", "--epsilon", "1",
+               "--database", ":memory:")
+    assert done.exit_code == 0 and "on :memory:" in done.output
+
+
+def test_reset_keeps_the_history(ledger):
+    run("budget", "set", "--ledger", ledger, "--analyst", "alice", "--database", "shop.duckdb",
+        "--epsilon", "1")
+    with Ledger(ledger) as book:
+        for _ in range(3):
+            book.charge("shop.duckdb", "alice", fingerprint="q", epsilon=0.25, delta=0.0,
+                        mechanism="laplace", sql="SELECT COUNT(*) FROM orders")
+    done = run("budget", "reset", "--ledger", ledger, "--analyst", "alice", "--database",
+               "shop.duckdb", "--yes")
+    assert done.exit_code == 0
+    assert "cleared (reset #1; the charges stay in the audit log); remaining: epsilon 1.0" \
+        in done.output
+    shown = json.loads(run("budget", "show", "--ledger", ledger, "--analyst", "alice",
+                           "--database", "shop.duckdb", "--json").output)
+    assert shown["charges"] == 0 and shown["epsilon_spent"] == 0.0
+    with Ledger(ledger) as book:
+        entries = book.audit(database="shop.duckdb")
+    assert [type(e) for e in entries] == [AuditCharge] * 3 + [AuditReset]
+    assert all(e.database == database_identity("shop.duckdb") for e in entries)
+    assert [e.state for e in entries[:3]] == ["not released, reset #1"] * 3  # type: ignore[union-attr]
