@@ -3,8 +3,9 @@ that turn the readers' specs into the frozen model.
 
 Two formats are accepted and produce the same model:
 
-* ours (DESIGN.md section 6; :mod:`dpsql.metadata.ours`): ``{ledger?, data_version?, tables: {name: {public?,
-  rows?, source?, columns: {name: {max_freq?, bounds?, releasable?, domain?, type?}}}}}``
+* ours (DESIGN.md section 6; :mod:`dpsql.metadata.ours`): ``{ledger?, data_version?, tables:
+  {name: {public?, rows?, source?, columns: {name: {max_freq?, bounds?, releasable?, domain?,
+  type?}}}}}``
 * FLEX's schema.yaml (uber/sql-differential-privacy, src/test/resources/schema.yaml;
   :mod:`dpsql.metadata.flex`): ``{databases: [{database, dialect?, namespace?, tables: [{table,
   isPublic?, approxRowCount?, columns: [{name, maxFreq?, isUnique?, canRelease?, domainSet?,
