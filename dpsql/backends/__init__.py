@@ -83,12 +83,13 @@ def ledger_identity(backend: str, database: str | os.PathLike | None,
 
 
 def _file_version(path: str) -> list[object]:
-    """What changes when a file is rewritten: device, inode, size, modification time (ns)."""
+    """What changes when a file is rewritten: device, inode, size, modification and change
+    times (ns; the change time also moves when a copy restores an old modification time)."""
     try:
         st = os.stat(path)
     except OSError as exc:
         return [path, "unreadable", type(exc).__name__]
-    return [path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+    return [path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def _source_versions(source: str) -> list[object]:
@@ -106,8 +107,9 @@ def data_version(backend: str, database: str | os.PathLike | None,
 
     It covers, together: the owner's ``data_version:`` label from the metadata (if any); for
     DuckDB, the database file's (and its write-ahead log's) identity and content version
-    (st_dev, st_ino, st_size, st_mtime_ns); for Spark, the catalog database's name; and the
-    same file version of every file each ``source:`` names (globs expanded). A change to any
+    (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns); for Spark, the catalog database's
+    name; and the same file version of every file each ``source:`` names (globs expanded).
+    A change to any
     of them changes the version, so an answer cached before the change is never served after
     it. Neither the label nor the files "win": both count. What no file version can see (Spark
     catalog tables, remote sources) changes the version only when the owner bumps
