@@ -134,3 +134,19 @@ def test_public_tables_say_public(tmp_path):
     doc = yaml.safe_load(text)
     assert doc["tables"]["products"]["public"] is True
     assert "public" not in doc["tables"]["orders"]
+
+
+def test_cli_writes_the_schema_of_an_existing_file(tmp_path, capsys):
+    from dpsql.cli.main import main
+
+    owner = write(tmp_path, OWNER)
+    out = tmp_path / "analyst.yaml"
+    assert main(["metadata", "analyst-schema", "-m", str(owner), "-o", str(out)]) == 0
+    assert "share it" in capsys.readouterr().err
+    assert load_metadata(out) == analyst_metadata(load_metadata(owner))
+    assert main(["metadata", "analyst-schema", "-m", str(owner), "-o", str(out)]) == 1
+    assert "--force" in capsys.readouterr().err
+    assert main(["metadata", "analyst-schema", "-m", str(owner)]) == 0
+    assert capsys.readouterr().out == out.read_text()
+    assert main(["metadata", "analyst-schema", "-m", str(tmp_path / "none.yaml")]) == 1
+    assert "does not exist" in capsys.readouterr().err
