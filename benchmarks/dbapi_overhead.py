@@ -57,7 +57,7 @@ def run(n: int, rows: int, directory: Path) -> dict[str, float]:
     with Ledger(ledger) as book:
         book.set_budget(db, "bench", MAX_EPSILON, 0.0)
 
-    with (dpsql.connect(db, metadata, analyst="bench", epsilon=0.01) as plain,
+    with (dpsql.connect(db, metadata, analyst="bench", ledger=None, epsilon=0.01) as plain,
           dpsql.connect(db, metadata, analyst="bench", ledger=ledger, epsilon=0.01) as charged):
         plain_cur, charged_cur = plain.cursor(), charged.cursor()
         for cur in (plain_cur, charged_cur):  # warm up: analysis memo, DuckDB caches

@@ -22,10 +22,21 @@ Decisions (docs/design.md, "Release pipeline" and "Driver"):
   file raises :class:`~dpsql.errors.ProgrammingError` (rather than being silently ignored, so a
   caller never believes it is charging one file while another is charged); naming the same file
   (by any path) is accepted.
-* **Without any ledger nothing is charged or cached** (local experimentation on data the analyst
-  may see anyway): each execution draws fresh noise, and :attr:`Connection.budget` raises.
-  Budget enforcement and the averaging defence both need a ledger; a data owner enforces them by
-  naming the ledger in the metadata file.
+* **No ledger is an explicit choice.** When neither the metadata nor ``ledger=`` names a
+  ledger, ``connect`` raises :class:`~dpsql.errors.ProgrammingError` unless the caller passes
+  ``ledger=None``: the data owner's statement that the connection runs uncharged (each execution
+  draws fresh noise, nothing is cached, :attr:`Connection.budget` raises). The default is not
+  None, so forgetting a ledger never silently releases unbudgeted answers. The choice is asked
+  of every connection, even one that will only read public tables (free anyway): the rule
+  depends on the arguments alone, never on the queries to come. ``ledger=None`` with metadata
+  that names a ledger is refused too (the metadata's ledger cannot be bypassed).
+* **The answer cache follows the data and the metadata.** The connection computes the data
+  version (:func:`dpsql.backends.data_version`) once, after opening the data, and the session
+  hashes the metadata; both are in every cache key, so a rewritten database, a rewritten source
+  file, a bumped ``data_version:`` or an edited metadata file make a repeat a charged miss.
+* **Budgets of source-backed tables are keyed by their files**: in memory (no database file),
+  the ledger identity is the metadata's source paths (:func:`dpsql.backends.ledger_identity`),
+  so two metadata files over different CSV/Parquet files never share one ``:memory:`` budget.
 * **``with connect(...) as conn:`` closes the connection on exit** (like DuckDB's and
   psycopg 3's drivers, unlike sqlite3, whose ``__exit__`` commits). The connection is read-only,
   so there is no transaction for the block to commit; releasing the database and ledger files is
@@ -45,7 +56,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dpsql.accounting import BudgetStatus, CompositionReport, Ledger
-from dpsql.backends import ledger_identity, open_backend
+from dpsql.backends import data_version, ledger_identity, open_backend
 from dpsql.budget import Budget
 from dpsql.cursor import Cursor, Params
 from dpsql.dbapi_types import (
@@ -76,6 +87,19 @@ from dpsql.session import Principal, Session
 # ---------------------------------------------------------------------------------------------
 
 
+class _Unset:
+    """The type of :data:`UNSET`: "no ledger argument given" (None means "no ledger")."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: the default of ``connect(ledger=)``: the metadata's ledger, else refuse (see connect)
+UNSET = _Unset()
+
+LedgerArg = str | os.PathLike | None | _Unset
+
+
 def _same_file(a: str, b: str) -> bool:
     return os.path.realpath(os.path.expanduser(a)) == os.path.realpath(os.path.expanduser(b))
 
@@ -85,7 +109,7 @@ def connect(
     metadata: str | os.PathLike | Metadata | Mapping | None = None,
     *,
     analyst: str | None = None,
-    ledger: str | os.PathLike | None = None,
+    ledger: LedgerArg = UNSET,
     epsilon: float | None = None,
     delta: float | None = None,
     backend: str = "duckdb",
@@ -97,7 +121,8 @@ def connect(
     CSV/Parquet sources the metadata declares); ``metadata`` is a metadata file path, a loaded
     :class:`~dpsql.metadata.Metadata` or a parsed mapping; ``analyst`` is the non-empty name
     charged in the ledger; ``ledger`` is the path of an existing ledger file (create it with
-    ``dpsql budget set``); ``epsilon``/``delta`` are the default per-query budget
+    ``dpsql budget set``), or None to run uncharged as the data owner (omitted: the
+    metadata's ledger); ``epsilon``/``delta`` are the default per-query budget
     (``Cursor.execute`` may override them; delta defaults to 0).
 
     ``backend="spark"`` computes the exact aggregates with Spark SQL (:mod:`dpsql.backends.spark`,
@@ -106,8 +131,11 @@ def connect(
     the declared tables without a ``source`` (None: the current one). Its budgets are kept
     under ``spark://DATABASE`` (``spark://default`` for None).
 
-    Guarantees: the ledger used is the metadata's when it names one (a different ``ledger=``
-    raises ProgrammingError), else ``ledger``, else none (nothing charged or cached). A missing,
+    Guarantees: the ledger used is the metadata's when it names one (a different ``ledger=``,
+    or ``ledger=None``, raises ProgrammingError), else ``ledger``; with neither, connecting
+    raises ProgrammingError unless ``ledger=None`` was passed explicitly (then nothing is
+    charged or cached). The budgets are kept under :func:`dpsql.backends.ledger_identity`
+    and answers cached under the data version and metadata hash (module docstring). A missing,
     unreadable or foreign ledger file raises OperationalError; a missing database file raises
     OperationalError; invalid metadata raises ProgrammingError. Nothing is charged by connecting.
 
@@ -119,7 +147,7 @@ def connect(
     from dpsql.remote import RemoteConnection, is_url
 
     if is_url(database):
-        if metadata is not None or analyst is not None or ledger is not None:
+        if metadata is not None or analyst is not None or ledger is not UNSET:
             raise ProgrammingError(
                 "a server URL takes no metadata, analyst or ledger: the server holds them and "
                 "the URL's user is the analyst")
@@ -141,7 +169,7 @@ class Connection:
         metadata: str | os.PathLike | Metadata | Mapping,
         *,
         analyst: str,
-        ledger: str | os.PathLike | None = None,
+        ledger: LedgerArg = UNSET,
         epsilon: float | None = None,
         delta: float | None = None,
         backend: str = "duckdb",
@@ -160,7 +188,7 @@ class Connection:
         self.delta = 0.0 if delta is None else float(delta)
         self.metadata = md
         #: the key under which the ledger keeps this database's budgets and cached answers
-        self.database = ledger_identity(backend, database)
+        self.database = ledger_identity(backend, database, md)
         #: the ledger file every query is charged to, or None (nothing charged)
         self.ledger_path = ledger_path
         self._closed = False
@@ -170,8 +198,11 @@ class Connection:
         try:
             self._backend = open_backend(backend, database, md, spark)
             try:
+                # after opening: DuckDB holds the file, so its version is the one read
+                version = data_version(backend, database, md) if self._ledger else None
                 self._session = Session(md, self._backend, ledger=self._ledger,
-                                        principal=Principal(self.database, analyst))
+                                        principal=Principal(self.database, analyst),
+                                        data_version=version)
                 #: the metadata queries are analysed with: undeclared column types filled in
                 #: from the database (dpsql.backends.types)
                 self.metadata = self._session.metadata
@@ -184,15 +215,30 @@ class Connection:
             raise
 
     @staticmethod
-    def _choose_ledger(md: Metadata, ledger: str | os.PathLike | None) -> str | None:
-        requested = None if ledger is None else os.fspath(ledger)
-        if isinstance(requested, bytes):
-            requested = os.fsdecode(requested)
+    def _choose_ledger(md: Metadata, ledger: LedgerArg) -> str | None:
         named = md.ledger
+        where = f" ({md.path})" if md.path is not None else ""
+        if isinstance(ledger, _Unset):
+            if named is None:
+                raise ProgrammingError(
+                    f"no privacy ledger: the metadata{where} names none and no ledger= was "
+                    "given, so answers would be released without a budget. Name a ledger in "
+                    "the metadata (`ledger:`), pass ledger=PATH, or pass ledger=None to run "
+                    "uncharged as the data owner"
+                )
+            return named
+        if ledger is None:
+            if named is not None:
+                raise ProgrammingError(
+                    f"the metadata{where} names the privacy ledger {named!r}, which every "
+                    "query on this database is charged to; ledger=None cannot bypass it. Omit "
+                    "ledger= (or pass the same file)."
+                )
+            return None
+        requested = os.fsdecode(os.fspath(ledger))
         if named is None:
             return requested
-        if requested is not None and not _same_file(requested, named):
-            where = f" ({md.path})" if md.path is not None else ""
+        if not _same_file(requested, named):
             raise ProgrammingError(
                 f"the metadata{where} names the privacy ledger {named!r}, which every query on "
                 f"this database is charged to; ledger={requested!r} cannot replace it. Omit "
@@ -271,8 +317,9 @@ class Connection:
         self._check_open()
         if self._ledger is None:
             raise ProgrammingError(
-                "this connection has no privacy ledger, so nothing is charged or budgeted; "
-                "pass ledger='path' to dpsql.connect() or name a ledger in the metadata"
+                "this connection has no privacy ledger (opened with ledger=None), so nothing "
+                "is charged or budgeted; pass ledger='path' to dpsql.connect() or name a "
+                "ledger in the metadata"
             )
         return self._ledger
 
@@ -295,6 +342,7 @@ __all__ = [
     "NUMBER",
     "ROWID",
     "STRING",
+    "UNSET",
     "Binary",
     "Connection",
     "Cursor",

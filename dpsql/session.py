@@ -50,6 +50,7 @@ from dpsql.execute.exact import CompiledPlan, compile_plan, read_bins, read_doma
 from dpsql.execute.layout import Domains
 from dpsql.execute.post import PostProcessor, gc_paused
 from dpsql.metadata import Metadata
+from dpsql.metadata.digest import metadata_digest
 from dpsql.noise import mechanisms
 from dpsql.noise.apply import noisy_values
 from dpsql.noise.plan import NoisePlan, is_public_query, plan_noise
@@ -103,7 +104,10 @@ class Session:
     """Private queries for one analyst against one backend with one metadata file.
 
     ``ledger`` None: nothing is charged or cached (local experimentation); ``sampler`` is for
-    tests only (production always uses the secure default).
+    tests only (production always uses the secure default). With a ledger, ``data_version``
+    (:func:`dpsql.backends.data_version`, computed once by whoever opened the backend) is
+    required: with the hash of ``metadata`` it scopes the answer cache, so a changed database
+    or metadata never serves an answer cached before the change.
     """
 
     def __init__(
@@ -115,9 +119,15 @@ class Session:
         principal: Principal | None = None,
         sampler: mechanisms.Sampler | None = None,
         cache_size: int = 256,
+        data_version: str | None = None,
     ) -> None:
         if ledger is not None and principal is None:
             raise ProgrammingError("a session with a ledger needs the principal it charges")
+        if ledger is not None and data_version is None:
+            raise ProgrammingError("a session with a ledger needs the data version its answer "
+                                   "cache is keyed by (dpsql.backends.data_version)")
+        #: the data version and the owner metadata's hash: part of every answer-cache key
+        self.cache_scope = f"{data_version or ''}:{metadata_digest(metadata)}"
         # Join-key types are checked by the analysis: take undeclared ones from the database.
         self.metadata = fill_column_types(metadata, backend)
         check_domains(self.metadata)  # domain values of the key's type (analysis/domains.py)
@@ -171,7 +181,8 @@ class Session:
             raise missing_epsilon()
         key = None
         if self.ledger is not None:
-            key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta)
+            key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
+                            scope=self.cache_scope)
             cached = self._cached(key)
             if cached is not None:
                 return cached

@@ -27,5 +27,7 @@ def charged(session: Session) -> list[Charge]:
 
 
 def ledger_session(metadata, backend, ledger: Ledger, **kwargs) -> Session:
-    """A session over ``backend`` charging ``ledger``."""
+    """A session over ``backend`` charging ``ledger`` (one fixed data version: these tests do
+    not change the data under a session)."""
+    kwargs.setdefault("data_version", "test")
     return Session(metadata, backend, ledger=ledger, principal=PRINCIPAL, **kwargs)

@@ -1,11 +1,16 @@
-"""The ``--backend`` and ``--spark-master`` options of `query`, `shell` and `metadata build`."""
+"""The ``--backend`` and ``--spark-master`` options of `query`, `shell` and `metadata build`,
+and the ``--no-ledger`` rule of `query` and `shell`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from dpsql.metadata import Metadata
 
 BACKEND_CHOICES = ("duckdb", "spark")
 
@@ -33,3 +38,36 @@ def spark_argument(backend: str, spark_master: str | None) -> str | None:
     if spark_master:
         raise click.UsageError("--spark-master is only used with --backend spark")
     return None
+
+
+def no_ledger_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--no-ledger``: the data owner's explicit choice to run uncharged."""
+    return click.option(
+        "--no-ledger", is_flag=True,
+        help="Run uncharged, with no budget and no answer cache (the data owner's choice); "
+             "without it a ledger is required.",
+    )(func)
+
+
+def ledger_argument(metadata: Metadata, ledger: Path | None, no_ledger: bool) -> Any:
+    """The ``ledger=`` argument of :func:`dpsql.connect` for ``--ledger``/``--no-ledger``.
+
+    Mirrors the driver's rule with the command line's words: a ledger must be named (in the
+    metadata or with ``--ledger``) unless ``--no-ledger`` is given; UsageError otherwise, and
+    for ``--no-ledger`` with a ledger named anywhere.
+    """
+    from dpsql.dbapi import UNSET
+
+    if no_ledger:
+        if ledger is not None:
+            raise click.UsageError("--ledger and --no-ledger contradict each other; pass one")
+        if metadata.ledger is not None:
+            raise click.UsageError(
+                f"the metadata names the privacy ledger {metadata.ledger}, which every query "
+                "is charged to; drop --no-ledger")
+        return None
+    if ledger is None and metadata.ledger is None:
+        raise click.UsageError(
+            "no privacy ledger: name one in the metadata (`ledger:`), pass --ledger PATH, or "
+            "pass --no-ledger to run uncharged as the data owner")
+    return UNSET if ledger is None else str(ledger)

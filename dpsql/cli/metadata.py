@@ -1,4 +1,5 @@
-"""`dpsql metadata`: draft a metadata file from a database, and check one (owner-side)."""
+"""`dpsql metadata`: draft a metadata file from a database, check one, and write the
+analyst-facing schema of one (owner-side)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,14 @@ def command() -> None:
               help="Show a progress bar (automatic above 1M rows in total).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the YAML here instead of standard output.")
-@click.option("--force", is_flag=True, help="Overwrite an existing --output file.")
+@click.option("--force", is_flag=True,
+              help="Overwrite an existing --output (and --analyst-schema) file.")
+@click.option("--ledger", "-l", default="ledger.sqlite", show_default=True,
+              help="The privacy ledger the draft's `ledger:` line names, written as given "
+                   "(a relative path is relative to the metadata file).")
+@click.option("--analyst-schema", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the analyst-facing schema here (no max frequencies, row counts, "
+                   "paths); write it again with `metadata analyst-schema` after the review.")
 @backend_options
 def build(
     database: Path | None,
@@ -52,6 +60,8 @@ def build(
     progress: bool,
     output: Path | None,
     force: bool,
+    ledger: str,
+    analyst_schema: Path | None,
     backend: str,
     spark_master: str | None,
 ) -> None:
@@ -60,9 +70,12 @@ def build(
     Bounds and candidate domains are written as comments: they are privacy decisions.
     """
     spark = spark_argument(backend, spark_master)
-    if output is not None and output.exists() and not force:
-        # a reviewed file holds the owner's bound and domain decisions; never clobber it silently
-        raise click.ClickException(f"{output} exists; pass --force to overwrite it")
+    for target in (output, analyst_schema):
+        if target is not None and target.exists() and not force:
+            # a reviewed file holds the owner's decisions; never clobber it silently
+            raise click.ClickException(f"{target} exists; pass --force to overwrite it")
+    if not ledger.strip():
+        raise click.UsageError("--ledger is empty; name the ledger file (e.g. ledger.sqlite)")
     from dpsql.metadata import loads_metadata
     from dpsql.metadata.build import build_metadata, spark_profiling_backend
 
@@ -72,7 +85,7 @@ def build(
         if sources:
             raise click.UsageError("--source is for --backend spark; DuckDB reads --database")
         text = build_metadata(database, list(tables) or None, public=public, progress=progress,
-                              domain_max=domain_max)
+                              domain_max=domain_max, ledger=ledger)
     else:
         spark_backend = spark_profiling_backend(
             spark, database=str(database) if database is not None else None,
@@ -80,9 +93,15 @@ def build(
         try:
             # the backend holds exactly the --source and --table tables: describe them all
             text = build_metadata(spark_backend, None, public=public, progress=progress,
-                                  domain_max=domain_max)
+                                  domain_max=domain_max, ledger=ledger)
         finally:
             spark_backend.close()
+    if analyst_schema is not None:
+        from dpsql.metadata.analyst import write_analyst_schema
+
+        write_analyst_schema(loads_metadata(text), analyst_schema)
+        click.echo(f"wrote {analyst_schema} (analyst-facing schema of the draft: no bounds or "
+                   "domains until you review them; write it again then)", err=True)
     if output is None:
         click.echo(text, nl=False)
         return
@@ -138,3 +157,29 @@ def check(path: Path) -> None:
     check_domains(md)  # listed values against declared types
     for t in md.tables.values():
         click.echo(_summary(t, Path.cwd()))
+
+
+@command.command("analyst-schema")
+@click.option("--metadata", "-m", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The owner's metadata file (ours or FLEX's).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the schema here instead of standard output.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --output file.")
+def analyst_schema_command(metadata: Path, output: Path | None, force: bool) -> None:
+    """Write the analyst-facing schema of a metadata file: tables, columns, types, releasable
+    domains and bounds; never max frequencies, row counts, source paths or the ledger."""
+    from dpsql.analysis.domains import check_domains
+    from dpsql.metadata import load_metadata
+    from dpsql.metadata.analyst import dumps_analyst_schema, write_analyst_schema
+
+    if output is not None and output.exists() and not force:
+        raise click.ClickException(f"{output} exists; pass --force to overwrite it")
+    md = load_metadata(metadata)
+    check_domains(md)  # the schema is what analysts write queries against: valid first
+    if output is None:
+        click.echo(dumps_analyst_schema(md), nl=False)
+        return
+    write_analyst_schema(md, output)
+    n = len(md.tables)
+    click.echo(f"wrote {output} ({n} table{'s' if n != 1 else ''}); share it with analysts",
+               err=True)

@@ -9,9 +9,10 @@ from pathlib import Path
 import click
 
 import dpsql
-from dpsql.cli.backend import backend_options, spark_argument
+from dpsql.cli.backend import backend_options, ledger_argument, no_ledger_option, spark_argument
 from dpsql.cli.output import FORMATS, release_line, render_rows
 from dpsql.errors import Error
+from dpsql.metadata import load_metadata
 
 
 @click.command("query")
@@ -27,19 +28,26 @@ from dpsql.errors import Error
               help="Who is charged in the ledger.")
 @click.option("--ledger", "-l", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="Privacy ledger (SQLite); the metadata's ledger always applies.")
+@no_ledger_option
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table",
               show_default=True)
 @backend_options
 @click.argument("sql")
 def command(metadata: Path, database: Path | None, epsilon: float, delta: float, analyst: str,
-            ledger: Path | None, fmt: str, backend: str, spark_master: str | None,
-            sql: str) -> int:
-    """Run SQL with differential privacy and print the noisy rows and the release record."""
+            ledger: Path | None, no_ledger: bool, fmt: str, backend: str,
+            spark_master: str | None, sql: str) -> int:
+    """Run SQL with differential privacy and print the noisy rows and the release record.
+
+    A privacy ledger is required (the metadata's `ledger:` or --ledger) unless the data
+    owner passes --no-ledger.
+    """
     spark = spark_argument(backend, spark_master)
     # with Spark: a catalog database name, not a file
     target = str(database) if backend == "spark" and database is not None else database
     try:
-        with dpsql.connect(target, metadata, analyst=analyst, ledger=ledger, backend=backend,
+        md = load_metadata(metadata)
+        ledger_arg = ledger_argument(md, ledger, no_ledger)
+        with dpsql.connect(target, md, analyst=analyst, ledger=ledger_arg, backend=backend,
                            spark=spark) as conn:
             cur = conn.cursor()
             cur.execute(sql, epsilon=epsilon, delta=delta)

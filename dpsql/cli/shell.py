@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 import dpsql
-from dpsql.cli.backend import backend_options, spark_argument
+from dpsql.cli.backend import backend_options, ledger_argument, no_ledger_option, spark_argument
 from dpsql.cli.commands import COMMANDS, CommandError, QuitShell, run_command
 from dpsql.cli.output import FORMATS, release_line, render_rows
 from dpsql.cli.script import Statement, script_items, statement_complete
@@ -275,6 +275,7 @@ def history_file() -> Path:
 @click.option("--analyst", "-a", help="Who is charged in the ledger (with --demo: demo).")
 @click.option("--ledger", "-l", type=click.Path(dir_okay=False, path_type=Path),
               help="Privacy ledger (SQLite); the metadata's ledger always applies.")
+@no_ledger_option
 @click.option("--epsilon", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_EPSILON,
               show_default=True, help="Epsilon each query spends (\\epsilon changes it).")
 @click.option("--delta", type=click.FloatRange(min=0, max=1, max_open=True),
@@ -290,12 +291,15 @@ def history_file() -> Path:
               help="Run SQL (statements and backslash commands) and exit; exit 1 on an error.")
 @backend_options
 def command(database: Path | None, metadata: Path | None, analyst: str | None,
-            ledger: Path | None, epsilon: float, delta: float, fmt: str, owner: bool,
-            demo: bool, sql: str | None, backend: str, spark_master: str | None) -> int:
+            ledger: Path | None, no_ledger: bool, epsilon: float, delta: float, fmt: str,
+            owner: bool, demo: bool, sql: str | None, backend: str,
+            spark_master: str | None) -> int:
     """Interactive SQL shell with differential privacy (batch mode with -e or a piped script).
 
     SQL statements end with ';'. Results are noisy; each query spends the per-query epsilon
     from your budget, and a rejected query spends nothing. Type \\help for the commands.
+    A privacy ledger is required (the metadata's `ledger:` or --ledger) unless the data owner
+    passes --no-ledger.
     """
     if demo:
         if backend != "duckdb":
@@ -315,8 +319,11 @@ def command(database: Path | None, metadata: Path | None, analyst: str | None,
     if not analyst:
         raise click.UsageError("missing --analyst NAME: the ledger charges queries to someone")
     spark = spark_argument(backend, spark_master)
-    conn = dpsql.connect(str(database) if database is not None else None, str(metadata),
-                         analyst=analyst, ledger=str(ledger) if ledger is not None else None,
+    from dpsql.metadata import load_metadata
+
+    md = load_metadata(metadata)
+    conn = dpsql.connect(str(database) if database is not None else None, md,
+                         analyst=analyst, ledger=ledger_argument(md, ledger, no_ledger),
                          backend=backend, spark=spark)
     try:
         shell = Shell(conn, conn.metadata, analyst=analyst, epsilon=epsilon, delta=delta,

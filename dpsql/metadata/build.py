@@ -217,6 +217,7 @@ def build_metadata(
     public: Sequence[str] = (),
     progress: bool = False,
     domain_max: int = 50,
+    ledger: str | None = None,
 ) -> str:
     """Profile a DuckDB database (or Spark tables) and return a draft metadata YAML text (our
     format).
@@ -228,16 +229,18 @@ def build_metadata(
     restricts the draft to these tables (``name`` or ``schema.name``); ``public`` marks tables
     as public. Per column: one grouped query gives the max frequency (NULL counts as a value),
     the number of distinct values and the min/max; columns with at most ``domain_max`` distinct
-    values get a commented candidate domain, numeric columns commented bounds. The text loads
-    with :func:`dpsql.metadata.load_metadata`.
+    values get a commented candidate domain, numeric columns commented bounds. ``ledger`` is
+    written as the draft's ``ledger:`` line, as given (a relative path is relative to the
+    metadata file). The text loads with :func:`dpsql.metadata.load_metadata`.
     """
     if not isinstance(con_or_path, (duckdb.DuckDBPyConnection, str, os.PathLike)):
         backend: Any = con_or_path  # a SparkBackend (its module imports pyspark: not here)
         return _build(_SparkProfiler(backend), f"Spark (master {backend.master})", tables,
-                      public, progress, domain_max)
+                      public, progress, domain_max, ledger)
     con, origin, owned = _connect(con_or_path)
     try:
-        return _build(_DuckDBProfiler(con), origin, tables, public, progress, domain_max)
+        return _build(_DuckDBProfiler(con), origin, tables, public, progress, domain_max,
+                      ledger)
     except duckdb.Error as exc:
         raise OperationalError(f"profiling {origin} failed: {exc}") from None
     finally:
@@ -252,6 +255,7 @@ def _build(
     public: Sequence[str],
     progress: bool,
     domain_max: int,
+    ledger: str | None = None,
 ) -> str:
     chosen = _select(con.relations(), tables)
     public_keys: set[str] = set()
@@ -299,11 +303,13 @@ def _build(
             doc_tables[r.key]["columns"][col_name.lower()] = spec
             if notes:
                 column_notes[(r.key, col_name.lower())] = notes
-    md = load_metadata({"tables": doc_tables})
+    md = load_metadata({"tables": doc_tables} if ledger is None
+                       else {"ledger": ledger, "tables": doc_tables})
     header = [
         f"dpsql metadata drafted by `dpsql metadata build` from {origin}.",
         "OWNER-ONLY: rows, max_freq and the commented observations describe the private data;",
-        "do not share this file with analysts.",
+        "do not share this file with analysts; share its analyst-facing schema (`dpsql",
+        "metadata analyst-schema`), written again after each review.",
         "Commented bounds/domains are observations, not decisions: clamping bounds and released",
         "domains are privacy choices. Review them, then uncomment the ones you accept.",
         "",

@@ -31,8 +31,8 @@ def _from_document(doc: object, origin: str, path: Path | None, base: Path | Non
         flex = _FlexReader(origin, base)
         return flex.finish(flex.read_flex(doc), None, path)
     ours = _OursReader(origin, base)
-    specs, ledger = ours.read_ours(doc)
-    return ours.finish(specs, ledger, path)
+    specs, ledger, data_version = ours.read_ours(doc)
+    return ours.finish(specs, ledger, path, data_version)
 
 
 def loads_metadata(text: str, path: str | os.PathLike | None = None) -> Metadata:

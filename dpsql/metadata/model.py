@@ -71,6 +71,9 @@ class Metadata:
     tables: Mapping[str, Table]
     #: path of the privacy ledger every query against this database is charged to (optional)
     ledger: str | None = None
+    #: the owner's version of the data, bumped by hand when the data change (optional; part of
+    #: the answer-cache key, with the files' identities: see dpsql.backends.data_version)
+    data_version: str | None = None
     #: the file this metadata came from (for error messages and relative paths)
     path: Path | None = field(default=None, compare=False)
 

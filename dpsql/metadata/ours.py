@@ -1,6 +1,7 @@
 """Reading dpsql's own metadata format (DESIGN.md section 6), for example::
 
     ledger: ledger.sqlite             # optional; relative to this file
+    data_version: 2026-11-26          # optional; bump it when the data change
     tables:
       products:
         public: true                  # optional
@@ -18,13 +19,14 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Mapping
 
 from dpsql.metadata.model import Domain, _table_key
 from dpsql.metadata.reader import _FLEX_TO_OURS, _ColSpec, _Reader, _TableSpec
 from dpsql.metadata.yaml_io import _Map
 
-_OURS_TOP = ("ledger", "tables")
+_OURS_TOP = ("ledger", "data_version", "tables")
 _OURS_TABLE = ("public", "rows", "source", "columns")
 _OURS_COLUMN = ("max_freq", "bounds", "releasable", "domain", "type")
 _OURS_DOMAIN = ("values", "table", "column")
@@ -33,9 +35,11 @@ _OURS_DOMAIN = ("values", "table", "column")
 class _OursReader(_Reader):
     """Validates a document in our format into table specs (see :meth:`_Reader.finish`)."""
 
-    def read_ours(self, doc: Mapping) -> tuple[list[_TableSpec], str | None]:
+    def read_ours(self, doc: Mapping) -> tuple[list[_TableSpec], str | None, str | None]:
+        """(table specs, ledger path, data version) of ``doc``."""
         self.check_keys(doc, _OURS_TOP, "top level", _FLEX_TO_OURS)
         ledger = self.path(doc, "ledger", "top level")
+        data_version = self.version(doc, "data_version", "top level")
         tables = doc.get("tables")
         if tables is None:
             self.fail("top level", "missing 'tables': declare at least one table", doc)
@@ -83,7 +87,21 @@ class _OursReader(_Reader):
                     col.domain = self.domain_ours(cspec["domain"], cwhere, cspec)
                 self.add_column(table, col, columns, raw_col)
             specs.append(table)
-        return specs, ledger
+        return specs, ledger, data_version
+
+    def version(self, node: Mapping, key: str, where: str) -> str | None:
+        """A version label: a non-empty string, or a number or date (kept as its text)."""
+        value = node.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, str | int | float | _dt.date):
+            self.fail(where, f"{key} must be a label such as 3 or 2026-11-26, got "
+                      f"{value!r}", node, key)
+        text = value.isoformat() if isinstance(value, _dt.date) else str(value)
+        if not text.strip():
+            self.fail(where, f"{key} is empty; write a label such as 3 or 2026-11-26",
+                      node, key)
+        return text
 
     def col_type(self, node: Mapping, where: str) -> str | None:
         value = node.get("type")

@@ -3,8 +3,9 @@ that turn the readers' specs into the frozen model.
 
 Two formats are accepted and produce the same model:
 
-* ours (DESIGN.md section 6; :mod:`dpsql.metadata.ours`): ``{ledger?, tables: {name: {public?,
-  rows?, source?, columns: {name: {max_freq?, bounds?, releasable?, domain?, type?}}}}}``
+* ours (DESIGN.md section 6; :mod:`dpsql.metadata.ours`): ``{ledger?, data_version?, tables:
+  {name: {public?, rows?, source?, columns: {name: {max_freq?, bounds?, releasable?, domain?,
+  type?}}}}}``
 * FLEX's schema.yaml (uber/sql-differential-privacy, src/test/resources/schema.yaml;
   :mod:`dpsql.metadata.flex`): ``{databases: [{database, dialect?, namespace?, tables: [{table,
   isPublic?, approxRowCount?, columns: [{name, maxFreq?, isUnique?, canRelease?, domainSet?,
@@ -248,7 +249,8 @@ class _Reader:
 
     # -- cross-table checks and the frozen model ---------------------------------------------
 
-    def finish(self, specs: list[_TableSpec], ledger: str | None, path: Path | None) -> Metadata:
+    def finish(self, specs: list[_TableSpec], ledger: str | None, path: Path | None,
+               data_version: str | None = None) -> Metadata:
         by_name: dict[str, _TableSpec] = {}
         for t in specs:
             if t.name in by_name:
@@ -290,7 +292,7 @@ class _Reader:
             tables[t.name] = Table(
                 name=t.name, columns=columns, public=t.public, rows=t.rows, source=t.source
             )
-        return Metadata(tables=tables, ledger=ledger, path=path)
+        return Metadata(tables=tables, ledger=ledger, data_version=data_version, path=path)
 
     def check_domain_table(self, c: _ColSpec, by_name: Mapping[str, _TableSpec]) -> None:
         assert c.domain is not None and c.domain.table is not None

@@ -183,6 +183,8 @@ def _emit(
     lines = [f"# {h}" if h else "#" for h in header]
     if md.ledger is not None:
         lines.append(f"ledger: {_scalar(_relative(md.ledger, base))}")
+    if md.data_version is not None:
+        lines.append(f"data_version: {_scalar(md.data_version)}")
     lines.append("tables:")
     for t in md.tables.values():
         lines.append(f"  {_scalar(t.name)}:")

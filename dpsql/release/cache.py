@@ -1,14 +1,17 @@
 """The answer cache's key and codec: a repeated request returns the answer already paid for.
 
-Key (see :func:`cache_key`): SHA-256 over a JSON array of a version tag, the query's text after
-sqlglot qualification (so ``select count(*) n from T`` and ``SELECT COUNT(*) AS n FROM t``
-share one entry), the parameters encoded with their Python types, and ``repr(float(epsilon))``,
-``repr(float(delta))``. The ledger scopes every entry by (database identity, analyst). Two
-requests that differ in anything else (say ``1`` vs ``1.0`` as a parameter) are different
-entries; each is charged, so the key can only err towards charging more, never towards a free
-fresh answer. The metadata is not part of the key: after the owner edits bounds or domains, a
-repeat still returns the answer paid for earlier (re-releasing it costs no privacy); a changed
-epsilon asks afresh.
+Key (see :func:`cache_key`): SHA-256 over a JSON array of a version tag, the session's scope
+(the data version, :func:`dpsql.backends.data_version`, and the metadata's hash,
+:func:`dpsql.metadata.digest.metadata_digest`, both computed once per connection), the query's
+text after sqlglot qualification (so ``select count(*) n from T`` and ``SELECT COUNT(*) AS n
+FROM t`` share one entry), the parameters encoded with their Python types, and
+``repr(float(epsilon))``, ``repr(float(delta))``. The ledger scopes every entry by (database
+identity, analyst). Two requests that differ in anything else (say ``1`` vs ``1.0`` as a
+parameter) are different entries; each is charged, so the key can only err towards charging
+more, never towards a free fresh answer. Because the scope is in the key, a changed database
+(file rewritten, sources rewritten, or the owner's ``data_version:`` bumped) or a changed
+metadata (a bound, a domain, ...) never serves an answer computed before the change: the repeat
+is a miss, charged again; a changed epsilon asks afresh.
 
 Payload: JSON {names, types, rows, release}, every value tagged with its type so it comes back
 equal and of the same type.
@@ -30,7 +33,7 @@ from dpsql.release.record import ColumnRelease, Release, Result
 
 # Bumped whenever the key derivation or the payload format changes: old entries then simply
 # stop matching (a miss is charged, never a wrong free answer).
-_CACHE_VERSION = "dpsql-cache-v1"
+_CACHE_VERSION = "dpsql-cache-v2"
 
 
 class Uncacheable(Exception):
@@ -99,13 +102,16 @@ def _decode(value: Any) -> Any:
     raise ValueError(f"unknown tag {tag!r}")
 
 
-def cache_key(normalised_sql: str, params: Sequence[Any], epsilon: float, delta: float) -> str:
+def cache_key(normalised_sql: str, params: Sequence[Any], epsilon: float, delta: float, *,
+              scope: str) -> str:
     """The answer-cache key of one request (hex SHA-256; see the module docstring).
 
     Precondition: ``normalised_sql`` is the session's qualified text of the query
-    (``Session.prepare(sql).qualified_sql``).
+    (``Session.prepare(sql).qualified_sql``); ``scope`` names the data version and the
+    metadata the answer is computed from (``Session.cache_scope``).
     Guarantee: deterministic across processes and Python versions; distinct requests
-    (text, typed parameters, epsilon, delta) give distinct keys except with probability ~2^-256.
+    (scope, text, typed parameters, epsilon, delta) give distinct keys except with probability
+    ~2^-256.
     A parameter of a type without a faithful encoding is keyed by its type and ``repr`` (at
     worst a miss, which is charged).
     """
@@ -116,7 +122,8 @@ def cache_key(normalised_sql: str, params: Sequence[Any], epsilon: float, delta:
         except Uncacheable:
             encoded.append({"$": "repr", "v": [type(p).__qualname__, repr(p)]})
     text = json.dumps(
-        [_CACHE_VERSION, normalised_sql, encoded, repr(float(epsilon)), repr(float(delta))],
+        [_CACHE_VERSION, scope, normalised_sql, encoded, repr(float(epsilon)),
+         repr(float(delta))],
         ensure_ascii=True, separators=(",", ":"), allow_nan=False,
     )
     return hashlib.sha256(text.encode("ascii")).hexdigest()

@@ -247,3 +247,31 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert "bad.yaml:4: table 't', column 'c': bounds lower 3" in err
     assert main(["metadata", "check", str(tmp_path / "none.yaml")]) == 1
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_cli_build_writes_a_ledger_line_and_the_analyst_schema(db, tmp_path, capsys):
+    out = tmp_path / "owner" / "shop.yaml"
+    schema = tmp_path / "share" / "analyst.yaml"
+    args = ["metadata", "build", "-d", str(db), "-t", "orders", "-t", "products",
+            "--public", "products", "-o", str(out), "--analyst-schema", str(schema)]
+    assert main(args) == 0
+    capsys.readouterr()
+    # the ledger line: ledger.sqlite beside the metadata file by default
+    assert "\nledger: ledger.sqlite\n" in out.read_text()
+    assert load_metadata(out).ledger == str(out.parent / "ledger.sqlite")
+    shared = schema.read_text()
+    for owner_only in ("max_freq", "rows", "ledger", "source", str(db)):
+        assert owner_only not in shared.split("tables:", 1)[1], owner_only
+    assert load_metadata(schema).table("products").public
+    assert load_metadata(schema).table("orders").column("status").type == "VARCHAR"
+    # an existing analyst schema is not overwritten without --force either
+    assert main([*args[:-4], "-o", str(tmp_path / "other.yaml"), "--analyst-schema",
+                 str(schema)]) == 1
+    assert "--force" in capsys.readouterr().err
+    # --ledger is written as given: relative to the metadata file
+    assert main(["metadata", "build", "-d", str(db), "-t", "products", "--ledger",
+                 "../books/l.sqlite"]) == 0
+    text = capsys.readouterr().out
+    assert "\nledger: ../books/l.sqlite\n" in text
+    md = loads_metadata(text, tmp_path / "x" / "m.yaml")
+    assert md.ledger == str(tmp_path / "books" / "l.sqlite")

@@ -28,20 +28,23 @@ def test_payload_encoding_round_trips_every_value_type():
 
 
 def test_cache_key_is_stable_and_typed():
-    key = cache_key("SELECT 1", [1, "a"], 0.5, 0.0)
-    assert key == cache_key("SELECT 1", (1, "a"), 0.5, 0)
+    key = cache_key("SELECT 1", [1, "a"], 0.5, 0.0, scope="v1:m1")
+    assert key == cache_key("SELECT 1", (1, "a"), 0.5, 0, scope="v1:m1")
     assert len(key) == 64 and int(key, 16) >= 0
     variants = {
         key,
-        cache_key("SELECT 2", [1, "a"], 0.5, 0.0),
-        cache_key("SELECT 1", [1.0, "a"], 0.5, 0.0),
-        cache_key("SELECT 1", [True, "a"], 0.5, 0.0),
-        cache_key("SELECT 1", ["1", "a"], 0.5, 0.0),
-        cache_key("SELECT 1", [1, "a"], 0.25, 0.0),
-        cache_key("SELECT 1", [1, "a"], 0.5, 1e-9),
-        cache_key("SELECT 1", [[1, "a"]], 0.5, 0.0),
+        cache_key("SELECT 2", [1, "a"], 0.5, 0.0, scope="v1:m1"),
+        cache_key("SELECT 1", [1.0, "a"], 0.5, 0.0, scope="v1:m1"),
+        cache_key("SELECT 1", [True, "a"], 0.5, 0.0, scope="v1:m1"),
+        cache_key("SELECT 1", ["1", "a"], 0.5, 0.0, scope="v1:m1"),
+        cache_key("SELECT 1", [1, "a"], 0.25, 0.0, scope="v1:m1"),
+        cache_key("SELECT 1", [1, "a"], 0.5, 1e-9, scope="v1:m1"),
+        cache_key("SELECT 1", [[1, "a"]], 0.5, 0.0, scope="v1:m1"),
+        # another data version or another metadata: another entry
+        cache_key("SELECT 1", [1, "a"], 0.5, 0.0, scope="v2:m1"),
+        cache_key("SELECT 1", [1, "a"], 0.5, 0.0, scope="v1:m2"),
     }
-    assert len(variants) == 8
+    assert len(variants) == 10
 
 
 def test_a_result_round_trips_and_comes_back_marked_cached():

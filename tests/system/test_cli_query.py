@@ -4,8 +4,10 @@ import json
 
 import pytest
 
-from dpsql.accounting import Ledger, database_identity
+from dpsql.accounting import Ledger
+from dpsql.backends import ledger_identity
 from dpsql.cli.main import main
+from dpsql.metadata import load_metadata
 
 N_PEOPLE = 1000
 
@@ -30,11 +32,26 @@ tables:
 
 @pytest.fixture
 def run(capsys, metadata):
-    def run(*args):
-        code = main(["query", "-m", metadata, *args])
+    """`dpsql query -m METADATA ARGS`; uncharged (--no-ledger) unless ARGS name a ledger."""
+    def run(*args, no_ledger: bool = True):
+        flags = ["--no-ledger"] if no_ledger and "-l" not in args else []
+        code = main(["query", "-m", metadata, *flags, *args])
         out = capsys.readouterr()
         return code, out.out, out.err
     return run
+
+
+def identity(metadata: str) -> str:
+    """The ledger key of the CSV-backed metadata (its sources, not ':memory:')."""
+    return ledger_identity("duckdb", None, load_metadata(metadata))
+
+
+def test_without_a_ledger_the_query_is_refused(run, metadata):
+    code, out, err = run("-e", "1", "SELECT COUNT(*) FROM people", no_ledger=False)
+    assert code == 2 and out == ""
+    assert "no privacy ledger" in err and "--no-ledger" in err and "--ledger PATH" in err
+    code, _, err = run("-l", "x.sqlite", "--no-ledger", "-e", "1", "SELECT COUNT(*) FROM people")
+    assert code == 2 and "contradict" in err
 
 
 def test_table_output_and_release_line(run):
@@ -67,14 +84,14 @@ def test_rejection_is_one_line_or_json(run):
     assert json.loads(out)["error"]["type"] == "UnsupportedQueryError"
 
 
-def test_ledger_charges_and_refuses_overspending(tmp_path, run):
+def test_ledger_charges_and_refuses_overspending(tmp_path, run, metadata):
     ledger_path = tmp_path / "ledger.sqlite"
     with Ledger(ledger_path) as ledger:
-        ledger.set_budget(database_identity(None), "ann", 1.0, 0.0)
+        ledger.set_budget(identity(metadata), "ann", 1.0, 0.0)
     args = ("-a", "ann", "-l", str(ledger_path), "-e", "0.6", "SELECT COUNT(*) FROM people")
     assert run(*args)[0] == 0
     code, _, err = run("-a", "ann", "-l", str(ledger_path), "-e", "0.6",
                        "SELECT COUNT(*) FROM people WHERE age > 30")
     assert code == 1 and "BudgetExhausted" not in err and "budget" in err.lower()
     with Ledger(ledger_path) as ledger:
-        assert ledger.status(database_identity(None), "ann").epsilon_spent == 0.6
+        assert ledger.status(identity(metadata), "ann").epsilon_spent == 0.6

@@ -118,7 +118,8 @@ def world(tmp_path: Path) -> World:
 @pytest.fixture
 def conn(world: World):
     """A connection without a ledger (nothing charged), exact counts by default."""
-    with dpsql.connect(world.db, world.plain_metadata, analyst="alice", epsilon=EXACT) as c:
+    with dpsql.connect(world.db, world.plain_metadata, analyst="alice",
+                       ledger=None, epsilon=EXACT) as c:
         yield c
 
 
@@ -290,7 +291,8 @@ def test_use_after_connection_close(world):
 
 
 def test_context_manager_closes_the_connection(world):
-    with dpsql.connect(world.db, world.plain_metadata, analyst="alice", epsilon=EXACT) as c:
+    with dpsql.connect(world.db, world.plain_metadata, analyst="alice",
+                       ledger=None, epsilon=EXACT) as c:
         assert not c.closed
         with c.cursor() as cur:
             assert cur.execute(COUNT).fetchone() == (300,)
@@ -301,11 +303,13 @@ def test_context_manager_closes_the_connection(world):
     with pytest.raises(InterfaceError):
         c.cursor()
     with (pytest.raises(UnsupportedQueryError),
-          dpsql.connect(world.db, world.plain_metadata, analyst="alice", epsilon=EXACT) as c2):
+          dpsql.connect(world.db, world.plain_metadata, analyst="alice",
+                        ledger=None, epsilon=EXACT) as c2):
         c2.cursor().execute("SELECT * FROM people")
     assert c2.closed  # closed on an exception too
     # after closing, the same database file can be opened again
-    with dpsql.connect(world.db, world.plain_metadata, analyst="alice", epsilon=EXACT) as c3:
+    with dpsql.connect(world.db, world.plain_metadata, analyst="alice",
+                       ledger=None, epsilon=EXACT) as c3:
         assert c3.execute(COUNT).fetchone() == (300,)
 
 
@@ -330,13 +334,14 @@ def test_errors_are_pep249_classes(world, conn):
     with pytest.raises(ProgrammingError, match="delta"):
         cur.execute(COUNT, delta=1.5)
     with pytest.raises(OperationalError, match="does not exist"):
-        dpsql.connect(world.db.with_name("missing.duckdb"), world.plain_metadata, analyst="a")
+        dpsql.connect(world.db.with_name("missing.duckdb"), world.plain_metadata, analyst="a",
+                      ledger=None)
     with pytest.raises(ProgrammingError, match="does not exist"):
         dpsql.connect(world.db, world.db.with_name("missing.yaml"), analyst="a")
     with pytest.raises(ProgrammingError, match="analyst"):
-        dpsql.connect(world.db, world.plain_metadata, analyst="")
+        dpsql.connect(world.db, world.plain_metadata, analyst="", ledger=None)
     with pytest.raises(ProgrammingError, match="epsilon"):
-        dpsql.connect(world.db, world.plain_metadata, analyst="a", epsilon=0)
+        dpsql.connect(world.db, world.plain_metadata, analyst="a", ledger=None, epsilon=0)
 
 
 def test_epsilon_comes_from_execute_or_connection(world):
@@ -484,6 +489,9 @@ def test_metadata_ledger_cannot_be_bypassed(world, tmp_path):
     with pytest.raises(ProgrammingError, match="names the privacy ledger") as info:
         dpsql.connect(world.db, world.metadata, analyst="alice", ledger=other)
     assert "Omit" in str(info.value)
+    # ledger=None (run uncharged) cannot bypass it either
+    with pytest.raises(ProgrammingError, match="ledger=None cannot bypass"):
+        dpsql.connect(world.db, world.metadata, analyst="alice", ledger=None)
     # the same holds for an already loaded Metadata object
     with pytest.raises(ProgrammingError, match="names the privacy ledger"):
         dpsql.connect(world.db, load_metadata(world.metadata), analyst="alice", ledger=other)
@@ -492,7 +500,8 @@ def test_metadata_ledger_cannot_be_bypassed(world, tmp_path):
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
-        spellings = [None, world.ledger, "ledger.sqlite", "./ledger.sqlite", "alias.sqlite"]
+        spellings = [dbapi.UNSET, world.ledger, "ledger.sqlite", "./ledger.sqlite",
+                     "alias.sqlite"]
         for i, spelling in enumerate(spellings):
             with dpsql.connect(world.db, load_metadata(world.metadata) if i % 2 else
                                world.metadata, analyst="alice", ledger=spelling) as c:
@@ -524,7 +533,8 @@ def test_missing_or_foreign_ledger_fails_closed(world, tmp_path):
 
 
 def test_without_a_ledger_nothing_is_charged_or_cached(world):
-    with dpsql.connect(world.db, world.plain_metadata, analyst="alice", epsilon=0.01) as c:
+    with dpsql.connect(world.db, world.plain_metadata, analyst="alice",
+                       ledger=None, epsilon=0.01) as c:
         assert c.ledger_path is None
         cur = c.cursor()
         answers = {cur.execute(COUNT).fetchone()[0] for _ in range(20)}

@@ -359,6 +359,23 @@ def test_another_ledger_than_the_metadata_s_is_refused(
     assert proc.stderr.startswith("error: the metadata") and "cannot replace it" in proc.stderr
 
 
+def test_no_ledger_is_refused_unless_chosen(
+    shop: DemoFiles, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    plain = tmp_path / "no-ledger.yaml"
+    plain.write_text(dump_metadata(dataclasses.replace(load_metadata(shop.metadata), ledger=None)))
+    base = ["shell", str(shop.database), "-m", str(plain), "-a", "x", "-f", "csv"]
+    assert main([*base, "-e", "SELECT COUNT(*) AS n FROM customers;"]) == 2
+    err = capsys.readouterr().err
+    assert "no privacy ledger" in err and "--no-ledger" in err
+    assert main([*base, "--no-ledger", "-e", "SELECT COUNT(*) AS n FROM customers;"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "n"
+    # --no-ledger cannot bypass the metadata's ledger
+    assert main(["shell", str(shop.database), "-m", str(shop.metadata), "-a", "x",
+                 "--no-ledger", "-e", "\\q"]) == 2
+    assert "drop --no-ledger" in capsys.readouterr().err
+
+
 def test_demo_option_uses_the_demo_files(
     shop: DemoFiles, sh: ShellRunner, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -50,7 +50,7 @@ def shop(tmp_path_factory):
 def test_backend_arguments_are_checked(tmp_path, kwargs, message):
     metadata = {"tables": {"t": {"columns": {"a": {"max_freq": 1}}}}}
     with pytest.raises(ProgrammingError, match=message):
-        dpsql.connect(None, metadata, analyst="alice", **kwargs)
+        dpsql.connect(None, metadata, analyst="alice", ledger=None, **kwargs)
 
 
 @pytest.mark.spark
@@ -75,8 +75,8 @@ def test_connect_with_a_spark_session_charges_the_ledger(shop, spark, tmp_path):
 @pytest.mark.spark
 def test_connect_with_a_master_url(shop, spark):
     _, _, metadata_file, _ = shop
-    with dpsql.connect("spark://sales", metadata_file, analyst="bob", backend="spark",
-                       spark="local[2]") as conn:
+    with dpsql.connect("spark://sales", metadata_file, analyst="bob", ledger=None,
+                       backend="spark", spark="local[2]") as conn:
         assert conn.database == "spark://sales"
         (n,) = conn.execute("SELECT COUNT(*) AS n FROM orders", epsilon=1.0).fetchone()
         assert abs(n - 3000) < 60  # scale 1: beyond 60 has probability ~e^-60
@@ -88,7 +88,7 @@ def test_connect_with_a_master_url(shop, spark):
 @pytest.mark.spark
 def test_query_on_spark(shop, spark, capsys):
     _, _, metadata_file, true_count = shop
-    code = main(["query", "-m", str(metadata_file), "-e", "5", "--delta", "1e-7",
+    code = main(["query", "-m", str(metadata_file), "--no-ledger", "-e", "5", "--delta", "1e-7",
                  "--backend", "spark", "--spark-master", "local[2]", "-f", "json", JOIN])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -111,7 +111,7 @@ def test_query_backend_options_are_checked(shop, capsys, args, message):
 @pytest.mark.spark
 def test_shell_on_spark(shop, spark, capsys):
     _, _, metadata_file, _ = shop
-    code = main(["shell", "-m", str(metadata_file), "-a", "carol", "--epsilon", "1",
+    code = main(["shell", "-m", str(metadata_file), "-a", "carol", "--no-ledger", "--epsilon", "1",
                  "--backend", "spark", "--spark-master", "local[2]", "-f", "csv",
                  "-e", "SELECT status, COUNT(*) AS n FROM orders GROUP BY status;"])
     out = capsys.readouterr().out
@@ -135,7 +135,8 @@ def _comparable(draft: str) -> list[str]:
 @pytest.mark.spark
 def test_metadata_build_on_spark_equals_duckdb(shop, spark, capsys):
     shop_, sources, _, _ = shop
-    want = build_metadata(shop_.path, ["orders", "products"], public=["products"])
+    want = build_metadata(shop_.path, ["orders", "products"], public=["products"],
+                          ledger="ledger.sqlite")
     code = main(["metadata", "build", "--backend", "spark", "--spark-master", "local[2]",
                  "--source", f"orders={sources['orders']}",
                  "--source", f"products={sources['products']}", "--public", "products"])
