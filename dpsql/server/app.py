@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dpsql.accounting import Ledger
-from dpsql.backends import ledger_identity, open_backend
+from dpsql.backends import data_version, ledger_identity, open_backend
 from dpsql.backends.types import fill_column_types
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import Metadata, load_metadata
@@ -65,7 +65,7 @@ class Server:
                 "replace it (omit it or pass the same file)")
         self.ledger = Ledger(ledger_path, create=False)
         self.backend_name, self.database, self.spark = backend, database, spark
-        self.database_id = ledger_identity(backend, database)
+        self.database_id = ledger_identity(backend, database, md)
         probe = open_backend(backend, database, md, spark)
         try:  # undeclared column types, once (every session would otherwise ask again)
             self.metadata = fill_column_types(md, probe)
@@ -102,8 +102,12 @@ class Server:
                         account.default_epsilon, account.default_delta)
         backend = open_backend(self.backend_name, self.database, self.metadata, self.spark)
         try:
+            # the data version per connection, after the backend opened the data: a client
+            # that connects after the owner changed the database never gets an old answer
+            version = data_version(self.backend_name, self.database, self.metadata)
             session = Session(self.metadata, backend, ledger=self.ledger,
-                              principal=Principal(self.database_id, user))
+                              principal=Principal(self.database_id, user),
+                              data_version=version)
         except BaseException:
             backend.close()
             raise

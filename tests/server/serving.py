@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dpsql.accounting import Ledger
 from dpsql.backends import ledger_identity
+from dpsql.metadata import load_metadata
 from tests.shop_fixture import build_shop
 
 PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret"}
@@ -60,7 +61,7 @@ def prepare(tmp: Path) -> tuple[Path, Path, Path, str]:
     md = tmp / "shop.yaml"
     md.write_text(shop.metadata_yaml())
     ledger_path = tmp / "ledger.sqlite"
-    database_id = ledger_identity("duckdb", str(db))
+    database_id = ledger_identity("duckdb", str(db), load_metadata(md))
     with Ledger(ledger_path) as ledger:
         ledger.add_analyst("alice", PASSWORDS["alice"], max_epsilon=2.0, default_epsilon=0.5)
         ledger.add_analyst("bob", PASSWORDS["bob"], tables=["orders", "products"])
