@@ -149,6 +149,8 @@ class StatementRunner:
             return Answer(f"SHOW {len(rows)}", ("name", "setting"), ("VARCHAR", "VARCHAR"), rows)
         if name == "dpsql.budget":
             return self._show_budget()
+        if name == "dpsql.schema":
+            return Answer("SHOW", ("schema",), ("VARCHAR",), [(self._schema_text(),)])
         if name not in self.settings:
             raise ProgrammingError(f'unrecognized configuration parameter "{name}"')
         return Answer("SHOW", (name.split()[-1],), ("VARCHAR",), [(self.settings[name],)])
@@ -175,6 +177,16 @@ class StatementRunner:
                 self.settings.pop(name, None)
         else:
             self.settings[name] = value
+
+    def _schema_text(self) -> str:
+        """The analyst-facing schema (YAML) of the tables this analyst may query."""
+        from dataclasses import replace
+
+        from dpsql.metadata.analyst import dumps_analyst_schema
+
+        md = self.session.metadata
+        granted = replace(md, tables={t: md.tables[t] for t in self.visible_tables})
+        return dumps_analyst_schema(granted)
 
     def _show_budget(self) -> Answer:
         ledger, principal = self.session.ledger, self.session.principal
