@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import ssl
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -83,6 +84,10 @@ class Server:
         self.throttle = LoginThrottle(limit=login_limit)
         self.failed_login_delay = failed_login_delay
         self._clients: dict[int, ClientConnection] = {}
+        # DuckDB shares one database instance per file in a process; the first connection
+        # to a fresh instance locks its configuration down, and a second one opening at the
+        # same moment would see it unlocked, then fail to set it (see DuckDBBackend._lock_down)
+        self._open_lock = threading.Lock()
         self._server: asyncio.AbstractServer | None = None
 
     # -- what connections ask of the server ---------------------------------------------------
@@ -100,7 +105,8 @@ class Server:
             raise ProgrammingError(f"analyst {user!r} no longer exists")
         policy = Policy(account.tables, account.max_epsilon, account.max_delta,
                         account.default_epsilon, account.default_delta)
-        backend = open_backend(self.backend_name, self.database, self.metadata, self.spark)
+        with self._open_lock:
+            backend = open_backend(self.backend_name, self.database, self.metadata, self.spark)
         try:
             session = Session(self.metadata, backend, ledger=self.ledger,
                               principal=Principal(self.database_id, user))
