@@ -36,8 +36,20 @@ if TYPE_CHECKING:
 log = logging.getLogger("dpsql.server")
 
 
+class NoSuchObject(errors.ProgrammingError):
+    """A Bind, Describe, Execute or Parse names a prepared statement or portal wrongly:
+    PostgreSQL's codes 26000 (no such statement), 34000 (no such portal) and 42P05 (the
+    statement exists already); the connection goes on after the next Sync."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 def sqlstate(exc: BaseException) -> str:
     """The SQLSTATE code of a dpsql error (docs/design.md, "Server")."""
+    if isinstance(exc, NoSuchObject):
+        return exc.code
     if isinstance(exc, AccessDenied):
         return "42501"
     if isinstance(exc, errors.QueryCancelledError):
@@ -343,7 +355,7 @@ class ClientConnection:
         oids = [body.int32() for _ in range(body.count())]
         body.end()
         if name and name in self.statements:
-            raise errors.ProgrammingError(f'prepared statement "{name}" already exists')
+            raise NoSuchObject(f'prepared statement "{name}" already exists', "42P05")
         markers = count_markers(sql)
         oids += [0] * max(0, markers - len(oids))
         self.statements[name] = Statement(sql, oids)
@@ -360,7 +372,7 @@ class ClientConnection:
         body.end()
         statement = self.statements.get(name)
         if statement is None:
-            raise errors.ProgrammingError(f'prepared statement "{name}" does not exist')
+            raise NoSuchObject(f'prepared statement "{name}" does not exist', "26000")
         if len(raw) != len(statement.param_oids):
             raise errors.ProgrammingError(
                 f"bind message supplies {len(raw)} parameters, but prepared statement "
@@ -378,7 +390,7 @@ class ClientConnection:
         if what == b"S":
             statement = self.statements.get(name)
             if statement is None:
-                raise errors.ProgrammingError(f'prepared statement "{name}" does not exist')
+                raise NoSuchObject(f'prepared statement "{name}" does not exist', "26000")
             self.send(wire.parameter_description(
                 [oid or pgtypes.TEXT for oid in statement.param_oids]))
             fields = await self._statement_fields(statement)
@@ -420,7 +432,7 @@ class ClientConnection:
     def _portal(self, name: str) -> Portal:
         portal = self.portals.get(name)
         if portal is None:
-            raise errors.ProgrammingError(f'portal "{name}" does not exist')
+            raise NoSuchObject(f'portal "{name}" does not exist', "34000")
         return portal
 
     async def _answer(self, portal: Portal) -> Answer:
