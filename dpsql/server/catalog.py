@@ -132,10 +132,11 @@ def is_catalog_query(tree: exp.Expression) -> bool:
 
 
 def parse_postgres(sql: str) -> exp.Expression | None:
-    """The statement as PostgreSQL would read it, or None when sqlglot cannot parse it."""
+    """The statement as PostgreSQL would read it, or None when sqlglot cannot parse it (then
+    the session's parser refuses it with dpsql's message, deep nesting included)."""
     try:
         trees = [t for t in sqlglot.parse(sql, read="postgres") if t is not None]
-    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, RecursionError):
         return None
     return trees[0] if len(trees) == 1 else None
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from dpsql import errors
+from dpsql.analysis.hygiene import MAX_SQL_CHARS, check_size
 from dpsql.server import pgtypes, wire
 from dpsql.server.auth import MECHANISM, AuthenticationFailed, ScramExchange
 from dpsql.server.catalog import SERVER_VERSION
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
     from dpsql.server.app import Server
 
 log = logging.getLogger("dpsql.server")
+
+#: the longest simple-Query text (several statements, each at most MAX_SQL_CHARS): longer
+#: texts are refused before they are tokenized
+MAX_QUERY_TEXT = 4 * MAX_SQL_CHARS
 
 
 class NoSuchObject(errors.ProgrammingError):
@@ -313,10 +318,21 @@ class ClientConnection:
         return answer
 
     async def _simple_query(self, text: str) -> None:
-        statements = _split(text)
-        if not statements:
+        try:
+            if len(text) > MAX_QUERY_TEXT:
+                raise errors.UnsupportedQueryError(
+                    f"the query text is {len(text):,} characters long, more than the "
+                    f"{MAX_QUERY_TEXT:,} one Query message may hold: send one statement at a "
+                    f"time (each at most {MAX_SQL_CHARS:,} characters)")
+            # tokenizing is CPU work: off the event loop, which serves every client
+            statements = await asyncio.get_running_loop().run_in_executor(
+                self.server.executor, _split, text)
+        except errors.Error as exc:
+            self._error(exc)
+            statements = None
+        if statements == []:
             self.send(wire.EMPTY_QUERY)
-        for sql in statements:
+        for sql in statements or ():
             try:
                 answer = await self._run(sql, None)
             except (errors.Error, duckdb.Error, ValueError) as exc:
@@ -354,6 +370,7 @@ class ClientConnection:
         name, sql = body.cstring(), body.cstring()
         oids = [body.int32() for _ in range(body.count())]
         body.end()
+        check_size(sql)  # before count_markers reads it on the event loop
         if name and name in self.statements:
             raise NoSuchObject(f'prepared statement "{name}" already exists', "42P05")
         markers = count_markers(sql)

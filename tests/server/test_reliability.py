@@ -139,6 +139,16 @@ CASES = [
      True, ["08P01"]),
     ("Bind with a negative count",
      PREPARED + rw.message(b"B", b"\0\0" + struct.pack("!h", -2)), True, ["08P01"]),
+    # CPU bombs: refused by their size or depth, before they stall the server for everyone
+    ("Query of 7 MB of tokens", rw.query(b"SELECT " + b"a " * (7 << 19)), True, ["0A000"]),
+    ("Parse of 2 MB", rw.parse(b"", b"SELECT " + b"$1 " * (2 << 19)) + rw.SYNC, True,
+     ["0A000"]),
+    ("Query nested 5,000 deep",
+     rw.query(b"SELECT COUNT(*) FROM orders WHERE " + b"(" * 5000 + b"quantity = 1"
+              + b")" * 5000), True, ["0A000"]),
+    ("catalog Query nested 5,000 deep",
+     rw.query(b"SELECT " + b"(" * 5000 + b"1" + b")" * 5000 + b" FROM pg_catalog.pg_class"),
+     True, ["0A000"]),
     ("Bind with bad UTF-8 in a parameter",
      PREPARED + rw.message(b"B", b"\0\0" + struct.pack("!hhi2sh", 0, 1, 2, b"\xff\xfe", 0))
      + rw.execute(b"") + rw.SYNC, True, ["22P02"]),
