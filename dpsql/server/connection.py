@@ -19,7 +19,7 @@ import ssl
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import duckdb
 
@@ -136,7 +136,7 @@ class ClientConnection:
             return b"I"
         return b"E" if self.failed_transaction else b"T"
 
-    async def fatal(self, code: str, text: str) -> None:
+    async def fatal(self, code: str, text: str) -> NoReturn:
         self.send(wire.error_response(code, text, severity="FATAL"))
         await self.flush()
         raise Closed
@@ -178,6 +178,28 @@ class ClientConnection:
             await coro
 
     async def _startup(self) -> None:
+        try:  # as PostgreSQL's authentication_timeout: no connection waits forever unknown
+            user, params = await asyncio.wait_for(self._handshake(), self.server.auth_timeout)
+        except TimeoutError:
+            await self.fatal("57014", "canceling authentication due to timeout")
+        self.runner = await asyncio.get_running_loop().run_in_executor(
+            self.server.executor, self.server.open_runner, user)
+        self.server.register(self)
+        self.runner.settings["application_name"] = params.get("application_name", "")
+        status = {
+            "server_version": SERVER_VERSION, "server_encoding": "UTF8",
+            "client_encoding": "UTF8", "DateStyle": "ISO, MDY", "TimeZone": "UTC",
+            "integer_datetimes": "on", "standard_conforming_strings": "on",
+            "is_superuser": "off", "session_authorization": user,
+            "application_name": params.get("application_name", ""),
+            "default_transaction_read_only": "on", "IntervalStyle": "postgres",
+        }
+        self.send(*(wire.parameter_status(k, v) for k, v in status.items()))
+        self.send(wire.backend_key_data(self.pid, self.secret), wire.ready_for_query())
+        await self.flush()
+
+    async def _handshake(self) -> tuple[str, dict[str, str]]:
+        """Startup packets (TLS, cancel) and authentication: the user and the parameters."""
         while True:
             code, body = await wire.read_startup(self.reader)
             if code == wire.SSL_REQUEST:
@@ -202,21 +224,7 @@ class ClientConnection:
         if not user:
             await self.fatal("28000", "no user name in the startup message")
         await self._authenticate(user)
-        self.runner = await asyncio.get_running_loop().run_in_executor(
-            self.server.executor, self.server.open_runner, user)
-        self.server.register(self)
-        self.runner.settings["application_name"] = params.get("application_name", "")
-        status = {
-            "server_version": SERVER_VERSION, "server_encoding": "UTF8",
-            "client_encoding": "UTF8", "DateStyle": "ISO, MDY", "TimeZone": "UTC",
-            "integer_datetimes": "on", "standard_conforming_strings": "on",
-            "is_superuser": "off", "session_authorization": user,
-            "application_name": params.get("application_name", ""),
-            "default_transaction_read_only": "on", "IntervalStyle": "postgres",
-        }
-        self.send(*(wire.parameter_status(k, v) for k, v in status.items()))
-        self.send(wire.backend_key_data(self.pid, self.secret), wire.ready_for_query())
-        await self.flush()
+        return user, params
 
     async def _negotiate_tls(self) -> None:
         context = self.server.tls_context
