@@ -231,6 +231,25 @@ def _reg_lookup(value: exp.Expression, target: str) -> exp.Expression:
     return exp.Subquery(this=lookup.limit(1))
 
 
+def _as_user(tree: exp.Expression, user: str) -> exp.Expression:
+    """``current_user`` and ``session_user`` as the analyst's name (the shadow's own would
+    say "duckdb"), named as PostgreSQL names the column."""
+
+    def fix(node: exp.Expression) -> exp.Expression:
+        call = node.expression if isinstance(node, exp.Dot) else node  # pg_catalog.f()
+        name = {exp.CurrentUser: "current_user", exp.SessionUser: "session_user"}.get(
+            type(call))
+        if name is None and isinstance(call, exp.Anonymous) and not call.expressions and \
+                call.name.lower() in ("current_user", "session_user"):
+            name = call.name.lower()
+        if name is None:
+            return node
+        value = exp.Literal.string(user)
+        return exp.alias_(value, name) if isinstance(node.parent, exp.Select) else value
+
+    return tree.copy().transform(fix)
+
+
 @dataclass(frozen=True)
 class CatalogAnswer:
     names: tuple[str, ...]
@@ -244,6 +263,7 @@ class Catalog:
     def __init__(self, metadata: Metadata, tables: Iterable[str], user: str = "dpsql") -> None:
         self._con = duckdb.connect(":memory:")
         self._lock = threading.Lock()
+        self._user = user
         for name in tables:
             table = metadata.tables[name]
             columns = ", ".join(
@@ -267,7 +287,7 @@ class Catalog:
     def run(self, tree: exp.Expression) -> CatalogAnswer:
         """Answer a catalog query (see :func:`is_catalog_query`). Raises duckdb.Error when the
         shadow cannot answer it."""
-        sql = to_shadow_sql(tree)
+        sql = to_shadow_sql(_as_user(tree, self._user))
         with self._lock:
             cursor = self._con.execute(sql)
             description = cursor.description or []
