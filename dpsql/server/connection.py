@@ -239,8 +239,9 @@ class ClientConnection:
 
     async def _authenticate(self, user: str) -> None:
         throttle = self.server.throttle
+        locked = "too many failed logins from this address; try again later"
         if not throttle.allowed(self.address):
-            await self.fatal("28P01", "too many failed logins from this address; try again later")
+            await self.fatal("28P01", locked)
         exchange = ScramExchange(user, self.server.auth_info)
         self.send(wire.sasl_mechanisms([MECHANISM]))
         await self.flush()
@@ -255,6 +256,10 @@ class ClientConnection:
             self.send(wire.authentication(11, exchange.first(data)))
             await self.flush()
             final = await self._password_message()
+            # Again, now: exchanges started together all passed the check above. From here
+            # to the failure's record there is no await, so no two proofs interleave.
+            if not throttle.allowed(self.address):
+                await self.fatal("28P01", locked)
             self.send(wire.authentication(12, exchange.final(final)))
         except AuthenticationFailed as exc:
             throttle.failed(self.address)

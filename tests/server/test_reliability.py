@@ -294,15 +294,28 @@ def test_randomly_mutated_message_streams_never_crash_hang_or_leak(
 def test_failed_logins_are_rate_limited_per_address(shop_files: Files) -> None:
     server = launch(*shop_files, "--max-failed-logins", "3")  # its own throttle
     try:
-        for user, password in (("alice", "wrong"), ("mallory", "x"), ("bob", "wrong")):
-            with pytest.raises(psycopg.OperationalError, match="password authentication"):
-                psycopg.connect(server.dsn(user, password), connect_timeout=10)
+        # Guesses sent in parallel: every exchange is started before any has failed, so a
+        # check made only at the start would let all of them try a password.
+        clients = [rw.RawClient(server.host, server.port) for _ in range(6)]
+        try:
+            finals = [rw.ScramClient(f"guess-{i}") for i in range(len(clients))]
+            firsts = [_scram_start(c, s) for c, s in zip(clients, finals, strict=True)]
+            for client, scram, first in zip(clients, finals, firsts, strict=True):
+                client.send(rw.sasl_response(scram.final(first)))
+            answers = [client.drain() for client in clients]
+        finally:
+            for client in clients:
+                client.close()
+        messages = [a[-1].fields()["M"] for a in answers]
+        assert all(_codes(a) == ["28P01"] for a in answers), answers
+        assert sum("password authentication failed" in m for m in messages) == 3, messages
+        assert sum("too many failed logins" in m for m in messages) == 3, messages
         with pytest.raises(psycopg.OperationalError, match="too many failed logins"):
             psycopg.connect(server.dsn("alice"), connect_timeout=10)  # the right password
         with rw.RawClient(server.host, server.port) as client:
-            answers = [rw.start(client, "bob")]
-        assert answers[0] is not None and _codes(answers) == ["28P01"]  # before any SASL
-        assert "too many failed logins" in answers[0].fields()["M"]
+            first = rw.start(client, "bob")
+        assert first is not None and _codes([first]) == ["28P01"]  # refused before any SASL
+        assert "too many failed logins" in first.fields()["M"]
     finally:
         server.stop()
 
