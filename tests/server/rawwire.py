@@ -3,7 +3,7 @@ module): it builds well-formed and deliberately broken frontend messages, reads 
 messages with a deadline, and speaks the client side of SCRAM-SHA-256 (RFC 5802 / 7677,
 written here with hashlib/hmac, as libpq sends it: an empty user name in ``n=,r=...``).
 
-Every read has a timeout: a server that hangs makes :meth:`RawClient.read` raise
+Every read has a timeout (10 s): a server that hangs makes :meth:`RawClient.read` raise
 ``socket.timeout`` (a test failure), never a stuck test.
 """
 
@@ -86,7 +86,7 @@ class Backend:
 class RawClient:
     """A socket to the server with bounded reads (``timeout`` seconds per read)."""
 
-    def __init__(self, host: str, port: int, timeout: float = 5.0) -> None:
+    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.settimeout(timeout)
 
