@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import ssl
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -56,6 +57,7 @@ class Server:
         workers: int = 8,
         failed_login_delay: float = 0.5,
         login_limit: int = 10,
+        auth_timeout: float = 60.0,
     ) -> None:
         md = metadata if isinstance(metadata, Metadata) else load_metadata(metadata)
         ledger_path = os.fspath(ledger)
@@ -82,7 +84,14 @@ class Server:
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpsql-query")
         self.throttle = LoginThrottle(limit=login_limit)
         self.failed_login_delay = failed_login_delay
+        #: seconds a connection may take from connect to authenticated (PostgreSQL's
+        #: authentication_timeout, same default): then it is closed
+        self.auth_timeout = auth_timeout
         self._clients: dict[int, ClientConnection] = {}
+        # DuckDB shares one database instance per file in a process; the first connection
+        # to a fresh instance locks its configuration down, and a second one opening at the
+        # same moment would see it unlocked, then fail to set it (see DuckDBBackend._lock_down)
+        self._open_lock = threading.Lock()
         self._server: asyncio.AbstractServer | None = None
 
     # -- what connections ask of the server ---------------------------------------------------
@@ -100,7 +109,8 @@ class Server:
             raise ProgrammingError(f"analyst {user!r} no longer exists")
         policy = Policy(account.tables, account.max_epsilon, account.max_delta,
                         account.default_epsilon, account.default_delta)
-        backend = open_backend(self.backend_name, self.database, self.metadata, self.spark)
+        with self._open_lock:
+            backend = open_backend(self.backend_name, self.database, self.metadata, self.spark)
         try:
             # the data version per connection, after the backend opened the data: a client
             # that connects after the owner changed the database never gets an old answer

@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from dpsql.analysis.hygiene import check_size
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.release.record import Release
 from dpsql.server.catalog import (
@@ -91,6 +92,7 @@ class StatementRunner:
 
     def answer(self, sql: str, params: list[Any] | None = None) -> Answer:
         """The answer to one statement (raises dpsql's errors; the caller maps SQLSTATEs)."""
+        check_size(sql)  # before any regular expression or parser reads it
         command = parse_session_command(sql)
         if command is not None:
             if params:
