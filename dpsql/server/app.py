@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import ssl
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -83,6 +84,10 @@ class Server:
         self.throttle = LoginThrottle(limit=login_limit)
         self.failed_login_delay = failed_login_delay
         self._clients: dict[int, ClientConnection] = {}
+        # Backends are opened one at a time: DuckDB shares one instance per file in a process,
+        # and the first connection to it locks its configuration down; two clients opening
+        # it at once could both see it unlocked and the second fail to SET a locked option.
+        self._opening = threading.Lock()
         self._server: asyncio.AbstractServer | None = None
 
     # -- what connections ask of the server ---------------------------------------------------
@@ -100,7 +105,8 @@ class Server:
             raise ProgrammingError(f"analyst {user!r} no longer exists")
         policy = Policy(account.tables, account.max_epsilon, account.max_delta,
                         account.default_epsilon, account.default_delta)
-        backend = open_backend(self.backend_name, self.database, self.metadata, self.spark)
+        with self._opening:
+            backend = open_backend(self.backend_name, self.database, self.metadata, self.spark)
         try:
             # the data version per connection, after the backend opened the data: a client
             # that connects after the owner changed the database never gets an old answer

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
 
 import psycopg
 import pytest
@@ -171,3 +172,27 @@ def test_dpsql_connect_url_gives_a_remote_dbapi_connection(server: ServerProcess
         assert epsilon_left < 50.0
         with pytest.raises(dpsql.NotSupportedError):
             cur.execute("SELECT order_id FROM orders")
+
+
+def test_clients_connecting_at_once_all_get_a_session(server: ServerProcess) -> None:
+    # The first connections to the DuckDB file race to lock its configuration down; opened
+    # at once they used to fail with "internal error" ("the configuration has been locked").
+    failures: list[str] = []
+    answers: list[int] = []
+    start = threading.Barrier(8)
+
+    def client() -> None:
+        try:
+            start.wait(30)
+            with psycopg.connect(server.dsn(), autocommit=True, connect_timeout=30) as conn:
+                answers.append(conn.execute("SELECT 1").fetchone()[0])  # type: ignore[index]
+        except Exception as exc:  # collected: the assertion below names it
+            failures.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=client) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert failures == []
+    assert answers == [1] * 8
