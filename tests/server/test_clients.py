@@ -196,3 +196,18 @@ def test_clients_connecting_at_once_all_get_a_session(server: ServerProcess) -> 
         t.join(60)
     assert failures == []
     assert answers == [1] * 8
+
+
+def test_repeated_statement_texts_keep_their_route(server: ServerProcess) -> None:
+    # The runner memoises, per text, whether a statement is a catalog query: repeats of a
+    # catalog text stay free and exact, repeats of a private text stay releases.
+    details: list[str | None] = []
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: details.append(d.message_detail))
+        for i in range(3):
+            details.clear()
+            names = conn.execute("SELECT table_name FROM information_schema.tables "
+                                 "WHERE table_name = %s", ["orders"]).fetchall()
+            assert names == [("orders",)] and details == []
+            conn.execute("SELECT COUNT(*) FROM orders WHERE quantity > %s", [i]).fetchall()
+            assert len(details) == 1 and '"cached": false' in (details[0] or "")
