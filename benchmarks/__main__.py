@@ -1,13 +1,15 @@
 """``python -m benchmarks``: dpsql's TPC-H benchmarks (see benchmarks/README.md).
 
     python -m benchmarks [--scale 0.1|1|10]
-                         [--parts overhead,analysis,accuracy,noise,peer,scale]
+                         [--parts overhead,analysis,accuracy,noise,peer,scale,server]
                          [--smoke] [--out DIR] [--generator auto|tpchgen|builtin]
 
 Writes ``<out>/<part>-sf<scale>.json`` for the TPC-H parts, ``<out>/peer-<dataset>.json`` and
-``<out>/scale.json`` (+ ``scale.png``) for the parts on their own PUMS-shaped data, and
-regenerates ``<out>/summary.md`` from every such file in ``<out>``. ``--smoke`` runs everything
-at SF 0.01 with the built-in generator (peer and scale on 1,000- to 20,000-row tables) and a few
+``<out>/scale.json`` (+ ``scale.png``) for the parts on their own PUMS-shaped data,
+``<out>/server.json`` for ``--parts server`` (not run by default: a `dpsql serve` process and
+16 client processes on the demo shop), and regenerates ``<out>/summary.md`` from every such
+file in ``<out>``. ``--smoke`` runs everything at SF 0.01 with the built-in generator (peer and
+scale on 1,000- to 20,000-row tables; server on a 20,000-order shop, 4 clients, 1 s) and a few
 repetitions (seconds; what CI runs), writing to benchmarks/data/smoke-results by default.
 """
 
@@ -21,7 +23,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .report import OWN_DATA_PARTS, PARTS, write_summary
+from .report import DEFAULT_PARTS, OWN_DATA_PARTS, PARTS, write_summary
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -33,8 +35,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                 description="dpsql TPC-H benchmarks (see benchmarks/README.md)")
     p.add_argument("--scale", type=float, default=None,
                    help="TPC-H scale factor (default 1; 0.01 with --smoke)")
-    p.add_argument("--parts", default=",".join(PARTS),
-                   help=f"comma-separated subset of {','.join(PARTS)} (default: all)")
+    p.add_argument("--parts", default=",".join(DEFAULT_PARTS),
+                   help=f"comma-separated subset of {','.join(PARTS)} (default: all but "
+                        "server)")
     p.add_argument("--smoke", action="store_true",
                    help="tiny scale, built-in generator, few repetitions (seconds)")
     p.add_argument("--out", type=Path, default=None,

@@ -7,8 +7,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-OWN_DATA_PARTS = ("peer", "scale")  # on their own PUMS-shaped data: see report_peer.py
+# on their own data (PUMS-shaped; the demo shop for server): see report_peer.py
+OWN_DATA_PARTS = ("peer", "scale", "server")
 PARTS = ("overhead", "analysis", "accuracy", "noise", *OWN_DATA_PARTS)
+#: what runs without --parts: the server part starts a server and 16 client processes and
+#: needs psycopg, so it is asked for by name (``--parts server``)
+DEFAULT_PARTS = tuple(p for p in PARTS if p != "server")
 _FILE = re.compile(r"^(overhead|analysis|accuracy|noise)-sf([0-9.e+-]+)\.json$")
 
 

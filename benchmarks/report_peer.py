@@ -1,4 +1,5 @@
-"""Summary sections of the parts on their own data: ``peer-<dataset>.json`` and ``scale.json``."""
+"""Summary sections of the parts on their own data: ``peer-<dataset>.json``, ``scale.json`` and
+``server.json`` (:mod:`benchmarks.report_server`)."""
 
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def scale_md(data: dict[str, Any]) -> list[str]:
 
 
 def own_data_sections(folder: Path) -> list[str]:
-    """The ``## Peer`` and ``## Scale`` sections for the files present in ``folder``."""
+    """The ``## Peer``, ``## Scale`` and ``## Server`` sections for the files in ``folder``."""
     lines: list[str] = []
     peers = sorted((m.group(1), p) for p in folder.glob("peer-*.json")
                    if (m := _PEER.match(p.name)))
@@ -112,4 +113,10 @@ def own_data_sections(folder: Path) -> list[str]:
     if scale.exists():
         lines += ["## Scale: time against rows", "", *scale_md(json.loads(scale.read_text())),
                   ""]
+    server = folder / "server.json"
+    if server.exists():
+        from .report_server import server_md
+
+        lines += ["## Server: `dpsql serve` latency and throughput", "",
+                  *server_md(json.loads(server.read_text())), ""]
     return lines

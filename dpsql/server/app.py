@@ -88,10 +88,10 @@ class Server:
         #: authentication_timeout, same default): then it is closed
         self.auth_timeout = auth_timeout
         self._clients: dict[int, ClientConnection] = {}
-        # DuckDB shares one database instance per file in a process; the first connection
-        # to a fresh instance locks its configuration down, and a second one opening at the
-        # same moment would see it unlocked, then fail to set it (see DuckDBBackend._lock_down)
-        self._open_lock = threading.Lock()
+        # Backends are opened one at a time: DuckDB shares one instance per file in a process,
+        # and the first connection to it locks its configuration down; two clients opening
+        # it at once could both see it unlocked and the second fail to SET a locked option.
+        self._opening = threading.Lock()
         self._server: asyncio.AbstractServer | None = None
 
     # -- what connections ask of the server ---------------------------------------------------
@@ -109,7 +109,7 @@ class Server:
             raise ProgrammingError(f"analyst {user!r} no longer exists")
         policy = Policy(account.tables, account.max_epsilon, account.max_delta,
                         account.default_epsilon, account.default_delta)
-        with self._open_lock:
+        with self._opening:
             backend = open_backend(self.backend_name, self.database, self.metadata, self.spark)
         try:
             # the data version per connection, after the backend opened the data: a client

@@ -120,14 +120,20 @@ class ClientConnection:
         self.running: Callable[[], None] | None = None
         self.tls = False
         self.failed_transaction = False  # an error inside BEGIN ... until ROLLBACK
+        self._out: list[bytes] = []  # messages not yet written (see send)
 
     # -- plumbing ---------------------------------------------------------------------------
 
     def send(self, *chunks: bytes) -> None:
-        for chunk in chunks:
-            self.writer.write(chunk)
+        """Queue messages; :meth:`flush` writes them. As PostgreSQL does, replies reach the
+        socket at Sync, Flush, the end of a simple query, or an authentication step: one write
+        per exchange instead of one per message, so the client wakes up once per reply."""
+        self._out.extend(chunks)
 
     async def flush(self) -> None:
+        if self._out:
+            self.writer.write(b"".join(self._out))
+            self._out.clear()
         await self.writer.drain()
 
     def status(self) -> bytes:

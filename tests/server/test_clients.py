@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
 
 import psycopg
 import pytest
@@ -189,3 +190,42 @@ def test_named_prepared_statements_and_binary_results(server: ServerProcess) -> 
             n, s = bcur.fetchone()
             assert isinstance(n, int) and isinstance(s, float)
     assert _charges(server, "alice") == before + 3
+
+
+def test_clients_connecting_at_once_all_get_a_session(server: ServerProcess) -> None:
+    # The first connections to the DuckDB file race to lock its configuration down; opened
+    # at once they used to fail with "internal error" ("the configuration has been locked").
+    failures: list[str] = []
+    answers: list[int] = []
+    start = threading.Barrier(8)
+
+    def client() -> None:
+        try:
+            start.wait(30)
+            with psycopg.connect(server.dsn(), autocommit=True, connect_timeout=30) as conn:
+                answers.append(conn.execute("SELECT 1").fetchone()[0])  # type: ignore[index]
+        except Exception as exc:  # collected: the assertion below names it
+            failures.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=client) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert failures == []
+    assert answers == [1] * 8
+
+
+def test_repeated_statement_texts_keep_their_route(server: ServerProcess) -> None:
+    # The runner memoises, per text, whether a statement is a catalog query: repeats of a
+    # catalog text stay free and exact, repeats of a private text stay releases.
+    details: list[str | None] = []
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: details.append(d.message_detail))
+        for i in range(3):
+            details.clear()
+            names = conn.execute("SELECT table_name FROM information_schema.tables "
+                                 "WHERE table_name = %s", ["orders"]).fetchall()
+            assert names == [("orders",)] and details == []
+            conn.execute("SELECT COUNT(*) FROM orders WHERE quantity > %s", [i]).fetchall()
+            assert len(details) == 1 and '"cached": false' in (details[0] or "")
