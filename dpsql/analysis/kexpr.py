@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -92,8 +93,9 @@ class _Op(KExpr):
     op: str
     args: tuple[KExpr, ...]
 
-    @property
+    @cached_property
     def degree(self) -> int:  # type: ignore[override]
+        # cached: the tree is immutable, and the noise plan asks each node several times
         if self.op == "*":
             return sum(a.degree for a in self.args)
         return max(a.degree for a in self.args)
@@ -112,20 +114,22 @@ class _Op(KExpr):
         return min(values)
 
     def at_array(self, ks: np.ndarray) -> np.ndarray:
-        values = np.stack([a.at_array(ks) for a in self.args])
-        if self.op == "+":
-            return values.sum(axis=0)
-        if self.op == "*":
-            return values.prod(axis=0)
-        if self.op == "max":
-            return values.max(axis=0)
-        return values.min(axis=0)
+        # Left to right, one binary ufunc per argument (no stacked copy): as ``at`` does it,
+        # up to the rounding of ``+`` (math.fsum there). NaN propagates through all four.
+        ufunc = _UFUNCS[self.op]
+        args = iter(self.args)
+        out = next(args).at_array(ks)
+        for a in args:
+            out = ufunc(out, a.at_array(ks))
+        return out
 
     def __str__(self) -> str:
         if self.op in ("+", "*"):
             return "(" + f" {self.op} ".join(map(str, self.args)) + ")"
         return f"{self.op}(" + ", ".join(map(str, self.args)) + ")"
 
+
+_UFUNCS = {"+": np.add, "*": np.multiply, "max": np.maximum, "min": np.minimum}
 
 ZERO = Const(0.0)
 ONE = Const(1.0)
@@ -146,12 +150,17 @@ def add(a: KExpr, b: KExpr) -> KExpr:
     return _Op("+", (a, b))
 
 
+def _is_one(e: KExpr) -> bool:
+    """``e == ONE`` without the dataclass comparison (only a Const equals a Const)."""
+    return isinstance(e, Const) and e.value == 1.0
+
+
 def mul(a: KExpr, b: KExpr) -> KExpr:
     if is_zero(a) or is_zero(b):
         return ZERO
-    if a == ONE:
+    if _is_one(a):
         return b
-    if b == ONE:
+    if _is_one(b):
         return a
     if isinstance(a, Const) and isinstance(b, Const):
         return Const(a.value * b.value)
