@@ -33,7 +33,7 @@ from .queries import analysis_corpus
 _STAGES = [
     ("analyze (total)", "dpsql/analysis/elastic.py", "analyze"),
     ("  parse_sql (sqlglot parse)", "dpsql/analysis/parse.py", "parse_sql"),
-    ("  check_allowed (allow-list walk)", "dpsql/analysis/parse.py", "check_allowed"),
+    ("  check_allowed (allow-list walk)", "dpsql/analysis/allowlist.py", "check_allowed"),
     ("  sqlglot qualify", "sqlglot/optimizer/qualify.py", "qualify"),
     ("    qualify_tables", "sqlglot/optimizer/qualify_tables.py", "qualify_tables"),
     ("    qualify_columns", "sqlglot/optimizer/qualify_columns.py", "qualify_columns"),
