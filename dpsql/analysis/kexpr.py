@@ -30,7 +30,15 @@ class KExpr:
 
     def at_array(self, ks: np.ndarray) -> np.ndarray:
         """``at`` for every k of the float array ``ks`` at once (to within a few ulps of
-        ``at``: numpy's sums and products are not correctly rounded like math.fsum)."""
+        ``at``: numpy's sums and products are not correctly rounded like math.fsum). The
+        returned array may be shared with the expression's parts: do not write to it."""
+        return self._array(ks, {})
+
+    def _array(self, ks: np.ndarray, memo: dict[int, np.ndarray]) -> np.ndarray:
+        """:meth:`at_array`; ``memo`` (id -> values) evaluates a part shared by several
+        parents (a stability reused by a join's terms) once per call."""
+        if type(self).at_array is not KExpr.at_array:  # a subclass that defines at_array
+            return self.at_array(ks)
         raise NotImplementedError
 
     @property
@@ -60,7 +68,7 @@ class Const(KExpr):
     def at(self, k: int) -> float:
         return self.value
 
-    def at_array(self, ks: np.ndarray) -> np.ndarray:
+    def _array(self, ks: np.ndarray, memo: dict[int, np.ndarray]) -> np.ndarray:
         return np.full(ks.shape, self.value)
 
     def __str__(self) -> str:
@@ -81,7 +89,7 @@ class PlusK(KExpr):
     def at(self, k: int) -> float:
         return self.base + k
 
-    def at_array(self, ks: np.ndarray) -> np.ndarray:
+    def _array(self, ks: np.ndarray, memo: dict[int, np.ndarray]) -> np.ndarray:
         return self.base + ks
 
     def __str__(self) -> str:
@@ -113,14 +121,19 @@ class _Op(KExpr):
             return max(values)
         return min(values)
 
-    def at_array(self, ks: np.ndarray) -> np.ndarray:
-        # Left to right, one binary ufunc per argument (no stacked copy): as ``at`` does it,
-        # up to the rounding of ``+`` (math.fsum there). NaN propagates through all four.
+    def _array(self, ks: np.ndarray, memo: dict[int, np.ndarray]) -> np.ndarray:
+        out = memo.get(id(self))
+        if out is not None:
+            return out
+        # Left to right, one binary ufunc per argument (no stacked copy, never in place): as
+        # ``at`` does it, up to the rounding of ``+`` (math.fsum there). NaN propagates
+        # through all four.
         ufunc = _UFUNCS[self.op]
         args = iter(self.args)
-        out = next(args).at_array(ks)
+        out = next(args)._array(ks, memo)
         for a in args:
-            out = ufunc(out, a.at_array(ks))
+            out = ufunc(out, a._array(ks, memo))
+        memo[id(self)] = out
         return out
 
     def __str__(self) -> str:
