@@ -11,14 +11,14 @@ from dpsql.analysis.elastic import QueryAnalysis
 from dpsql.metadata import Table
 from dpsql.rewrite.context import Removable, RewriteContext, StoredData
 from dpsql.rewrite.safe_compare import ColumnKind, Kind, base_tables, column_kinds
-from dpsql.rewrite.totality import cte_names, make_total
+from dpsql.rewrite.totality import make_total
 
 
 def clamp_measurements(query: exp.Select, *, ctx: RewriteContext) -> exp.Select:
     """Set the select list to the group keys ``__k<i>`` and the measurements ``__m<j>``, each
     SUM argument clamped (in the column's own type where that is exact), and record in
     ``ctx`` the outer tables and the clamps that change no stored value."""
-    ctes = cte_names(query)
+    ctes = ctx.cte_names()
     ctx.sources = base_tables(query, ctx.metadata, ctes)
     measurements, ctx.removable = _measurement_sql(
         ctx.analysis, column_kinds(query, ctx.metadata, ctes), ctx.sources, ctx.stored)

@@ -17,7 +17,11 @@ def number_parameters(query: exp.Expression, *, ctx: Any = None) -> exp.Expressi
     """Give each ``?`` a name carrying its position in the analyst's SQL text.
 
     Returns ``query`` itself (not a copy) when it has no ``?``: callers copy before mutating.
+    With ``ctx`` (a :class:`~dpsql.rewrite.context.RewriteContext` whose analysed query
+    ``query`` is), a query without any parameter is not walked again.
     """
+    if ctx is not None and not ctx.may_contain(exp.Placeholder):
+        return query
     if query.find(exp.Placeholder) is None:
         return query
     query = query.copy()

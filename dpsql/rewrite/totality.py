@@ -172,13 +172,15 @@ def cte_names(query: exp.Expression) -> frozenset[str]:
     return frozenset(cte.alias_or_name.lower() for cte in query.find_all(exp.CTE))
 
 
-def total_query(query: exp.Expression, metadata: Metadata | None = None) -> None:
+def total_query(query: exp.Expression, metadata: Metadata | None = None,
+                ctes: frozenset[str] | None = None) -> None:
     """Make every SELECT in ``query`` total (see :func:`make_total`), in place.
 
     With ``metadata``, comparisons of declared-type base-table columns that cannot fail stay
     unwrapped (dpsql.rewrite.safe_compare); without it, every comparison of a column is wrapped.
+    ``ctes``: :func:`cte_names` of ``query``, when the caller knows them.
     """
-    ctes = cte_names(query)
+    ctes = cte_names(query) if ctes is None else ctes
     for select in list(query.find_all(exp.Select)):
         kind = column_kinds(select, metadata, ctes)
         for join in select.args.get("joins") or []:
@@ -197,5 +199,5 @@ def total_query(query: exp.Expression, metadata: Metadata | None = None) -> None
 
 def make_total_pass(query: exp.Expression, *, ctx: RewriteContext) -> exp.Expression:
     """Pass: :func:`total_query` (in place; CTE bodies included)."""
-    total_query(query, ctx.metadata)
+    total_query(query, ctx.metadata, ctx.cte_names())
     return query
