@@ -142,6 +142,14 @@ class _Op(KExpr):
         return f"{self.op}(" + ", ".join(map(str, self.args)) + ")"
 
 
+def _op(op: str, args: tuple[KExpr, ...]) -> _Op:
+    """``_Op(op, args)``, the same frozen instance, without the dataclass ``__init__``'s
+    ``object.__setattr__`` per field (a third of the cost; joins build one per column)."""
+    node = object.__new__(_Op)
+    node.__dict__.update(op=op, args=args)
+    return node
+
+
 _UFUNCS = {"+": np.add, "*": np.multiply, "max": np.maximum, "min": np.minimum}
 
 ZERO = Const(0.0)
@@ -160,7 +168,7 @@ def add(a: KExpr, b: KExpr) -> KExpr:
         return a
     if isinstance(a, Const) and isinstance(b, Const):
         return Const(a.value + b.value)
-    return _Op("+", (a, b))
+    return _op("+", (a, b))
 
 
 def _is_one(e: KExpr) -> bool:
@@ -177,7 +185,7 @@ def mul(a: KExpr, b: KExpr) -> KExpr:
         return a
     if isinstance(a, Const) and isinstance(b, Const):
         return Const(a.value * b.value)
-    return _Op("*", (a, b))
+    return _op("*", (a, b))
 
 
 def _fold(op: str, args: list[KExpr]) -> KExpr:
@@ -199,7 +207,7 @@ def _fold(op: str, args: list[KExpr]) -> KExpr:
         return ZERO
     if len(others) == 1:
         return others[0]
-    return _Op(op, tuple(others))
+    return _op(op, tuple(others))
 
 
 def kmax(*args: KExpr) -> KExpr:

@@ -9,6 +9,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.analysis.parse import DIALECT
+from dpsql.analysis.trees import copy_tree
 
 PARAM_PREFIX = "__dpsql_param_"
 
@@ -24,7 +25,7 @@ def number_parameters(query: exp.Expression, *, ctx: Any = None) -> exp.Expressi
         return query
     if query.find(exp.Placeholder) is None:
         return query
-    query = query.copy()
+    query = copy_tree(query)
     placeholders = [p for p in query.find_all(exp.Placeholder) if not p.this]
     for i, p in enumerate(placeholders):
         p.set("this", f"{PARAM_PREFIX}tmp{i}")

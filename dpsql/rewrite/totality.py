@@ -32,6 +32,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.analysis.keytypes import is_marked_comparable
+from dpsql.analysis.trees import copy_tree
 from dpsql.metadata import Metadata
 from dpsql.rewrite.context import RewriteContext
 from dpsql.rewrite.safe_compare import (
@@ -117,7 +118,7 @@ def _as_condition(node: exp.Expression, column_kind: ColumnKind) -> exp.Expressi
     """``node`` in a boolean position: itself when provably boolean, else cast with TRY_CAST."""
     if is_boolean(node, column_kind):
         return node
-    return exp.TryCast(this=node, to=_BOOLEAN.copy())
+    return exp.TryCast(this=node, to=copy_tree(_BOOLEAN))
 
 
 def make_total(node: exp.Expression, column_kind: ColumnKind = _unknown_kinds, *,
@@ -163,7 +164,7 @@ def _cast_conditions(node: exp.Expression, column_kind: ColumnKind) -> exp.Expre
     for inner in list(node.walk()):
         for operand in _boolean_operands(inner):
             if not is_boolean(operand, column_kind):
-                operand.replace(exp.TryCast(this=operand.copy(), to=_BOOLEAN.copy()))
+                operand.replace(exp.TryCast(this=copy_tree(operand), to=copy_tree(_BOOLEAN)))
     return node
 
 
