@@ -183,10 +183,12 @@ def check_stars(nodes: Sequence[exp.Expression]) -> None:
         )
 
 
-def check_columns_resolved(query: exp.Expression) -> None:
+def check_columns_resolved(query: exp.Expression,
+                           nodes: Sequence[exp.Expression] | None = None) -> None:
     """After qualify: a column reference without a table that names a table, CTE or alias in
     the query is the whole row (DuckDB binds it as a STRUCT of every stored column)."""
-    nodes = list(query.walk())  # once, for the three lookups below
+    if nodes is None:  # ``query``'s nodes, walked once for the three lookups below
+        nodes = list(query.walk())
     for node in _of_type(nodes, exp.TableColumn):  # what qualify makes of a bare table name
         raise _table_as_value(node.name)
     sources: set[str] = set()

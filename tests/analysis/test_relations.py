@@ -81,3 +81,13 @@ def test_base_table_relations_are_kept_per_metadata_object():
     assert other is not rel
     assert other.stability.at(0) == 0 and rel.stability.at(0) == 1
     assert other.ancestors == frozenset() and rel.ancestors == frozenset({"orders"})
+
+
+def test_aliased_base_relations_are_kept_only_under_the_table_name():
+    rel = base_table(MD, "orders", "orders")
+    assert base_table(MD, "orders", "orders") is rel
+    assert set(rel.columns) == {("orders", c) for (_, c) in base_table(MD, "orders").columns}
+    # the analyst's own aliases are answered but not kept (the memo stays metadata-sized)
+    other = base_table(MD, "orders", "o")
+    assert base_table(MD, "orders", "o") is not other
+    assert set(other.columns) == {("o", c) for (_, c) in base_table(MD, "orders").columns}
