@@ -12,6 +12,8 @@ from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.trees import copy_tree
 
 PARAM_PREFIX = "__dpsql_param_"
+_USED = re.compile(rf"{PARAM_PREFIX}(\d+)")
+_NUMBERED = re.compile(rf"\$?{PARAM_PREFIX}tmp(\d+)")
 
 
 def number_parameters(query: exp.Expression, *, ctx: Any = None) -> exp.Expression:
@@ -31,7 +33,7 @@ def number_parameters(query: exp.Expression, *, ctx: Any = None) -> exp.Expressi
         p.set("this", f"{PARAM_PREFIX}tmp{i}")
     # The generator writes clauses in textual order, which is the order DuckDB binds ``?``.
     text = query.sql(dialect=DIALECT)
-    order = [int(m) for m in re.findall(rf"\$?{PARAM_PREFIX}tmp(\d+)", text)]
+    order = [int(m) for m in _NUMBERED.findall(text)]
     position = {tmp: pos for pos, tmp in enumerate(order)}
     for i, p in enumerate(placeholders):
         p.set("this", f"{PARAM_PREFIX}{position[i]}")
@@ -39,7 +41,7 @@ def number_parameters(query: exp.Expression, *, ctx: Any = None) -> exp.Expressi
 
 
 def used_params(sql: str) -> tuple[int, ...]:
-    return tuple(sorted({int(m) for m in re.findall(rf"{PARAM_PREFIX}(\d+)", sql)}))
+    return tuple(sorted({int(m) for m in _USED.findall(sql)}))
 
 
 def bind_params(positions: tuple[int, ...], params: Any) -> dict[str, object]:
