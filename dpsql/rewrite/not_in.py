@@ -18,7 +18,7 @@ def not_in_as_not_exists(query: exp.Expression, *,
     already be rewritten when the copy is taken (else it keeps plain NOT IN semantics, and one
     NULL in its subquery would empty it).
     """
-    if ctx is not None and not ctx.may_contain(exp.Not):
+    if ctx is not None and not (ctx.may_contain(exp.Not) and ctx.may_contain(exp.In)):
         return query
     targets = [node for node in query.find_all(exp.Not, bfs=False)
                if isinstance(node.this.unnest(), exp.In)
@@ -49,8 +49,8 @@ def null_safe_not_in(query: exp.Expression, *,
     over the outer rows (TPC-H Q16 at SF10: ~1.3x the time of the whole query). A probe whose
     comparison is wrapped in TRY stays NOT EXISTS: IN has no place for the TRY.
     """
-    if ctx is not None and not ctx.may_contain(exp.Not):  # then there is no probe
-        return query
+    if ctx is not None and not (ctx.may_contain(exp.Not) and ctx.may_contain(exp.In)):
+        return query  # no NOT IN was rewritten: there is no probe
     for exists in list(query.find_all(exp.Exists)):
         probe, not_node = exists.this, exists.parent
         if not (isinstance(not_node, exp.Not) and isinstance(probe, exp.Select)):
