@@ -26,7 +26,6 @@ than once per check; each check visits the nodes it looks at in the same order a
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 
 from sqlglot import exp
@@ -67,13 +66,15 @@ def check_shape(query: exp.Expression) -> list[exp.Expression]:
     Iterative, so a deep tree cannot exhaust the stack here; the bounds keep every recursive
     pass after it (qualify, the analysis, the rewrite) within Python's recursion limit.
     """
-    seen: list[exp.Expression] = []
+    # breadth first: nodes[i] is visited i-th; depths[i] is its depth
+    nodes: list[exp.Expression] = [query]
+    depths = [1]
     connectives = 0
-    queue: deque[tuple[exp.Expression, int]] = deque([(query, 1)])
-    while queue:
-        node, depth = queue.popleft()
-        seen.append(node)
-        if len(seen) > MAX_NODES:
+    i = 0
+    while i < len(nodes):
+        node, depth = nodes[i], depths[i]
+        i += 1
+        if i > MAX_NODES:
             raise UnsupportedQueryError(
                 f"the query has more than {MAX_NODES:,} syntax elements: split it into smaller "
                 "queries"
@@ -82,7 +83,8 @@ def check_shape(query: exp.Expression) -> list[exp.Expression]:
             raise UnsupportedQueryError(
                 f"the query nests expressions more than {MAX_DEPTH} levels deep: flatten it"
             )
-        if isinstance(node, exp.Connector):
+        connective = isinstance(node, exp.Connector)
+        if connective:
             connectives += 1
             if connectives > MAX_CONNECTIVES:
                 raise UnsupportedQueryError(
@@ -90,11 +92,11 @@ def check_shape(query: exp.Expression) -> list[exp.Expression]:
                     "or split it into smaller queries"
                 )
         for child in node.iter_expressions():
+            nodes.append(child)
             # an AND chain is as deep as it is long: count it as one level (its length is
             # bounded by MAX_CONNECTIVES)
-            same_chain = isinstance(node, exp.Connector) and type(child) is type(node)
-            queue.append((child, depth if same_chain else depth + 1))
-    return seen
+            depths.append(depth if connective and type(child) is type(node) else depth + 1)
+    return nodes
 
 
 def _of_type(nodes: Sequence[exp.Expression], *types: type[exp.Expression]) -> list:
