@@ -1,12 +1,12 @@
 """One client connection: startup, TLS, SCRAM, then simple and extended queries.
 
-The protocol state machine only; statements are answered by
-:class:`~dpsql.server.statements.StatementRunner` in a worker thread, so a long query never
-blocks other clients, and a CancelRequest (from another connection, by PostgreSQL's design) can
-interrupt it. Errors: dpsql's PEP 249 errors become ErrorResponses with SQLSTATE codes
-(:func:`sqlstate`); anything unexpected is logged for the owner and answered with XX000 and no
-details (never a traceback). After an error in the extended protocol, messages are skipped until
-Sync, as PostgreSQL does.
+The protocol state machine only (the extended protocol is :mod:`dpsql.server.extended`);
+statements are answered by :class:`~dpsql.server.statements.StatementRunner` in a worker
+thread, so a long query never blocks other clients, and a CancelRequest (from another
+connection, by PostgreSQL's design) can interrupt it. Errors: dpsql's PEP 249 errors become
+ErrorResponses with SQLSTATE codes (:mod:`dpsql.server.sqlstates`); anything unexpected is
+logged for the owner and answered with XX000 and no details (never a traceback). After an error
+in the extended protocol, messages are skipped until Sync, as PostgreSQL does.
 """
 
 from __future__ import annotations
@@ -18,18 +18,18 @@ import secrets
 import ssl
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import duckdb
 
 from dpsql import errors
-from dpsql.analysis.hygiene import MAX_SQL_CHARS, check_size
+from dpsql.analysis.hygiene import MAX_SQL_CHARS
 from dpsql.server import pgtypes, wire
 from dpsql.server.auth import MECHANISM, AuthenticationFailed, ScramExchange
 from dpsql.server.catalog import SERVER_VERSION
-from dpsql.server.placeholders import count_markers
-from dpsql.server.statements import AccessDenied, Answer, StatementRunner, release_notice
+from dpsql.server.extended import ExtendedQuery, Portal, Statement, fields_of, format_of
+from dpsql.server.sqlstates import sqlstate
+from dpsql.server.statements import Answer, StatementRunner, release_notice
 
 if TYPE_CHECKING:
     from dpsql.server.app import Server
@@ -41,67 +41,11 @@ log = logging.getLogger("dpsql.server")
 MAX_QUERY_TEXT = 4 * MAX_SQL_CHARS
 
 
-class NoSuchObject(errors.ProgrammingError):
-    """A Bind, Describe, Execute or Parse names a prepared statement or portal wrongly:
-    PostgreSQL's codes 26000 (no such statement), 34000 (no such portal) and 42P05 (the
-    statement exists already); the connection goes on after the next Sync."""
-
-    def __init__(self, message: str, code: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def sqlstate(exc: BaseException) -> str:
-    """The SQLSTATE code of a dpsql error (docs/design.md, "Server")."""
-    if isinstance(exc, NoSuchObject):
-        return exc.code
-    if isinstance(exc, AccessDenied):
-        return "42501"
-    if isinstance(exc, errors.QueryCancelledError):
-        return "57014"
-    if isinstance(exc, errors.BudgetExhaustedError):
-        return "53400"
-    if isinstance(exc, errors.NotSupportedError):
-        return "0A000"
-    if isinstance(exc, errors.ProgrammingError):
-        text = str(exc).lower()
-        if "syntax" in text or "parse" in text:
-            return "42601"
-        if "could not be resolved" in text or "unknown column" in text:
-            return "42703"
-        if "unknown table" in text or "not declared" in text:
-            return "42P01"
-        return "42000"
-    if isinstance(exc, errors.DataError):
-        return "22000"
-    if isinstance(exc, errors.OperationalError):
-        return "58000"
-    if isinstance(exc, duckdb.Error):  # a catalog query the shadow schema cannot answer
-        return "42000"
-    return "XX000"
-
-
-@dataclass
-class Statement:
-    sql: str
-    param_oids: list[int]
-
-
-@dataclass
-class Portal:
-    statement: Statement
-    params: list[Any]
-    result_formats: list[int]
-    answer: Answer | None = None
-    sent: int = 0
-    described: bool = field(default=False)
-
-
 class Closed(Exception):
     """The connection is over (Terminate, hang-up, or a fatal error already sent)."""
 
 
-class ClientConnection:
+class ClientConnection(ExtendedQuery):
     """The protocol state of one client (see module docstring)."""
 
     def __init__(self, server: Server, reader: asyncio.StreamReader,
@@ -370,9 +314,9 @@ class ClientConnection:
             self.send(wire.notice_response(text, detail=detail))
         oids = [pgtypes.type_oid(t) for t in answer.types]
         if describe and answer.has_rows:
-            self.send(wire.row_description(_fields(answer, formats)))
+            self.send(wire.row_description(fields_of(answer, formats)))
         end = len(answer.rows) if limit <= 0 else min(len(answer.rows), start + limit)
-        binary = [_format_of(formats, i) == 1 for i in range(len(oids))]
+        binary = [format_of(formats, i) == 1 for i in range(len(oids))]
         for row in answer.rows[start:end]:
             self.send(wire.data_row([
                 pgtypes.encode_binary(v, oids[i]) if binary[i] else pgtypes.encode_text(v)
@@ -382,136 +326,6 @@ class ClientConnection:
         else:
             self.send(wire.command_complete(answer.tag))
         return end
-
-    # -- extended protocol ------------------------------------------------------------------
-
-    async def _parse(self, body: wire.Body) -> None:
-        name, sql = body.cstring(), body.cstring()
-        oids = [body.int32() for _ in range(body.count())]
-        body.end()
-        check_size(sql)  # before count_markers reads it on the event loop
-        if name and name in self.statements:
-            raise NoSuchObject(f'prepared statement "{name}" already exists', "42P05")
-        markers = count_markers(sql)
-        oids += [0] * max(0, markers - len(oids))
-        self.statements[name] = Statement(sql, oids)
-        self.send(wire.PARSE_COMPLETE)
-
-    async def _bind(self, body: wire.Body) -> None:
-        portal, name = body.cstring(), body.cstring()
-        formats = [body.int16() for _ in range(body.count())]
-        raw: list[bytes | None] = []
-        for _ in range(body.count()):
-            length = body.int32()
-            raw.append(None if length == -1 else body.bytes_(length))
-        result_formats = [body.int16() for _ in range(body.count())]
-        body.end()
-        statement = self.statements.get(name)
-        if statement is None:
-            raise NoSuchObject(f'prepared statement "{name}" does not exist', "26000")
-        if len(raw) != len(statement.param_oids):
-            raise errors.ProgrammingError(
-                f"bind message supplies {len(raw)} parameters, but prepared statement "
-                f'"{name}" requires {len(statement.param_oids)}')
-        if any(f not in (0, 1) for f in formats + result_formats):
-            raise wire.ProtocolViolation("format codes must be 0 (text) or 1 (binary)")
-        params = [pgtypes.decode_param(v, statement.param_oids[i], _format_of(formats, i) == 1)
-                  for i, v in enumerate(raw)]
-        self.portals[portal] = Portal(statement, params, result_formats)
-        self.send(wire.BIND_COMPLETE)
-
-    async def _describe(self, body: wire.Body) -> None:
-        what, name = body.byte(), body.cstring()
-        body.end()
-        if what == b"S":
-            statement = self.statements.get(name)
-            if statement is None:
-                raise NoSuchObject(f'prepared statement "{name}" does not exist', "26000")
-            self.send(wire.parameter_description(
-                [oid or pgtypes.TEXT for oid in statement.param_oids]))
-            fields = await self._statement_fields(statement)
-            self.send(wire.row_description(fields) if fields else wire.NO_DATA)
-            return
-        if what != b"P":
-            raise wire.ProtocolViolation("Describe must name a statement (S) or a portal (P)")
-        portal = self._portal(name)
-        # A portal's columns are known once it is answered: the answer is computed here (and
-        # charged, if private) and Execute streams it.
-        answer = await self._answer(portal)
-        portal.described = True
-        if answer.has_rows:
-            self.send(wire.row_description(_fields(answer, portal.result_formats)))
-        else:
-            self.send(wire.NO_DATA)
-
-    async def _statement_fields(self, statement: Statement) -> list[wire.Field]:
-        """A statement's columns before it runs: a catalog or session query is answered with
-        NULL parameters (it reads no data); a private query's names come from its analysis
-        (nothing is charged), typed as text."""
-        runner = self.runner
-        assert runner is not None
-        nulls = [None] * len(statement.param_oids)
-        from dpsql.server.catalog import is_catalog_query, parse_postgres
-
-        tree = parse_postgres(statement.sql)
-        if tree is None or not is_catalog_query(tree):
-            from dpsql.server.placeholders import to_qmark
-
-            text, _ = to_qmark(statement.sql, nulls)
-            loop = asyncio.get_running_loop()
-            prepared = await loop.run_in_executor(self.server.executor, runner.session.prepare,
-                                                  text)
-            return [wire.Field(c.name, pgtypes.TEXT) for c in prepared.analysis.columns]
-        answer = await self._run(statement.sql, nulls)
-        return _fields(answer, [0])
-
-    def _portal(self, name: str) -> Portal:
-        portal = self.portals.get(name)
-        if portal is None:
-            raise NoSuchObject(f'portal "{name}" does not exist', "34000")
-        return portal
-
-    async def _answer(self, portal: Portal) -> Answer:
-        if portal.answer is None:
-            portal.answer = await self._run(portal.statement.sql, portal.params)
-        return portal.answer
-
-    async def _execute(self, body: wire.Body) -> None:
-        name, limit = body.cstring(), body.int32()
-        body.end()
-        portal = self._portal(name)
-        answer = await self._answer(portal)
-        portal.sent = self._send_answer(answer, portal.result_formats, describe=False,
-                                        limit=limit, start=portal.sent)
-
-    async def _close(self, body: wire.Body) -> None:
-        what, name = body.byte(), body.cstring()
-        body.end()
-        if what == b"S":
-            self.statements.pop(name, None)
-        elif what == b"P":
-            self.portals.pop(name, None)
-        else:
-            raise wire.ProtocolViolation("Close must name a statement (S) or a portal (P)")
-        self.send(wire.CLOSE_COMPLETE)
-
-
-def _format_of(formats: list[int], i: int) -> int:
-    if not formats:
-        return 0
-    return formats[0] if len(formats) == 1 else formats[i] if i < len(formats) else 0
-
-
-def _fields(answer: Answer, formats: list[int]) -> list[wire.Field]:
-    fields = []
-    for i, (name, type_name) in enumerate(zip(answer.names, answer.types, strict=True)):
-        oid = pgtypes.type_oid(type_name)
-        fmt = _format_of(formats, i)
-        if fmt == 1 and not pgtypes.binary_supported(oid):
-            raise errors.NotSupportedError(
-                f"binary results of type {type_name} are not supported; ask for text format")
-        fields.append(wire.Field(name, oid, pgtypes.type_size(oid), fmt))
-    return fields
 
 
 def _split(text: str) -> list[str]:
