@@ -182,6 +182,15 @@ _SECTIONS = {
 }
 
 
+def _measured(env: dict[str, Any]) -> str:
+    """When a part ran, at which commit, and how loaded the machine was (timings on a shared
+    machine move with the load: compare load averages before comparing runs)."""
+    start, end = env.get("load_average_1m_start"), env.get("load_average_1m")
+    load = (f"; 1-minute load average {_f(start)} -> {_f(end)} on {env.get('cpus', '?')} CPUs"
+            if start is not None and end is not None else "")
+    return f"Measured at dpsql commit {env.get('git_commit') or '?'}, {env.get('time', '?')}{load}."
+
+
 def write_summary(folder: Path) -> Path:
     """Write ``folder/summary.md`` from the JSON files in ``folder``; returns its path."""
     found: dict[str, dict[str, dict[str, Any]]] = {}
@@ -208,7 +217,8 @@ def write_summary(folder: Path) -> Path:
         for part in PARTS:
             if part in parts:
                 title, fn = _SECTIONS[part]
-                lines += [f"### {title}", "", *fn(parts[part]), ""]
+                lines += [f"### {title}", "", _measured(parts[part]["environment"]), "",
+                          *fn(parts[part]), ""]
     from .report_peer import own_data_sections  # it uses this module's formatters
 
     lines += own_data_sections(folder)

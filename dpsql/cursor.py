@@ -76,8 +76,9 @@ class Cursor:
 
         Preconditions: ``parameters`` is a sequence matching the ``?`` markers (qmark style);
         an epsilon comes from this call or from :func:`connect`.
-        Guarantees: with a ledger, either the cached answer of an identical earlier request is
-        returned (``release.cached``; nothing charged), or exactly the release's (epsilon,
+        Guarantees: with a ledger, either the cached answer of an identical earlier request on
+        the same data version and metadata is returned (``release.cached``; nothing charged),
+        or exactly the release's (epsilon,
         delta) is charged, durably, before the database reads private data, and the answer is
         cached. A rejected, failed or cancelled query, bad parameters, or BudgetExhaustedError
         spend nothing and leave the cursor without a result; so does a query on public tables

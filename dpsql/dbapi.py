@@ -199,7 +199,8 @@ class Connection:
             self._backend = open_backend(backend, database, md, spark)
             try:
                 # after opening: DuckDB holds the file, so its version is the one read
-                version = data_version(backend, database, md) if self._ledger else None
+                version = (data_version(backend, database, md) if self._ledger is not None
+                           else None)
                 self._session = Session(md, self._backend, ledger=self._ledger,
                                         principal=Principal(self.database, analyst),
                                         data_version=version)

@@ -15,6 +15,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dpsql import errors
+from dpsql.accounting.ledger import BudgetStatus
+from dpsql.metadata import Metadata
 from dpsql.release.record import ColumnRelease, Release
 
 _BY_SQLSTATE: dict[str, type[errors.Error]] = {
@@ -113,6 +115,35 @@ class RemoteConnection:
             for name, value in zip(("epsilon", "delta"), wanted, strict=True):
                 cur.execute(f"SET dpsql.{name} = {'DEFAULT' if value is None else float(value)!r}")
         self._sent = wanted
+
+    @property
+    def analyst(self) -> str:
+        """The authenticated user (who is charged)."""
+        return str(self._conn.info.user)
+
+    @property
+    def where(self) -> str:
+        info = self._conn.info
+        return f"{info.user}@{info.host}:{info.port}/{info.dbname}"
+
+    @property
+    def schema(self) -> Metadata:
+        """The analyst-facing schema of the tables this analyst may query, from the server
+        (no max frequencies, row counts or paths: see dpsql.metadata.analyst)."""
+        from dpsql.metadata import loads_metadata
+
+        row = self.execute("SHOW dpsql.schema").fetchone()
+        assert row is not None
+        return loads_metadata(row[0])
+
+    @property
+    def budget(self) -> BudgetStatus:
+        """This analyst's totals and spending on the server's database (no history: the
+        charges are the owner's to read)."""
+        row = self.execute("SHOW dpsql.budget").fetchone()
+        assert row is not None
+        e_total, e_left, d_total, d_left = (float(v) for v in row)
+        return BudgetStatus(e_total, d_total, e_total - e_left, d_total - d_left)
 
     @property
     def budget_remaining(self) -> tuple[float, float]:

@@ -49,7 +49,13 @@ class AnalystAccount:
 
     def scram_auth_info(self) -> tuple[bytes, bytes, bytes, int]:
         """(salt, stored_key, server_key, iterations), as scramp's
-        ``ScramMechanism("SCRAM-SHA-256").make_auth_info`` returns them."""
+        ``ScramMechanism("SCRAM-SHA-256").make_auth_info`` returns them. Raises
+        ProgrammingError for an account built by hand, without a verifier (fail closed: such an
+        account can never authenticate)."""
+        if self._verifier[3] < SCRAM_ITERATIONS or not all(self._verifier[:3]):
+            raise ProgrammingError(
+                f"analyst account '{self.name}' has no password verifier; read accounts from "
+                "the ledger (Ledger.analyst)")
         return self._verifier
 
     def may_read(self, table: str) -> bool:

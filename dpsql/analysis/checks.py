@@ -12,6 +12,7 @@ from sqlglot import exp
 from dpsql.analysis.kexpr import KExpr
 from dpsql.analysis.model import ColumnFacts
 from dpsql.analysis.parse import DIALECT
+from dpsql.analysis.trees import copy_tree
 from dpsql.errors import AggregateArithmeticError, UnsupportedConstructError
 
 AGGREGATES = (exp.Count, exp.Sum, exp.Avg)
@@ -45,7 +46,8 @@ def in_same_select(inner: exp.Expression, outer: exp.Expression) -> bool:
 
 
 def sql_text(node: exp.Expression) -> str:
-    return node.sql(dialect=DIALECT)
+    """``node.sql(dialect=DIALECT)``: generated from a copy, taken by copy_tree."""
+    return copy_tree(node).sql(dialect=DIALECT, copy=False)
 
 
 def key_of(node: exp.Expression) -> tuple[str, str] | str:

@@ -21,6 +21,7 @@ from sqlglot import exp
 
 from dpsql.analysis.keytypes import comparable, normalise, type_name
 from dpsql.analysis.parse import DIALECT
+from dpsql.analysis.trees import copy_tree
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import Column, Metadata, Table
 
@@ -31,7 +32,7 @@ def typed_value(value: object, type_text: str | None) -> exp.Expression:
     dtype = normalise(type_text)
     if dtype is None or value is None:
         return literal
-    return exp.Cast(this=literal, to=dtype.copy())
+    return exp.Cast(this=literal, to=copy_tree(dtype))
 
 
 def check_domains(metadata: Metadata) -> None:
@@ -61,7 +62,7 @@ def _check_values(con: duckdb.DuckDBPyConnection, table: Table, column: Column) 
     dtype = normalise(column.type)
     assert dtype is not None
     target = dtype.sql(dialect=DIALECT)
-    casts = [exp.TryCast(this=exp.convert(v), to=dtype.copy()).sql(dialect=DIALECT)
+    casts = [exp.TryCast(this=exp.convert(v), to=copy_tree(dtype)).sql(dialect=DIALECT)
              for v in values]
     where = f"{table.name}.{column.name} ({type_name(column.type)})"
     try:

@@ -18,11 +18,15 @@ databases always get the same outcome.
 * :func:`check_stars` allows ``*`` only as ``COUNT(*)`` or a subquery's projection list.
 * :func:`check_columns_resolved` (after qualify) rejects a table or its alias used as a value,
   which DuckDB reads as a struct of every stored column, declared or not.
+
+The checks before qualify take the parsed tree's nodes as :func:`check_shape` lists them
+(breadth first, the order of ``find_all``), so the tree is walked once for all of them rather
+than once per check; each check visits the nodes it looks at in the same order as before.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Sequence
 
 from sqlglot import exp
 
@@ -54,19 +58,23 @@ def check_size(sql: str) -> None:
         )
 
 
-def check_shape(query: exp.Expression) -> None:
+def check_shape(query: exp.Expression) -> list[exp.Expression]:
     """Reject trees with more than MAX_NODES nodes, deeper than MAX_DEPTH (a chain of one
     connective counts as one level), or with more than MAX_CONNECTIVES AND/OR connectives.
+    Return the tree's nodes, breadth first (``query.walk()``'s order), for the other checks.
 
     Iterative, so a deep tree cannot exhaust the stack here; the bounds keep every recursive
     pass after it (qualify, the analysis, the rewrite) within Python's recursion limit.
     """
-    nodes = connectives = 0
-    queue: deque[tuple[exp.Expression, int]] = deque([(query, 1)])
-    while queue:
-        node, depth = queue.popleft()
-        nodes += 1
-        if nodes > MAX_NODES:
+    # breadth first: nodes[i] is visited i-th; depths[i] is its depth
+    nodes: list[exp.Expression] = [query]
+    depths = [1]
+    connectives = 0
+    i = 0
+    while i < len(nodes):
+        node, depth = nodes[i], depths[i]
+        i += 1
+        if i > MAX_NODES:
             raise UnsupportedQueryError(
                 f"the query has more than {MAX_NODES:,} syntax elements: split it into smaller "
                 "queries"
@@ -75,7 +83,8 @@ def check_shape(query: exp.Expression) -> None:
             raise UnsupportedQueryError(
                 f"the query nests expressions more than {MAX_DEPTH} levels deep: flatten it"
             )
-        if isinstance(node, exp.Connector):
+        connective = isinstance(node, exp.Connector)
+        if connective:
             connectives += 1
             if connectives > MAX_CONNECTIVES:
                 raise UnsupportedQueryError(
@@ -83,30 +92,37 @@ def check_shape(query: exp.Expression) -> None:
                     "or split it into smaller queries"
                 )
         for child in node.iter_expressions():
+            nodes.append(child)
             # an AND chain is as deep as it is long: count it as one level (its length is
             # bounded by MAX_CONNECTIVES)
-            same_chain = isinstance(node, exp.Connector) and type(child) is type(node)
-            queue.append((child, depth if same_chain else depth + 1))
+            depths.append(depth if connective and type(child) is type(node) else depth + 1)
+    return nodes
 
 
-def check_names(query: exp.Expression, metadata: Metadata) -> None:
+def _of_type(nodes: Sequence[exp.Expression], *types: type[exp.Expression]) -> list:
+    """The nodes of the given types, in the order listed (``find_all`` over a node list)."""
+    return [node for node in nodes if isinstance(node, types)]
+
+
+def check_names(nodes: Sequence[exp.Expression], metadata: Metadata) -> None:
     """No analyst identifier may start with ENGINE_PREFIX, and no CTE, derived table or table
-    alias may be named like a declared table other than the one it aliases."""
+    alias may be named like a declared table other than the one it aliases (``nodes``: see
+    :func:`check_shape`)."""
     declared = {name.lower() for name in metadata.tables}
-    for ident in query.find_all(exp.Identifier):
+    for ident in _of_type(nodes, exp.Identifier):
         if ident.name.startswith(ENGINE_PREFIX):
             raise ProgrammingError(
                 f"the name {ident.name!r} is reserved: names starting with "
                 f"{ENGINE_PREFIX!r} belong to dpsql's generated SQL; rename it"
             )
-    for cte in query.find_all(exp.CTE):
+    for cte in _of_type(nodes, exp.CTE):
         name = cte.alias_or_name.lower()
         if name in declared:
             raise ProgrammingError(
                 f"the CTE {cte.alias_or_name!r} has the name of a declared table: a CTE may "
                 "not hide a table; rename it"
             )
-    for alias in query.find_all(exp.TableAlias):
+    for alias in _of_type(nodes, exp.TableAlias):
         name = alias.name.lower()
         parent = alias.parent
         if not name or name not in declared or isinstance(parent, exp.CTE):
@@ -119,10 +135,11 @@ def check_names(query: exp.Expression, metadata: Metadata) -> None:
         )
 
 
-def check_modifiers(query: exp.Expression) -> None:
+def check_modifiers(query: exp.Expression, nodes: Sequence[exp.Expression]) -> None:
     """ORDER BY, LIMIT, OFFSET and FETCH only on the outermost SELECT (post-processing of the
-    noisy aggregates); GROUP BY ALL nowhere (its keys are not written out to be analysed)."""
-    for node in query.find_all(*_MODIFIERS, exp.Group):
+    noisy aggregates); GROUP BY ALL nowhere (its keys are not written out to be analysed).
+    ``nodes``: ``query``'s, see :func:`check_shape`."""
+    for node in _of_type(nodes, *_MODIFIERS, exp.Group):
         if isinstance(node, exp.Group):
             if node.args.get("all"):
                 raise UnsupportedConstructError(
@@ -140,9 +157,9 @@ def check_modifiers(query: exp.Expression) -> None:
         )
 
 
-def check_set_operations(query: exp.Expression) -> None:
+def check_set_operations(nodes: Sequence[exp.Expression]) -> None:
     """Reject set operations that match columns by name (DuckDB's ``UNION BY NAME``)."""
-    for node in query.find_all(exp.SetOperation):
+    for node in _of_type(nodes, exp.SetOperation):
         if node.args.get("by_name"):
             raise UnsupportedConstructError(
                 "UNION / INTERSECT / EXCEPT BY NAME is not supported: list the same columns in "
@@ -150,9 +167,9 @@ def check_set_operations(query: exp.Expression) -> None:
             )
 
 
-def check_stars(query: exp.Expression) -> None:
+def check_stars(nodes: Sequence[exp.Expression]) -> None:
     """``*`` only as ``COUNT(*)`` or in a subquery's projection list (expanded by qualify)."""
-    for node in query.find_all(exp.Star):
+    for node in _of_type(nodes, exp.Star):
         holder = node.parent
         if isinstance(holder, exp.Column):  # ``t.*``
             star, holder = holder, holder.parent
@@ -168,17 +185,20 @@ def check_stars(query: exp.Expression) -> None:
         )
 
 
-def check_columns_resolved(query: exp.Expression) -> None:
+def check_columns_resolved(query: exp.Expression,
+                           nodes: Sequence[exp.Expression] | None = None) -> None:
     """After qualify: a column reference without a table that names a table, CTE or alias in
     the query is the whole row (DuckDB binds it as a STRUCT of every stored column)."""
-    for node in query.find_all(exp.TableColumn):  # what qualify makes of a bare table name
+    if nodes is None:  # ``query``'s nodes, walked once for the three lookups below
+        nodes = list(query.walk())
+    for node in _of_type(nodes, exp.TableColumn):  # what qualify makes of a bare table name
         raise _table_as_value(node.name)
     sources: set[str] = set()
-    for node in query.find_all(exp.Table, exp.TableAlias, exp.CTE):
+    for node in _of_type(nodes, exp.Table, exp.TableAlias, exp.CTE):
         name = node.alias_or_name if not isinstance(node, exp.TableAlias) else node.name
         if name:
             sources.add(name.lower())
-    for column in query.find_all(exp.Column):
+    for column in _of_type(nodes, exp.Column):
         if not column.table and column.name.lower() in sources:
             raise _table_as_value(column.name)
 

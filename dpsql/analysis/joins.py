@@ -148,9 +148,9 @@ class JoinBuilder:
         stability = rules.several_equi_conjuncts(candidates)
         left_factor = rules.join_key_factor(left_factors)
         right_factor = rules.join_key_factor(right_factors)
-        cols = {k: replace(f, mf=rules.join_column_mf(f.mf, left_factor))
+        cols = {k: f.with_mf(rules.join_column_mf(f.mf, left_factor))
                 for k, f in left.columns.items()}
-        cols.update({k: replace(f, mf=rules.join_column_mf(f.mf, right_factor))
+        cols.update({k: f.with_mf(rules.join_column_mf(f.mf, right_factor))
                      for k, f in right.columns.items()})
         rule = ("mf(a)*S2 + mf(b)*S1 + S1*S2 (self-join: shared ancestor "
                 f"{', '.join(sorted(shared))})") if shared else "max(mf(a)*S2, mf(b)*S1)"

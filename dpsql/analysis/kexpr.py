@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -29,7 +30,15 @@ class KExpr:
 
     def at_array(self, ks: np.ndarray) -> np.ndarray:
         """``at`` for every k of the float array ``ks`` at once (to within a few ulps of
-        ``at``: numpy's sums and products are not correctly rounded like math.fsum)."""
+        ``at``: numpy's sums and products are not correctly rounded like math.fsum). The
+        returned array may be shared with the expression's parts: do not write to it."""
+        return self._array(ks, {})
+
+    def _array(self, ks: np.ndarray, memo: dict[int, np.ndarray]) -> np.ndarray:
+        """:meth:`at_array`; ``memo`` (id -> values) evaluates a part shared by several
+        parents (a stability reused by a join's terms) once per call."""
+        if type(self).at_array is not KExpr.at_array:  # a subclass that defines at_array
+            return self.at_array(ks)
         raise NotImplementedError
 
     @property
@@ -59,7 +68,7 @@ class Const(KExpr):
     def at(self, k: int) -> float:
         return self.value
 
-    def at_array(self, ks: np.ndarray) -> np.ndarray:
+    def _array(self, ks: np.ndarray, memo: dict[int, np.ndarray]) -> np.ndarray:
         return np.full(ks.shape, self.value)
 
     def __str__(self) -> str:
@@ -80,7 +89,7 @@ class PlusK(KExpr):
     def at(self, k: int) -> float:
         return self.base + k
 
-    def at_array(self, ks: np.ndarray) -> np.ndarray:
+    def _array(self, ks: np.ndarray, memo: dict[int, np.ndarray]) -> np.ndarray:
         return self.base + ks
 
     def __str__(self) -> str:
@@ -92,8 +101,9 @@ class _Op(KExpr):
     op: str
     args: tuple[KExpr, ...]
 
-    @property
+    @cached_property
     def degree(self) -> int:  # type: ignore[override]
+        # cached: the tree is immutable, and the noise plan asks each node several times
         if self.op == "*":
             return sum(a.degree for a in self.args)
         return max(a.degree for a in self.args)
@@ -111,21 +121,36 @@ class _Op(KExpr):
             return max(values)
         return min(values)
 
-    def at_array(self, ks: np.ndarray) -> np.ndarray:
-        values = np.stack([a.at_array(ks) for a in self.args])
-        if self.op == "+":
-            return values.sum(axis=0)
-        if self.op == "*":
-            return values.prod(axis=0)
-        if self.op == "max":
-            return values.max(axis=0)
-        return values.min(axis=0)
+    def _array(self, ks: np.ndarray, memo: dict[int, np.ndarray]) -> np.ndarray:
+        out = memo.get(id(self))
+        if out is not None:
+            return out
+        # Left to right, one binary ufunc per argument (no stacked copy, never in place): as
+        # ``at`` does it, up to the rounding of ``+`` (math.fsum there). NaN propagates
+        # through all four.
+        ufunc = _UFUNCS[self.op]
+        args = iter(self.args)
+        out = next(args)._array(ks, memo)
+        for a in args:
+            out = ufunc(out, a._array(ks, memo))
+        memo[id(self)] = out
+        return out
 
     def __str__(self) -> str:
         if self.op in ("+", "*"):
             return "(" + f" {self.op} ".join(map(str, self.args)) + ")"
         return f"{self.op}(" + ", ".join(map(str, self.args)) + ")"
 
+
+def _op(op: str, args: tuple[KExpr, ...]) -> _Op:
+    """``_Op(op, args)``, the same frozen instance, without the dataclass ``__init__``'s
+    ``object.__setattr__`` per field (a third of the cost; joins build one per column)."""
+    node = object.__new__(_Op)
+    node.__dict__.update(op=op, args=args)
+    return node
+
+
+_UFUNCS = {"+": np.add, "*": np.multiply, "max": np.maximum, "min": np.minimum}
 
 ZERO = Const(0.0)
 ONE = Const(1.0)
@@ -143,19 +168,24 @@ def add(a: KExpr, b: KExpr) -> KExpr:
         return a
     if isinstance(a, Const) and isinstance(b, Const):
         return Const(a.value + b.value)
-    return _Op("+", (a, b))
+    return _op("+", (a, b))
+
+
+def _is_one(e: KExpr) -> bool:
+    """``e == ONE`` without the dataclass comparison (only a Const equals a Const)."""
+    return isinstance(e, Const) and e.value == 1.0
 
 
 def mul(a: KExpr, b: KExpr) -> KExpr:
     if is_zero(a) or is_zero(b):
         return ZERO
-    if a == ONE:
+    if _is_one(a):
         return b
-    if b == ONE:
+    if _is_one(b):
         return a
     if isinstance(a, Const) and isinstance(b, Const):
         return Const(a.value * b.value)
-    return _Op("*", (a, b))
+    return _op("*", (a, b))
 
 
 def _fold(op: str, args: list[KExpr]) -> KExpr:
@@ -177,7 +207,7 @@ def _fold(op: str, args: list[KExpr]) -> KExpr:
         return ZERO
     if len(others) == 1:
         return others[0]
-    return _Op(op, tuple(others))
+    return _op(op, tuple(others))
 
 
 def kmax(*args: KExpr) -> KExpr:

@@ -30,6 +30,7 @@ from dpsql.analysis.model import (
     Relation,
 )
 from dpsql.analysis.relations import Analyzer
+from dpsql.analysis.trees import copy_tree
 from dpsql.errors import (
     AggregateArithmeticError,
     MissingMetricError,
@@ -77,10 +78,10 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
             )
         arg = agg.this.unnest()
         bounds = _sum_bounds(agg, arg, rel)
-        sum_node = exp.Sum(this=arg.copy())
+        sum_node = exp.Sum(this=copy_tree(arg))
         if isinstance(agg, exp.Sum):
             return (measure("SUM", sum_node, bounds),)
-        count_node = exp.Count(this=arg.copy())
+        count_node = exp.Count(this=copy_tree(arg))
         return (measure("SUM", sum_node, bounds), measure("COUNT", count_node))
 
     columns: list[OutputColumn] = []

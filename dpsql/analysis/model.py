@@ -32,6 +32,13 @@ class ColumnFacts:
     def derived(from_aggregate: bool = False, type: str | None = None) -> ColumnFacts:
         return ColumnFacts(mf=None, from_aggregate=from_aggregate, type=type)
 
+    def with_mf(self, mf: KExpr | None) -> ColumnFacts:
+        """These facts with mf_k ``mf`` (``dataclasses.replace`` without its generic cost;
+        the same object when ``mf`` is already this one's)."""
+        if mf is self.mf:
+            return self
+        return ColumnFacts(mf, self.bounds, self.origin, self.from_aggregate, self.type)
+
 
 @dataclass(frozen=True)
 class Derivation:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections.abc import Iterable
 
 import sqlglot
 from sqlglot import exp
@@ -20,11 +21,8 @@ from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
 from dpsql.analysis import hygiene
-from dpsql.errors import (
-    ProgrammingError,
-    UnsupportedConstructError,
-    UnsupportedQueryError,
-)
+from dpsql.analysis.allowlist import DEFAULT_SCHEMAS, check_allowed
+from dpsql.errors import ProgrammingError, UnsupportedQueryError
 from dpsql.metadata import Metadata
 
 #: sqlglot's DuckDB dialect, as one instance: a dialect given by name is looked up and
@@ -33,54 +31,6 @@ DIALECT = Dialect.get_or_raise("duckdb")
 
 # sqlglot warns on stderr when it falls back to a generic Command; we reject those anyway.
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
-
-#: Schema prefixes that name the default namespace (FLEX's ``public``, DuckDB's ``main``).
-_DEFAULT_SCHEMAS = frozenset({"public", "main"})
-_SYSTEM_SCHEMAS = frozenset({"information_schema", "pg_catalog", "system", "temp"})
-#: Spark reads ``parquet.`/path``` (a data-source name as schema, a path as table) as a file.
-_FILE_SOURCE_SCHEMAS = frozenset({
-    "parquet", "csv", "json", "orc", "avro", "text", "binaryfile", "delta", "jdbc", "libsvm",
-    "xml", "image", "hive", "file",
-})
-
-#: Syntax nodes a query may contain. Everything else is rejected: an allow-list, not a deny-list.
-_ALLOWED_NODES: tuple[type[exp.Expression], ...] = (
-    exp.Select, exp.From, exp.Join, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered,
-    exp.Limit, exp.Offset, exp.With, exp.CTE, exp.Subquery, exp.Union, exp.Intersect,
-    exp.Except, exp.TableAlias, exp.Alias, exp.Identifier, exp.Table, exp.Column, exp.Literal,
-    exp.Star, exp.Paren, exp.Neg, exp.Not, exp.And, exp.Or, exp.EQ, exp.NEQ, exp.GT, exp.GTE,
-    exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is, exp.In, exp.Between, exp.Like,
-    exp.ILike, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Null, exp.Boolean,
-    exp.Placeholder, exp.DataType, exp.DataTypeParam, exp.Case, exp.If, exp.Exists,
-    exp.Distinct, exp.Interval, exp.Var, exp.Tuple, exp.DPipe,
-)
-
-#: Deterministic scalar functions and the three aggregates with sensitivity rules.
-_ALLOWED_FUNCS: tuple[type[exp.Expression], ...] = (
-    exp.Count, exp.Sum, exp.Avg,
-    exp.Abs, exp.Round, exp.Floor, exp.Ceil, exp.Sqrt, exp.Ln, exp.Log, exp.Exp, exp.Pow,
-    exp.Sign, exp.Greatest, exp.Least, exp.Coalesce, exp.Nullif, exp.Cast, exp.TryCast,
-    exp.Upper, exp.Lower, exp.Length, exp.Substring, exp.Trim, exp.Concat, exp.Left,
-    exp.Right, exp.StrPosition, exp.StartsWith, exp.Extract, exp.Year, exp.Month, exp.Day,
-    exp.Quarter, exp.DayOfWeek, exp.DateTrunc, exp.TimestampTrunc, exp.DateAdd, exp.DateSub,
-    exp.DateDiff, exp.If, exp.Case,
-)
-
-#: Clauses no sensitivity rule covers a subquery in (WHERE, FROM and WITH are analysed).
-_CLAUSES_WITHOUT_SUBQUERIES: tuple[type[exp.Expression], ...] = (
-    exp.Order, exp.Limit, exp.Offset, exp.Group, exp.Fetch,
-)
-
-_NONDETERMINISTIC: tuple[type[exp.Expression], ...] = (
-    exp.Rand, exp.Uuid, exp.CurrentDate, exp.CurrentTimestamp, exp.CurrentTime,
-    exp.CurrentDatetime,
-)
-_NONDETERMINISTIC_NAMES = frozenset(
-    {"now", "random", "uuid", "gen_random_uuid", "setseed", "current_timestamp",
-     "get_current_timestamp", "today", "transaction_timestamp", "current_localtimestamp"}
-)
-_BOUNDLESS_AGGREGATES = "MIN, MAX, MEDIAN, STDDEV, VARIANCE, quantiles and other aggregates"
-
 
 def _position(err: ParseError) -> tuple[int, int] | None:
     if err.errors:
@@ -143,162 +93,9 @@ def parse_sql(sql: str) -> exp.Expression:
     return stmt
 
 
-def check_allowed(query: exp.Expression, metadata: Metadata) -> None:
-    """Raise unless every node is allow-listed and every table reference is a declared table."""
-    for node in query.walk():
-        if isinstance(node, exp.Table):
-            _check_table(node, metadata)
-        elif isinstance(node, exp.Anonymous):
-            name = str(node.this).lower()
-            if name in _NONDETERMINISTIC_NAMES:
-                raise UnsupportedConstructError(
-                    f"nondeterministic function {name}() is not allowed: remove it "
-                    "(dpsql adds all randomness itself)"
-                )
-            raise UnsupportedConstructError(
-                f"function {name}() is not allowed: dpsql only runs built-in deterministic "
-                "scalar functions and COUNT/SUM/AVG (no macros or user functions)"
-            )
-        elif isinstance(node, exp.Placeholder) and node.this:
-            raise ProgrammingError(
-                f"parameter marker {node.sql(dialect=DIALECT)} is not supported: dpsql uses "
-                "qmark parameters, write ? and pass the values in order"
-            )
-        elif isinstance(node, exp.Window):
-            raise UnsupportedConstructError(
-                "window functions (OVER ...) are not supported: use GROUP BY instead"
-            )
-        elif isinstance(node, exp.Lateral):
-            raise UnsupportedConstructError("LATERAL is not supported: use a join or GROUP BY")
-        elif isinstance(node, exp.With) and node.args.get("recursive"):
-            raise UnsupportedConstructError(
-                "recursive CTEs (WITH RECURSIVE) are not supported: write a non-recursive query"
-            )
-        elif isinstance(node, exp.Distinct) and node.args.get("on") is not None:
-            # DISTINCT ON keeps one arbitrary row per key: the kept rows' other columns repeat
-            # across keys (no mf 1) and a changed row can swap two representatives.
-            raise UnsupportedConstructError(
-                "DISTINCT ON is not supported: it keeps an arbitrary row per key; use GROUP BY"
-            )
-        elif isinstance(node, _CLAUSES_WITHOUT_SUBQUERIES) and node.find(exp.Query):
-            # No sensitivity rule looks at these clauses: an exact private aggregate in
-            # LIMIT (SELECT COUNT(*) ...) would set how many rows are released, and a scalar
-            # subquery's "more than one row" error depends on private data.
-            clause = type(node).__name__.upper().replace("ORDER", "ORDER BY")
-            clause = clause.replace("GROUP", "GROUP BY")
-            raise UnsupportedConstructError(
-                f"a subquery in {clause} is not supported: only FROM, WITH and IN / EXISTS "
-                "conditions in WHERE may contain subqueries"
-            )
-        elif isinstance(node, _ALLOWED_NODES):
-            continue
-        elif isinstance(node, exp.Func):
-            _check_function(node)
-        else:
-            raise UnsupportedConstructError(_describe_unsupported(node))
-
-
-def _describe_unsupported(node: exp.Expression) -> str:
-    if isinstance(node, exp.TableSample):
-        return "TABLESAMPLE / USING SAMPLE is not supported: dpsql needs the exact aggregate"
-    if isinstance(node, exp.Values):
-        return "VALUES lists are not supported as relations: query declared tables"
-    if isinstance(node, (exp.Unnest, exp.Explode)):
-        return "UNNEST is not supported: query declared tables"
-    if isinstance(node, exp.Qualify):
-        return "QUALIFY is not supported: window functions have no sensitivity rule"
-    if isinstance(node, (exp.Cube, exp.Rollup, exp.GroupingSets)):
-        return "ROLLUP / CUBE / GROUPING SETS are not supported: use one plain GROUP BY per query"
-    if isinstance(node, exp.Filter):
-        return "aggregate FILTER (WHERE ...) is not supported: move the condition into WHERE"
-    sql = node.sql(dialect=DIALECT)
-    snippet = sql if len(sql) <= 60 else sql[:57] + "..."
-    return f"SQL construct {node.key.upper()} ({snippet}) is not supported by dpsql"
-
-
-def _check_function(node: exp.Func) -> None:
-    if isinstance(node, _NONDETERMINISTIC):
-        raise UnsupportedConstructError(
-            f"nondeterministic function {node.sql_name()} is not allowed: remove it "
-            "(dpsql adds all randomness itself)"
-        )
-    if isinstance(node, _ALLOWED_FUNCS):
-        return
-    if isinstance(node, exp.AggFunc):
-        raise UnsupportedConstructError(
-            f"aggregate {node.sql_name()} is not supported: {_BOUNDLESS_AGGREGATES} have no "
-            "bounded sensitivity; use COUNT, SUM or AVG (with declared bounds)"
-        )
-    raise UnsupportedConstructError(
-        f"function {node.sql_name()}() is not allowed: dpsql runs only allow-listed "
-        "deterministic scalar functions"
-    )
-
-
-def _check_table(table: exp.Table, metadata: Metadata) -> None:
-    if not isinstance(table.this, exp.Identifier):
-        # read_csv, glob, duckdb_tables(), ...: a function in FROM position
-        func = table.this
-        name = func.name if isinstance(func, exp.Anonymous) else getattr(func, "sql_name", str)()
-        raise UnsupportedConstructError(
-            f"table function {name}() is not allowed: query declared tables only"
-        )
-    if table.args.get("catalog") is not None:
-        raise UnsupportedConstructError(
-            f"catalog-qualified table {table.sql(dialect=DIALECT)} is not reachable: "
-            "use the declared table name without a catalog"
-        )
-    db = table.db.lower() if table.db else ""
-    if db in _SYSTEM_SCHEMAS or table.name.lower().startswith(("duckdb_", "pragma_", "sqlite_")):
-        raise UnsupportedConstructError(
-            f"system catalog {table.sql(dialect=DIALECT)} is not reachable: query declared tables"
-        )
-    if db in _FILE_SOURCE_SCHEMAS:
-        raise UnsupportedConstructError(
-            f"{table.sql(dialect=DIALECT)} reads files (a Spark file source): query declared "
-            "tables only"
-        )
-    if db and db not in _DEFAULT_SCHEMAS:
-        raise ProgrammingError(
-            f"schema {table.db!r} is unknown: write the declared table name without a schema"
-        )
-    name = table.name
-    if _is_cte_reference(table):
-        return
-    if any(ch in name for ch in "/\\*?") or name.lower().endswith(
-        (".csv", ".parquet", ".json", ".tsv", ".gz", ".db", ".duckdb")
-    ):
-        raise UnsupportedConstructError(
-            f"file path {name!r} cannot be used as a table: query declared tables only"
-        )
-    if "." in name:
-        # "main.orders" quoted is ONE identifier: DuckDB looks for a table named main.orders,
-        # while a schema prefix is dropped when the metadata is searched (Metadata.table), so
-        # the analysis would read orders' max frequencies for a different table.
-        raise ProgrammingError(
-            f"table name {name!r} contains a dot inside one quoted identifier, which names a "
-            "different table than the declared one: write the declared table name, or "
-            "schema.table with each part quoted separately (\"main\".\"orders\")"
-        )
-    metadata.table(name)  # raises ProgrammingError for undeclared tables
-
-
-def _is_cte_reference(table: exp.Table) -> bool:
-    if table.db:
-        return False
-    name = table.name.lower()
-    node: exp.Expression | None = table
-    while node is not None:
-        with_ = node.args.get("with_") if isinstance(node, exp.Query) else None
-        if with_ is not None and any(c.alias_or_name.lower() == name for c in with_.expressions):
-            return True
-        node = node.parent
-    return False
-
-
 def _strip_default_schema(query: exp.Expression) -> exp.Expression:
     for table in query.find_all(exp.Table):
-        if table.db and table.db.lower() in _DEFAULT_SCHEMAS:
+        if table.db and table.db.lower() in DEFAULT_SCHEMAS:
             table.set("db", None)
     return query
 
@@ -349,31 +146,37 @@ def _schema(metadata: Metadata) -> MappingSchema:
 _POSITION_KEYS = ("line", "col", "start", "end")
 
 
-def _drop_positions(query: exp.Expression) -> None:
-    """Drop the parser's source positions from every node's meta, in place: nothing reads them
-    after parsing (syntax errors take theirs from the ParseError), and every copy of the tree
-    (qualify, the rewrite) deep-copies them in Python, a third of plan_execution's time."""
-    for node in query.walk():
-        meta = getattr(node, "_meta", None)
-        if meta:
+def _drop_annotations(nodes: Iterable[exp.Expression]) -> None:
+    """Drop the parser's source positions from every node's meta, and empty meta dicts and
+    comment lists, in place. Nothing reads the positions after parsing (syntax errors take
+    theirs from the ParseError); an empty meta or comment list means what None means (no
+    marks, no comments: generation, equality and ``node.meta`` are unchanged), but every copy
+    of the tree (qualify, the rewrite) deep-copies each one through ``copy.deepcopy``: the
+    positions were a third of plan_execution's time, and qualify leaves an empty meta on
+    most columns it resolves."""
+    for node in nodes:
+        meta = node._meta
+        if meta is not None:
             for key in _POSITION_KEYS:
                 meta.pop(key, None)
             if not meta:
                 node._meta = None
+        if node.comments is not None and not node.comments:
+            node.comments = None
 
 
 def parse_query(sql: str, metadata: Metadata) -> exp.Query:
     """Parse, allow-list check and qualify ``sql`` against ``metadata`` (see module contract)."""
     hygiene.check_size(sql)
     query = parse_sql(sql)
-    hygiene.check_shape(query)  # before anything recursive walks the tree
-    _drop_positions(query)
+    nodes = hygiene.check_shape(query)  # before anything recursive walks the tree
+    _drop_annotations(nodes)
     _reject_star(query)
-    check_allowed(query, metadata)
-    hygiene.check_names(query, metadata)
-    hygiene.check_modifiers(query)
-    hygiene.check_set_operations(query)
-    hygiene.check_stars(query)
+    check_allowed(query, metadata, nodes)
+    hygiene.check_names(nodes, metadata)
+    hygiene.check_modifiers(query, nodes)
+    hygiene.check_set_operations(nodes)
+    hygiene.check_stars(nodes)
     query = _strip_default_schema(query)
     _name_outputs(query)
     try:
@@ -395,5 +198,7 @@ def parse_query(sql: str, metadata: Metadata) -> exp.Query:
             "GROUP BY positions name an output column"
         ) from None
     assert isinstance(qualified, exp.Query)
-    hygiene.check_columns_resolved(qualified)
+    nodes = list(qualified.walk())
+    _drop_annotations(nodes)  # what qualify left
+    hygiene.check_columns_resolved(qualified, nodes)
     return qualified

@@ -7,6 +7,7 @@ by its :class:`~dpsql.analysis.joins.JoinBuilder` half.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import replace
 
 from sqlglot import exp
@@ -59,6 +60,61 @@ def cte_references(query: exp.Query) -> dict[int, exp.CTE]:
     return refs
 
 
+def _base_table(metadata: Metadata, name: str) -> Relation:
+    meta = metadata.table(name)
+    rule = rules.public_table if meta.public else rules.private_table
+    stability = rule(None)[0]
+    cols: dict[tuple[str, str], ColumnFacts] = {}
+    for col in meta.columns.values():
+        cols[("", col.name)] = ColumnFacts(
+            mf=rule(col.max_freq)[1], bounds=col.bounds, origin=(name, col.name),
+            type=col.type,
+        )
+    kind = "public" if meta.public else "private"
+    return Relation(
+        stability, cols, frozenset() if meta.public else frozenset({name}),
+        Derivation(f"{kind} table {name}", stability),
+    )
+
+
+#: id(metadata) -> (weak reference to it, {(table name, alias or None): its base relation}).
+#: A declared table's relation depends on the metadata alone (immutable), and building it (a
+#: ColumnFacts per column) was ~5% of the analysis; the relations are frozen and only read
+#: (joins and projections build new column dicts), so one per Metadata object suffices.
+_BASE_TABLES: dict[int, tuple[weakref.ref, dict[tuple[str, str | None], Relation]]] = {}
+
+
+def base_table(metadata: Metadata, name: str, alias: str | None = None) -> Relation:
+    """The relation of declared table ``name`` (lower-case): S = 1 (private) or 0 (public),
+    each column's facts from ``metadata`` (rules.private_table / rules.public_table), keyed
+    ``("", column)``, or ``(alias, column)`` with an ``alias``. Kept per Metadata object for
+    ``alias`` None or ``name`` (what qualify gives an unaliased table): the analyst's other
+    aliases are not kept, so the memo stays as small as the metadata."""
+    key = id(metadata)
+    hit = _BASE_TABLES.get(key)
+    if hit is None or hit[0]() is not metadata:
+        def forget(_ref: object, key: int = key) -> None:
+            _BASE_TABLES.pop(key, None)
+
+        hit = _BASE_TABLES[key] = (weakref.ref(metadata, forget), {})
+    tables = hit[1]
+    rel = tables.get((name, alias))
+    if rel is None:
+        if alias is None:
+            rel = _base_table(metadata, name)
+        else:
+            rel = _keyed(base_table(metadata, name), alias)
+        if alias is None or alias == name:
+            tables[(name, alias)] = rel
+    return rel
+
+
+def _keyed(rel: Relation, alias: str) -> Relation:
+    """``rel`` with its columns keyed ``(alias, column)``."""
+    cols = {(alias, name): facts for (_, name), facts in rel.columns.items()}
+    return replace(rel, columns=cols)
+
+
 class Analyzer(JoinBuilder):
     def __init__(self, metadata: Metadata, allow_unknown_key_types: bool = False) -> None:
         self.metadata = metadata
@@ -86,20 +142,7 @@ class Analyzer(JoinBuilder):
                     "the outer query's WITH"
                 )
             return replace(cte, tree=Derivation(f"CTE {name}", cte.stability, (), (cte.tree,)))
-        meta = self.metadata.table(name)
-        rule = rules.public_table if meta.public else rules.private_table
-        stability = rule(None)[0]
-        cols: dict[tuple[str, str], ColumnFacts] = {}
-        for col in meta.columns.values():
-            cols[("", col.name)] = ColumnFacts(
-                mf=rule(col.max_freq)[1], bounds=col.bounds, origin=(name, col.name),
-                type=col.type,
-            )
-        kind = "public" if meta.public else "private"
-        return Relation(
-            stability, cols, frozenset() if meta.public else frozenset({name}),
-            Derivation(f"{kind} table {name}", stability),
-        )
+        return base_table(self.metadata, name)
 
     def outer_relation(self, query: exp.Query) -> Relation:
         """The relation the top-level SELECT aggregates over: its FROM / WHERE, with the
@@ -274,8 +317,9 @@ class Analyzer(JoinBuilder):
                 f"column aliases on {sql_text(table_alias)} are not supported: select the columns "
                 "with aliases in a subquery instead, (SELECT x AS a, y AS b FROM t) AS t"
             )
-        cols = {(alias, name): facts for (_, name), facts in rel.columns.items()}
-        return alias, replace(rel, columns=cols)
+        if isinstance(node, exp.Table) and id(node) not in self.cte_refs:
+            return alias, base_table(self.metadata, node.name.lower(), alias)
+        return alias, _keyed(rel, alias)
 
     def from_where(
         self, select: exp.Select, *, correlated_ok: bool

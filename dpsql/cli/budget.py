@@ -48,20 +48,19 @@ def database_key(database: str | None, metadata: str | None, backend: str) -> st
     else the metadata's; a click.UsageError when neither names one (never ":memory:" by
     default)."""
     from dpsql.backends import ledger_identity  # light: no backend is imported
+    from dpsql.metadata import load_metadata
 
+    md = load_metadata(metadata) if metadata is not None else None  # a broken file says so
     if database is not None:
-        return ledger_identity(backend, database)
-    if metadata is None:
+        return ledger_identity(backend, database, md)
+    if md is None:
         raise click.UsageError(
             "name the database the budget applies to: --database D.duckdb (spark://NAME for "
             "Spark), or -m M.yaml to take it from the metadata"
         )
-    from dpsql.metadata import load_metadata
-
-    load_metadata(metadata)  # a broken file is reported as such
-    # The identity a connection without a database file gets for this metadata (Spark: the
-    # default catalog database).
-    identity = ledger_identity(backend, None)
+    # The identity a connection without a database file gets for this metadata: its sources'
+    # files, or Spark's default catalog database.
+    identity = ledger_identity(backend, None, md)
     if identity == ":memory:":
         raise click.UsageError(
             f"the metadata {metadata} does not say which database file its tables live in, so "

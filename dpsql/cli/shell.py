@@ -260,6 +260,27 @@ def _banner(shell: Shell, database: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+def _remote_shell(url: str, epsilon: float, delta: float, fmt: str, sql: str | None) -> int:
+    """The shell over a `dpsql serve` connection: the analyst-facing schema comes from the
+    server (``SHOW dpsql.schema``), the analyst is the URL's authenticated user."""
+    from dpsql.remote import RemoteConnection
+
+    conn = RemoteConnection(url, epsilon=epsilon, delta=delta)
+    try:
+        shell = Shell(conn, conn.schema, analyst=conn.analyst, epsilon=epsilon, delta=delta,
+                      fmt=fmt)
+        if sql is not None or not sys.stdin.isatty():
+            text = sql if sql is not None else sys.stdin.read()
+            try:
+                return 0 if shell.run_all(script_items(text), stop_on_error=True) else 1
+            except QuitShell:
+                return 0
+        click.echo(_banner(shell, conn.where))
+        return interact(shell, history_file())
+    finally:
+        conn.close()
+
+
 def history_file() -> Path:
     """The shell's persistent history: ``$DPSQL_HOME/shell_history`` (default under
     ``~/.cache/dpsql``)."""
@@ -269,7 +290,7 @@ def history_file() -> Path:
 
 
 @click.command("shell")
-@click.argument("database", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("database", required=False, metavar="DATABASE|postgresql://USER@HOST:PORT/DB")
 @click.option("--metadata", "-m", type=click.Path(dir_okay=False, path_type=Path),
               help="Metadata YAML describing the reachable tables (not needed with --demo).")
 @click.option("--analyst", "-a", help="Who is charged in the ledger (with --demo: demo).")
@@ -290,7 +311,7 @@ def history_file() -> Path:
 @click.option("--execute", "-e", "sql", metavar="SQL",
               help="Run SQL (statements and backslash commands) and exit; exit 1 on an error.")
 @backend_options
-def command(database: Path | None, metadata: Path | None, analyst: str | None,
+def command(database: str | Path | None, metadata: Path | None, analyst: str | None,
             ledger: Path | None, no_ledger: bool, epsilon: float, delta: float, fmt: str,
             owner: bool, demo: bool, sql: str | None, backend: str,
             spark_master: str | None) -> int:
@@ -299,8 +320,16 @@ def command(database: Path | None, metadata: Path | None, analyst: str | None,
     SQL statements end with ';'. Results are noisy; each query spends the per-query epsilon
     from your budget, and a rejected query spends nothing. Type \\help for the commands.
     A privacy ledger is required (the metadata's `ledger:` or --ledger) unless the data owner
-    passes --no-ledger.
+    passes --no-ledger. With a server URL the shell is a client of `dpsql serve`, which holds
+    the metadata and the ledger (pass only --epsilon/--delta/--format/-e).
     """
+    if isinstance(database, str) and database.startswith(("postgresql://", "postgres://")):
+        if metadata is not None or analyst or ledger is not None or no_ledger or owner or demo:
+            raise click.UsageError("a server URL takes no --metadata, --analyst, --ledger, "
+                                   "--no-ledger, --owner or --demo: the server holds them")
+        return _remote_shell(database, epsilon, delta, fmt, sql)
+    if database is not None:
+        database = Path(database)
     if demo:
         if backend != "duckdb":
             raise click.UsageError("--demo is a DuckDB database; drop --backend spark")

@@ -8,21 +8,22 @@ from decimal import Decimal
 from sqlglot import exp
 
 from dpsql.analysis.elastic import QueryAnalysis
+from dpsql.analysis.trees import copy_tree
 from dpsql.metadata import Table
 from dpsql.rewrite.context import Removable, RewriteContext, StoredData
 from dpsql.rewrite.safe_compare import ColumnKind, Kind, base_tables, column_kinds
-from dpsql.rewrite.totality import cte_names, make_total
+from dpsql.rewrite.totality import make_total
 
 
 def clamp_measurements(query: exp.Select, *, ctx: RewriteContext) -> exp.Select:
     """Set the select list to the group keys ``__k<i>`` and the measurements ``__m<j>``, each
     SUM argument clamped (in the column's own type where that is exact), and record in
     ``ctx`` the outer tables and the clamps that change no stored value."""
-    ctes = cte_names(query)
+    ctes = ctx.cte_names()
     ctx.sources = base_tables(query, ctx.metadata, ctes)
     measurements, ctx.removable = _measurement_sql(
         ctx.analysis, column_kinds(query, ctx.metadata, ctes), ctx.sources, ctx.stored)
-    keys = [exp.alias_(k.node.copy(), f"__k{k.index}", copy=False)
+    keys = [exp.alias_(copy_tree(k.node), f"__k{k.index}", copy=False)
             for k in ctx.analysis.group_keys]
     query.set("expressions", keys + measurements)
     return query
@@ -38,17 +39,17 @@ def _clamp(arg: exp.Expression, bounds: tuple[float, float], kind: Kind | None) 
     if native is not None:
         lo, hi = native
         return exp.Case(ifs=[
-            exp.If(this=exp.LT(this=arg.copy(), expression=lo), true=lo.copy()),
-            exp.If(this=exp.GT(this=arg.copy(), expression=hi), true=hi.copy()),
-        ], default=arg.copy())
+            exp.If(this=exp.LT(this=copy_tree(arg), expression=lo), true=copy_tree(lo)),
+            exp.If(this=exp.GT(this=copy_tree(arg), expression=hi), true=copy_tree(hi)),
+        ], default=copy_tree(arg))
     # TRY_CAST: a column of unknown or non-numeric type must not fail on one row's value (the
     # analysis rejects known non-numeric types). CASE, not LEAST/GREATEST: DuckDB runs it ~3x
     # faster, NULL falls through to ELSE (SUM skips it) and NaN sorts above hi, as before.
-    value = exp.TryCast(this=arg.copy(), to=exp.DataType.build(exp.DataType.Type.DOUBLE))
+    value = exp.TryCast(this=copy_tree(arg), to=exp.DataType.build(exp.DataType.Type.DOUBLE))
     lo, hi = exp.convert(float(bounds[0])), exp.convert(float(bounds[1]))
     return exp.Case(ifs=[
-        exp.If(this=exp.LT(this=value.copy(), expression=lo), true=lo.copy()),
-        exp.If(this=exp.GT(this=value.copy(), expression=hi), true=hi.copy()),
+        exp.If(this=exp.LT(this=copy_tree(value), expression=lo), true=copy_tree(lo)),
+        exp.If(this=exp.GT(this=copy_tree(value), expression=hi), true=copy_tree(hi)),
     ], default=value)
 
 
@@ -111,7 +112,7 @@ def _measurement_sql(analysis: QueryAnalysis, column_kind: ColumnKind,
     numeric base-table column whose stored values all lie inside its bounds)."""
     out, removable = [], []
     for m in analysis.measurements:
-        node = m.node.copy()
+        node = copy_tree(m.node)
         if m.function == "SUM":
             assert m.bounds is not None
             arg = node.this.unnest()

@@ -50,3 +50,24 @@ class RewriteContext:
     numbered: exp.Select | None = None
     #: table alias -> (table node, declared table) of the outer query (clamps pass)
     sources: dict[str, tuple[exp.Table, Table]] = field(default_factory=dict)
+    #: the node classes of ``analysis.query`` (:meth:`may_contain`), listed on first use
+    _classes: frozenset[type] | None = field(default=None, repr=False)
+    #: the CTE names of ``analysis.query`` (:meth:`cte_names`), listed on first use
+    _cte_names: frozenset[str] | None = field(default=None, repr=False)
+
+    def may_contain(self, *types: type[exp.Expression]) -> bool:
+        """False only when the analysed query has no node of any of ``types``: a pass looking
+        for them may then skip its walk, provided no pass before it creates such nodes (the
+        exact-query passes work on a copy of that query, minus its ORDER BY / LIMIT / OFFSET /
+        HAVING / DISTINCT). One walk per query, shared by every pass."""
+        if self._classes is None:
+            self._classes = frozenset(type(node) for node in self.analysis.query.walk())
+        return any(issubclass(cls, types) for cls in self._classes)
+
+    def cte_names(self) -> frozenset[str]:
+        """The lower-case names of every CTE of the analysed query (the passes add none)."""
+        if self._cte_names is None:
+            self._cte_names = frozenset(
+                cte.alias_or_name.lower() for cte in self.analysis.query.find_all(exp.CTE)
+            ) if self.may_contain(exp.CTE) else frozenset()
+        return self._cte_names

@@ -15,6 +15,7 @@ from sqlglot import exp
 from dpsql.analysis.domains import typed_value
 from dpsql.analysis.elastic import GroupKey
 from dpsql.analysis.keytypes import normalise
+from dpsql.analysis.trees import copy_tree
 from dpsql.metadata import Domain, Metadata, Table
 from dpsql.rewrite.context import RewriteContext, StoredData
 
@@ -173,7 +174,7 @@ def _inlined_values(domain: Domain, metadata: Metadata | None, stored: StoredDat
     constants[name] = [None if v is None else str(v) for v in values]
     listed = exp.Select(expressions=[
         exp.alias_(exp.Cast(this=exp.Unnest(expressions=[exp.Placeholder(this=name)]),
-                            to=dtype.copy()), "__v", copy=False),
+                            to=copy_tree(dtype)), "__v", copy=False),
         exp.alias_(exp.Cast(this=exp.Unnest(expressions=[exp.func(
             "range", exp.Literal.number(len(values)))]), to=exp.DataType.build("INT")),
             "__o", copy=False)])
@@ -194,8 +195,8 @@ def _substituted(conditions: list[_RowCondition], key: GroupKey,
     out = []
     only_key = {(key.node.table, key.node.name)}
     for condition in (c for c in conditions if c.columns == only_key):
-        out.append(condition.node.copy().transform(
-            lambda n: exp.TryCast(this=exp.column("__v"), to=dtype.copy())
+        out.append(copy_tree(condition.node).transform(
+            lambda n: exp.TryCast(this=exp.column("__v"), to=copy_tree(dtype))
             if isinstance(n, exp.Column) else n, copy=False))
     return out
 

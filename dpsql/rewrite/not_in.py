@@ -6,6 +6,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.analysis.keytypes import COMPARABLE_KEY, is_marked_comparable
+from dpsql.analysis.trees import copy_tree
 from dpsql.rewrite.context import RewriteContext
 
 
@@ -17,6 +18,8 @@ def not_in_as_not_exists(query: exp.Expression, *,
     already be rewritten when the copy is taken (else it keeps plain NOT IN semantics, and one
     NULL in its subquery would empty it).
     """
+    if ctx is not None and not (ctx.may_contain(exp.Not) and ctx.may_contain(exp.In)):
+        return query
     targets = [node for node in query.find_all(exp.Not, bfs=False)
                if isinstance(node.this.unnest(), exp.In)
                and node.this.unnest().args.get("query") is not None]
@@ -27,10 +30,10 @@ def not_in_as_not_exists(query: exp.Expression, *,
         sub = sub.this if isinstance(sub, exp.Subquery) else sub
         alias = f"__dpsql_notin{n}"
         column = sub.selects[0].alias_or_name
-        probe_eq = exp.EQ(this=exp.column(column, alias), expression=inner.this.copy())
+        probe_eq = exp.EQ(this=exp.column(column, alias), expression=copy_tree(inner.this))
         if is_marked_comparable(inner):  # the analysis proved the IN key's types comparable
             probe_eq.meta[COMPARABLE_KEY] = True
-        probe = exp.select("1").from_(exp.alias_(sub.copy().subquery(), alias)).where(probe_eq)
+        probe = exp.select("1").from_(exp.alias_(copy_tree(sub).subquery(), alias)).where(probe_eq)
         not_node.set("this", exp.Exists(this=probe))
     return query
 
@@ -46,6 +49,8 @@ def null_safe_not_in(query: exp.Expression, *,
     over the outer rows (TPC-H Q16 at SF10: ~1.3x the time of the whole query). A probe whose
     comparison is wrapped in TRY stays NOT EXISTS: IN has no place for the TRY.
     """
+    if ctx is not None and not (ctx.may_contain(exp.Not) and ctx.may_contain(exp.In)):
+        return query  # no NOT IN was rewritten: there is no probe
     for exists in list(query.find_all(exp.Exists)):
         probe, not_node = exists.this, exists.parent
         if not (isinstance(not_node, exp.Not) and isinstance(probe, exp.Select)):
@@ -58,9 +63,10 @@ def null_safe_not_in(query: exp.Expression, *,
                 and isinstance(eq.this, exp.Column) and eq.this.table == source.this.alias):
             continue
         column, x = eq.this, eq.expression
-        values = exp.Select(expressions=[column.copy()], from_=source.copy(), where=exp.Where(
-            this=exp.Not(this=exp.Is(this=column.copy(), expression=exp.Null()))))
+        values = exp.Select(
+            expressions=[copy_tree(column)], from_=copy_tree(source), where=exp.Where(
+                this=exp.Not(this=exp.Is(this=copy_tree(column), expression=exp.Null()))))
         not_node.replace(exp.Paren(this=exp.Or(
-            this=exp.Is(this=x.copy(), expression=exp.Null()),
-            expression=exp.Not(this=exp.In(this=x.copy(), query=exp.Subquery(this=values))))))
+            this=exp.Is(this=copy_tree(x), expression=exp.Null()),
+            expression=exp.Not(this=exp.In(this=copy_tree(x), query=exp.Subquery(this=values))))))
     return query

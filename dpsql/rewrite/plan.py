@@ -29,6 +29,7 @@ from sqlglot import exp
 
 from dpsql.analysis.elastic import QueryAnalysis
 from dpsql.analysis.parse import DIALECT
+from dpsql.analysis.trees import copy_tree
 from dpsql.execute import layout
 from dpsql.metadata import Metadata
 from dpsql.rewrite.clamps import clamp_measurements
@@ -46,7 +47,7 @@ def exact_shape(query: exp.Select, *, ctx: RewriteContext) -> exp.Select:
     """Pass: a copy of the (parameter-numbered) query without what post-processing does
     (ORDER BY, LIMIT, OFFSET, HAVING, DISTINCT); the original is kept in ``ctx.numbered``."""
     ctx.numbered = query
-    inner = query.copy()
+    inner = copy_tree(query)
     for arg in ("order", "limit", "offset", "having", "distinct"):
         inner.set(arg, None)
     return inner
@@ -155,7 +156,7 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
     exact = canonical
     if ctx.removable:
         for clamp, column in ctx.removable:
-            clamp.replace(column.copy())
+            clamp.replace(copy_tree(column))
         exact = layout.write(tree.sql(dialect=DIALECT, copy=False), domain_sqls, n)
     fast = fast_path(analysis, query)
     order = fast_order(analysis, query) if fast is not None else None

@@ -9,6 +9,7 @@ from sqlglot import exp
 
 from dpsql.analysis.elastic import QueryAnalysis
 from dpsql.analysis.parse import DIALECT
+from dpsql.analysis.trees import copy_tree
 from dpsql.rewrite.parameters import number_parameters, used_params
 from dpsql.rewrite.totality import AGGREGATES
 
@@ -50,8 +51,8 @@ def _avg_parts(analysis: QueryAnalysis, avg: exp.Avg) -> tuple[int, int, tuple[f
     """The SUM and COUNT measurements an AVG is computed from, and its bounds."""
     arg = avg.this.unnest()
     by_label = {m.label: m for m in analysis.measurements}
-    total = by_label[exp.Sum(this=arg.copy()).sql(dialect=DIALECT)]
-    count = by_label[exp.Count(this=arg.copy()).sql(dialect=DIALECT)]
+    total = by_label[exp.Sum(this=copy_tree(arg)).sql(dialect=DIALECT)]
+    count = by_label[exp.Count(this=copy_tree(arg)).sql(dialect=DIALECT)]
     assert total.bounds is not None
     return total.index, count.index, total.bounds
 
@@ -63,10 +64,10 @@ def _to_noisy(node: exp.Expression, analysis: QueryAnalysis, repl) -> exp.Expres
         if isinstance(n, (exp.Column, *AGGREGATES)):  # only these can be replaced
             key = n.sql(dialect=DIALECT)
             if key in repl:
-                return repl[key].copy()
+                return copy_tree(repl[key])
         return n
 
-    return node.copy().transform(transform)
+    return copy_tree(node).transform(transform)
 
 
 def build_post(analysis: QueryAnalysis, query: exp.Select) -> exp.Select:
@@ -82,7 +83,7 @@ def build_post(analysis: QueryAnalysis, query: exp.Select) -> exp.Select:
         post.set("order", _to_noisy(order, analysis, repl))
     for arg in ("limit", "offset", "distinct"):
         if query.args.get(arg) is not None:
-            post.set(arg, query.args[arg].copy())
+            post.set(arg, copy_tree(query.args[arg]))
     return post
 
 

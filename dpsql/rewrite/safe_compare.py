@@ -43,6 +43,7 @@ from functools import lru_cache
 from sqlglot import exp
 
 from dpsql.analysis.keytypes import normalise
+from dpsql.analysis.trees import copy_tree
 from dpsql.metadata import Metadata, Table
 
 T = exp.DataType.Type
@@ -257,7 +258,7 @@ def fold_date_intervals(node: exp.Expression, column_kind: ColumnKind) -> None:
                                     else [parent.expression])
         columns = [o.unnest() for o in operands if isinstance(o.unnest(), exp.Column)]
         if len(columns) == 1 and column_kind(columns[0]) == DATE:
-            shift.replace(exp.Cast(this=shift.copy(), to=exp.DataType.build(T.DATE)))
+            shift.replace(exp.Cast(this=copy_tree(shift), to=exp.DataType.build(T.DATE)))
 
 
 def base_tables(select: exp.Select, metadata: Metadata | None,

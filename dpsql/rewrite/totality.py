@@ -32,6 +32,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.analysis.keytypes import is_marked_comparable
+from dpsql.analysis.trees import copy_tree
 from dpsql.metadata import Metadata
 from dpsql.rewrite.context import RewriteContext
 from dpsql.rewrite.safe_compare import (
@@ -117,7 +118,7 @@ def _as_condition(node: exp.Expression, column_kind: ColumnKind) -> exp.Expressi
     """``node`` in a boolean position: itself when provably boolean, else cast with TRY_CAST."""
     if is_boolean(node, column_kind):
         return node
-    return exp.TryCast(this=node, to=_BOOLEAN.copy())
+    return exp.TryCast(this=node, to=copy_tree(_BOOLEAN))
 
 
 def make_total(node: exp.Expression, column_kind: ColumnKind = _unknown_kinds, *,
@@ -163,7 +164,7 @@ def _cast_conditions(node: exp.Expression, column_kind: ColumnKind) -> exp.Expre
     for inner in list(node.walk()):
         for operand in _boolean_operands(inner):
             if not is_boolean(operand, column_kind):
-                operand.replace(exp.TryCast(this=operand.copy(), to=_BOOLEAN.copy()))
+                operand.replace(exp.TryCast(this=copy_tree(operand), to=copy_tree(_BOOLEAN)))
     return node
 
 
@@ -172,13 +173,15 @@ def cte_names(query: exp.Expression) -> frozenset[str]:
     return frozenset(cte.alias_or_name.lower() for cte in query.find_all(exp.CTE))
 
 
-def total_query(query: exp.Expression, metadata: Metadata | None = None) -> None:
+def total_query(query: exp.Expression, metadata: Metadata | None = None,
+                ctes: frozenset[str] | None = None) -> None:
     """Make every SELECT in ``query`` total (see :func:`make_total`), in place.
 
     With ``metadata``, comparisons of declared-type base-table columns that cannot fail stay
     unwrapped (dpsql.rewrite.safe_compare); without it, every comparison of a column is wrapped.
+    ``ctes``: :func:`cte_names` of ``query``, when the caller knows them.
     """
-    ctes = cte_names(query)
+    ctes = cte_names(query) if ctes is None else ctes
     for select in list(query.find_all(exp.Select)):
         kind = column_kinds(select, metadata, ctes)
         for join in select.args.get("joins") or []:
@@ -197,5 +200,5 @@ def total_query(query: exp.Expression, metadata: Metadata | None = None) -> None
 
 def make_total_pass(query: exp.Expression, *, ctx: RewriteContext) -> exp.Expression:
     """Pass: :func:`total_query` (in place; CTE bodies included)."""
-    total_query(query, ctx.metadata)
+    total_query(query, ctx.metadata, ctx.cte_names())
     return query

@@ -57,6 +57,7 @@ class Server:
         workers: int = 8,
         failed_login_delay: float = 0.5,
         login_limit: int = 10,
+        auth_timeout: float = 60.0,
     ) -> None:
         md = metadata if isinstance(metadata, Metadata) else load_metadata(metadata)
         ledger_path = os.fspath(ledger)
@@ -83,6 +84,9 @@ class Server:
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpsql-query")
         self.throttle = LoginThrottle(limit=login_limit)
         self.failed_login_delay = failed_login_delay
+        #: seconds a connection may take from connect to authenticated (PostgreSQL's
+        #: authentication_timeout, same default): then it is closed
+        self.auth_timeout = auth_timeout
         self._clients: dict[int, ClientConnection] = {}
         # Backends are opened one at a time: DuckDB shares one instance per file in a process,
         # and the first connection to it locks its configuration down; two clients opening

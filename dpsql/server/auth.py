@@ -9,7 +9,9 @@ exchange is :class:`ScramExchange`. Contract:
   step as a wrong password, with the same message (no user enumeration);
 * each exchange uses a fresh server nonce, so a replayed client-final message fails;
 * after :attr:`LoginThrottle.limit` failures from one address within ``window`` seconds, further
-  attempts from it are refused without running the exchange until the window passes.
+  attempts from it are refused without running the exchange until the window passes. The
+  connection checks again just before it verifies a proof, so exchanges started together
+  cannot test more than ``limit`` passwords either.
 """
 
 from __future__ import annotations

@@ -132,10 +132,11 @@ def is_catalog_query(tree: exp.Expression) -> bool:
 
 
 def parse_postgres(sql: str) -> exp.Expression | None:
-    """The statement as PostgreSQL would read it, or None when sqlglot cannot parse it."""
+    """The statement as PostgreSQL would read it, or None when sqlglot cannot parse it (then
+    the session's parser refuses it with dpsql's message, deep nesting included)."""
     try:
         trees = [t for t in sqlglot.parse(sql, read="postgres") if t is not None]
-    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, RecursionError):
         return None
     return trees[0] if len(trees) == 1 else None
 
@@ -233,6 +234,25 @@ def _reg_lookup(value: exp.Expression, target: str) -> exp.Expression:
     return exp.Subquery(this=lookup.limit(1))
 
 
+def _as_user(tree: exp.Expression, user: str) -> exp.Expression:
+    """``current_user`` and ``session_user`` as the analyst's name (the shadow's own would
+    say "duckdb"), named as PostgreSQL names the column."""
+
+    def fix(node: exp.Expression) -> exp.Expression:
+        call = node.expression if isinstance(node, exp.Dot) else node  # pg_catalog.f()
+        name = {exp.CurrentUser: "current_user", exp.SessionUser: "session_user"}.get(
+            type(call))
+        if name is None and isinstance(call, exp.Anonymous) and not call.expressions and \
+                call.name.lower() in ("current_user", "session_user"):
+            name = call.name.lower()
+        if name is None:
+            return node
+        value = exp.Literal.string(user)
+        return exp.alias_(value, name) if isinstance(node.parent, exp.Select) else value
+
+    return tree.copy().transform(fix)
+
+
 @dataclass(frozen=True)
 class CatalogAnswer:
     names: tuple[str, ...]
@@ -246,6 +266,7 @@ class Catalog:
     def __init__(self, metadata: Metadata, tables: Iterable[str], user: str = "dpsql") -> None:
         self._con = duckdb.connect(":memory:")
         self._lock = threading.Lock()
+        self._user = user
         for name in tables:
             table = metadata.tables[name]
             columns = ", ".join(
@@ -258,7 +279,6 @@ class Catalog:
         self._con.execute("CREATE MACRO pg_table_size(x) AS CAST(NULL AS BIGINT)")
         self._con.execute("CREATE MACRO pg_total_relation_size(x) AS CAST(NULL AS BIGINT)")
         self._con.execute("CREATE MACRO pg_relation_size(x) AS CAST(NULL AS BIGINT)")
-        self._user = user
         self._con.execute("SET enable_external_access = false")
         self._con.execute("SET threads = 1")
         self._con.execute("SET memory_limit = '256MB'")
@@ -267,7 +287,7 @@ class Catalog:
     def run(self, tree: exp.Expression) -> CatalogAnswer:
         """Answer a catalog query (see :func:`is_catalog_query`). Raises duckdb.Error when the
         shadow cannot answer it."""
-        sql = to_shadow_sql(tree, self._user)
+        sql = to_shadow_sql(_as_user(tree, self._user), self._user)
         with self._lock:
             cursor = self._con.execute(sql)
             description = cursor.description or []

@@ -19,11 +19,12 @@ import ssl
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import duckdb
 
 from dpsql import errors
+from dpsql.analysis.hygiene import MAX_SQL_CHARS, check_size
 from dpsql.server import pgtypes, wire
 from dpsql.server.auth import MECHANISM, AuthenticationFailed, ScramExchange
 from dpsql.server.catalog import SERVER_VERSION
@@ -35,9 +36,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dpsql.server")
 
+#: the longest simple-Query text (several statements, each at most MAX_SQL_CHARS): longer
+#: texts are refused before they are tokenized
+MAX_QUERY_TEXT = 4 * MAX_SQL_CHARS
+
+
+class NoSuchObject(errors.ProgrammingError):
+    """A Bind, Describe, Execute or Parse names a prepared statement or portal wrongly:
+    PostgreSQL's codes 26000 (no such statement), 34000 (no such portal) and 42P05 (the
+    statement exists already); the connection goes on after the next Sync."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
 
 def sqlstate(exc: BaseException) -> str:
     """The SQLSTATE code of a dpsql error (docs/design.md, "Server")."""
+    if isinstance(exc, NoSuchObject):
+        return exc.code
     if isinstance(exc, AccessDenied):
         return "42501"
     if isinstance(exc, errors.QueryCancelledError):
@@ -125,7 +142,7 @@ class ClientConnection:
             return b"I"
         return b"E" if self.failed_transaction else b"T"
 
-    async def fatal(self, code: str, text: str) -> None:
+    async def fatal(self, code: str, text: str) -> NoReturn:
         self.send(wire.error_response(code, text, severity="FATAL"))
         await self.flush()
         raise Closed
@@ -167,6 +184,28 @@ class ClientConnection:
             await coro
 
     async def _startup(self) -> None:
+        try:  # as PostgreSQL's authentication_timeout: no connection waits forever unknown
+            user, params = await asyncio.wait_for(self._handshake(), self.server.auth_timeout)
+        except TimeoutError:
+            await self.fatal("57014", "canceling authentication due to timeout")
+        self.runner = await asyncio.get_running_loop().run_in_executor(
+            self.server.executor, self.server.open_runner, user)
+        self.server.register(self)
+        self.runner.settings["application_name"] = params.get("application_name", "")
+        status = {
+            "server_version": SERVER_VERSION, "server_encoding": "UTF8",
+            "client_encoding": "UTF8", "DateStyle": "ISO, MDY", "TimeZone": "UTC",
+            "integer_datetimes": "on", "standard_conforming_strings": "on",
+            "is_superuser": "off", "session_authorization": user,
+            "application_name": params.get("application_name", ""),
+            "default_transaction_read_only": "on", "IntervalStyle": "postgres",
+        }
+        self.send(*(wire.parameter_status(k, v) for k, v in status.items()))
+        self.send(wire.backend_key_data(self.pid, self.secret), wire.ready_for_query())
+        await self.flush()
+
+    async def _handshake(self) -> tuple[str, dict[str, str]]:
+        """Startup packets (TLS, cancel) and authentication: the user and the parameters."""
         while True:
             code, body = await wire.read_startup(self.reader)
             if code == wire.SSL_REQUEST:
@@ -191,21 +230,7 @@ class ClientConnection:
         if not user:
             await self.fatal("28000", "no user name in the startup message")
         await self._authenticate(user)
-        self.runner = await asyncio.get_running_loop().run_in_executor(
-            self.server.executor, self.server.open_runner, user)
-        self.server.register(self)
-        self.runner.settings["application_name"] = params.get("application_name", "")
-        status = {
-            "server_version": SERVER_VERSION, "server_encoding": "UTF8",
-            "client_encoding": "UTF8", "DateStyle": "ISO, MDY", "TimeZone": "UTC",
-            "integer_datetimes": "on", "standard_conforming_strings": "on",
-            "is_superuser": "off", "session_authorization": user,
-            "application_name": params.get("application_name", ""),
-            "default_transaction_read_only": "on", "IntervalStyle": "postgres",
-        }
-        self.send(*(wire.parameter_status(k, v) for k, v in status.items()))
-        self.send(wire.backend_key_data(self.pid, self.secret), wire.ready_for_query())
-        await self.flush()
+        return user, params
 
     async def _negotiate_tls(self) -> None:
         context = self.server.tls_context
@@ -220,8 +245,9 @@ class ClientConnection:
 
     async def _authenticate(self, user: str) -> None:
         throttle = self.server.throttle
+        locked = "too many failed logins from this address; try again later"
         if not throttle.allowed(self.address):
-            await self.fatal("28P01", "too many failed logins from this address; try again later")
+            await self.fatal("28P01", locked)
         exchange = ScramExchange(user, self.server.auth_info)
         self.send(wire.sasl_mechanisms([MECHANISM]))
         await self.flush()
@@ -236,6 +262,10 @@ class ClientConnection:
             self.send(wire.authentication(11, exchange.first(data)))
             await self.flush()
             final = await self._password_message()
+            # Again, now: exchanges started together all passed the check above. From here
+            # to the failure's record there is no await, so no two proofs interleave.
+            if not throttle.allowed(self.address):
+                await self.fatal("28P01", locked)
             self.send(wire.authentication(12, exchange.final(final)))
         except AuthenticationFailed as exc:
             throttle.failed(self.address)
@@ -307,10 +337,21 @@ class ClientConnection:
         return answer
 
     async def _simple_query(self, text: str) -> None:
-        statements = _split(text)
-        if not statements:
+        try:
+            if len(text) > MAX_QUERY_TEXT:
+                raise errors.UnsupportedQueryError(
+                    f"the query text is {len(text):,} characters long, more than the "
+                    f"{MAX_QUERY_TEXT:,} one Query message may hold: send one statement at a "
+                    f"time (each at most {MAX_SQL_CHARS:,} characters)")
+            # tokenizing is CPU work: off the event loop, which serves every client
+            statements = await asyncio.get_running_loop().run_in_executor(
+                self.server.executor, _split, text)
+        except errors.Error as exc:
+            self._error(exc)
+            statements = None
+        if statements == []:
             self.send(wire.EMPTY_QUERY)
-        for sql in statements:
+        for sql in statements or ():
             try:
                 answer = await self._run(sql, None)
             except (errors.Error, duckdb.Error, ValueError) as exc:
@@ -348,8 +389,9 @@ class ClientConnection:
         name, sql = body.cstring(), body.cstring()
         oids = [body.int32() for _ in range(body.count())]
         body.end()
+        check_size(sql)  # before count_markers reads it on the event loop
         if name and name in self.statements:
-            raise errors.ProgrammingError(f'prepared statement "{name}" already exists')
+            raise NoSuchObject(f'prepared statement "{name}" already exists', "42P05")
         markers = count_markers(sql)
         oids += [0] * max(0, markers - len(oids))
         self.statements[name] = Statement(sql, oids)
@@ -366,7 +408,7 @@ class ClientConnection:
         body.end()
         statement = self.statements.get(name)
         if statement is None:
-            raise errors.ProgrammingError(f'prepared statement "{name}" does not exist')
+            raise NoSuchObject(f'prepared statement "{name}" does not exist', "26000")
         if len(raw) != len(statement.param_oids):
             raise errors.ProgrammingError(
                 f"bind message supplies {len(raw)} parameters, but prepared statement "
@@ -384,7 +426,7 @@ class ClientConnection:
         if what == b"S":
             statement = self.statements.get(name)
             if statement is None:
-                raise errors.ProgrammingError(f'prepared statement "{name}" does not exist')
+                raise NoSuchObject(f'prepared statement "{name}" does not exist', "26000")
             self.send(wire.parameter_description(
                 [oid or pgtypes.TEXT for oid in statement.param_oids]))
             fields = await self._statement_fields(statement)
@@ -426,7 +468,7 @@ class ClientConnection:
     def _portal(self, name: str) -> Portal:
         portal = self.portals.get(name)
         if portal is None:
-            raise errors.ProgrammingError(f'portal "{name}" does not exist')
+            raise NoSuchObject(f'portal "{name}" does not exist', "34000")
         return portal
 
     async def _answer(self, portal: Portal) -> Answer:

@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from dpsql.analysis.hygiene import check_size
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.release.record import Release
 from dpsql.server.catalog import (
@@ -96,6 +97,7 @@ class StatementRunner:
 
     def answer(self, sql: str, params: list[Any] | None = None) -> Answer:
         """The answer to one statement (raises dpsql's errors; the caller maps SQLSTATEs)."""
+        check_size(sql)  # before any regular expression or parser reads it
         command = parse_session_command(sql)
         if command is not None:
             if params:
@@ -168,6 +170,8 @@ class StatementRunner:
             return Answer(f"SHOW {len(rows)}", ("name", "setting"), ("VARCHAR", "VARCHAR"), rows)
         if name == "dpsql.budget":
             return self._show_budget()
+        if name == "dpsql.schema":
+            return Answer("SHOW", ("schema",), ("VARCHAR",), [(self._schema_text(),)])
         if name not in self.settings:
             raise ProgrammingError(f'unrecognized configuration parameter "{name}"')
         return Answer("SHOW", (name.split()[-1],), ("VARCHAR",), [(self.settings[name],)])
@@ -194,6 +198,16 @@ class StatementRunner:
                 self.settings.pop(name, None)
         else:
             self.settings[name] = value
+
+    def _schema_text(self) -> str:
+        """The analyst-facing schema (YAML) of the tables this analyst may query."""
+        from dataclasses import replace
+
+        from dpsql.metadata.analyst import dumps_analyst_schema
+
+        md = self.session.metadata
+        granted = replace(md, tables={t: md.tables[t] for t in self.visible_tables})
+        return dumps_analyst_schema(granted)
 
     def _show_budget(self) -> Answer:
         ledger, principal = self.session.ledger, self.session.principal

@@ -160,6 +160,11 @@ def test_invalid_passwords_are_refused(ledger):
     assert ledger.analyst("alice") is None
 
 
+def test_an_account_built_by_hand_cannot_authenticate():
+    with pytest.raises(ProgrammingError, match="no password verifier"):
+        AnalystAccount("alice", None, None, None, None, None).scram_auth_info()
+
+
 def test_query_budget_and_may_read():
     account = AnalystAccount("alice", frozenset({"orders"}), 1.0, 1e-6, 0.1, 0.0)
     assert account.query_budget(None, None) == (0.1, 0.0)

@@ -6,13 +6,15 @@ so a CTE read twice is one relation with one set of ancestors (a self-join).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from sqlglot import exp
 
 from dpsql.analysis.elastic import analyze
 from dpsql.analysis.keytypes import is_marked_comparable
 from dpsql.analysis.parse import parse_query
-from dpsql.analysis.relations import cte_references
+from dpsql.analysis.relations import base_table, cte_references
 from dpsql.errors import ProgrammingError
 from tests.analysis.test_elastic import MD, es
 
@@ -67,3 +69,25 @@ def test_key_equalities_in_a_nested_with_body_stay_unmarked():
     query = analyze(sql, MD).query
     marked = [n.sql() for n in query.walk() if is_marked_comparable(n)]
     assert marked == ["o.customer_id = cu.customer_id"]
+
+
+def test_base_table_relations_are_kept_per_metadata_object():
+    rel = base_table(MD, "orders")
+    assert base_table(MD, "orders") is rel  # built once per Metadata object
+    # another Metadata (an owner's edit: orders made public) never reads the first one's
+    edited = dataclasses.replace(MD, tables={
+        **MD.tables, "orders": dataclasses.replace(MD.tables["orders"], public=True)})
+    other = base_table(edited, "orders")
+    assert other is not rel
+    assert other.stability.at(0) == 0 and rel.stability.at(0) == 1
+    assert other.ancestors == frozenset() and rel.ancestors == frozenset({"orders"})
+
+
+def test_aliased_base_relations_are_kept_only_under_the_table_name():
+    rel = base_table(MD, "orders", "orders")
+    assert base_table(MD, "orders", "orders") is rel
+    assert set(rel.columns) == {("orders", c) for (_, c) in base_table(MD, "orders").columns}
+    # the analyst's own aliases are answered but not kept (the memo stays metadata-sized)
+    other = base_table(MD, "orders", "o")
+    assert base_table(MD, "orders", "o") is not other
+    assert set(other.columns) == {("o", c) for (_, c) in base_table(MD, "orders").columns}

@@ -49,6 +49,20 @@ def test_metadata_without_a_database_file_is_a_usage_error(ledger):
     assert "--database D.duckdb" in done.output and not Path(ledger).exists()
 
 
+def test_source_backed_metadata_keys_the_budget_as_its_connections_do(ledger, tmp_path):
+    import dpsql
+
+    (tmp_path / "orders.csv").write_text("order_id\n1\n2\n")
+    (tmp_path / "src.yaml").write_text(METADATA.replace(
+        "  orders:\n", "  orders:\n    source: orders.csv\n"))
+    done = run("budget", "set", "--ledger", ledger, "--analyst", "alice", "--epsilon", "1",
+               "-m", "src.yaml")
+    assert done.exit_code == 0, done.output
+    with dpsql.connect(None, "src.yaml", analyst="alice", ledger=ledger) as conn:
+        assert conn.database.startswith("sources:")
+        assert conn.budget.epsilon_total == 1.0
+
+
 def test_spark_takes_the_database_the_connection_would_use(ledger):
     done = run("budget", "set", "--ledger", ledger, "--analyst", "alice", "--epsilon", "1",
                "-m", "shop.yaml", "--backend", "spark")

@@ -174,6 +174,24 @@ def test_dpsql_connect_url_gives_a_remote_dbapi_connection(server: ServerProcess
             cur.execute("SELECT order_id FROM orders")
 
 
+def test_named_prepared_statements_and_binary_results(server: ServerProcess) -> None:
+    """psycopg's prepare=True sends Parse with a name once, then Bind/Execute per call; a binary
+    cursor asks for binary results (fixed-width numbers and text)."""
+    before = _charges(server, "alice")
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        cur = conn.cursor()
+        seen = set()
+        for q in (1, 2, 1):
+            cur.execute("SELECT COUNT(*) AS n FROM orders WHERE quantity = %s", [q], prepare=True)
+            seen.add(cur.fetchone())
+        assert len(seen) == 2  # the repeat of quantity = 1 is the cached answer
+        with conn.cursor(binary=True) as bcur:
+            bcur.execute("SELECT COUNT(*) AS n, SUM(order_cost) AS s FROM orders")
+            n, s = bcur.fetchone()
+            assert isinstance(n, int) and isinstance(s, float)
+    assert _charges(server, "alice") == before + 3
+
+
 def test_clients_connecting_at_once_all_get_a_session(server: ServerProcess) -> None:
     # The first connections to the DuckDB file race to lock its configuration down; opened
     # at once they used to fail with "internal error" ("the configuration has been locked").

@@ -1,0 +1,65 @@
+"""The allow-list's rules (dpsql/analysis/allowlist.py): a node is judged by the first rule its
+type matches, and a conditional rule (parameter marker, WITH, DISTINCT, a clause that may hold a
+subquery) that does not apply leaves the node to the next one. Each pair below differs only in
+that condition, so a rule that stopped falling through, or fired without its condition, fails."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpsql.analysis.allowlist import check_allowed
+from dpsql.analysis.parse import parse_sql
+from dpsql.errors import ProgrammingError, UnsupportedConstructError
+from dpsql.metadata import loads_metadata
+
+METADATA = loads_metadata("""
+tables:
+  orders:
+    columns:
+      order_id: {max_freq: 1, type: INTEGER}
+      quantity: {max_freq: 50, type: INTEGER}
+""")
+
+PAIRS = [
+    # (allowed, refused, error class, words of the message)
+    ("SELECT COUNT(*) FROM orders WHERE quantity = ?",
+     "SELECT COUNT(*) FROM orders WHERE quantity = $1", ProgrammingError, "parameter marker"),
+    ("WITH t AS (SELECT quantity FROM orders) SELECT COUNT(*) FROM t",
+     "WITH RECURSIVE t AS (SELECT quantity FROM orders) SELECT COUNT(*) FROM t",
+     UnsupportedConstructError, "recursive CTEs"),
+    ("SELECT COUNT(*) FROM (SELECT DISTINCT quantity FROM orders) AS t",
+     "SELECT COUNT(*) FROM (SELECT DISTINCT ON (quantity) quantity FROM orders) AS t",
+     UnsupportedConstructError, "DISTINCT ON"),
+    ("SELECT quantity, COUNT(*) FROM orders GROUP BY quantity ORDER BY quantity",
+     "SELECT quantity, COUNT(*) FROM orders GROUP BY quantity ORDER BY (SELECT 1 FROM orders)",
+     UnsupportedConstructError, "subquery in ORDER BY"),
+    ("SELECT COUNT(*) FROM orders LIMIT 1",
+     "SELECT COUNT(*) FROM orders LIMIT (SELECT COUNT(*) FROM orders)",
+     UnsupportedConstructError, "subquery in LIMIT"),
+]
+
+
+@pytest.mark.parametrize(("allowed", "refused", "error", "words"), PAIRS)
+def test_conditional_rules_fall_through(allowed, refused, error, words):
+    check_allowed(parse_sql(allowed), METADATA)
+    with pytest.raises(error, match=words):
+        check_allowed(parse_sql(refused), METADATA)
+
+
+def test_the_first_matching_rule_decides():
+    # a Table is checked against the metadata (it is on the allow-list too); an allow-listed
+    # function passes; anything on no list is refused by name
+    with pytest.raises(ProgrammingError, match="secrets"):
+        check_allowed(parse_sql("SELECT COUNT(*) FROM secrets"), METADATA)
+    check_allowed(parse_sql("SELECT SUM(ABS(quantity)) FROM orders"), METADATA)
+    with pytest.raises(UnsupportedConstructError, match="MEDIAN"):
+        check_allowed(parse_sql("SELECT MEDIAN(quantity) FROM orders"), METADATA)
+    with pytest.raises(UnsupportedConstructError, match="window functions"):
+        check_allowed(parse_sql("SELECT COUNT(*) OVER () FROM orders"), METADATA)
+
+
+def test_a_given_node_list_is_what_is_checked():
+    query = parse_sql("SELECT MEDIAN(quantity) FROM orders")
+    check_allowed(query, METADATA, nodes=[query])  # only the SELECT itself: allowed
+    with pytest.raises(UnsupportedConstructError):
+        check_allowed(query, METADATA, nodes=list(query.walk()))

@@ -1,0 +1,40 @@
+"""dpsql.server.app.Server in process (the protocol is tested on a real process elsewhere)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from dpsql.server.app import Server
+from dpsql.server.statements import StatementRunner
+from tests.server.serving import prepare
+
+
+def test_runners_opened_at_the_same_moment_all_open(tmp_path: Path) -> None:
+    # The first connection to a fresh DuckDB instance locks its configuration; clients logging
+    # in together used to race it ("the configuration has been locked", an XX000 at login).
+    db, md, ledger, _ = prepare(tmp_path)
+    server = Server(md, db, ledger)
+    try:
+        for _ in range(3):  # every round starts on a fresh instance: no connection is open
+            barrier = threading.Barrier(8)
+
+            def open_one(_: int, barrier: threading.Barrier = barrier
+                         ) -> StatementRunner | Exception:
+                barrier.wait()
+                try:
+                    return server.open_runner("alice")
+                except Exception as exc:  # collected and asserted below
+                    return exc
+
+            with ThreadPoolExecutor(8) as pool:
+                opened = list(pool.map(open_one, range(8)))
+            failures = [r for r in opened if isinstance(r, Exception)]
+            for runner in opened:
+                if isinstance(runner, StatementRunner):
+                    runner.session.close()
+                    runner.session.backend.close()
+            assert not failures, failures
+    finally:
+        server.close()
