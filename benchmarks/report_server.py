@@ -17,7 +17,8 @@ def server_md(data: dict[str, Any]) -> list[str]:
     unc, cac = lat["uncached"], lat["cached"]
     commit = s["durable_commit_ms"]
     lines = [
-        f"`{s['query']}` at epsilon {s['epsilon']} on the demo shop ({rows['orders']:,} orders); "
+        f"`{s['query']}` at epsilon {s['epsilon']} on the demo shop ({rows['customers']:,} "
+        f"customers, {rows['orders']:,} orders); "
         f"a real `dpsql serve` process ({s['server_workers']} query threads) on loopback, "
         f"psycopg 3 clients; dpsql commit {env.get('git_commit') or '?'}, {env['time']}, "
         f"{env['cpus']} CPUs {env['shared_machine'].split(' ', 2)[2]}.",
@@ -26,34 +27,39 @@ def server_md(data: dict[str, Any]) -> list[str]:
         "rounds of server ms - in-process ms; the in-process side is `dpsql.connect` on the "
         "same ledger file):",
         "",
-        "| request | server ms | in-process ms | added ms (median) | added p10 / p90 | "
-        "load 1m |",
-        "|---|---:|---:|---:|---:|---|",
+        "| request | server ms | in-process ms | added ms (median) | its 95% interval "
+        "| added p10 / p90 | load 1m |",
+        "|---|---:|---:|---:|---:|---:|---|",
         f"| uncached (new parameter: charge, audit row, cache write) | {_f(unc['server_ms'])} "
         f"| {_f(unc['inprocess_ms'])} | {_f(unc['added_ms'])} "
+        f"| [{_f(unc['added_ms_ci95'][0])}, {_f(unc['added_ms_ci95'][1])}] "
         f"| {_f(unc['added_ms_p10_p90'][0])} / {_f(unc['added_ms_p10_p90'][1])} "
         f"| {_load(unc)} |",
         f"| cached (the same parameter: a ledger read) | {_f(cac['server_ms'])} "
         f"| {_f(cac['inprocess_ms'])} | {_f(cac['added_ms'])} "
+        f"| [{_f(cac['added_ms_ci95'][0])}, {_f(cac['added_ms_ci95'][1])}] "
         f"| {_f(cac['added_ms_p10_p90'][0])} / {_f(cac['added_ms_p10_p90'][1])} "
         f"| {_load(cac)} |",
         "",
         f"- added latency <= {s['latency_goal_ms']:g} ms (uncached): {_met(s['latency_met'])} "
-        f"({_f(s['latency_added_ms'])} ms)",
+        f"({_f(s['latency_added_ms'])} ms; 95% interval of that median "
+        f"[{_f(unc['added_ms_ci95'][0])}, {_f(unc['added_ms_ci95'][1])}] ms)",
         f"- in-process without a ledger: {_f(unc['inprocess_no_ledger_ms'])} ms (the ledger "
         f"adds {_f(unc['ledger_adds_ms'])} ms in-process); `SHOW server_version` through the "
         f"server (no query work): {_f(cac['server_show_ms'])} ms",
         "",
         "**Throughput** (client processes sending back to back; queries completed in the "
-        "window):",
+        "window). small: the query above; scan: "
+        f"`{next(r['sql'] for r in data['throughput'] if r['query'] == 'scan')}` "
+        f"({rows['orders']:,} rows):",
         "",
         "| run | clients | queries/s | latency median / p90 / p99 ms | server CPU ms/query "
         "| errors | load 1m |",
         "|---|---:|---:|---|---:|---:|---|",
     ]
-    runs = [(r["mode"], r) for r in data["throughput"]]
+    runs = [(f"{r['query']} count, {r['mode']}", r) for r in data["throughput"]]
     if data.get("ledger_on_tmpfs"):
-        runs.append(("uncached, ledger on tmpfs (diagnostic: fsync free)",
+        runs.append(("small count, uncached, ledger on tmpfs (diagnostic: fsync free)",
                      data["ledger_on_tmpfs"]))
     for name, r in runs:
         q = r["latency_ms"]

@@ -40,7 +40,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import random
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,10 +54,12 @@ from typing import Any
 
 from .common import Settings, environment, uptime, write_json
 from .server_load import (
-    QUERY,
+    LATENCY_CACHED,
+    QUERIES,
     durable_commit_ms,
     load_average,
     median_ms,
+    param,
     percentile,
     throughput,
 )
@@ -64,16 +68,12 @@ EPSILON = 0.01
 PASSWORD = "bench-secret"
 SERVER_ANALYST, LOCAL_ANALYST = "bench", "local"
 LATENCY_GOAL_MS = 1.0
+WARMUP = 999_998  # the latency part's warm-up parameter number (server_load.param)
 THROUGHPUT_GOAL = 300.0
 WORKERS = 8  # the server's query threads (`dpsql serve --workers`, its default)
 FULL = {"rounds": 300, "clients": 16, "duration": 20.0}
 SMOKE = {"rounds": 10, "clients": 4, "duration": 1.0}
 SMOKE_SHOP = {"customers": 2_000, "orders": 20_000, "products": 100}
-# Parameters, disjoint between uses so that every "uncached" one is a new release:
-# latency rounds 0.5 + i/1000; throughput client w, query i: 1 + 50 w + i/100000;
-# cached: latency 0.1, client w 0.25 + w/1000. All inside [0, 1000], the column's bounds, so
-# DuckDB's zone maps cannot skip the scan.
-LATENCY_CACHED = 0.1
 
 
 @dataclass(frozen=True)
@@ -163,6 +163,14 @@ def launch(shop: Shop, workers: int = WORKERS) -> ServerProcess:
     raise RuntimeError("dpsql serve did not listen within 60 s")
 
 
+def _median_ci95(values: list[float]) -> list[float]:
+    """A 95% bootstrap interval (ms) of the median of ``values`` (seconds): how far the
+    reported median may be from the true one, given the rounds' spread."""
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(1000))
+    return [meds[25] * 1e3, meds[974] * 1e3]
+
+
 def latency(shop: Shop, server: ServerProcess, rounds: int) -> dict[str, Any]:
     """In-process (ledger-free and charged) against the server, interleaved (module doc)."""
     import psycopg
@@ -178,7 +186,7 @@ def latency(shop: Shop, server: ServerProcess, rounds: int) -> dict[str, Any]:
                         analyst=LOCAL_ANALYST, ledger=None, epsilon=EPSILON) as plain):
         pg.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
         pg_cur, local_cur, plain_cur = pg.cursor(), local.cursor(), plain.cursor()
-        sql_pg, sql_q = QUERY.format("%s"), QUERY.format("?")
+        sql_pg, sql_q = QUERIES["small"].format("%s"), QUERIES["small"].format("?")
 
         def run_server(p: float, cached: bool) -> None:
             notices.clear()
@@ -205,9 +213,10 @@ def latency(shop: Shop, server: ServerProcess, rounds: int) -> dict[str, Any]:
         paths = {"server": run_server, "inprocess": run_local, "inprocess_no_ledger": run_plain,
                  "server_show": run_show}
         for fn in paths.values():  # warm up: connections, analysis memo, DuckDB caches
-            fn(0.0, False)
-        run_server(LATENCY_CACHED, False)
-        run_local(LATENCY_CACHED, False)
+            fn(param("small", WARMUP), False)
+        cached_p = param("small", LATENCY_CACHED)
+        run_server(cached_p, False)
+        run_local(cached_p, False)
         out: dict[str, Any] = {}
         for mode in ("uncached", "cached"):
             cached = mode == "cached"
@@ -216,7 +225,7 @@ def latency(shop: Shop, server: ServerProcess, rounds: int) -> dict[str, Any]:
             times: dict[str, list[float]] = {n: [] for n in names}
             load = load_average()
             for i in range(rounds):
-                p = LATENCY_CACHED if cached else 0.5 + i / 1000
+                p = cached_p if cached else param("small", i)
                 for name in names[i % 3:] + names[: i % 3]:
                     start = time.perf_counter()
                     paths[name](p, cached)
@@ -226,6 +235,7 @@ def latency(shop: Shop, server: ServerProcess, rounds: int) -> dict[str, Any]:
             entry.update({
                 "added_ms": median_ms(diffs),
                 "added_ms_p10_p90": [percentile(diffs, 0.1) * 1e3, percentile(diffs, 0.9) * 1e3],
+                "added_ms_ci95": _median_ci95(diffs),
                 "rounds": rounds,
                 "load_average_start": load, "load_average_end": load_average(),
             })
@@ -261,9 +271,9 @@ def run(settings: Settings, data_dir: Path, log=print) -> dict[str, Any]:
             log(f"server: latency, {size['rounds']} interleaved rounds")
             lat = latency(shop, server, int(size["rounds"]))
             runs = []
-            for mode in ("uncached", "cached"):
-                log(f"server: throughput {mode}, {clients} clients, {duration:g} s")
-                runs.append(throughput(server, clients, duration, mode))
+            for query, mode in (("small", "uncached"), ("small", "cached"), ("scan", "uncached")):
+                log(f"server: throughput {query} {mode}, {clients} clients, {duration:g} s")
+                runs.append(throughput(server, clients, duration, mode, query))
         finally:
             server.stop()
         commit_after = durable_commit_ms(Path(tmp), 5 if settings.smoke else 50)
@@ -286,7 +296,7 @@ def run(settings: Settings, data_dir: Path, log=print) -> dict[str, Any]:
                 "shared_machine": "2 CPUs shared with other agents' work (see load averages)"})
     return {
         "summary": {
-            "query": QUERY.format("<p>"), "epsilon": EPSILON, "rows": shop.rows,
+            "query": QUERIES["small"].format("<p>"), "epsilon": EPSILON, "rows": shop.rows,
             "server_workers": WORKERS, "client_kind": "processes (psycopg 3, one connection each)",
             "latency_added_ms": lat["uncached"]["added_ms"], "latency_goal_ms": LATENCY_GOAL_MS,
             "latency_met": lat["met"],

@@ -14,8 +14,27 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .server import ServerProcess
 
-#: the benchmark's small count; ``{}`` is the parameter marker (``%s`` for psycopg, ``?`` for dpsql)
-QUERY = "SELECT COUNT(*) AS n FROM orders WHERE order_cost > {}"
+#: The queries; ``{}`` is the parameter marker (``%s`` for psycopg, ``?`` for dpsql). "small":
+#: the goals' small count, over the 50,000 customers; "scan": a count over the 1M orders, where
+#: DuckDB's scan dominates. Parameter ``i`` of a query is :func:`param`: a distinct value for
+#: every ``i`` (so a new ``i`` is a new release, never a cache hit), always strictly inside
+#: the column's stored range, so DuckDB's zone maps cannot answer the filter without a scan.
+QUERIES = {
+    "small": "SELECT COUNT(*) AS n FROM customers WHERE age > {}",
+    "scan": "SELECT COUNT(*) AS n FROM orders WHERE order_cost > {}",
+}
+#: (lowest value, values per step): age 18-100, order_cost 3.33-763.04 in the demo shop
+_PARAMS = {"small": (18.5, 80), "scan": (4.5, 700)}
+# Parameter numbers used: latency rounds 0..rounds-1 (both sides the same: the same work);
+# latency's cached request LATENCY_CACHED; client w: warm-up WARM + w, cached CACHED + w,
+# uncached (w + 1) * PER_CLIENT + i.
+LATENCY_CACHED, WARM, CACHED, PER_CLIENT = 999_999, 800_000, 900_000, 1_000_000
+
+
+def param(query: str, i: int) -> float:
+    """The ``i``-th parameter of ``query`` (see QUERIES)."""
+    low, step = _PARAMS[query]
+    return low + i % step + (i // step) * 1e-6
 
 
 def load_average() -> list[float]:
@@ -31,14 +50,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _client(dsn: str, worker: int, mode: str, duration: float, barrier: Any,
+def _client(dsn: str, worker: int, mode: str, query: str, duration: float, barrier: Any,
             results: Any) -> None:
     """One throughput client process (module doc): warm up, wait for the others, then send
     queries back to back for ``duration`` seconds and report what completed in the window."""
     import psycopg
 
-    cached_p = 0.25 + worker / 1000
-    sql = QUERY.format("%s")
+    cached_p = param(query, CACHED + worker)
+    sql = QUERIES[query].format("%s")
     count, errors, wrong_cache = 0, 0, 0
     latencies: list[float] = []
     first_error = ""
@@ -47,7 +66,7 @@ def _client(dsn: str, worker: int, mode: str, duration: float, barrier: Any,
             notices: list[str] = []
             conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
             cur = conn.cursor()
-            for p in (cached_p, 1 + 50 * worker):  # warm: the session's memo, the cached entry
+            for p in (cached_p, param(query, WARM + worker)):  # the memo, the cached entry
                 cur.execute(sql, [p])
                 cur.fetchall()
             barrier.wait(120)
@@ -56,7 +75,7 @@ def _client(dsn: str, worker: int, mode: str, duration: float, barrier: Any,
             cpu = time.process_time()
             i = 1
             while True:
-                p = cached_p if mode == "cached" else 1 + 50 * worker + i / 100_000
+                p = cached_p if mode == "cached" else param(query, (worker + 1) * PER_CLIENT + i)
                 i += 1
                 notices.clear()
                 t0 = time.perf_counter()
@@ -87,14 +106,16 @@ def _client(dsn: str, worker: int, mode: str, duration: float, barrier: Any,
                  "latencies": latencies, "cpu_seconds": cpu})
 
 
-def throughput(server: ServerProcess, clients: int, duration: float, mode: str
-               ) -> dict[str, Any]:
-    """``clients`` processes sending ``mode`` (uncached/cached) queries for ``duration`` s."""
+def throughput(server: ServerProcess, clients: int, duration: float, mode: str,
+               query: str = "small") -> dict[str, Any]:
+    """``clients`` processes sending ``query`` (QUERIES), ``mode`` uncached or cached, back to
+    back for ``duration`` seconds."""
     ctx = mp.get_context("spawn")  # no fork of a parent holding DuckDB and psycopg state
     barrier = ctx.Barrier(clients + 1)
     results = ctx.Queue()
-    procs = [ctx.Process(target=_client, args=(server.dsn(), w, mode, duration, barrier,
-                                               results), daemon=True) for w in range(clients)]
+    procs = [ctx.Process(target=_client, daemon=True,
+                         args=(server.dsn(), w, mode, query, duration, barrier, results))
+             for w in range(clients)]
     for proc in procs:
         proc.start()
     try:
@@ -116,7 +137,8 @@ def throughput(server: ServerProcess, clients: int, duration: float, mode: str
     lat = [x for g in got for x in g["latencies"]]
     window = t1 - t0
     return {
-        "mode": mode, "clients": clients, "duration_s": round(window, 3), "queries": total,
+        "mode": mode, "query": query, "sql": QUERIES[query].format("<p>"), "clients": clients,
+        "duration_s": round(window, 3), "queries": total,
         "queries_per_s": total / duration,
         "per_client_queries": [g["count"] for g in sorted(got, key=lambda g: g["worker"])],
         "latency_ms": {"median": median_ms(lat) if lat else None,
