@@ -111,9 +111,14 @@ class ClientConnection(ExtendedQuery):
         finally:
             self.server.forget(self)
             if self.runner is not None:
-                await asyncio.get_running_loop().run_in_executor(
-                    self.server.executor, self._close_runner)
-            self.writer.close()
+                try:
+                    await asyncio.get_running_loop().run_in_executor(
+                        self.server.executor, self._close_runner)
+                except (RuntimeError, asyncio.CancelledError):
+                    # the loop or the executor is shutting down: close here instead
+                    self._close_runner()
+            with contextlib.suppress(RuntimeError):  # the loop is already closed
+                self.writer.close()
 
     def _close_runner(self) -> None:
         runner = self.runner
