@@ -26,6 +26,9 @@ SPARK_CONF = {
     "spark.default.parallelism": "1",
     "spark.sql.adaptive.enabled": "false",  # no re-planning of plans this small
     "spark.driver.memory": "1g",
+    # The driver JVM runs a few hundred tiny queries: the C1 compiler alone (no C2 recompiling
+    # hot code on the side) and one GC thread halve its CPU time on a shared 2-core machine.
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 
 
@@ -99,6 +102,7 @@ def reference(shop):
 SLOW_FOLDERS = ("bruteforce", "statistical", "fuzz")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if any(part in SLOW_FOLDERS for part in item.path.parts[-3:-1]):
@@ -106,3 +110,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("spark") is not None:
             # one worker runs every Spark test (--dist loadgroup): one JVM, not one per worker
             item.add_marker(pytest.mark.xdist_group("spark"))
+    if getattr(config.option, "loadgroup", False):  # set on xdist workers by --dist loadgroup
+        for item in items:
+            _group_node_id(item)
+
+
+def _group_node_id(item: pytest.Item) -> None:
+    """Suffix the node id with ``@<group>`` as pytest-xdist does for --dist loadgroup: its
+    scheduler groups by that suffix. xdist 3.8 sets ``item._nodeid``, which pytest 9 no longer
+    reads (node ids come from ``item._id``), so without this every group was split over the
+    workers (two JVMs, the benchmark smoke run twice)."""
+    mark = item.get_closest_marker("xdist_group")
+    if mark is None or "@" in item.nodeid.rpartition("]")[2]:
+        return  # not grouped, or xdist's suffix took effect
+    grouped = f"{item.nodeid}@{mark.args[0] if mark.args else mark.kwargs.get('name', 'default')}"
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(grouped)
+    else:
+        item._nodeid = grouped

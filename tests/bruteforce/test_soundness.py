@@ -5,7 +5,8 @@ covering every rule, this file
 
 1. builds the EXACT metadata of D (true max frequency of every column, >= 1),
 2. analyses the query (dpsql.analysis.elastic.analyze) to get ES(k),
-3. enumerates EVERY neighbour D' of D and runs the query on real DuckDB (in memory) on D and D',
+3. enumerates EVERY neighbour D' of D and runs the query on real DuckDB (in memory) on D and D'
+   (all of one example's databases in one statement: tests/bruteforce/batch.py),
 4. checks the local sensitivity max_D' |q(D) - q(D')| <= ES(0) and, for a subset of small
    cases, max over D' at distance <= 1 of LS(D') <= ES(1) (neighbours of neighbours).
 
@@ -41,6 +42,7 @@ from dpsql.analysis.elastic import QueryAnalysis, analyze
 from dpsql.analysis.keytypes import injectively_comparable, normalise
 from dpsql.errors import MissingMetricError, UnsupportedConstructError
 from dpsql.metadata import Column, Domain, Metadata, Table
+from tests.bruteforce.batch import run_many
 
 # ----------------------------------------------------------------------------- the universe
 
@@ -278,7 +280,8 @@ def exact_metadata(db: Database, bounds: tuple[float, float] | None = None) -> M
 # ----------------------------------------------------------------------------- DuckDB
 
 
-_CONN = duckdb.connect(":memory:")
+#: one thread: the queries are tiny, and thread hand-offs cost more than they run
+_CONN = duckdb.connect(":memory:", config={"threads": 1})
 
 
 def _with_data(sql: str, db: Database, schema: dict[str, tuple[str, ...]]) -> str:
@@ -308,7 +311,15 @@ def run(sql: str, db: Database, *, histogram: bool,
         schema: dict[str, tuple[str, ...]] = SCHEMA) -> float | dict:
     """The exact answer of ``sql`` on ``db`` (DuckDB). Scalar: a float (NULL sum = 0).
     Histogram: {bin: value}."""
-    rows = _CONN.execute(_with_data(sql, db, schema)).fetchall()
+    return _answer(_CONN.execute(_with_data(sql, db, schema)).fetchall(), histogram)
+
+
+def run_all(sql: str, dbs: list[Database], *, histogram: bool) -> list[float | dict]:
+    """``[run(sql, db, histogram=histogram) for db in dbs]``, in one DuckDB statement."""
+    return [_answer(rows, histogram) for rows in run_many(_CONN, sql, dbs, SCHEMA)]
+
+
+def _answer(rows: list[tuple], histogram: bool) -> float | dict:
     if histogram:
         return {r[0]: float(r[1] or 0) for r in rows}
     assert len(rows) == 1, rows
@@ -343,18 +354,27 @@ def neighbours(db: Database, tables: tuple[str, ...],
 
 
 class Evaluator:
-    """q(D) on DuckDB, memoised by table contents (row order never changes an answer)."""
+    """q(D) on DuckDB, memoised by table contents (row order never changes an answer).
+    ``evaluate(dbs)`` computes every database not yet memoised in one DuckDB statement."""
 
     def __init__(self, template: Template) -> None:
         self.template = template
         self.sql = template.reference_sql()
         self.memo: dict[tuple, float | dict] = {}
 
+    @staticmethod
+    def key(db: Database) -> tuple:
+        return tuple(tuple(sorted(db[t])) for t in sorted(db))
+
+    def evaluate(self, dbs: list[Database]) -> None:
+        todo = {self.key(db): db for db in dbs if self.key(db) not in self.memo}
+        answers = run_all(self.sql, list(todo.values()), histogram=self.template.histogram)
+        self.memo.update(zip(todo, answers, strict=True))
+
     def __call__(self, db: Database) -> float | dict:
-        key = tuple(tuple(sorted(db[t])) for t in sorted(db))
-        if key not in self.memo:
-            self.memo[key] = run(self.sql, db, histogram=self.template.histogram)
-        return self.memo[key]
+        if self.key(db) not in self.memo:
+            self.evaluate([db])
+        return self.memo[self.key(db)]
 
 
 def analysed(template: Template, db: Database) -> QueryAnalysis:
@@ -434,6 +454,7 @@ EMPTY_TABLES: Database = {"a": ((1, 2), (2, 3), (2, 1)), "b": (), "c": (), "s": 
 def test_local_sensitivity_at_most_es0(template: Template, db: Database):
     es0 = analysed(template, db).measurements[0].sensitivity.at(0)
     q = Evaluator(template)
+    q.evaluate([db, *(other for _, other in neighbours(db, template.tables))])
     base = q(db)
     for what, other in neighbours(db, template.tables):
         per_bin, l1 = change(base, q(other))
@@ -456,6 +477,9 @@ def test_local_sensitivity_at_distance_one_at_most_es1(name: str, db: Database):
     template = BY_NAME[name]
     es1 = analysed(template, db).measurements[0].sensitivity.at(1)
     q = Evaluator(template)
+    at_most_one = [db, *(d1 for _, d1 in neighbours(db, template.tables, SMALL_VALUES))]
+    q.evaluate([*at_most_one, *(d2 for d1 in at_most_one
+                                for _, d2 in neighbours(d1, template.tables, SMALL_VALUES))])
     for what, d1 in itertools.chain([("D itself", db)],
                                     neighbours(db, template.tables, SMALL_VALUES)):
         base = q(d1)
@@ -559,6 +583,21 @@ def _typed_sql(sql: str, db: TypedDatabase, types: dict[str, str]) -> str:
     return "WITH " + ", ".join(defs) + " " + sql
 
 
+def _typed_run_all(sql: str, dbs: list[TypedDatabase], types: dict[str, str]) -> list[float]:
+    """The answer of ``sql`` on each of ``dbs`` (a.x and b.x stored with ``types``), in one
+    DuckDB statement: ``_typed_sql`` casts each key literal to its column's type, so does this."""
+    def literal(table: str, index: int, value: object) -> str:
+        return f"CAST({value} AS {types[table]})" if index == 0 else str(value)
+
+    per_db = run_many(_CONN, sql, dbs, {"a": ("x", "y"), "b": ("x", "y")}, literal=literal,
+                      types={t: (types[t], "INTEGER") for t in ("a", "b")})
+    answers = []
+    for rows in per_db:
+        (row,) = rows
+        answers.append(float(row[0] or 0))
+    return answers
+
+
 def _typed_md(db: TypedDatabase, types: dict[str, str]) -> Metadata:
     tables = {}
     for name in ("a", "b"):
@@ -604,28 +643,22 @@ def test_mixed_key_types_are_rejected_or_bounded(case):
         return
     # accepted: the declared types must be injectively comparable, and the bound must hold
     assert injectively_comparable(normalise(types["a"]), normalise(types["b"]))
-    memo: dict[tuple, float] = {}
-
-    def q(d: TypedDatabase) -> float:
-        key = tuple(tuple(sorted(d[t])) for t in ("a", "b"))
-        if key not in memo:
-            (row,) = _CONN.execute(_typed_sql(sql, d, types)).fetchall()
-            memo[key] = float(row[0] or 0)
-        return memo[key]
-
-    base = q(db)
-    for name in ("a", "b"):
-        tuples = list(itertools.product(KEY_VALUES[types[name]], KEY_Y))
-        for i, row in enumerate(db[name]):
-            for new in tuples:
-                rows = list(db[name])
-                rows[i] = new
-                other = {**db, name: tuple(rows)}
-                assert abs(base - q(other)) <= _tol(es0), (
-                    f"PRIVACY BUG: {sql} with a.x {types['a']}, b.x {types['b']}\n"
-                    f"  D = {db}\n  neighbour: {name}[{i}]: {row} -> {new}\n"
-                    f"  q(D) = {base}, q(D') = {q(other)} > ES(0) = {es0}"
-                )
+    moves = [(name, i, row, new)
+             for name in ("a", "b")
+             for i, row in enumerate(db[name])
+             for new in itertools.product(KEY_VALUES[types[name]], KEY_Y)]
+    others = []
+    for name, i, _, new in moves:
+        rows = list(db[name])
+        rows[i] = new
+        others.append({**db, name: tuple(rows)})
+    base, *answers = _typed_run_all(sql, [db, *others], types)
+    for (name, i, row, new), answer in zip(moves, answers, strict=True):
+        assert abs(base - answer) <= _tol(es0), (
+            f"PRIVACY BUG: {sql} with a.x {types['a']}, b.x {types['b']}\n"
+            f"  D = {db}\n  neighbour: {name}[{i}]: {row} -> {new}\n"
+            f"  q(D) = {base}, q(D') = {answer} > ES(0) = {es0}"
+        )
 
 
 def test_mixed_key_types_find_the_collision():
