@@ -110,23 +110,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("spark") is not None:
             # one worker runs every Spark test (--dist loadgroup): one JVM, not one per worker
             item.add_marker(pytest.mark.xdist_group("spark"))
-    if getattr(config.option, "loadgroup", False):  # set on xdist workers by --dist loadgroup
-        for item in items:
-            _group_node_id(item)
-
-
-def _group_node_id(item: pytest.Item) -> None:
-    """Suffix the node id with ``@<group>`` as pytest-xdist does for --dist loadgroup: its
-    scheduler groups by that suffix. xdist 3.8 sets ``item._nodeid``, which pytest 9 no longer
-    reads (node ids come from ``item._id``), so without this every group was split over the
-    workers (two JVMs, the benchmark smoke run twice)."""
-    mark = item.get_closest_marker("xdist_group")
-    if mark is None or "@" in item.nodeid.rpartition("]")[2]:
-        return  # not grouped, or xdist's suffix took effect
-    grouped = f"{item.nodeid}@{mark.args[0] if mark.args else mark.kwargs.get('name', 'default')}"
-    if hasattr(item, "_id"):
-        from _pytest.nodeid import NodeId
-
-        item._id = NodeId.parse(grouped)
-    else:
-        item._nodeid = grouped
