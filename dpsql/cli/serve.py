@@ -36,9 +36,11 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
               help="Threads answering queries.")
 @click.option("--max-failed-logins", default=10, show_default=True, type=click.IntRange(1),
               help="Failed logins from one address per minute before it is refused.")
+@click.option("--failed-login-delay", default=0.5, show_default=True,
+              type=click.FloatRange(0, 10), help="Seconds a failed login waits before its error.")
 def command(metadata: str, database: str | None, ledger: str, listen: tuple[str, int],
             tls_cert: str | None, tls_key: str | None, backend: str, spark_master: str | None,
-            workers: int, max_failed_logins: int) -> None:
+            workers: int, max_failed_logins: int, failed_login_delay: float) -> None:
     """Serve analysts over the PostgreSQL protocol; they authenticate with SCRAM-SHA-256
     (add them with `dpsql analyst add`) and see only noisy releases."""
     from dpsql.server.app import Server
@@ -47,7 +49,7 @@ def command(metadata: str, database: str | None, ledger: str, listen: tuple[str,
     spark = spark_master or ("local[2]" if backend == "spark" else None)
     server = Server(metadata, database, ledger, backend=backend, spark=spark,
                     tls_cert=tls_cert, tls_key=tls_key, workers=workers,
-                    login_limit=max_failed_logins)
+                    login_limit=max_failed_logins, failed_login_delay=failed_login_delay)
 
     def ready(bound: tuple[str, int]) -> None:
         click.echo(f"dpsql: serving {database or metadata} on {bound[0]}:{bound[1]} "
