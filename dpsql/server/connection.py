@@ -266,6 +266,13 @@ class ClientConnection(ExtendedQuery):
             text = f"catalog query not supported by dpsql: {str(exc).splitlines()[0]}"
         elif isinstance(exc, ValueError):
             code, text = "22P02", f"invalid parameter value: {exc}"
+        elif isinstance(exc, errors.OperationalError) and not isinstance(
+                exc, (errors.BudgetExhaustedError, errors.QueryCancelledError)):
+            # The owner's trouble (a damaged ledger, a missing data file): its message names
+            # the owner's files, which the analyst-facing schema keeps from analysts.
+            log.error("dpsql server: %s (analyst %s)", text,
+                      self.runner.analyst if self.runner else "?")
+            text = "the server cannot answer right now; the data owner's log says why"
         self.send(wire.error_response(code, text))
 
     async def _run(self, sql: str, params: list[Any] | None) -> Answer:
