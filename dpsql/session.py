@@ -15,7 +15,8 @@ One request goes through these steps, in this order (docs/design.md, "Release pi
 8. **release record**, then the **charge**, durable, for exactly the record's (epsilon, delta);
 9. **execute** the exact query, add noise, post-process, and write the rows to the ledger's
    audit log (if that fails they are withheld; the charge stands);
-10. **store** the answer in the cache, and release it.
+10. **store** the answer in the cache, in the same transaction as step 9's audit write (one
+    durable commit), and release it.
 
 Contract: every refusal (steps 1-7, and a budget the ledger says is exhausted) raises before
 anything is charged; none of them depends on private data. Once charged, a query whose exact
@@ -190,10 +191,9 @@ class Session:
         domains = read_domains(self.backend, prepared.compiled, values)
         if self.ledger is not None:
             self._check_binds(prepared, values)
-        result = self._release(prepared, values, plans, domains, charge=self.ledger, sql=sql)
-        if key is not None:
-            self._store(key, result)
-        return result
+        # the answer is cached in the audit write's transaction (step 10 with step 9's record)
+        return self._release(prepared, values, plans, domains, charge=self.ledger, sql=sql,
+                             cache_key=key)
 
     def _check_binds(self, prepared: Prepared, values: list[Any]) -> None:
         """The backend's binder on the exact query, once per query text and parameter types
@@ -209,13 +209,15 @@ class Session:
             self._bound.pop(next(iter(self._bound)))
 
     def _release(self, prepared: Prepared, values: list[Any], plans: tuple[NoisePlan, ...],
-                 domains: Domains, *, charge: Ledger | None, sql: str | None = None) -> Result:
+                 domains: Domains, *, charge: Ledger | None, sql: str | None = None,
+                 cache_key: str | None = None) -> Result:
         """Steps 8-9: record, charge (when ``charge`` is a ledger; the audit log gets ``sql``
         and the parameters), read the exact values, noise, post-process, and record the
         released rows in the audit log. Refunded: a failed or cancelled exact read, and a
         cancellation at any later point before the rows are recorded (nothing is shown).
         Charged: any error once noise is drawn, including a failure to record the rows (the
-        answer is then withheld)."""
+        answer is then withheld). With ``cache_key`` the answer is cached in the same
+        transaction as its audit record."""
         record = release_record(prepared.columns, plans, prepared.fingerprint, domains.n_bins)
         charge_id = None
         if charge is not None and self.principal is not None:
@@ -244,9 +246,11 @@ class Session:
                     and self.principal is not None):
                 charge.refund(self.principal.database, self.principal.analyst, charge_id)
             raise
+        result = Result(names, types, rows, record)
         if charge is not None and charge_id is not None and self.principal is not None:
-            _record_release(charge, self.principal, charge_id, names, rows)
-        return Result(names, types, rows, record)
+            _record_release(charge, self.principal, charge_id, names, rows,
+                            _cache_entry(cache_key, result))
+        return result
 
     # -- steps 5 and 10 -------------------------------------------------------------------
 
@@ -264,21 +268,6 @@ class Session:
                 f"({type(exc).__name__}); refusing to answer until the owner checks the file"
             ) from None
 
-    def _store(self, key: str, result: Result) -> None:
-        assert self.ledger is not None and self.principal is not None
-        try:
-            self.ledger.cache_put(self.principal.database, self.principal.analyst, key,
-                                  dump_payload(result))
-        except Uncacheable as exc:
-            # Safe either way: an uncached repeat is charged again, never free.
-            warnings.warn(f"dpsql: answer not cached (values of type {exc})", RuntimeWarning,
-                          stacklevel=4)
-        except OperationalError as exc:
-            # The charge is committed; withholding the paid-for answer would waste it. A repeat
-            # of this query will simply be charged again.
-            warnings.warn(f"dpsql: answer not cached: {exc.message}", RuntimeWarning,
-                          stacklevel=4)
-
     def cancel(self) -> None:
         """Stop the query running now (from another thread): it raises QueryCancelledError
         and its charge is refunded."""
@@ -289,8 +278,22 @@ class Session:
         self._post.close()
 
 
+def _cache_entry(key: str | None, result: Result) -> tuple[str, bytes] | None:
+    """(key, payload) to cache ``result`` under, or None (no key, or values the cache's codec
+    cannot store: safe, an uncached repeat is charged again)."""
+    if key is None:
+        return None
+    try:
+        return key, dump_payload(result)
+    except Uncacheable as exc:
+        warnings.warn(f"dpsql: answer not cached (values of type {exc})", RuntimeWarning,
+                      stacklevel=5)
+        return None
+
+
 def _record_release(ledger: Ledger, principal: Principal, charge_id: int,
-                    names: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+                    names: Sequence[str], rows: Sequence[Sequence[Any]],
+                    cache: tuple[str, bytes] | None = None) -> None:
     """Write the rows about to be released to the audit log, or withhold them.
 
     Fail closed: the charge is committed and stands (noise was drawn: refunding would let a
@@ -298,7 +301,7 @@ def _record_release(ledger: Ledger, principal: Principal, charge_id: int,
     answer is not cached either, so a repeat is charged again."""
     try:
         ledger.record_release(principal.database, principal.analyst, charge_id, rows,
-                              columns=names)
+                              columns=names, cache=cache)
     except OperationalError as exc:
         raise OperationalError(
             f"the answer was computed and charged (charge {charge_id}) but could not be written "

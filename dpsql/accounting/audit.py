@@ -152,14 +152,23 @@ def _reset(row: tuple) -> AuditReset:
                       epsilon_cleared=_eps_float(eps), delta_cleared=_delta_float(dlt))
 
 
+#: store one cached answer (last write wins); shared by Ledger.cache_put and record_release
+CACHE_UPSERT = """INSERT INTO cache (database, analyst, key, payload, at) VALUES (?, ?, ?, ?, ?)
+                  ON CONFLICT (database, analyst, key) DO UPDATE SET
+                      payload = excluded.payload, at = excluded.at"""
+
+
 class AuditBook(LedgerFile):
     """The audit methods of :class:`dpsql.accounting.Ledger`."""
 
     def record_release(self, database: str, analyst: str, charge_id: int,
                        rows: Sequence[Sequence[Any]], *,
-                       columns: Sequence[str] | None = None) -> None:
+                       columns: Sequence[str] | None = None,
+                       cache: tuple[str, bytes] | None = None) -> None:
         """Record the values charge ``charge_id`` released: ``rows`` exactly as returned to
-        the analyst (and their column names), durably, before the analyst sees them.
+        the analyst (and their column names), durably, before the analyst sees them; with
+        ``cache`` (key, payload), store the answer in the answer cache in the same transaction
+        (one durable commit instead of two).
 
         Precondition: ``charge_id`` is a charge of this principal, not refunded, whose answer
         ``rows`` is. Guarantee: on return the values are committed with the charge; a charge
@@ -189,6 +198,8 @@ class AuditBook(LedgerFile):
                 )
             conn.execute("UPDATE charges SET released = ?, released_at = ? WHERE id = ?",
                          (payload, now(), int(charge_id)))
+            if cache is not None:
+                conn.execute(CACHE_UPSERT, (*key, cache[0], bytes(cache[1]), now()))
 
     def audit(self, *, database: str | None = None, analyst: str | None = None,
               limit: int | None = None) -> list[AuditEntry]:

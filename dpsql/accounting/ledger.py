@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpsql.accounting.analysts import AnalystBook
-from dpsql.accounting.audit import AuditBook, to_json
+from dpsql.accounting.audit import CACHE_UPSERT, AuditBook, to_json
 from dpsql.accounting.composition import CompositionReport, compose
 from dpsql.accounting.principal import database_identity, now, principal
 from dpsql.accounting.units import _delta_float, _delta_units, _eps_float, _eps_units
@@ -350,12 +350,7 @@ class Ledger(AnalystBook, AuditBook):
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise ProgrammingError("cache payload must be bytes")
         with self._write("cache_put") as conn:
-            conn.execute(
-                """INSERT INTO cache (database, analyst, key, payload, at) VALUES (?, ?, ?, ?, ?)
-                   ON CONFLICT (database, analyst, key) DO UPDATE SET
-                       payload = excluded.payload, at = excluded.at""",
-                (*who, key, bytes(payload), now()),
-            )
+            conn.execute(CACHE_UPSERT, (*who, key, bytes(payload), now()))
 
     def __enter__(self) -> Ledger:
         return self
