@@ -60,6 +60,17 @@ def test_charge_and_release_are_recorded(ledger):
     assert entry.state == "released" and entry.counts
 
 
+def test_a_release_and_its_cache_entry_are_written_together_or_not_at_all(ledger):
+    ledger.set_budget(DB, "alice", 1.0, 0.0)
+    cid = ask(ledger, "q", [])
+    ledger.record_release(DB, "alice", cid, [(7,)], cache=("key", b"payload"))
+    assert ledger.cache_get(DB, "alice", "key") == b"payload"
+    assert ledger.audit()[0].released == {"columns": None, "rows": [[7]]}
+    with pytest.raises(OperationalError, match="already has its released values"):
+        ledger.record_release(DB, "alice", cid, [(8,)], cache=("other", b"x"))
+    assert ledger.cache_get(DB, "alice", "other") is None  # refused: nothing cached either
+
+
 def test_record_release_fails_closed(ledger):
     ledger.set_budget(DB, "alice", 1.0, 0.0)
     ledger.set_budget(DB, "bob", 1.0, 0.0)
