@@ -73,6 +73,6 @@ def server_md(data: dict[str, Any]) -> list[str]:
         f"({_f(s['uncached_per_s'])}/s; cached {_f(s['cached_per_s'])}/s)",
         f"- one durable SQLite commit on the ledger's disk (WAL, synchronous=FULL): "
         f"{_f(commit[0])} ms before, {_f(commit[1])} ms after; an uncached release makes "
-        "three, one at a time",
+        "two (the charge; the audit rows with the cache entry), one at a time",
     ]
     return lines

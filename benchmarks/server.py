@@ -26,7 +26,7 @@ part of every uncached answer) gives the server's analyst and the in-process one
   inside the window / window (goal >= 300 uncached/s). The server's CPU seconds over the window
   (``/proc/<pid>/stat``) per query say whether it is CPU-bound.
 * **the ledger's disk**: the median time of one durable SQLite commit (WAL, synchronous=FULL,
-  as the ledger) in the same folder before and after, since an uncached release makes three
+  as the ledger) in the same folder before and after, since an uncached release makes two
   (the charge, the audit log's release row, the cache entry) and the ledger serialises them;
   and, outside ``--smoke`` and only as a diagnostic, the uncached throughput again with the
   ledger on ``/dev/shm`` (tmpfs: fsync is free), which shows what those commits cost.

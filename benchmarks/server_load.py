@@ -158,7 +158,7 @@ def throughput(server: ServerProcess, clients: int, duration: float, mode: str,
 def durable_commit_ms(folder: Path, n: int) -> float:
     """Median ms of a one-row ``BEGIN IMMEDIATE ... COMMIT`` in a scratch SQLite file in
     ``folder`` with the ledger's pragmas (WAL, synchronous=FULL): what each of the ledger's
-    durable writes costs on that disk now (an uncached release makes three)."""
+    durable writes costs on that disk now (an uncached release makes two)."""
     import sqlite3
 
     path = folder / "commit-probe.sqlite"
