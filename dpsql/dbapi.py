@@ -100,7 +100,9 @@ UNSET = _Unset()
 LedgerArg = str | os.PathLike | None | _Unset
 
 
-def _same_file(a: str, b: str) -> bool:
+def same_file(a: str, b: str) -> bool:
+    """True when ``a`` and ``b`` name one file (the metadata's ledger rule, here and in the
+    server)."""
     return os.path.realpath(os.path.expanduser(a)) == os.path.realpath(os.path.expanduser(b))
 
 
@@ -239,7 +241,7 @@ class Connection:
         requested = os.fsdecode(os.fspath(ledger))
         if named is None:
             return requested
-        if not _same_file(requested, named):
+        if not same_file(requested, named):
             raise ProgrammingError(
                 f"the metadata{where} names the privacy ledger {named!r}, which every query on "
                 f"this database is charged to; ledger={requested!r} cannot replace it. Omit "

@@ -27,6 +27,7 @@ from typing import Any
 from dpsql.accounting import Ledger
 from dpsql.backends import data_version, ledger_identity, open_backend
 from dpsql.backends.types import fill_column_types
+from dpsql.dbapi import same_file
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import Metadata, load_metadata
 from dpsql.server.auth import AuthInfo, LoginThrottle
@@ -35,10 +36,6 @@ from dpsql.server.statements import Policy, StatementRunner
 from dpsql.session import Principal, Session
 
 log = logging.getLogger("dpsql.server")
-
-
-def _same_file(a: str, b: str) -> bool:
-    return os.path.realpath(os.path.expanduser(a)) == os.path.realpath(os.path.expanduser(b))
 
 
 class Server:
@@ -61,7 +58,7 @@ class Server:
     ) -> None:
         md = metadata if isinstance(metadata, Metadata) else load_metadata(metadata)
         ledger_path = os.fspath(ledger)
-        if md.ledger is not None and not _same_file(md.ledger, ledger_path):
+        if md.ledger is not None and not same_file(md.ledger, ledger_path):
             raise ProgrammingError(
                 f"the metadata names the ledger {md.ledger!r}; --ledger {ledger_path!r} cannot "
                 "replace it (omit it or pass the same file)")
