@@ -32,7 +32,7 @@ from dpsql.errors import ProgrammingError
 from dpsql.metadata import Metadata, load_metadata
 from dpsql.server.auth import AuthInfo, LoginThrottle
 from dpsql.server.connection import ClientConnection
-from dpsql.server.statements import Policy, StatementRunner
+from dpsql.server.statements import StatementRunner
 from dpsql.session import Principal, Session
 
 log = logging.getLogger("dpsql.server")
@@ -104,8 +104,6 @@ class Server:
         account = self.ledger.analyst(user)
         if account is None:  # removed between authentication and now
             raise ProgrammingError(f"analyst {user!r} no longer exists")
-        policy = Policy(account.tables, account.max_epsilon, account.max_delta,
-                        account.default_epsilon, account.default_delta)
         with self._opening:
             backend = open_backend(self.backend_name, self.database, self.metadata, self.spark)
         try:
@@ -118,7 +116,7 @@ class Server:
         except BaseException:
             backend.close()
             raise
-        return StatementRunner(session, policy, user)
+        return StatementRunner(session, account, user)
 
     def register(self, client: ClientConnection) -> None:
         self._clients[client.pid] = client

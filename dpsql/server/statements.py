@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from dpsql.accounting.analysts import AnalystAccount
 from dpsql.analysis.hygiene import check_size
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.release.record import Release
@@ -38,17 +39,6 @@ from dpsql.session import Session
 #: the routing memo of one connection: at most this many texts, each at most this long
 _ROUTE_MEMO_SIZE = 256
 _ROUTE_MEMO_TEXT = 8192
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The owner's rules for one analyst (from the ledger's analyst account)."""
-
-    tables: frozenset[str] | None = None  # None: every declared table
-    max_epsilon: float | None = None
-    max_delta: float | None = None
-    default_epsilon: float | None = None
-    default_delta: float | None = None
 
 
 class AccessDenied(ProgrammingError):
@@ -73,9 +63,10 @@ class Answer:
 class StatementRunner:
     """Answers an analyst's statements (thread-confined: one per client connection)."""
 
-    def __init__(self, session: Session, policy: Policy, analyst: str) -> None:
+    def __init__(self, session: Session, account: AnalystAccount, analyst: str) -> None:
         self.session = session
-        self.policy = policy
+        #: the owner's rules for this analyst: grants, per-query caps and defaults
+        self.account = account
         self.analyst = analyst
         self.settings: dict[str, str] = dict(DEFAULT_SETTINGS)
         self.settings["session_authorization"] = analyst
@@ -85,9 +76,7 @@ class StatementRunner:
 
     @property
     def visible_tables(self) -> list[str]:
-        tables = self.session.metadata.tables
-        allowed = self.policy.tables
-        return [t for t in tables if allowed is None or t in allowed]
+        return [t for t in self.session.metadata.tables if self.account.may_read(t)]
 
     @property
     def catalog(self) -> Catalog:
@@ -140,19 +129,15 @@ class StatementRunner:
 
     def budget(self) -> tuple[float | None, float]:
         """This statement's (epsilon, delta): the session's SET values, else the analyst's
-        defaults; refused above the owner's caps (before anything is charged)."""
-        epsilon = _number(self.settings.get("dpsql.epsilon"), self.policy.default_epsilon)
-        delta = _number(self.settings.get("dpsql.delta"), self.policy.default_delta) or 0.0
-        cap, dcap = self.policy.max_epsilon, self.policy.max_delta
-        if epsilon is not None and cap is not None and epsilon > cap:
-            raise AccessDenied(
-                f"epsilon {epsilon:g} exceeds the owner's per-query limit {cap:g} for analyst "
-                f"{self.analyst!r}: SET dpsql.epsilon to at most {cap:g}")
-        if dcap is not None and delta > dcap:
-            raise AccessDenied(
-                f"delta {delta:g} exceeds the owner's per-query limit {dcap:g} for analyst "
-                f"{self.analyst!r}: SET dpsql.delta to at most {dcap:g}")
-        return epsilon, delta
+        defaults; refused above the owner's caps (before anything is charged; the ledger checks
+        the caps again at the charge)."""
+        try:
+            epsilon, delta = self.account.query_budget(
+                _number(self.settings.get("dpsql.epsilon"), None),
+                _number(self.settings.get("dpsql.delta"), None))
+        except ProgrammingError as exc:
+            raise AccessDenied(exc.message) from None
+        return epsilon, delta or 0.0
 
     def _session_command(self, kind: str, arg: Any) -> Answer:
         if kind == "noop":

@@ -60,7 +60,8 @@ def test_epsilon_above_the_owner_cap_is_refused_before_the_charge(server: Server
     before = _charges(server, "alice")
     with psycopg.connect(server.dsn(), autocommit=True) as conn:
         conn.execute("SET dpsql.epsilon = 3")
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="at most 2"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege,
+                           match=r"at most epsilon=2\.0 on one query"):
             conn.execute("SELECT COUNT(*) FROM orders")
     assert _charges(server, "alice") == before
 
