@@ -91,6 +91,9 @@ _MACROS = (
     "CREATE MACRO pg_get_viewdef(x, y := false) AS CAST(NULL AS VARCHAR)",
     "CREATE MACRO pg_get_partkeydef(x) AS CAST(NULL AS VARCHAR)",
     "CREATE MACRO pg_relation_is_publishable(x) AS false",
+    "CREATE MACRO pg_table_size(x) AS CAST(NULL AS BIGINT)",
+    "CREATE MACRO pg_total_relation_size(x) AS CAST(NULL AS BIGINT)",
+    "CREATE MACRO pg_relation_size(x) AS CAST(NULL AS BIGINT)",
     "CREATE MACRO pg_get_serial_sequence(x, y) AS CAST(NULL AS VARCHAR)",
     "CREATE MACRO pg_collation_is_visible(x) AS true",
     "CREATE MACRO to_regtype(x) AS "
@@ -276,9 +279,6 @@ class Catalog:
             self._con.execute(macro)
         quoted = "'" + user.replace("'", "''") + "'"
         self._con.execute(f"CREATE MACRO pg_get_userbyid(x) AS {quoted}")
-        self._con.execute("CREATE MACRO pg_table_size(x) AS CAST(NULL AS BIGINT)")
-        self._con.execute("CREATE MACRO pg_total_relation_size(x) AS CAST(NULL AS BIGINT)")
-        self._con.execute("CREATE MACRO pg_relation_size(x) AS CAST(NULL AS BIGINT)")
         self._con.execute("SET enable_external_access = false")
         self._con.execute("SET threads = 1")
         self._con.execute("SET memory_limit = '256MB'")

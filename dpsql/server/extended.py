@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from dpsql import errors
 from dpsql.analysis.hygiene import check_size
 from dpsql.server import pgtypes, wire
-from dpsql.server.placeholders import count_markers
+from dpsql.server.catalog import parse_session_command
+from dpsql.server.placeholders import count_markers, to_qmark
 from dpsql.server.sqlstates import NoSuchObject
 from dpsql.server.statements import Answer
 
@@ -110,7 +111,7 @@ class ExtendedQuery:
                 raise NoSuchObject(f'prepared statement "{name}" does not exist', "26000")
             self.send(wire.parameter_description(
                 [oid or pgtypes.TEXT for oid in statement.param_oids]))
-            fields = await self._statementfields_of(statement)
+            fields = await self._statement_fields(statement)
             self.send(wire.row_description(fields) if fields else wire.NO_DATA)
             return
         if what != b"P":
@@ -124,19 +125,14 @@ class ExtendedQuery:
         else:
             self.send(wire.NO_DATA)
 
-    async def _statementfields_of(self, statement: Statement) -> list[wire.Field]:
+    async def _statement_fields(self, statement: Statement) -> list[wire.Field]:
         """A statement's columns before it runs: a catalog or session query is answered with
         NULL parameters (it reads no data); a private query's names come from its analysis
         (nothing is charged), typed as text."""
         runner = self.runner
         assert runner is not None
         nulls = [None] * len(statement.param_oids)
-        from dpsql.server.catalog import is_catalog_query, parse_postgres
-
-        tree = parse_postgres(statement.sql)
-        if tree is None or not is_catalog_query(tree):
-            from dpsql.server.placeholders import to_qmark
-
+        if parse_session_command(statement.sql) is None and not runner.is_catalog(statement.sql):
             text, _ = to_qmark(statement.sql, nulls)
             loop = asyncio.get_running_loop()
             prepared = await loop.run_in_executor(self.server.executor, runner.session.prepare,

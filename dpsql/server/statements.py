@@ -72,7 +72,7 @@ class StatementRunner:
         self.settings["session_authorization"] = analyst
         self._catalog: Catalog | None = None
         self.in_transaction = False
-        self._routes: dict[str, bool] = {}  # SQL text -> is a catalog query (_is_catalog)
+        self._routes: dict[str, bool] = {}  # SQL text -> is a catalog query (is_catalog)
 
     @property
     def visible_tables(self) -> list[str]:
@@ -92,7 +92,7 @@ class StatementRunner:
             if params:
                 raise ProgrammingError("session commands take no parameters")
             return self._session_command(*command)
-        tree = parse_postgres(sql) if self._is_catalog(sql) else None
+        tree = parse_postgres(sql) if self.is_catalog(sql) else None
         if tree is not None:
             if params:
                 tree = _inline_params(tree, params)
@@ -100,7 +100,7 @@ class StatementRunner:
             return Answer(f"SELECT {len(got.rows)}", got.names, got.types, got.rows)
         return self._private(sql, params or [])
 
-    def _is_catalog(self, sql: str) -> bool:
+    def is_catalog(self, sql: str) -> bool:
         """Whether ``sql`` is a catalog query (:func:`is_catalog_query`, which depends on the
         text alone), memoised by text: the PostgreSQL parse it needs costs ~0.3 ms, and a
         client repeats the same private query text with new parameters."""
@@ -157,6 +157,12 @@ class StatementRunner:
             return self._show_budget()
         if name == "dpsql.schema":
             return Answer("SHOW", ("schema",), ("VARCHAR",), [(self._schema_text(),)])
+        if name in ("dpsql.epsilon", "dpsql.delta") and name not in self.settings:
+            # not SET in this session: the analyst's default ('' when there is none)
+            default = (self.account.default_epsilon if name == "dpsql.epsilon"
+                       else self.account.default_delta)
+            return Answer("SHOW", (name,), ("VARCHAR",), [("" if default is None
+                                                           else repr(default),)])
         if name not in self.settings:
             raise ProgrammingError(f'unrecognized configuration parameter "{name}"')
         return Answer("SHOW", (name.split()[-1],), ("VARCHAR",), [(self.settings[name],)])

@@ -230,3 +230,26 @@ def test_repeated_statement_texts_keep_their_route(server: ServerProcess) -> Non
             assert names == [("orders",)] and details == []
             conn.execute("SELECT COUNT(*) FROM orders WHERE quantity > %s", [i]).fetchall()
             assert len(details) == 1 and '"cached": false' in (details[0] or "")
+
+
+@pytest.mark.parametrize(("sql", "names"), [
+    ("SELECT COUNT(*) AS n FROM orders WHERE quantity = $1", ["n"]),  # private: no charge
+    ("SELECT table_name FROM information_schema.tables WHERE table_name = $1", ["table_name"]),
+    ("SHOW dpsql.epsilon", ["dpsql.epsilon"]),  # a session command: run (it reads no data)
+])
+def test_describe_statement_reads_no_data_and_charges_nothing(server: ServerProcess, sql: str,
+                                                              names: list[str]) -> None:
+    from tests.server import rawwire as rw
+
+    before = _charges(server, "alice")
+    with rw.RawClient(server.host, server.port) as client:
+        rw.login(client, "alice", PASSWORDS["alice"])
+        client.send(rw.parse(b"s1", sql.encode()) + rw.message(b"D", b"Ss1\0") + rw.SYNC)
+        got = client.read_until(b"Z")
+    kinds = [m.kind for m in got]
+    assert kinds[:2] == [b"1", b"t"] and kinds[-1] == b"Z", got  # ParseComplete, parameters
+    assert b"E" not in kinds, got
+    description = next(m for m in got if m.kind == b"T")
+    for name in names:
+        assert name.encode() + b"\0" in description.body
+    assert _charges(server, "alice") == before
