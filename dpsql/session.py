@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from sqlglot import exp
+
 from dpsql.accounting import Ledger
 from dpsql.analysis.domains import check_domains
 from dpsql.analysis.elastic import QueryAnalysis, analyze
@@ -81,6 +83,14 @@ class Prepared:
     def qualified_sql(self) -> str:
         """The qualified query text (the answer-cache key), generated on first use."""
         return self.analysis.query.sql(dialect=DIALECT)
+
+    @cached_property
+    def tables(self) -> frozenset[str]:
+        """The tables the query reads (CTE names excluded): where a server checks grants."""
+        query = self.analysis.query
+        ctes = {cte.alias_or_name for cte in query.find_all(exp.CTE)}
+        return frozenset(t.name for t in query.find_all(exp.Table)
+                         if t.name not in ctes or t.db)
 
     @cached_property
     def public(self) -> bool:

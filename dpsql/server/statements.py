@@ -117,7 +117,7 @@ class StatementRunner:
     def _private(self, sql: str, params: list[Any]) -> Answer:
         text, values = to_qmark(sql, params)
         prepared = self.session.prepare(text)
-        denied = sorted(_tables_of(prepared.analysis.query) - set(self.visible_tables))
+        denied = sorted(prepared.tables - set(self.visible_tables))  # memoised per text
         if denied:
             raise AccessDenied(
                 f"permission denied for table {', '.join(denied)}: the data owner has not "
@@ -237,11 +237,6 @@ def _number(value: str | None, default: float | None) -> float | None:
     except ValueError:
         return None
     return number if math.isfinite(number) else None
-
-
-def _tables_of(query: exp.Expression) -> set[str]:
-    ctes = {cte.alias_or_name for cte in query.find_all(exp.CTE)}
-    return {t.name for t in query.find_all(exp.Table) if t.name not in ctes or t.db}
 
 
 def _inline_params(tree: exp.Expression, params: list[Any]) -> exp.Expression:
