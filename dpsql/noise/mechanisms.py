@@ -1,4 +1,4 @@
-"""Noise for dpsql: the only module that draws random numbers (docs/design.md, "Noise").
+"""Noise for dpsql: with .selection, the only modules that draw random numbers (design.md, "Noise").
 
 Every released number gets its noise here, from the operating system's CSPRNG (``os.urandom``),
 vectorised with numpy. Nothing in this module uses numpy's generators, :mod:`random`, or a seed.
