@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from dpsql.backends.replay import ReplayBackend
 from dpsql.budget import Budget
 from dpsql.noise.plan import plan_noise
 from dpsql.noise.smooth import smooth
@@ -37,41 +38,6 @@ from .queries import flex_corpus
 
 #: FLEX's corrected published median relative errors (epsilon 0.1, delta 1/n^2, n = 2e6).
 FLEX_FIGURES = {"Q1": 2.5e-5, "Q4": 4.141e-3, "Q13": 1.504, "Q16": 706.58, "Q21": 11551.0}
-
-
-class ReplayBackend:
-    """Runs each distinct (sql, params) once on ``inner`` and replays the result afterwards
-    (rows, or columns: the arrays are never written to, so sharing them is safe)."""
-
-    dialect = "duckdb"
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.cache: dict[tuple, tuple[list, list]] = {}
-        self.executions = 0
-
-    def _replay(self, method: str, sql, params):
-        # lists (inlined public domains) as tuples, to be hashable
-        key = (method, sql, tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
-                                         for k, v in (params or {}).items())))
-        if key not in self.cache:
-            self.cache[key] = getattr(self.inner, method)(sql, params)
-            self.executions += 1
-        out, types = self.cache[key]
-        return list(out), list(types)
-
-    def execute(self, sql, params=None):
-        return self._replay("execute", sql, params)
-
-    def execute_columns(self, sql, params=None):
-        return self._replay("execute_columns", sql, params)
-
-    def __getattr__(self, name: str):
-        # everything but execution (the table schemas an Engine reads ...) comes from inner
-        return getattr(self.inner, name)
-
-    def close(self) -> None:
-        pass
 
 
 def _key(values) -> tuple[str, ...]:

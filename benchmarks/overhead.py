@@ -36,6 +36,7 @@ import tracemalloc
 from typing import Any
 
 from dpsql.analysis.elastic import analyze
+from dpsql.backends.replay import ReplayBackend
 from dpsql.budget import Budget
 from dpsql.execute.exact import read_exact
 from dpsql.noise.apply import noisy_values
@@ -43,7 +44,6 @@ from dpsql.noise.plan import plan_noise
 from dpsql.rewrite.plan import plan_execution
 from dpsql.session import Session
 
-from .accuracy import ReplayBackend
 from .common import Handles, Settings, median_ms, rejection, timed
 from .queries import overhead_corpus
 

@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
+from dpsql.backends.replay import ReplayBackend
 from dpsql.execute.exact import read_exact
 from dpsql.session import Session
 
 from . import smartnoise, synthetic
-from .accuracy import ReplayBackend
 from .common import (
     Handles,
     Settings,

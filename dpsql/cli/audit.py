@@ -1,4 +1,5 @@
-"""`dpsql audit log`: the data owner's view of the ledger's audit log.
+"""`dpsql audit log`: the data owner's view of the ledger's audit log (and, as
+`dpsql audit [OPTIONS] SQL`, the privacy audit of :mod:`dpsql.cli.privacy_audit`).
 
 Every charge with its SQL text, parameters, epsilon and delta, time, analyst, database and the
 values it released (as the analyst got them), refunded and reset charges included and marked,
@@ -15,11 +16,16 @@ from typing import Any
 import click
 
 from dpsql.accounting import AuditCharge, AuditEntry, Ledger, database_identity
+from dpsql.cli.privacy_audit import AuditGroup, privacy
 
 
-@click.group("audit")
+@click.group("audit", cls=AuditGroup)
 def command() -> None:
-    """Read the audit log of queries, charges and releases (data owner)."""
+    """Audit a query's privacy (`dpsql audit -m M -d D "SQL"`) or read the audit log of
+    queries, charges and releases (`dpsql audit log`). Data owner."""
+
+
+command.add_command(privacy)
 
 
 def _entry_json(entry: AuditEntry) -> dict[str, Any]:

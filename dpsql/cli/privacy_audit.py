@@ -1,0 +1,88 @@
+"""`dpsql audit -m M.yaml -d D.duckdb [-e EPS] [--neighbours N] "SQL"`: the owner's privacy audit.
+
+Runs :func:`dpsql.privacy_audit.audit` and prints what the samples prove: the neighbouring
+database used, the lower bounds on the max divergence and the Rényi divergences, and the
+verdict. Exit status 0 for pass, 2 for fail (1 stays "dpsql refused or failed").
+`dpsql audit log` (the ledger's audit log) is a subcommand of the same group: the group sends
+any first argument that is not a subcommand name to this command.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from dpsql.metadata import load_metadata
+from dpsql.privacy_audit import AuditReport, audit
+
+
+class AuditGroup(click.Group):
+    """`dpsql audit SUBCOMMAND ...`, or `dpsql audit [OPTIONS] SQL` for the privacy audit."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        help_only = args in (["-h"], ["--help"])
+        if args and not help_only and args[0] not in self.commands:
+            args = ["privacy", *args]
+        return super().parse_args(ctx, args)
+
+
+def _text(report: AuditReport) -> str:
+    b = report.bounds
+    renyi = ", ".join(f"order {order:g}: {value:.3f}" for order, value in b.renyi.items())
+    return "\n".join([
+        f"query:      {report.sql}",
+        f"claimed:    epsilon {report.epsilon:g}, delta {report.delta:g}",
+        f"neighbour:  {report.neighbour.describe()} (the largest of {report.neighbours_tried} "
+        f"tried; exact measurements move by {report.exact_change:g} in L1)",
+        f"releases:   {report.runs} on each database; statistic over {report.cells} output "
+        "cell(s)",
+        f"max divergence >= {b.max_divergence:.3f} ({b.worst_event}), at confidence "
+        f"{b.confidence:g} over {b.events} intervals",
+        f"Rényi divergence >= {renyi}",
+        f"verdict:    {report.verdict.upper()}"
+        + (" (the samples prove a loss above the claimed epsilon)" if report.verdict == "fail"
+           else " (the samples do not contradict the claim; a lower bound cannot prove it)"),
+    ])
+
+
+@click.command("privacy")
+@click.option("--metadata", "-m", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The owner's metadata YAML.")
+@click.option("--database", "-d", required=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="DuckDB database file (copied once per neighbour tried: use a test database "
+                   "or a sample).")
+@click.option("--epsilon", "-e", default=1.0, show_default=True, type=float,
+              help="The epsilon each release claims.")
+@click.option("--delta", default=0.0, show_default=True, type=float,
+              help="The delta each release claims (needed by joins of private tables).")
+@click.option("--neighbours", default=8, show_default=True, type=click.IntRange(min=1),
+              help="How many neighbouring databases to try (the one moving the answer most is "
+                   "audited).")
+@click.option("--runs", default=4000, show_default=True, type=click.IntRange(min=50),
+              help="Releases drawn on each of the two databases.")
+@click.option("--confidence", default=0.99, show_default=True,
+              type=click.FloatRange(0.5, 1.0, max_open=True),
+              help="Confidence of the lower bounds.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.argument("sql")
+def privacy(metadata: Path, database: Path, epsilon: float, delta: float, neighbours: int,
+            runs: int, confidence: float, as_json: bool, sql: str) -> int:
+    """Audit a query's privacy empirically (data owner): lower bounds, pass or fail."""
+    report = audit(database, load_metadata(metadata), sql, epsilon=epsilon, delta=delta,
+                   neighbours=neighbours, runs=runs, confidence=confidence)
+    if as_json:
+        b = report.bounds
+        click.echo(json.dumps({
+            "sql": report.sql, "epsilon": report.epsilon, "delta": report.delta,
+            "neighbour": report.neighbour.describe(), "neighbours_tried": report.neighbours_tried,
+            "exact_change": report.exact_change, "runs": report.runs, "cells": report.cells,
+            "max_divergence_lower_bound": b.max_divergence, "worst_event": b.worst_event,
+            "renyi_lower_bounds": {str(k): v for k, v in b.renyi.items()},
+            "confidence": b.confidence, "verdict": report.verdict,
+        }, indent=2))
+    else:
+        click.echo(_text(report))
+    return 2 if report.verdict == "fail" else 0

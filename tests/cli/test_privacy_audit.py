@@ -1,0 +1,62 @@
+"""`dpsql audit [OPTIONS] SQL` (dpsql/cli/privacy_audit.py): the privacy audit from the command
+line, on a real DuckDB file; `dpsql audit log` still reaches its subcommand."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pytest
+
+from dpsql.cli.main import main
+
+METADATA = """
+tables:
+  t:
+    rows: 20
+    columns:
+      g: {type: VARCHAR, releasable: true, domain: {values: [a, b]}}
+      v: {type: DOUBLE, bounds: [0, 10]}
+"""
+
+
+@pytest.fixture
+def files(tmp_path):
+    con = duckdb.connect(str(tmp_path / "t.duckdb"))
+    con.execute("CREATE TABLE t (g VARCHAR, v DOUBLE)")
+    rows = [("ab"[i % 2], float(i % 10)) for i in range(20)]
+    con.executemany("INSERT INTO t VALUES (?, ?)", rows)
+    con.close()
+    (tmp_path / "m.yaml").write_text(METADATA)
+    return ["-m", str(tmp_path / "m.yaml"), "-d", str(tmp_path / "t.duckdb")]
+
+
+def test_audit_prints_bounds_and_passes(files, capsys):
+    code = main(["audit", *files, "--runs", "200", "--neighbours", "2",
+                 "--confidence", "0.999999", "SELECT SUM(v) FROM t"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "verdict:    PASS" in out and "max divergence >= " in out
+    assert "t: row " in out and "replaced by a copy of row" in out
+
+
+def test_audit_json(files, capsys):
+    code = main(["audit", *files, "--runs", "100", "--neighbours", "1", "--json",
+                 "--confidence", "0.999999", "SELECT g, COUNT(*) FROM t GROUP BY g"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["verdict"] == "pass"
+    assert report["runs"] == 100 and report["neighbours_tried"] == 1
+    assert set(report["renyi_lower_bounds"]) == {"2.0", "8.0"}
+
+
+def test_refusal_is_one_line_and_exit_1(files, capsys):
+    assert main(["audit", *files, "SELECT v FROM t"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: column 'v' is neither aggregated") and "Traceback" not in err
+
+
+def test_audit_log_is_still_a_subcommand(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    code = main(["audit", "log", "--ledger", str(tmp_path / "missing.sqlite")])
+    assert code == 1  # the ledger does not exist: the log subcommand ran and refused
+    assert "ledger" in capsys.readouterr().err
