@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from dpsql.metadata import load_metadata
-from dpsql.privacy_audit import AuditReport, audit
+if TYPE_CHECKING:  # the audit (DuckDB, the engine) is imported when the command runs
+    from dpsql.privacy_audit import AuditReport
 
 
 class AuditGroup(click.Group):
@@ -71,6 +72,9 @@ def _text(report: AuditReport) -> str:
 def privacy(metadata: Path, database: Path, epsilon: float, delta: float, neighbours: int,
             runs: int, confidence: float, as_json: bool, sql: str) -> int:
     """Audit a query's privacy empirically (data owner): lower bounds, pass or fail."""
+    from dpsql.metadata import load_metadata
+    from dpsql.privacy_audit import audit
+
     report = audit(database, load_metadata(metadata), sql, epsilon=epsilon, delta=delta,
                    neighbours=neighbours, runs=runs, confidence=confidence)
     if as_json:
