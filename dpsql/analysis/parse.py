@@ -16,12 +16,13 @@ from collections.abc import Iterable
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
-from sqlglot.errors import OptimizeError, ParseError, SqlglotError
+from sqlglot.errors import OptimizeError, ParseError, SqlglotError, TokenError
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
 from dpsql.analysis import hygiene
 from dpsql.analysis.allowlist import DEFAULT_SCHEMAS, check_allowed
+from dpsql.analysis.syntax import syntax_error
 from dpsql.errors import ProgrammingError, UnsupportedQueryError
 from dpsql.metadata import Metadata
 
@@ -31,14 +32,6 @@ DIALECT = Dialect.get_or_raise("duckdb")
 
 # sqlglot warns on stderr when it falls back to a generic Command; we reject those anyway.
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
-
-def _position(err: ParseError) -> tuple[int, int] | None:
-    if err.errors:
-        first = err.errors[0]
-        if first.get("line") is not None:
-            return int(first["line"]), int(first.get("col") or 0)
-    return None
-
 
 _STATEMENT_KEYWORDS = frozenset({
     "ALTER", "ANALYZE", "ATTACH", "BEGIN", "CALL", "CHECKPOINT", "COMMIT", "COPY", "CREATE",
@@ -66,10 +59,9 @@ def parse_sql(sql: str) -> exp.Expression:
     """Parse exactly one statement (DuckDB dialect); reject several statements or a non-query."""
     try:
         statements = [s for s in sqlglot.parse(sql, dialect=DIALECT) if s is not None]
-    except ParseError as err:
+    except (ParseError, TokenError) as err:
         _reject_statement_keyword(sql)
-        detail = err.errors[0].get("description") if err.errors else str(err)
-        raise ProgrammingError(f"SQL syntax error: {detail}", position=_position(err)) from None
+        raise syntax_error(err, sql) from None
     except SqlglotError as err:
         raise ProgrammingError(f"SQL syntax error: {err}") from None
     except RecursionError:
