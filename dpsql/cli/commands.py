@@ -16,6 +16,7 @@ import difflib
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpsql.cli.output import FORMATS
@@ -251,6 +252,47 @@ def _format(shell: Shell, argument: str) -> None:
             raise CommandError(f"unknown format {argument!r}; use one of {', '.join(FORMATS)}")
         shell.fmt = argument.lower()
     shell.echo(f"format: {shell.fmt}")
+
+
+@COMMANDS.register("\\x", "\\x [on|off]",
+                   "Expanded display: each result row as a block of 'column | value' lines "
+                   "(toggles without an argument).")
+def _expanded(shell: Shell, argument: str) -> None:
+    shell.expanded = _switch("\\x", argument, shell.expanded)
+    shell.echo(f"expanded display is {'on' if shell.expanded else 'off'}")
+
+
+@COMMANDS.register("\\pager", "\\pager [on|off]",
+                   "Send results taller than the terminal through $PAGER (default less); on by "
+                   "default in an interactive session (toggles without an argument).")
+def _pager(shell: Shell, argument: str) -> None:
+    shell.pager = _switch("\\pager", argument, shell.pager)
+    shell.echo(f"pager is {'on' if shell.pager else 'off'}")
+
+
+@COMMANDS.register("\\o", "\\o [FILE]",
+                   "Append query results to FILE (footers stay on the terminal); without FILE, "
+                   "back to standard output.")
+def _output(shell: Shell, argument: str) -> None:
+    if not argument:
+        shell.output = None
+        shell.echo("results go to standard output")
+        return
+    target = Path(argument).expanduser()
+    try:
+        target.open("a", encoding="utf-8").close()
+    except OSError as err:
+        raise CommandError(f"cannot write {argument}: {err.strerror}") from None
+    shell.output = target
+    shell.echo(f"results are appended to {target}")
+
+
+def _switch(name: str, argument: str, current: bool) -> bool:
+    if not argument:
+        return not current
+    if argument.lower() in ("on", "off"):
+        return argument.lower() == "on"
+    raise CommandError(f"{name} takes on or off, got {argument!r}")
 
 
 @COMMANDS.register(

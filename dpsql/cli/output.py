@@ -17,8 +17,29 @@ def _cell(value: Any) -> Any:
     return value
 
 
-def render_rows(names: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str) -> str:
-    """The rows as an aligned table, CSV with a header, or a JSON list of objects."""
+def row_count(n: int) -> str:
+    """psql's footer: ``(1 row)``, ``(3 rows)``."""
+    return f"({n} row{'' if n == 1 else 's'})"
+
+
+def _expanded(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """psql's ``\\x`` layout: one block per row, a name | value line per column."""
+    width = max((len(n) for n in names), default=0)
+    blocks = []
+    for i, row in enumerate(rows, 1):
+        lines = [f"-[ RECORD {i} ]"]
+        lines += [f"{name.ljust(width)} | {'NULL' if v is None else _cell(v)}"
+                  for name, v in zip(names, row, strict=True)]
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
+def render_rows(names: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, *,
+                expanded: bool = False) -> str:
+    """The rows as an aligned table (one block per row when ``expanded``), CSV with a header,
+    or a JSON list of objects."""
+    if fmt == "table" and expanded:
+        return _expanded(names, rows)
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")

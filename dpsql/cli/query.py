@@ -64,6 +64,7 @@ def command(metadata: Path, database: Path | None, epsilon: float, delta: float,
         click.echo(json.dumps({"columns": names, "rows": [list(r) for r in rows],
                                "release": asdict(release)}, default=str))
     else:
+        # data on standard output, footers on standard error, in every format (as psql -c)
         click.echo(render_rows(names, rows, fmt))
-        click.echo(release_line(release), err=fmt == "csv")
+        click.echo(release_line(release), err=True)
     return 0

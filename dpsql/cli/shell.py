@@ -13,6 +13,7 @@ statements and commands in order and stops with exit status 1 at the first error
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ import click
 import dpsql
 from dpsql.cli.backend import backend_options, ledger_argument, no_ledger_option, spark_argument
 from dpsql.cli.commands import COMMANDS, CommandError, QuitShell, run_command
-from dpsql.cli.output import FORMATS, release_line, render_rows
+from dpsql.cli.output import FORMATS, release_line, render_rows, row_count
 from dpsql.cli.script import Statement, script_items, statement_complete
 from dpsql.errors import Error
 
@@ -43,7 +44,8 @@ class Shell:
     backslash commands change (per-query epsilon and delta, output format)."""
 
     def __init__(self, conn: Any, metadata: Metadata, *, analyst: str, epsilon: float,
-                 delta: float, owner: bool = False, fmt: str = "table") -> None:
+                 delta: float, owner: bool = False, fmt: str = "table",
+                 interactive: bool = False) -> None:
         self.conn = conn
         self.metadata = metadata
         self.analyst = analyst
@@ -51,11 +53,31 @@ class Shell:
         self.delta = delta
         self.owner = owner
         self.fmt = fmt
+        #: a terminal session: results taller than the screen go through the pager
+        self.interactive = interactive
+        self.pager = True  # \pager off turns it off
+        self.expanded = False  # \x: one block per row
+        #: \o FILE: where results go instead of standard output
+        self.output: Path | None = None
 
     # -- output -------------------------------------------------------------------------------
 
     def echo(self, text: str = "", *, err: bool = False) -> None:
         click.echo(text, err=err)
+
+    def show_result(self, text: str) -> None:
+        """Query results: to the \\o file, through the pager when taller than the terminal
+        (interactive sessions), or to standard output."""
+        if self.output is not None:
+            with self.output.open("a", encoding="utf-8") as out:
+                out.write(text + "\n")
+            return
+        if self.interactive and self.pager and sys.stdout.isatty():
+            height = shutil.get_terminal_size().lines
+            if text.count("\n") + 1 > height - 2:
+                click.echo_via_pager(text + "\n")
+                return
+        click.echo(text)
 
     def error(self, message: str) -> None:
         """One red line on standard error (colour is dropped when it is not a terminal)."""
@@ -80,11 +102,13 @@ class Shell:
             release = cur.release
         finally:
             cur.close()
-        self.echo(render_rows(names, rows, self.fmt))
+        self.show_result(render_rows(names, rows, self.fmt, expanded=self.expanded))
         status = self.budget_status()
         remaining = (status.epsilon_remaining, status.delta_remaining) if status else None
-        # With csv/json the data stay alone on standard output, ready to be piped.
-        self.echo(release_line(release, remaining), err=self.fmt != "table")
+        # Footers go to standard error in every format: the data stay alone on standard
+        # output (or in the \o file), ready to be piped.
+        self.echo(row_count(len(rows)), err=True)
+        self.echo(release_line(release, remaining), err=True)
 
     def run(self, item: Statement) -> bool:
         """Run one statement or command; print any error as one line. True if it succeeded.
@@ -101,6 +125,9 @@ class Shell:
             return False
         except Error as err:
             self.error(err.message + _where(err, item))
+            caret = _caret(err, item)
+            if caret:
+                self.echo(caret, err=True)
             return False
         except (QuitShell, KeyboardInterrupt):
             raise
@@ -119,6 +146,23 @@ class Shell:
                 if stop_on_error:
                     break
         return ok
+
+
+def _caret(err: Error, item: Statement) -> str:
+    """psql's two lines under a parse error: the statement's line, and a caret under the
+    offending token ("" when the error has no position)."""
+    if err.position is None:
+        return ""
+    line, column = err.position
+    lines = item.text.splitlines() or [""]
+    if not 1 <= line <= len(lines):
+        return ""
+    prefix = f"LINE {item.line + line - 1}: "
+    text = lines[line - 1]
+    if line == 1:  # the statement may start mid-line in the script: show it from its start
+        text = " " * (item.column - 1) + text
+        column += item.column - 1
+    return f"{prefix}{text}\n{' ' * (len(prefix) + column - 1)}^"
 
 
 def _where(err: Error, item: Statement) -> str:
@@ -216,13 +260,15 @@ def _history(path: Path) -> Any:
 def interact(shell: Shell, history_path: Path) -> int:
     """The prompt_toolkit loop. Ctrl-C clears the line, Ctrl-D (or ``\\q``) exits 0."""
     from prompt_toolkit import PromptSession
-    from prompt_toolkit.application import get_app
     from prompt_toolkit.filters import Condition
     from prompt_toolkit.lexers import PygmentsLexer
     from pygments.lexers.sql import SqlLexer
 
-    # Enter inserts a newline until the statement is complete (ends with ';').
-    multiline = Condition(lambda: not statement_complete(get_app().current_buffer.text))
+    # Enter inserts a newline until the statement is complete (ends with ';'). Read the main
+    # buffer, not the focused one: during Ctrl-R the search buffer has the focus, and a
+    # condition that flipped with its text moved the search between prompt_toolkit's inline
+    # and toolbar search controls, so typed text landed in the statement instead.
+    multiline = Condition(lambda: not statement_complete(session.default_buffer.text))
     session: PromptSession[str] = PromptSession(
         lexer=PygmentsLexer(SqlLexer),
         completer=sql_completer(shell.metadata),
@@ -268,7 +314,7 @@ def _remote_shell(url: str, epsilon: float, delta: float, fmt: str, sql: str | N
     conn = RemoteConnection(url, epsilon=epsilon, delta=delta)
     try:
         shell = Shell(conn, conn.schema, analyst=conn.analyst, epsilon=epsilon, delta=delta,
-                      fmt=fmt)
+                      fmt=fmt, interactive=sql is None and sys.stdin.isatty())
         if sql is not None or not sys.stdin.isatty():
             text = sql if sql is not None else sys.stdin.read()
             try:
@@ -356,7 +402,7 @@ def command(database: str | Path | None, metadata: Path | None, analyst: str | N
                          backend=backend, spark=spark)
     try:
         shell = Shell(conn, conn.metadata, analyst=analyst, epsilon=epsilon, delta=delta,
-                      owner=owner, fmt=fmt)
+                      owner=owner, fmt=fmt, interactive=sql is None and sys.stdin.isatty())
         if sql is not None or not sys.stdin.isatty():
             text = sql if sql is not None else sys.stdin.read()
             try:

@@ -25,7 +25,7 @@ def test_batch_remote_shell_queries_describes_and_reports_the_budget(
     assert "shipped" in out.stdout and "returned" in out.stdout
     assert "order_cost" in out.stdout  # \d orders, from the server's analyst-facing schema
     assert "customers" not in out.stdout  # bob is not granted customers
-    assert "spent epsilon=0.3" in out.stdout
+    assert "spent epsilon=0.3" in out.stderr  # footers on standard error
     assert "max_freq" not in out.stdout
 
 

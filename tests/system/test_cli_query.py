@@ -55,13 +55,14 @@ def test_without_a_ledger_the_query_is_refused(run, metadata):
 
 
 def test_table_output_and_release_line(run):
-    code, out, _ = run("-e", "1", "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex")
+    code, out, err = run("-e", "1", "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex")
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["sex", "n"]
     assert {line.split()[0] for line in lines[2:4]} == {"0", "1"}  # both declared bins
-    assert "spent epsilon=1 delta=0" in lines[-1]
-    assert "95% interval: n ±" in lines[-1]
+    assert len(lines) == 4  # the data alone on standard output, the footer on standard error
+    assert "spent epsilon=1 delta=0" in err
+    assert "95% interval: n ±" in err
 
 
 def test_json_output_carries_the_release_record(run):

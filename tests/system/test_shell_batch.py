@@ -100,8 +100,11 @@ def test_execute_option_prints_table_and_release_line(shop: DemoFiles, sh: Shell
     lines = proc.stdout.splitlines()
     assert lines[0].strip() == "n" and set(lines[1]) == {"-"}
     assert abs(int(lines[2]) - 5_000) < 500  # epsilon 0.1: the noise is tens, not hundreds
-    assert lines[3].startswith("spent epsilon=0.1 delta=0; remaining epsilon=9.9 delta=1e-06; "
-                               "95% interval: n ±")
+    assert len(lines) == 3  # the data alone on standard output; the footers on standard error
+    footers = proc.stderr.splitlines()
+    assert footers[0] == "(1 row)"
+    assert footers[1].startswith("spent epsilon=0.1 delta=0; remaining epsilon=9.9 delta=1e-06; "
+                                 "95% interval: n ±")
     assert spent(shop) == (0.1, 0.0, 1)
 
 
@@ -120,7 +123,8 @@ def test_stdin_script_multiline_statements_and_comments(shop: DemoFiles, sh: She
     for status in ("delivered", "shipped", "processing", "cancelled", "returned"):
         assert status in out
     assert "n_customers" in out
-    assert out.count("spent epsilon=0.5") == 2
+    assert proc.stderr.count("spent epsilon=0.5") == 2
+    assert proc.stderr.count("(5 rows)") == 1 and proc.stderr.count("(1 row)") == 1
     assert spent(shop)[0] == pytest.approx(1.0)
 
 
@@ -132,9 +136,10 @@ def test_first_error_stops_the_script_with_status_1(shop: DemoFiles, sh: ShellRu
     assert proc.returncode == 1
     assert "first" in proc.stdout and "third" not in proc.stdout
     err = proc.stderr.strip().splitlines()
-    assert len(err) == 1  # one line, no traceback
-    assert err[0].startswith("error: column 'order_id' is neither aggregated nor a GROUP BY key")
-    assert "aggregate it (COUNT/SUM/AVG) or add it to GROUP BY" in err[0]  # the fix
+    assert err[0] == "(1 row)" and err[1].startswith("spent epsilon=0.1")
+    assert len(err) == 3  # the first query's footers, then one error line, no traceback
+    assert err[2].startswith("error: column 'order_id' is neither aggregated nor a GROUP BY key")
+    assert "aggregate it (COUNT/SUM/AVG) or add it to GROUP BY" in err[2]  # the fix
     assert spent(shop) == (0.1, 0.0, 1)  # only the first query was charged
 
 
@@ -157,6 +162,14 @@ def test_parse_error_reports_its_position_in_the_script(shop: DemoFiles, sh: She
     assert "(line 4, column " in proc.stderr  # line 2 of a statement starting on line 3
     proc = sh("-e", "SELECT COUNT(*) FROM orders WHERE")
     assert "(line 1, column " in proc.stderr
+    # psql's two lines: the statement's line, and a caret under the offending token
+    proc = sh("-e", "SELECT COUNT(*) FROM orders o WHRE o.status = 'new'")
+    assert proc.stderr.splitlines() == [
+        "error: SQL syntax error: unexpected 'WHRE'; did you mean WHERE instead of WHRE? "
+        "(line 1, column 31)",
+        "LINE 1: SELECT COUNT(*) FROM orders o WHRE o.status = 'new'",
+        "                                      ^",
+    ]
 
 
 def test_budget_exhausted_is_one_line_and_spends_nothing(shop: DemoFiles, sh: ShellRunner) -> None:
@@ -170,7 +183,7 @@ def test_repeated_query_is_cached_and_free(shop: DemoFiles, sh: ShellRunner) -> 
     first = sh("-e", "SELECT COUNT(*) AS n FROM orders")
     second = sh("-e", "SELECT COUNT(*) AS n FROM orders")
     assert first.stdout.splitlines()[2] == second.stdout.splitlines()[2]  # same noisy answer
-    assert second.stdout.splitlines()[3].startswith("cached answer, spent nothing")
+    assert second.stderr.splitlines()[1].startswith("cached answer, spent nothing")
     assert spent(shop)[2] == 1
 
 
@@ -231,7 +244,7 @@ def test_epsilon_command_sets_the_per_query_spend(shop: DemoFiles, sh: ShellRunn
     proc = sh("-e", "\\epsilon 0.25\nSELECT COUNT(*) FROM orders;\n\\epsilon\n")
     assert proc.returncode == 0
     assert "epsilon per query: 0.25" in proc.stdout
-    assert "spent epsilon=0.25 delta=0" in proc.stdout
+    assert "spent epsilon=0.25 delta=0" in proc.stderr
     assert spent(shop)[0] == 0.25
     for bad in ("0", "-1", "abc", "nan"):
         proc = sh("-e", f"\\epsilon {bad}")
@@ -245,8 +258,8 @@ def test_delta_command_enables_joins_of_private_tables(shop: DemoFiles, sh: Shel
     proc = sh("-e", f"\\delta 1e-7\n{JOIN};\n")
     assert proc.returncode == 0, proc.stderr
     assert "delta per query: 1e-07" in proc.stdout
-    assert "spent epsilon=0.1 delta=1e-07" in proc.stdout
-    assert "95% interval" not in proc.stdout  # smoothed: its error bar would depend on the data
+    assert "spent epsilon=0.1 delta=1e-07" in proc.stderr
+    assert "95% interval" not in proc.stderr  # smoothed: its error bar would depend on the data
     assert spent(shop) == (0.1, 1e-7, 1)
     assert sh("-e", "\\delta 1").returncode == 1
 
@@ -260,7 +273,7 @@ def test_format_command(shop: DemoFiles, sh: ShellRunner) -> None:
     assert lines[1] == "status,n"
     assert [line.split(",")[0] for line in lines[2:]] == sorted(
         ["cancelled", "delivered", "processing", "returned", "shipped"])
-    assert proc.stderr.startswith("spent epsilon=0.1")  # data alone on stdout
+    assert proc.stderr.startswith("(5 rows)\nspent epsilon=0.1")  # data alone on stdout
     proc = sh("-e", "\\format json\nSELECT COUNT(*) AS n FROM orders;\n")
     data = json.loads(proc.stdout.splitlines()[1])
     assert list(data[0]) == ["n"]
@@ -383,3 +396,34 @@ def test_demo_option_uses_the_demo_files(
     assert main(["shell", "--demo", "-e", "SELECT COUNT(*) AS n FROM customers"]) == 0
     assert capsys.readouterr().out.splitlines()[0].strip() == "n"
     assert spent(shop) == (0.1, 0.0, 1)  # charged to analyst demo in the demo ledger
+
+
+def test_expanded_display(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("-e", "\\x\nSELECT status, COUNT(*) AS n FROM orders GROUP BY status ORDER BY "
+              "status;\n\\x off\n")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "expanded display is on" and lines[-1] == "expanded display is off"
+    assert lines[1] == "-[ RECORD 1 ]"
+    assert lines[2] == "status | cancelled" and lines[3].startswith("n      | ")
+    assert lines.count("-[ RECORD 5 ]") == 1
+    assert sh("-e", "\\x maybe").stderr.startswith("error: \\x takes on or off")
+
+
+def test_output_to_a_file(shop: DemoFiles, sh: ShellRunner, tmp_path: Path) -> None:
+    target = tmp_path / "results.txt"
+    proc = sh("-e", f"\\o {target}\nSELECT COUNT(*) AS n FROM orders;\n\\o\n"
+              "SELECT COUNT(*) AS m FROM customers;\n")
+    assert proc.returncode == 0, proc.stderr
+    written = target.read_text().splitlines()
+    assert written[0].strip() == "n" and len(written) == 3  # only the results, no footers
+    assert f"results are appended to {target}" in proc.stdout
+    assert "m" in proc.stdout.splitlines()[-3] and " n" not in proc.stdout
+    assert proc.stderr.count("spent epsilon=0.1") == 2  # footers stay on the terminal
+    bad = sh("-e", f"\\o {tmp_path / 'no' / 'such' / 'dir.txt'}")
+    assert bad.returncode == 1 and bad.stderr.startswith("error: cannot write")
+
+
+def test_pager_command(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("-e", "\\pager\n\\pager on\n")
+    assert proc.stdout.splitlines() == ["pager is off", "pager is on"]

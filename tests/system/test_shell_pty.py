@@ -29,6 +29,8 @@ def spawn(shop: DemoFiles, *extra: str) -> pexpect.spawn:
     env = dict(
         os.environ,
         TERM="xterm",
+        PAGER="less",
+        LESS="-R",
         DPSQL_HOME=str(shop.folder.parent),
         # pexpect does not answer prompt_toolkit's cursor-position request as a terminal would
         PROMPT_TOOLKIT_NO_CPR="1",
@@ -73,8 +75,9 @@ def test_session(shop: DemoFiles) -> None:
     child.expect(r"spent epsilon=0\.1 delta=0; remaining epsilon=9\.9 delta=1e-06; "
                  r"95% interval: n ±[0-9.]+")
     table = plain(child.before).splitlines()
-    assert table[-3].strip() == "n" and set(table[-2].strip()) == {"-"}
-    assert abs(int(table[-1]) - 5_000) < 500
+    assert table[-1] == "(1 row)"  # psql's footer, then the release line
+    assert table[-4].strip() == "n" and set(table[-3].strip()) == {"-"}
+    assert abs(int(table[-2]) - 5_000) < 500
     child.expect(PROMPT)
 
     assert spent_line(child) == "spent:     epsilon 0.1  delta 0  (1 charges)"
@@ -134,6 +137,49 @@ def test_explain_needs_owner_interactively(shop: DemoFiles) -> None:
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
+
+
+def test_ctrl_r_searches_the_history(shop: DemoFiles) -> None:
+    """Ctrl-R, then typed text, finds an earlier statement (the text goes to the search, not to
+    the line); Enter takes it and Enter runs it (a repeat: the cached answer)."""
+    child = spawn(shop)
+    child.send("SELECT COUNT(*) AS n FROM orders;\r")
+    child.expect(r"spent epsilon=0\.1")
+    child.expect(PROMPT)
+    child.send("\\budget\r")
+    child.expect("change with")
+    child.expect(PROMPT)
+    child.sendcontrol("r")
+    child.expect("reverse-i-search")
+    type_slowly(child, "AS n")
+    child.send("\r")
+    time.sleep(0.3)
+    child.send("\r")
+    child.expect("cached answer, spent nothing")
+    child.expect(PROMPT)
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
+
+
+def test_tall_results_go_through_the_pager(shop: DemoFiles) -> None:
+    """50 product rows in a 20-line terminal: less shows them and waits; q returns to the
+    prompt. \\pager off prints them straight."""
+    child = spawn(shop, "--format", "table")
+    child.setwinsize(20, 160)
+    child.send("SELECT product_id, COUNT(*) AS n FROM orders GROUP BY product_id;\r")
+    child.expect(r"\r\n:\x1b\[K")  # less shows the first screen and waits at its ":" prompt
+    child.send("q")
+    child.expect(r"\(50 rows\)")
+    child.expect(PROMPT)
+    child.send("\\pager off\r")
+    child.expect("pager is off")
+    child.expect(PROMPT)
+    child.send("SELECT product_id, COUNT(*) AS m FROM orders GROUP BY product_id;\r")
+    child.expect(r"\(50 rows\)")
+    assert "(END)" not in child.before
+    child.expect(PROMPT)
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
 
 
 @pytest.fixture(scope="module")
