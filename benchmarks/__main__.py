@@ -1,7 +1,7 @@
 """``python -m benchmarks``: dpsql's TPC-H benchmarks (see benchmarks/README.md).
 
     python -m benchmarks [--scale 0.1|1|10]
-                         [--parts overhead,analysis,accuracy,noise,peer,scale,server]
+                         [--parts overhead,analysis,accuracy,noise,coverage,peer,scale,server]
                          [--smoke] [--out DIR] [--generator auto|tpchgen|builtin]
 
 Writes ``<out>/<part>-sf<scale>.json`` for the TPC-H parts, ``<out>/peer-<dataset>.json`` and
@@ -117,13 +117,18 @@ def main(argv: list[str] | None = None) -> int:
                 module = importlib.import_module(f".{part}", __package__)
                 written += module.write(settings, args.data_dir, out, log)
                 continue
+            env_settings = settings
             if part == "noise":
                 from . import noise
                 data = noise.run(settings, log)
+            elif part == "coverage":  # also its own PUMS database, under --data-dir
+                from . import coverage
+                data = coverage.run(handles, settings, log, args.data_dir)
+                env_settings = replace(settings, epsilon=coverage.EPSILON, delta=coverage.DELTA)
             else:
                 module = importlib.import_module(f".{part}", __package__)
                 data = module.run(handles, settings, log)
-            data["environment"] = environment(settings, dataset)
+            data["environment"] = environment(env_settings, dataset)
             data["environment"]["part_seconds"] = round(time.perf_counter() - start, 2)
             data["environment"]["load_average_1m_start"] = (
                 round(load_start, 2) if load_start is not None else None)

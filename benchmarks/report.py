@@ -9,11 +9,11 @@ from typing import Any
 
 # on their own data (PUMS-shaped; the demo shop for server): see report_peer.py
 OWN_DATA_PARTS = ("peer", "scale", "server")
-PARTS = ("overhead", "analysis", "accuracy", "noise", *OWN_DATA_PARTS)
+PARTS = ("overhead", "analysis", "accuracy", "noise", "coverage", *OWN_DATA_PARTS)
 #: what runs without --parts: the server part starts a server and 16 client processes and
 #: needs psycopg, so it is asked for by name (``--parts server``)
 DEFAULT_PARTS = tuple(p for p in PARTS if p != "server")
-_FILE = re.compile(r"^(overhead|analysis|accuracy|noise)-sf([0-9.e+-]+)\.json$")
+_FILE = re.compile(r"^(overhead|analysis|accuracy|noise|coverage)-sf([0-9.e+-]+)\.json$")
 
 
 def _f(x: Any) -> str:
@@ -177,11 +177,19 @@ def noise_md(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def coverage_md(data: dict[str, Any]) -> list[str]:
+    from .report_coverage import coverage_md as md  # it uses this module's formatters
+
+    return md(data)
+
+
 _SECTIONS = {
     "overhead": ("Overhead: dpsql end to end vs raw DuckDB", overhead_md),
     "analysis": ("Analysis time (uncached) over the TPC-H corpus", analysis_md),
     "accuracy": ("Accuracy: FLEX's TPC-H queries", accuracy_md),
     "noise": ("Noise throughput", noise_md),
+    "coverage": ("Coverage: TPC-H's 22 queries verbatim, SmartNoise SQL's PUMS test suite",
+                 coverage_md),
 }
 
 

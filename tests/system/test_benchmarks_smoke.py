@@ -46,7 +46,7 @@ def results(tmp_path_factory) -> dict[str, dict]:
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    files = {p: out / f"{p}-sf0.01.json" for p in PARTS}
+    files = {p: out / f"{p}-sf0.01.json" for p in (*PARTS, "coverage")}
     if PUMS_PRESENT:
         files.update({f"peer-{d}": out / f"peer-{d}.json" for d in PEER_DATASETS})
         files["scale"] = out / "scale.json"
@@ -264,3 +264,95 @@ def test_peer_and_scale_with_the_bench_extra(tmp_path):
     assert queries["sum"]["smartnoise"]["spent"]["sensitivities"] == [500_000]
     check_scale(json.loads((out / "scale.json").read_text()))
     assert (out / "scale.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_coverage_tpch(results):
+    """TPC-H's queries verbatim: the smoke subset, each accepted with errors or refused with a
+    reason; the raw-row query Q2 is correctly refused. Which others are accepted changes as
+    features land, so only the shape is checked."""
+    from benchmarks.coverage import SMOKE_TPCH
+
+    data = results["coverage"]
+    assert data["environment"]["epsilon"] == 1.0 and data["environment"]["delta"] == 1e-6
+    tpch = data["tpch"]
+    queries = {q["name"]: q for q in tpch["queries"]}
+    assert tuple(queries) == SMOKE_TPCH
+    for q in queries.values():
+        d = q["dpsql"]
+        assert d["status"] in ("accepted", "refused") and q["true_rows"] is not None
+        if d["status"] == "refused":
+            assert d["rejection"]["class"].endswith("Error") and d["reason"]
+            continue
+        assert d["draws"] == 5 and d["exact_executions"] in (1, 2)  # replayed, not re-run
+        assert d["spent"]["epsilon"] == pytest.approx(1.0)
+        assert d["cells"] >= 1 and d["median_rel_error"] >= 0
+    assert queries["Q2"]["verdict"] == "correctly refused"
+    assert queries["Q4"]["dpsql"]["status"] == "accepted"
+    s = tpch["summary"]
+    assert s["correctly_refused"] == ["Q2"] and s["wrongly_accepted"] == []
+    assert len(s["accepted"]) + len(s["refused"]) == len(SMOKE_TPCH)
+    assert sum(s["refusal_reasons"].values()) == len(s["refused"])
+    md = results["summary.md"]
+    assert "### Coverage" in md and "#### TPC-H's 22 queries verbatim" in md
+    assert "| Q2 | correctly refused:" in md
+
+
+@needs_pums
+def test_coverage_smartnoise_suite_without_smartnoise(results):
+    from benchmarks.coverage_pums import SMOKE_IDS
+
+    suite = results["coverage"]["smartnoise_suite"]
+    queries = {q["id"]: q for q in suite["queries"]}
+    assert tuple(queries) == SMOKE_IDS
+    for q in queries.values():
+        assert q["smartnoise"]["status"] == "skipped"
+    # SmartNoise's PUMS.PUMS is dpsql's declared table pums
+    assert queries["SN031"]["dpsql_sql"] == "SELECT COUNT(*) AS n FROM pums"
+    assert queries["SN031"]["dpsql"]["status"] == "accepted"
+    assert queries["SN031"]["dpsql"]["median_rel_error"] >= 0
+    # a self-join releasing pid and income: raw values, refused
+    assert queries["SN019"]["dpsql"]["reason"] == "releases raw values (correct)"
+    s = suite["summary"]
+    assert s["smartnoise_skipped"] is True and s["smartnoise_accepted"] is None
+    assert s["dpsql_accepted"] == sum(q["dpsql"]["status"] == "accepted"
+                                      for q in queries.values())
+    assert "SmartNoise SQL skipped: smartnoise-sql is not installed" in results["summary.md"]
+
+
+def test_tpch22_texts_parse_in_duckdb():
+    """The 22 specification texts (with the listed adjustments) are SQL DuckDB parses."""
+    import duckdb
+
+    from benchmarks.tpch22 import ADJUSTMENTS, QUERIES, RAW_ROWS, tpch22
+
+    assert [n for n, _ in tpch22()] == [f"Q{i}" for i in range(1, 23)]
+    assert set(RAW_ROWS) == {"Q2", "Q15", "Q20"} and set(ADJUSTMENTS) <= set(QUERIES)
+    con = duckdb.connect()
+    for name, sql in tpch22():
+        assert len(con.extract_statements(sql)) == 1, name
+    assert "interval '90' day\n" in QUERIES["Q1"] and "(3)" not in QUERIES["Q1"]
+
+
+def test_coverage_reasons_and_cell_matching():
+    from benchmarks.cells import Layout, errors
+    from benchmarks.coverage import reason
+
+    def why(cls: str, msg: str) -> str:
+        return reason({"class": cls, "message": msg})
+
+    assert why("MissingMetricError", "SUM(a * b) needs bounds, and a computed expression has "
+               "none: ...") == "SUM/AVG over an expression"
+    assert why("UnsupportedConstructError", "LEFT OUTER JOIN is not supported: ...") == "outer join"
+    assert why("UnsupportedConstructError", "aggregate STDDEV is not supported: ...") == (
+        "VARIANCE/STDDEV")
+    assert why("ProgrammingError", "something new") == "other: ProgrammingError"
+    layout = Layout(keys=(0,), values=(1,))
+    truth = layout.cells([("a", 10), ("b", 0), ("c", None)])
+    out = errors(truth, [layout.cells([("b", 3), ("a", 12)]), layout.cells([("a", 9)])])
+    # a: |12-10|/10 and |9-10|/10, median 0.15; b (true 0) apart; c (NULL) not a cell
+    assert out["cells"] == 1 and out["median_rel_error"] == pytest.approx(0.15)
+    assert out["zero_cells"] == 1 and out["zero_cells_median_abs_error"] == 3
+    assert out["cells_missing_from_release"] == 0
+    # grouped rows without their key in the output cannot be matched
+    assert not Layout(keys=(), values=(0,)).matchable([(1,), (2,)])
+    assert Layout(keys=(), values=(0,)).matchable([(1,)])
