@@ -54,20 +54,54 @@ class JoinBuilder:
         return False
 
     @staticmethod
-    def _check_join_kind(join: exp.Join | None) -> None:
+    def _check_join_kind(join: exp.Join | None) -> str:
+        """The join's kind: "" (inner, or a comma join), "LEFT" or "RIGHT"; anything else is
+        rejected (FULL OUTER: both sides null-extended, no rule derived)."""
         if join is None:
-            return
+            return ""
         side = (join.side or "").upper()
         kind = (join.kind or "").upper()
         method = (join.args.get("method") or "").upper()
-        if side or kind in ("OUTER", "FULL", "SEMI", "ANTI", "ASOF", "POSITIONAL") or method:
+        if side == "FULL":
+            raise UnsupportedConstructError(
+                "FULL OUTER JOIN is not supported: no sensitivity rule covers rows that are "
+                "null-extended on both sides; use LEFT JOIN or RIGHT JOIN (one side kept), "
+                "or an inner JOIN ... ON a = b"
+            )
+        kinds = ("", "OUTER") if side else ("", "INNER", "CROSS")  # CROSS: no key, refused later
+        if side not in ("", "LEFT", "RIGHT") or kind not in kinds or method:
             what = " ".join(x for x in (method, side, kind) if x) or "this"
             raise UnsupportedConstructError(
-                f"{what} JOIN is not supported: only inner equijoins have a sensitivity rule; "
-                "use an inner JOIN ... ON a = b, or IN / EXISTS / NOT EXISTS subqueries"
+                f"{what} JOIN is not supported: only inner and LEFT / RIGHT equijoins have a "
+                "sensitivity rule; use JOIN ... ON a = b or LEFT JOIN ... ON a = b, or IN / "
+                "EXISTS / NOT EXISTS subqueries"
             )
         if join.args.get("using"):
             raise UnsupportedConstructError("JOIN ... USING could not be resolved: write ON a = b")
+        return side
+
+    @staticmethod
+    def _check_outer_on(join: exp.Join, left_aliases: set[str], alias: str) -> None:
+        """An outer join's ON may read only the tables joined before it and the joined one.
+
+        The outer-join rule bounds each kept row's matches by the other side's key mf; a
+        column of a table joined later (a comma join dpsql reorders, or a correlated outer
+        query) would make the matches depend on rows the rule does not see.
+        """
+        on = join.args.get("on")
+        side = (join.side or "").upper()
+        if on is None:
+            raise UnsupportedConstructError(
+                f"{side} JOIN {alias} has no ON condition: write {side} JOIN ... ON a.x = b.y"
+            )
+        allowed = left_aliases | {alias}
+        for col in on.find_all(exp.Column):
+            if col.table not in allowed:
+                raise UnsupportedConstructError(
+                    f"the ON condition of {side} JOIN {alias} reads {sql_text(col)}, which is "
+                    "not a column of the tables joined before it or of the joined one: list "
+                    "the tables in join order (FROM a JOIN b ON ... LEFT JOIN c ON ...)"
+                )
 
     def _equi_keys(self, conjuncts, left_aliases, right_aliases):
         keys: list[tuple[tuple[str, str], tuple[str, str]]] = []
@@ -142,8 +176,9 @@ class JoinBuilder:
             candidates.append(rules.join_stability(mfa, s2, mfb, s1, bool(shared)))
         if not candidates:
             raise MissingMetricError(
-                f"join key {missing[0]} has no max frequency (or is derived): declare max_freq "
-                "for it in the metadata, or join on a column that has one"
+                f"join key {missing[0]} has no max frequency (or is derived, or comes from the "
+                "null-extended side of a LEFT / RIGHT JOIN): declare max_freq for it in the "
+                "metadata, or join on a column that has one"
             )
         stability = rules.several_equi_conjuncts(candidates)
         left_factor = rules.join_key_factor(left_factors)
@@ -157,6 +192,66 @@ class JoinBuilder:
         if len(keys) > 1:
             rule += "; min over the equi-conjuncts"
         tree = Derivation(f"JOIN {alias}", stability, (rule, *details), (left.tree, right.tree))
+        return Relation(stability, cols, left.ancestors | right.ancestors, tree)
+
+    def outer_join(self, left: Relation, right: Relation, keys, alias: str,
+                   side: str) -> Relation:
+        """``left LEFT JOIN right`` (``side`` "LEFT") or ``left RIGHT JOIN right`` on ``keys``
+        (rules.outer_join_stability; several conjuncts: the smallest known mf on each side).
+
+        The preserved side's columns keep mf·max(1, mf of the other side's key); the
+        null-extended side's columns lose mf (rules.outer_join_nullable_mf). Every key
+        equality decides which rows are null-extended, so every key's types are checked
+        whenever a private row is involved.
+        """
+        shared = left.ancestors & right.ancestors
+        left_preserved = side == "LEFT"
+        preserved, nullable = (left, right) if left_preserved else (right, left)
+        s_p, s_n = preserved.stability, nullable.stability
+        private = not (is_zero(s_p) and is_zero(s_n))
+        p_mfs: list[KExpr] = []  # mf_k of the preserved side's keys
+        n_mfs: list[KExpr] = []  # mf_k of the null-extended side's keys
+        details: list[str] = []
+        for (a, b) in keys:
+            mfa, mfb = left.facts(a).mf, right.facts(b).mf
+            a_s, b_s = ".".join(a), ".".join(b)
+            self._check_key_types(a_s, left.facts(a), b_s, right.facts(b), "join", used=private)
+            details.append(f"mf_k({a_s}) = {mf_str(mfa)}, mf_k({b_s}) = {mf_str(mfb)}")
+            self._note_mf(a_s, mfa)
+            self._note_mf(b_s, mfb)
+            mf_p, mf_n = (mfa, mfb) if left_preserved else (mfb, mfa)
+            if mf_p is not None:
+                p_mfs.append(mf_p)
+            if mf_n is not None:
+                n_mfs.append(mf_n)
+        p_key, n_key = (("/".join(".".join(k[i]) for k in keys))
+                        for i in ((0, 1) if left_preserved else (1, 0)))
+        for mfs, s_other, name in ((p_mfs, s_n, p_key), (n_mfs, s_p, n_key)):
+            if not mfs and not is_zero(s_other):
+                raise MissingMetricError(
+                    f"{side} JOIN key {name} has no max frequency (or is derived): declare "
+                    "max_freq for it in the metadata, or join on a column that has one"
+                )
+        mf_p = rules.join_key_factor(p_mfs)
+        mf_n = rules.join_key_factor(n_mfs)
+        stability = rules.outer_join_stability(mf_p, s_n, mf_n, s_p, bool(shared))
+        cols: dict[tuple[str, str], ColumnFacts] = {}
+        for rel in (left, right):
+            for k, f in rel.columns.items():
+                if rel is preserved:
+                    cols[k] = f.with_mf(rules.outer_join_preserved_mf(f.mf, mf_n))
+                else:
+                    cols[k] = f.with_mf(rules.outer_join_nullable_mf())
+        kept = "left" if left_preserved else "right"
+        rule = (f"{side} JOIN ({kept} side kept): 2*mf(kept key)*S(other) + "
+                "max(1, mf(other key))*S(kept) + S(kept)*S(other) (shared ancestor "
+                f"{', '.join(sorted(shared))})") if shared else (
+                f"{side} JOIN ({kept} side kept): max(2*mf(kept key)*S(other), "
+                "max(1, mf(other key))*S(kept))")
+        if len(keys) > 1:
+            rule += "; smallest mf over the equi-conjuncts"
+        tree = Derivation(f"{side} JOIN {alias}", stability, (rule, *details),
+                          (left.tree, right.tree))
         return Relation(stability, cols, left.ancestors | right.ancestors, tree)
 
     def _check_key_types(
@@ -334,7 +429,8 @@ class JoinBuilder:
         if not key_mfs:
             raise MissingMetricError(
                 f"the {construct} key {'/'.join('.'.join(k) for k, *_ in keys)} has "
-                "no max frequency (or is derived): declare max_freq for it in the metadata"
+                "no max frequency (or is derived, or comes from the null-extended side of a "
+                "LEFT / RIGHT JOIN): declare max_freq for it in the metadata"
             )
         shared = outer.ancestors & sub.ancestors
         stability = rules.semijoin_stability(outer.stability, key_mfs, sub.stability,
