@@ -190,7 +190,9 @@ def outer_join_stability(mf_p: KExpr | None, s_nullable: KExpr, mf_n: KExpr | No
     ancestor both sides change at once; new preserved rows can also match new rows of the
     other side, at most S(r1)·S(r2) (as for inner joins).
     """
-    term_p, term_n = ZERO, ZERO  # a term whose stability is 0 reads no mf (which may be None)
+    # a term whose stability is 0 reads no mf (which may then be None)
+    term_p: KExpr = ZERO
+    term_n: KExpr = ZERO
     if not is_zero(s_preserved):
         term_p = mul(at_least_one(mf_n), s_preserved)  # type: ignore[arg-type]
     if not is_zero(s_nullable):
