@@ -102,6 +102,11 @@ TEMPLATES: tuple[Template, ...] = (
              "JOIN c ON t.x = c.x", ("a", "b", "c")),
     Template("comma_then_left_join",
              "SELECT COUNT(*) FROM a, c LEFT JOIN b ON c.x = b.x WHERE a.y = c.y", ("a", "b", "c")),
+    # p links to nothing before b: the analysis joins it after the LEFT JOIN, (a ⟕ b) ⋈ p,
+    # which has the rows of DuckDB's (a × p) ⟕ b filtered by the WHERE (ON reads a and b only)
+    Template("deferred_comma_past_left_join",
+             "SELECT COUNT(*) FROM a, p LEFT JOIN b ON a.x = b.x WHERE a.y = b.y AND p.x = b.y",
+             ("a", "b")),
     Template("left_join_sum", "SELECT SUM(s.v) FROM a LEFT JOIN s ON a.x = s.x", ("a", "s"),
              bounds=(-1.0, 2.0),
              reference=f"SELECT SUM({_clamped('s.v')}) FROM a LEFT JOIN s ON a.x = s.x"),
