@@ -1,8 +1,10 @@
 """Joins and semi-joins: equi-key extraction, key-type checks, and the join / IN / EXISTS rules.
 
 :class:`JoinBuilder` is the part of the analyzer (dpsql.analysis.relations.Analyzer) that
-combines two relations: an inner equijoin (rules.join_stability, min over equi-conjuncts) or a
-semi/anti-join (rules.semijoin_stability). Every key equality's types are checked with
+combines two relations: an inner equijoin (rules.join_stability, min over equi-conjuncts), a
+LEFT / RIGHT equijoin (rules.outer_join_stability, keys from its ON only) or a semi/anti-join
+(rules.semijoin_stability). FULL OUTER and other join kinds are refused (_check_join_kind).
+Every key equality's types are checked with
 dpsql.analysis.keytypes: mf(a) bounds the rows matching one value only when ``a = b`` compares
 the stored values without a lossy cast.
 """
