@@ -226,12 +226,14 @@ class JoinBuilder:
                 p_mfs.append(mf_p)
             if mf_n is not None:
                 n_mfs.append(mf_n)
-        p_key, n_key = (("/".join(".".join(k[i]) for k in keys))
-                        for i in ((0, 1) if left_preserved else (1, 0)))
+        left_keys = "/".join(".".join(a) for a, _ in keys)
+        right_keys = "/".join(".".join(b) for _, b in keys)
+        p_key, n_key = (left_keys, right_keys) if left_preserved else (right_keys, left_keys)
         for mfs, s_other, name in ((p_mfs, s_n, p_key), (n_mfs, s_p, n_key)):
             if not mfs and not is_zero(s_other):
                 raise MissingMetricError(
-                    f"{side} JOIN key {name} has no max frequency (or is derived): declare "
+                    f"{side} JOIN key {name} has no max frequency (or is derived, or comes "
+                    "from the null-extended side of an earlier LEFT / RIGHT JOIN): declare "
                     "max_freq for it in the metadata, or join on a column that has one"
                 )
         mf_p = rules.join_key_factor(p_mfs)

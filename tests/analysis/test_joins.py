@@ -108,6 +108,14 @@ def test_null_extended_columns_lose_their_max_frequency(sql: str):
         analyze(sql, MD)
 
 
+def test_a_left_join_chained_through_the_null_extended_side_is_refused():
+    # the second LEFT JOIN's kept key o.customer_id is NULL in unmatched customers' rows
+    with pytest.raises(MissingMetricError, match="earlier LEFT / RIGHT JOIN"):
+        analyze("SELECT COUNT(*) FROM customers c LEFT JOIN orders o "
+                "ON c.customer_id = o.customer_id LEFT JOIN customers c2 "
+                "ON o.customer_id = c2.customer_id", MD)
+
+
 def test_null_extended_key_may_join_a_public_table():
     # no mf of the null-extended key is needed when the other side never changes:
     # S(o LEFT JOIN c) = 2 * (100+k); then mf(p.product_id) * that
