@@ -2,8 +2,9 @@
 
 :class:`JoinBuilder` is the part of the analyzer (dpsql.analysis.relations.Analyzer) that
 combines two relations: an inner equijoin (rules.join_stability, min over equi-conjuncts), a
-LEFT / RIGHT equijoin (rules.outer_join_stability, keys from its ON only) or a semi/anti-join
-(rules.semijoin_stability). FULL OUTER and other join kinds are refused (_check_join_kind).
+LEFT / RIGHT / FULL equijoin (rules.outer_join_stability, rules.full_join_stability, keys
+from its ON only) or a semi/anti-join (rules.semijoin_stability). Other join kinds are refused
+(_check_join_kind).
 Every key equality's types are checked with
 dpsql.analysis.keytypes: mf(a) bounds the rows matching one value only when ``a = b`` compares
 the stored values without a lossy cast.
@@ -57,26 +58,20 @@ class JoinBuilder:
 
     @staticmethod
     def _check_join_kind(join: exp.Join | None) -> str:
-        """The join's kind: "" (inner, or a comma join), "LEFT" or "RIGHT"; anything else is
-        rejected (FULL OUTER: both sides null-extended, no rule derived)."""
+        """The join's kind: "" (inner, or a comma join), "LEFT", "RIGHT" or "FULL" (outer);
+        anything else (NATURAL, SEMI, ANTI, ASOF, POSITIONAL) is rejected."""
         if join is None:
             return ""
         side = (join.side or "").upper()
         kind = (join.kind or "").upper()
         method = (join.args.get("method") or "").upper()
-        if side == "FULL":
-            raise UnsupportedConstructError(
-                "FULL OUTER JOIN is not supported: no sensitivity rule covers rows that are "
-                "null-extended on both sides; use LEFT JOIN or RIGHT JOIN (one side kept), "
-                "or an inner JOIN ... ON a = b"
-            )
         kinds = ("", "OUTER") if side else ("", "INNER", "CROSS")  # CROSS: no key, refused later
-        if side not in ("", "LEFT", "RIGHT") or kind not in kinds or method:
+        if side not in ("", "LEFT", "RIGHT", "FULL") or kind not in kinds or method:
             what = " ".join(x for x in (method, side, kind) if x) or "this"
             raise UnsupportedConstructError(
-                f"{what} JOIN is not supported: only inner and LEFT / RIGHT equijoins have a "
-                "sensitivity rule; use JOIN ... ON a = b or LEFT JOIN ... ON a = b, or IN / "
-                "EXISTS / NOT EXISTS subqueries"
+                f"{what} JOIN is not supported: only inner and LEFT / RIGHT / FULL equijoins "
+                "have a sensitivity rule; use JOIN ... ON a = b or LEFT JOIN ... ON a = b, or "
+                "IN / EXISTS / NOT EXISTS subqueries"
             )
         if join.args.get("using"):
             raise UnsupportedConstructError("JOIN ... USING could not be resolved: write ON a = b")
@@ -179,7 +174,7 @@ class JoinBuilder:
         if not candidates:
             raise MissingMetricError(
                 f"join key {missing[0]} has no max frequency (or is derived, or comes from the "
-                "null-extended side of a LEFT / RIGHT JOIN): declare max_freq for it in the "
+                "null-extended side of an outer join): declare max_freq for it in the "
                 "metadata, or join on a column that has one"
             )
         stability = rules.several_equi_conjuncts(candidates)
@@ -198,21 +193,20 @@ class JoinBuilder:
 
     def outer_join(self, left: Relation, right: Relation, keys, alias: str,
                    side: str) -> Relation:
-        """``left LEFT JOIN right`` (``side`` "LEFT") or ``left RIGHT JOIN right`` on ``keys``
-        (rules.outer_join_stability; several conjuncts: the smallest known mf on each side).
+        """``left LEFT | RIGHT | FULL JOIN right`` on ``keys`` (``side``): rules.
+        outer_join_stability (LEFT; RIGHT mirrored) or rules.full_join_stability (FULL); with
+        several conjuncts, the smallest known mf on each side.
 
-        The preserved side's columns keep mf·max(1, mf of the other side's key); the
-        null-extended side's columns lose mf (rules.outer_join_nullable_mf). Every key
+        A kept side's columns keep mf·max(1, mf of the other side's key); a null-extended
+        side's columns lose mf (rules.outer_join_nullable_mf; FULL: both sides). Every key
         equality decides which rows are null-extended, so every key's types are checked
         whenever a private row is involved.
         """
-        shared = left.ancestors & right.ancestors
-        left_preserved = side == "LEFT"
-        preserved, nullable = (left, right) if left_preserved else (right, left)
-        s_p, s_n = preserved.stability, nullable.stability
-        private = not (is_zero(s_p) and is_zero(s_n))
-        p_mfs: list[KExpr] = []  # mf_k of the preserved side's keys
-        n_mfs: list[KExpr] = []  # mf_k of the null-extended side's keys
+        shared = bool(left.ancestors & right.ancestors)
+        s1, s2 = left.stability, right.stability
+        private = not (is_zero(s1) and is_zero(s2))
+        a_mfs: list[KExpr] = []  # mf_k of the left side's keys
+        b_mfs: list[KExpr] = []  # mf_k of the right side's keys
         details: list[str] = []
         for (a, b) in keys:
             mfa, mfb = left.facts(a).mf, right.facts(b).mf
@@ -221,39 +215,48 @@ class JoinBuilder:
             details.append(f"mf_k({a_s}) = {mf_str(mfa)}, mf_k({b_s}) = {mf_str(mfb)}")
             self._note_mf(a_s, mfa)
             self._note_mf(b_s, mfb)
-            mf_p, mf_n = (mfa, mfb) if left_preserved else (mfb, mfa)
-            if mf_p is not None:
-                p_mfs.append(mf_p)
-            if mf_n is not None:
-                n_mfs.append(mf_n)
-        left_keys = "/".join(".".join(a) for a, _ in keys)
-        right_keys = "/".join(".".join(b) for _, b in keys)
-        p_key, n_key = (left_keys, right_keys) if left_preserved else (right_keys, left_keys)
-        for mfs, s_other, name in ((p_mfs, s_n, p_key), (n_mfs, s_p, n_key)):
+            if mfa is not None:
+                a_mfs.append(mfa)
+            if mfb is not None:
+                b_mfs.append(mfb)
+        # the left key's mf multiplies S(right), the right key's S(left) (as for inner joins)
+        for mfs, s_other, keyed in ((a_mfs, s2, 0), (b_mfs, s1, 1)):
             if not mfs and not is_zero(s_other):
+                name = "/".join(".".join(k[keyed]) for k in keys)
                 raise MissingMetricError(
                     f"{side} JOIN key {name} has no max frequency (or is derived, or comes "
-                    "from the null-extended side of an earlier LEFT / RIGHT JOIN): declare "
+                    "from the null-extended side of an earlier outer join): declare "
                     "max_freq for it in the metadata, or join on a column that has one"
                 )
-        mf_p = rules.join_key_factor(p_mfs)
-        mf_n = rules.join_key_factor(n_mfs)
-        stability = rules.outer_join_stability(mf_p, s_n, mf_n, s_p, bool(shared))
-        cols: dict[tuple[str, str], ColumnFacts] = {}
-        for rel in (left, right):
-            for k, f in rel.columns.items():
-                if rel is preserved:
-                    cols[k] = f.with_mf(rules.outer_join_preserved_mf(f.mf, mf_n))
-                else:
-                    cols[k] = f.with_mf(rules.outer_join_nullable_mf())
-        kept = "left" if left_preserved else "right"
-        rule = (f"{side} JOIN ({kept} side kept): 2*mf(kept key)*S(other) + "
-                "max(1, mf(other key))*S(kept) + S(kept)*S(other) (shared ancestor "
-                f"{', '.join(sorted(shared))})") if shared else (
-                f"{side} JOIN ({kept} side kept): max(2*mf(kept key)*S(other), "
-                "max(1, mf(other key))*S(kept))")
+        mf_a = rules.join_key_factor(a_mfs)
+        mf_b = rules.join_key_factor(b_mfs)
+        if side == "FULL":
+            stability = rules.full_join_stability(mf_a, s2, mf_b, s1, shared)
+            kept_left = kept_right = False
+            rule = ("FULL JOIN: (max(1, mf(a)) + mf(a))*S2 + (max(1, mf(b)) + mf(b))*S1 + S1*S2"
+                    if shared else
+                    "FULL JOIN: max((max(1, mf(a)) + mf(a))*S2, (max(1, mf(b)) + mf(b))*S1)")
+        else:
+            kept_left, kept_right = side == "LEFT", side == "RIGHT"
+            if kept_left:
+                stability = rules.outer_join_stability(mf_a, s2, mf_b, s1, shared)
+            else:
+                stability = rules.outer_join_stability(mf_b, s1, mf_a, s2, shared)
+            kept = "left" if kept_left else "right"
+            rule = (f"{side} JOIN ({kept} side kept): 2*mf(kept key)*S(other) + "
+                    "max(1, mf(other key))*S(kept) + S(kept)*S(other)") if shared else (
+                    f"{side} JOIN ({kept} side kept): max(2*mf(kept key)*S(other), "
+                    "max(1, mf(other key))*S(kept))")
+        if shared:
+            rule += f" (shared ancestor {', '.join(sorted(left.ancestors & right.ancestors))})"
         if len(keys) > 1:
             rule += "; smallest mf over the equi-conjuncts"
+        cols: dict[tuple[str, str], ColumnFacts] = {}
+        for rel, kept_side, factor in ((left, kept_left, mf_b), (right, kept_right, mf_a)):
+            for k, f in rel.columns.items():
+                mf = (rules.outer_join_preserved_mf(f.mf, factor) if kept_side
+                      else rules.outer_join_nullable_mf())
+                cols[k] = f.with_mf(mf)
         tree = Derivation(f"{side} JOIN {alias}", stability, (rule, *details),
                           (left.tree, right.tree))
         return Relation(stability, cols, left.ancestors | right.ancestors, tree)
@@ -433,8 +436,8 @@ class JoinBuilder:
         if not key_mfs:
             raise MissingMetricError(
                 f"the {construct} key {'/'.join('.'.join(k) for k, *_ in keys)} has "
-                "no max frequency (or is derived, or comes from the null-extended side of a "
-                "LEFT / RIGHT JOIN): declare max_freq for it in the metadata"
+                "no max frequency (or is derived, or comes from the null-extended side of an "
+                "outer join): declare max_freq for it in the metadata"
             )
         shared = outer.ancestors & sub.ancestors
         stability = rules.semijoin_stability(outer.stability, key_mfs, sub.stability,

@@ -202,6 +202,36 @@ def outer_join_stability(mf_p: KExpr | None, s_nullable: KExpr, mf_n: KExpr | No
     return kmax(term_n, term_p)
 
 
+def full_join_stability(mf_a: KExpr | None, s_right: KExpr, mf_b: KExpr | None,
+                        s_left: KExpr, shared: bool) -> KExpr:
+    """r1 FULL OUTER JOIN r2 ON r1.a = r2.b (both sides kept, both null-extended).
+
+    Disjoint ancestors: max((max(1, mf_k(a)) + mf_k(a))·S(r2), (max(1, mf_k(b)) + mf_k(b))·S(r1)).
+    Shared ancestor: the sum of both terms + S(r1)·S(r2).
+
+    Precondition: as :func:`outer_join_stability`, with ``mf_a`` the mf of r1's key (not None
+    unless ``s_right`` is 0) and ``mf_b`` of r2's (not None unless ``s_left`` is 0).
+    Guarantee: the stability of the full outer join.
+    Why: the output is the matched rows (t, u), (t, NULL) for each r1 row without a match and
+    (NULL, u) for each r2 row without one. A removed r2 row u removes its max(1, |M(u)|) <=
+    max(1, mf(a)) rows (its matches, or its own null-extended row) and adds (t, NULL) for
+    the <= mf(a) rows t it was the last match of; an added u' adds max(1, mf(a)) rows and
+    removes the (t, NULL) of the <= mf(a) rows it is the first match of. So one r2 change
+    removes and adds at most (max(1, mf(a)) + mf(a))·S(r2) rows; r1 changes are the mirror
+    image. With a shared ancestor both sides change at once, and new rows of both sides can
+    also match each other (S(r1)·S(r2)). Attained (tests/analysis/test_rules.py).
+    """
+    term_l: KExpr = ZERO
+    term_r: KExpr = ZERO
+    if not is_zero(s_left):
+        term_l = mul(add(at_least_one(mf_b), mf_b), s_left)  # type: ignore[arg-type]
+    if not is_zero(s_right):
+        term_r = mul(add(at_least_one(mf_a), mf_a), s_right)  # type: ignore[arg-type]
+    if shared:
+        return add(add(term_r, term_l), mul(s_left, s_right))
+    return kmax(term_r, term_l)
+
+
 def outer_join_preserved_mf(mf: KExpr | None, factor: KExpr | None) -> KExpr | None:
     """mf_k of a preserved-side column after an outer join: mf_k(c)·max(1, factor), where
     ``factor`` is :func:`join_key_factor` of the null-extended side's key mfs.

@@ -1,4 +1,4 @@
-"""LEFT / RIGHT JOIN in the analyzer (dpsql.analysis.joins.JoinBuilder.outer_join): exact ES,
+"""LEFT / RIGHT / FULL JOIN in the analyzer (dpsql.analysis.joins.JoinBuilder.outer_join): exact ES,
 which side keeps its max frequencies, key-type checks, and the refusals around outer joins.
 
 The rule itself is tested in tests/analysis/test_rules.py (exact and attained) and by brute
@@ -62,6 +62,30 @@ def test_right_join_is_the_mirror_image():
               "ON o.customer_id = c.customer_id") == left
 
 
+def test_full_join_exact():
+    # max((max(1, 1+k) + 1+k) * S(orders), (max(1, 100+k) + 100+k) * S(customers))
+    want = [200, 202, 204, 210]
+    assert es("SELECT COUNT(*) FROM customers c FULL OUTER JOIN orders o "
+              "ON c.customer_id = o.customer_id") == want
+    assert es("SELECT COUNT(*) FROM orders o FULL JOIN customers c "
+              "ON c.customer_id = o.customer_id") == want
+    # shared ancestor: (1+k + 1+k) + (100+k + 100+k) + 1
+    assert es("SELECT COUNT(*) FROM orders o1 FULL JOIN orders o2 "
+              "ON o1.order_id = o2.customer_id") == [203, 207, 211, 223]
+
+
+def test_full_join_columns_of_both_sides_lose_their_max_frequency():
+    for col in ("c.customer_id", "o.customer_id"):
+        with pytest.raises(MissingMetricError, match="null-extended side of an outer join"):
+            analyze("SELECT COUNT(*) FROM customers c FULL JOIN orders o "
+                    f"ON c.customer_id = o.customer_id JOIN customers c2 "
+                    f"ON {col} = c2.customer_id", MD)
+    # against a public table no mf of theirs is read: S = 2 * (100+k) times mf(p) = 1
+    assert es("SELECT COUNT(*) FROM customers c FULL JOIN orders o "
+              "ON c.customer_id = o.customer_id JOIN products p "
+              "ON o.customer_id = p.product_id") == [200, 202, 204, 210]
+
+
 def test_self_left_join_exact():
     # shared ancestor: 2 * mf(o1.customer_id) * 1 + max(1, mf(o2.order_id)) * 1 + 1 * 1
     # = 2 * (100+k) + (1+k) + 1
@@ -104,13 +128,13 @@ def test_kept_side_columns_keep_mf_times_the_other_key():
     "WHERE c.customer_id IN (SELECT o2.customer_id FROM orders o2)",
 ])
 def test_null_extended_columns_lose_their_max_frequency(sql: str):
-    with pytest.raises(MissingMetricError, match="null-extended side of a LEFT / RIGHT JOIN"):
+    with pytest.raises(MissingMetricError, match="null-extended side of an outer join"):
         analyze(sql, MD)
 
 
 def test_a_left_join_chained_through_the_null_extended_side_is_refused():
     # the second LEFT JOIN's kept key o.customer_id is NULL in unmatched customers' rows
-    with pytest.raises(MissingMetricError, match="earlier LEFT / RIGHT JOIN"):
+    with pytest.raises(MissingMetricError, match="earlier outer join"):
         analyze("SELECT COUNT(*) FROM customers c LEFT JOIN orders o "
                 "ON c.customer_id = o.customer_id LEFT JOIN customers c2 "
                 "ON o.customer_id = c2.customer_id", MD)
@@ -148,10 +172,8 @@ def test_on_may_not_read_a_later_table():
 
 
 @pytest.mark.parametrize(("sql", "words"), [
-    ("SELECT COUNT(*) FROM customers c FULL OUTER JOIN orders o "
-     "ON c.customer_id = o.customer_id", "FULL OUTER JOIN is not supported"),
-    ("SELECT COUNT(*) FROM customers c FULL JOIN orders o ON c.customer_id = o.customer_id",
-     "FULL OUTER JOIN is not supported"),
+    ("SELECT COUNT(*) FROM customers c ASOF LEFT JOIN orders o "
+     "ON c.customer_id >= o.customer_id", "ASOF LEFT JOIN is not supported"),
     ("SELECT COUNT(*) FROM customers c LEFT SEMI JOIN orders o "
      "ON c.customer_id = o.customer_id", "LEFT SEMI JOIN is not supported"),
     ("SELECT COUNT(*) FROM customers c LEFT JOIN orders o ON c.customer_id < o.customer_id",

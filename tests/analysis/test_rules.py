@@ -238,6 +238,46 @@ def test_outer_join_column_mfs():
     assert Counter(b for _, b in rows)[None] == 2  # more than mf = 1 of r2's columns
 
 
+def full_join(r1, r2, on=lambda a, b: a == b):
+    """r1 FULL JOIN r2: the matched pairs, (a, None) and (None, b) for the unmatched rows."""
+    out = left_join(r1, r2, on)
+    return out + [(None, b) for b in r2 if not any(on(a, b) for a in r1)]
+
+
+def test_full_join_disjoint_exact():
+    # max((max(1, 3+k) + 3+k) * 1, (max(1, 1+k) + 1+k) * 1) = 2 * (3+k)
+    e = rules.full_join_stability(PlusK(3), ONE, PlusK(1), ONE, False)
+    assert at(e) == [6, 8, 10, 16]
+    # a key whose mf is 0 (an empty side) still yields its one null-extended row per change
+    assert rules.full_join_stability(Const(0), ONE, None, ZERO, False) == ONE
+    assert rules.full_join_stability(None, ZERO, Const(4), ONE, False) == Const(8.0)
+    assert rules.full_join_stability(None, ZERO, None, ZERO, False) == ZERO
+
+
+def test_full_join_disjoint_is_attained():
+    # the r2 row moves from key 1 (matched by two r1 rows) to key 2 (two unmatched r1 rows)
+    r1, r2 = [1, 1, 2, 2], [1]
+    bound = rules.full_join_stability(Const(mf(r1)), ONE, Const(mf(r2)), ONE, False).at(0)
+    assert changed(full_join(r1, r2), full_join(r1, [2])) == bound == 4
+    # an unmatched row still counts: mf 1 on both sides, one row moved to an unmatched key
+    assert changed(full_join([1], [1]), full_join([2], [1])) == 2
+    assert rules.full_join_stability(Const(1), ONE, Const(1), ONE, False).at(0) == 2
+
+
+def test_full_join_shared_exact():
+    # (1+k + 1+k) * 1 + (2+k + 2+k) * 1 + 1
+    e = rules.full_join_stability(PlusK(1), ONE, PlusK(2), ONE, True)
+    assert at(e) == [7, 11, 15, 27]
+
+
+def test_full_join_shared_is_attained():
+    r = [(1, 1), (2, 3), (3, 2)]  # one table on both sides, ON r1.x = r2.y: mf(x) = mf(y) = 1
+    after = [(1, 1), (1, 1), (3, 2)]
+    on = lambda t, u: t[0] == u[1]  # noqa: E731
+    bound = rules.full_join_stability(Const(1), ONE, Const(1), ONE, True).at(0)
+    assert changed(full_join(r, r, on), full_join(after, after, on)) == bound == 5
+
+
 # ----------------------------------------------------------------------------- grouping
 
 

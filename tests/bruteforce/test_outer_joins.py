@@ -1,4 +1,5 @@
-"""Soundness of the LEFT / RIGHT JOIN rule (rules.outer_join_stability) by brute force.
+"""Soundness of the LEFT / RIGHT / FULL JOIN rules (rules.outer_join_stability,
+rules.full_join_stability) by brute force.
 
 The method of tests/bruteforce/test_soundness.py (whose universe, neighbours and DuckDB runner
 this file reuses): for tiny databases D with their exact metadata, every neighbour D' (one row
@@ -107,6 +108,21 @@ TEMPLATES: tuple[Template, ...] = (
     Template("deferred_comma_past_left_join",
              "SELECT COUNT(*) FROM a, p LEFT JOIN b ON a.x = b.x WHERE a.y = b.y AND p.x = b.y",
              ("a", "b")),
+    # --- FULL OUTER JOIN: both sides kept and null-extended
+    Template("full_join", "SELECT COUNT(*) FROM a FULL JOIN b ON a.x = b.x", ("a", "b")),
+    Template("full_join_filter",
+             "SELECT COUNT(*) FROM a FULL OUTER JOIN b ON a.x = b.x WHERE (a.y = 1 AND b.y = 1) "
+             "OR (b.y IS NULL AND a.y = 2) OR (a.y IS NULL AND b.y = 2)", ("a", "b")),
+    Template("full_join_count_column_extra_on",
+             "SELECT COUNT(a.y) FROM a FULL JOIN b ON a.x = b.y AND b.x <> 2", ("a", "b")),
+    Template("self_full_join_cross",
+             "SELECT COUNT(*) FROM a a1 FULL JOIN a a2 ON a1.x = a2.y "
+             "WHERE a1.x = 1 OR a2.x IS NULL OR a1.x IS NULL", ("a",)),
+    Template("full_join_public", "SELECT COUNT(*) FROM p FULL JOIN b ON p.x = b.x", ("b",),
+             depends_on_k=False),
+    Template("histogram_full_join",
+             "SELECT a.x, COUNT(*) FROM a FULL JOIN b ON a.y = b.y GROUP BY a.x", ("a", "b"),
+             histogram=True),
     Template("left_join_sum", "SELECT SUM(s.v) FROM a LEFT JOIN s ON a.x = s.x", ("a", "s"),
              bounds=(-1.0, 2.0),
              reference=f"SELECT SUM({_clamped('s.v')}) FROM a LEFT JOIN s ON a.x = s.x"),
@@ -114,7 +130,8 @@ TEMPLATES: tuple[Template, ...] = (
 
 #: Templates for the distance-2 check (ES(1) >= LS at every neighbour).
 DISTANCE_TWO = ("left_join_filter_twice", "self_left_join_cross", "self_left_join_filter",
-                "right_join", "two_left_joins", "count_per_parent_zero")
+                "right_join", "two_left_joins", "count_per_parent_zero", "full_join_filter",
+                "self_full_join_cross")
 BY_NAME = {t.name: t for t in TEMPLATES}
 
 
@@ -140,6 +157,9 @@ UNMATCHED: Database = {"a": ((1, 1), (1, 2), (2, 2), (3, 1)), "b": ((1, 1), (1, 
 #: a self-join where one change adds rows on both sides that match each other (S1·S2)
 SELF_CROSS: Database = {"a": ((1, 1), (2, 1), (3, 2)), "b": (), "c": (), "s": (), "p": ()}
 
+#: the full self-join's worst case: (2, 3) moved to (1, 1)
+SELF_FULL: Database = {"a": ((1, 1), (2, 3), (3, 2)), "b": (), "c": (), "s": (), "p": ()}
+
 
 def test_every_template_is_accepted():
     for t in TEMPLATES:
@@ -154,6 +174,7 @@ def test_every_template_is_accepted():
 @example(db=EMPTY_TABLES)
 @example(db=UNMATCHED)
 @example(db=SELF_CROSS)
+@example(db=SELF_FULL)
 def test_local_sensitivity_at_most_es0(template: Template, db: Database):
     es0 = analysed(template, db).measurements[0].sensitivity.at(0)
     q = Evaluator(template)
@@ -217,9 +238,26 @@ def test_self_left_join_bound_is_attained():
     assert _ls(t, db) == 5.0
 
 
-def test_full_outer_join_is_refused():
-    with pytest.raises(UnsupportedConstructError, match="FULL OUTER JOIN"):
-        analyze("SELECT COUNT(*) FROM a FULL OUTER JOIN b ON a.x = b.x", outer_metadata(UNMATCHED))
+def test_full_join_bound_is_attained():
+    """(max(1, mf(a.x)) + mf(a.x))·S(b) = 4 is reached: b's row leaves the two a rows of key 1
+    (null-extending them) for the two unmatched a rows of key 2; the filter counts the 4
+    removed rows and none of the 4 added."""
+    db: Database = {"a": ((1, 1), (1, 1), (2, 2), (2, 2)), "b": ((1, 1),), "c": (), "s": (),
+                    "p": ()}
+    t = BY_NAME["full_join_filter"]
+    # mf(a.x) = 2, mf(b.x) = 1: max((2 + 2) * 1, (1 + 1) * 1) = 4
+    assert analysed(t, db).measurements[0].sensitivity.at(0) == 4.0
+    assert Evaluator(t)(db) == 4.0
+    assert _ls(t, db) == 4.0
+
+
+def test_self_full_join_bound_is_attained():
+    """2·mf(x) + 2·mf(y) + 1 = 5 is reached: the moved row matches itself and (1, 1) on both
+    sides, and (3, 2) loses its match on both sides; the filter counts the 5 added rows."""
+    t = BY_NAME["self_full_join_cross"]
+    assert analysed(t, SELF_FULL).measurements[0].sensitivity.at(0) == 5.0
+    assert Evaluator(t)(SELF_FULL) == 1.0
+    assert _ls(t, SELF_FULL) == 5.0
 
 
 @pytest.mark.parametrize("sql", [
@@ -227,6 +265,7 @@ def test_full_outer_join_is_refused():
     "SELECT COUNT(*) FROM a LEFT JOIN b ON a.x = b.x JOIN c ON b.y = c.y",
     "SELECT COUNT(*) FROM a LEFT JOIN b ON a.x = b.x WHERE b.y IN (SELECT c.x FROM c)",
     "SELECT COUNT(*) FROM b RIGHT JOIN a ON a.x = b.x JOIN c ON b.y = c.y",
+    "SELECT COUNT(*) FROM a FULL JOIN b ON a.x = b.x JOIN c ON a.y = c.y",
 ])
 def test_null_extended_columns_have_no_max_frequency(sql: str):
     with pytest.raises(MissingMetricError, match="null-extended"):

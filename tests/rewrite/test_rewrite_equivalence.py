@@ -217,7 +217,7 @@ QUERIES = [
     ("where_with_scalar_functions",
      "SELECT COUNT(*) AS n FROM orders WHERE UPPER(status) = 'NEW' AND ABS(quantity - 3) <= 1 "
      "AND FLOOR(order_cost / 100) = 1 AND quantity // 2 = 1 AND order_id % 3 = 0", (), False),
-    # LEFT / RIGHT JOIN: null-extended rows are counted by COUNT(*), skipped by COUNT(x) / SUM
+    # LEFT / RIGHT / FULL JOIN: null-extended rows count in COUNT(*); COUNT(x) / SUM skip them
     ("left_join_count_per_region",
      "SELECT c.region, COUNT(*) AS n, COUNT(o.order_id) AS k FROM customers c LEFT JOIN orders o "
      "ON c.customer_id = o.customer_id AND o.status = 'returned' AND o.quantity = 5 "
@@ -244,6 +244,17 @@ QUERIES = [
      "SELECT p.category, COUNT(*) AS n, COUNT(c.age) AS k FROM orders o LEFT JOIN customers c "
      "ON o.customer_id = c.customer_id AND c.age < 30 JOIN products p "
      "ON o.product_id = p.product_id GROUP BY p.category", (), False),
+    ("full_join_unmatched_on_both_sides",
+     "SELECT COUNT(*) AS n, COUNT(c.customer_id) AS kc, COUNT(r.customer_id) AS kr "
+     "FROM customers c FULL JOIN recommendations r "
+     "ON c.customer_id = r.customer_id AND r.product_id <= 3", (), False),
+    ("full_join_sum",
+     "SELECT SUM(o.order_cost) AS s, AVG(c.age) AS a, COUNT(*) AS n FROM customers c "
+     "FULL OUTER JOIN orders o ON c.customer_id = o.customer_id AND c.age > 70", (), False),
+    ("full_join_grouped_non_null_key",
+     "SELECT c.region, COUNT(r.product_id) AS n FROM customers c FULL JOIN recommendations r "
+     "ON c.customer_id = r.customer_id AND r.product_id = 7 WHERE c.region IS NOT NULL "
+     "GROUP BY c.region", (), False),
     ("self_left_join",
      "SELECT COUNT(*) AS n, COUNT(o2.order_id) AS k FROM orders o1 LEFT JOIN orders o2 "
      "ON o1.customer_id = o2.customer_id AND o2.order_cost > o1.order_cost + 350", (), False),
