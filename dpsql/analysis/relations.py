@@ -344,11 +344,17 @@ class Analyzer(JoinBuilder):
         used: set[int] = set()
         while pending:
             node, join = pending.pop(0)
-            self._check_join_kind(join)
+            side = self._check_join_kind(join)
             alias, right = self.source(node)
             on = conjuncts(join.args.get("on")) if join is not None else []
             explicit = join is not None and join.args.get("on") is not None
-            pool = on + [c for c in where if id(c) not in used]
+            if side:
+                # An outer join's keys come from its ON alone: a WHERE equality filters the
+                # joined rows (dropping null-extended ones), it does not decide the matches.
+                self._check_outer_on(join, aliases, alias)
+                pool = list(on)
+            else:
+                pool = on + [c for c in where if id(c) not in used]
             keys, key_nodes, derived = self._equi_keys(pool, aliases, {alias})
             if not keys:
                 if not explicit and self._links_later(pending, where, aliases, used):
@@ -362,7 +368,10 @@ class Analyzer(JoinBuilder):
                     check_filter(c, "JOIN ... ON")
             for (a, b), key_node in zip(keys, key_nodes, strict=True):
                 self.mark_comparable(key_node, rel.facts(a).type, right.facts(b).type)
-            rel = self.join(rel, right, keys, alias)
+            if side:
+                rel = self.outer_join(rel, right, keys, alias, side)
+            else:
+                rel = self.join(rel, right, keys, alias)
             aliases.add(alias)
 
         outer_refs: list[exp.Expression] = []

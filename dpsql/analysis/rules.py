@@ -154,6 +154,108 @@ def join_column_mf(mf: KExpr | None, factor: KExpr | None) -> KExpr | None:
     return mul(mf, factor)
 
 
+def at_least_one(mf: KExpr) -> KExpr:
+    """max(1, mf): ``mf`` itself when it is provably >= 1 at every k (a constant >= 1, or
+    mf + k with mf >= 1), so that explain shows the plain mf."""
+    if isinstance(mf, Const) and mf.value >= 1:
+        return mf
+    if isinstance(mf, PlusK) and mf.base >= 1:
+        return mf
+    return kmax(ONE, mf)
+
+
+def outer_join_stability(mf_p: KExpr | None, s_nullable: KExpr, mf_n: KExpr | None,
+                         s_preserved: KExpr, shared: bool) -> KExpr:
+    """r1 LEFT JOIN r2 ON r1.a = r2.b (r1 preserved, r2 null-extended; RIGHT JOIN mirrored).
+
+    Disjoint ancestors: max(2·mf_k(a, r1)·S(r2), max(1, mf_k(b, r2))·S(r1)).
+    Shared ancestor: 2·mf_k(a)·S(r2) + max(1, mf_k(b))·S(r1) + S(r1)·S(r2).
+
+    Precondition: ``mf_p`` bounds how many preserved-side rows share one value of their key
+    and ``mf_n`` how many null-extended-side rows share one value of theirs (with several
+    equi-conjuncts, the smallest known mf over them on each side); ``mf_p`` is not None unless
+    ``s_nullable`` is 0, ``mf_n`` not None unless ``s_preserved`` is 0; every key equality
+    compares stored values without a lossy cast (dpsql.analysis.keytypes), and every column
+    of the ON condition belongs to one of the two sides (extra ON conjuncts only shrink each
+    preserved row's match set M(t) = {u : u.b = t.a and the rest of ON holds}).
+    Guarantee: the stability of the outer join: at any database within distance k, one
+    changed base row removes at most that many output rows and adds at most that many.
+    Why: each preserved row t yields its |M(t)| matched rows, or one null-extended row when
+    M(t) is empty. A removed or added preserved row removes or adds max(1, |M(t)|) <=
+    max(1, mf(b)) rows. A removed null-extended-side row u removes (t, u) for the <= mf(a)
+    rows t with t.a = u.b, and adds (t, NULL) for those it was the last match of; an added
+    row u' adds (t, u') and removes (t, NULL) for the <= mf(a) rows it is the first match
+    of: <= mf(a) removed rows per removed u plus mf(a) per added u', 2·mf(a)·S(r2) in all
+    (attained: u moves from a key matched only by it to an unmatched key). With a shared
+    ancestor both sides change at once; new preserved rows can also match new rows of the
+    other side, at most S(r1)·S(r2) (as for inner joins).
+    """
+    # a term whose stability is 0 reads no mf (which may then be None)
+    term_p: KExpr = ZERO
+    term_n: KExpr = ZERO
+    if not is_zero(s_preserved):
+        term_p = mul(at_least_one(mf_n), s_preserved)  # type: ignore[arg-type]
+    if not is_zero(s_nullable):
+        term_n = mul(mul(TWO, mf_p), s_nullable)  # type: ignore[arg-type]
+    if shared:
+        return add(add(term_n, term_p), mul(s_preserved, s_nullable))
+    return kmax(term_n, term_p)
+
+
+def full_join_stability(mf_a: KExpr | None, s_right: KExpr, mf_b: KExpr | None,
+                        s_left: KExpr, shared: bool) -> KExpr:
+    """r1 FULL OUTER JOIN r2 ON r1.a = r2.b (both sides kept, both null-extended).
+
+    Disjoint ancestors: max((max(1, mf_k(a)) + mf_k(a))·S(r2), (max(1, mf_k(b)) + mf_k(b))·S(r1)).
+    Shared ancestor: the sum of both terms + S(r1)·S(r2).
+
+    Precondition: as :func:`outer_join_stability`, with ``mf_a`` the mf of r1's key (not None
+    unless ``s_right`` is 0) and ``mf_b`` of r2's (not None unless ``s_left`` is 0).
+    Guarantee: the stability of the full outer join.
+    Why: the output is the matched rows (t, u), (t, NULL) for each r1 row without a match and
+    (NULL, u) for each r2 row without one. A removed r2 row u removes its max(1, |M(u)|) <=
+    max(1, mf(a)) rows (its matches, or its own null-extended row) and adds (t, NULL) for
+    the <= mf(a) rows t it was the last match of; an added u' adds max(1, mf(a)) rows and
+    removes the (t, NULL) of the <= mf(a) rows it is the first match of. So one r2 change
+    removes and adds at most (max(1, mf(a)) + mf(a))·S(r2) rows; r1 changes are the mirror
+    image. With a shared ancestor both sides change at once, and new rows of both sides can
+    also match each other (S(r1)·S(r2)). Attained (tests/analysis/test_rules.py).
+    """
+    term_l: KExpr = ZERO
+    term_r: KExpr = ZERO
+    if not is_zero(s_left):
+        term_l = mul(add(at_least_one(mf_b), mf_b), s_left)  # type: ignore[arg-type]
+    if not is_zero(s_right):
+        term_r = mul(add(at_least_one(mf_a), mf_a), s_right)  # type: ignore[arg-type]
+    if shared:
+        return add(add(term_r, term_l), mul(s_left, s_right))
+    return kmax(term_r, term_l)
+
+
+def outer_join_preserved_mf(mf: KExpr | None, factor: KExpr | None) -> KExpr | None:
+    """mf_k of a preserved-side column after an outer join: mf_k(c)·max(1, factor), where
+    ``factor`` is :func:`join_key_factor` of the null-extended side's key mfs.
+
+    Guarantee: None (unknown) if ``mf`` or ``factor`` is unknown.
+    Why: each preserved row yields max(1, |M(t)|) <= max(1, mf_k(key)) output rows.
+    """
+    if mf is None or factor is None:
+        return None
+    return mul(mf, at_least_one(factor))
+
+
+def outer_join_nullable_mf() -> KExpr | None:
+    """mf of a null-extended-side column after an outer join: unknown (None).
+
+    Why: every preserved row without a match carries NULL there, and how many rows do is
+    bounded by no max frequency. (Matched rows alone would keep the inner join's
+    mf_k(c)·factor for the non-NULL values, and NULL never matches an equality; dpsql does not
+    use that bound, so a later join, IN or EXISTS on such a column needs the other side
+    public.)
+    """
+    return None
+
+
 # --------------------------------------------------------------------------- grouping
 
 

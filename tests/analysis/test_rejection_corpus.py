@@ -9,7 +9,8 @@ file, and the message is a sentence that says what to change. Classes:
   ATTACH, COPY, INSTALL, LOAD, CALL, several statements, raw rows, no FROM;
 * ``UnsupportedConstructError``: a construct without a sound rule — table functions, file paths
   as tables, system catalogs, nondeterministic / undeclared functions, window functions, cross
-  and non-equi joins, outer joins, samples, set operations, LATERAL, VALUES, ...;
+  and non-equi joins, outer joins without an ON equality, samples, set operations, LATERAL,
+  VALUES, ...
 * ``MissingMetricError``: a join key without max frequency, a SUM without bounds;
 * ``ProtectedBinError``: a group key that is not releasable or has no domain;
 * ``AggregateArithmeticError``: an aggregate inside a subquery feeding a comparison, nested
@@ -266,10 +267,13 @@ CORPUS: dict[str, list[tuple[str, type[Error]]]] = {
         ("SELECT COUNT(*) FROM orders o JOIN customers c ON o.customer_id = 1", UC),
         ("SELECT COUNT(*) FROM orders o, customers c "
          "WHERE o.customer_id = c.customer_id OR o.order_id = 1", UC),
-        ("SELECT COUNT(*) FROM orders o LEFT JOIN customers c ON o.customer_id = c.customer_id",
+        ("SELECT COUNT(*) FROM orders o LEFT JOIN customers c ON o.customer_id > c.customer_id",
          UC),
+        ("SELECT COUNT(*) FROM orders o RIGHT JOIN customers c ON o.order_id = 1", UC),
+        ("SELECT COUNT(*) FROM orders o, products p LEFT JOIN customers c "
+         "ON c.customer_id = o.customer_id AND c.age > p.price WHERE p.product_id = c.age", UC),
         ("SELECT COUNT(*) FROM orders o FULL OUTER JOIN customers c "
-         "ON o.customer_id = c.customer_id", UC),
+         "ON o.customer_id = c.customer_id OR o.order_id = c.customer_id", UC),
         ("SELECT COUNT(*) FROM orders o ASOF JOIN customers c ON o.customer_id >= c.customer_id",
          UC),
         ("SELECT COUNT(*) FROM orders o POSITIONAL JOIN customers c", UC),

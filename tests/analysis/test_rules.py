@@ -155,6 +155,129 @@ def test_join_column_mf_is_attained():
     assert mf(out) == bound == 6
 
 
+# ----------------------------------------------------------------------------- outer joins
+
+
+def left_join(r1, r2, on=lambda a, b: a == b):
+    """r1 LEFT JOIN r2: each r1 row with its matches, or with None when it has none."""
+    out = []
+    for a in r1:
+        matches = [b for b in r2 if on(a, b)]
+        out += [(a, b) for b in matches] if matches else [(a, None)]
+    return out
+
+
+def test_at_least_one():
+    assert rules.at_least_one(Const(3)) == Const(3.0)
+    assert rules.at_least_one(PlusK(1)) == PlusK(1.0)
+    assert at(rules.at_least_one(PlusK(0))) == [1, 1, 2, 5]
+    assert rules.at_least_one(Const(0.5)) == ONE
+
+
+def test_outer_join_disjoint_exact():
+    # max(2 * (3+k) * 1, max(1, 1+k) * 1)
+    e = rules.outer_join_stability(PlusK(3), ONE, PlusK(1), ONE, False)
+    assert at(e) == [6, 8, 10, 16]
+    # the kept side's key has mf 1, the other side's mf 5: max(2 * 1, 5) = 5
+    assert at(rules.outer_join_stability(Const(1), ONE, Const(5), ONE, False)) == [5] * 4
+    # public kept side (S = 0): only the other side changes; it needs no mf of its own key
+    assert rules.outer_join_stability(Const(1), ONE, None, ZERO, False) == Const(2.0)
+    # public null-extended side: each kept row yields max(1, mf) rows
+    assert rules.outer_join_stability(None, ZERO, Const(4), ONE, False) == Const(4.0)
+    assert rules.outer_join_stability(None, ZERO, Const(0), ONE, False) == ONE
+    assert rules.outer_join_stability(None, ZERO, None, ZERO, False) == ZERO
+
+
+def test_outer_join_disjoint_is_attained():
+    # A change on the null-extended side: u moves from the key it alone matched (1) to an
+    # unmatched key (2): (1, u) and (2, None) removed, (1, None) and (2, u') added, per kept
+    # row: 2 * mf(a) * S(r2) with mf(a, r1) = 2.
+    r1, r2 = [1, 1, 2, 2], [1]
+    bound = rules.outer_join_stability(Const(mf(r1)), ONE, Const(mf(r2)), ONE, False).at(0)
+    assert changed(left_join(r1, r2), left_join(r1, [2])) == bound == 4
+    # the inner join's mf(a) * S(r2) = 2 would be too small
+    assert rules.join_disjoint(Const(mf(r1)), ONE, Const(mf(r2)), ONE).at(0) < 4
+    # A change on the kept side: an unmatched row becomes one with mf(b, r2) = 3 matches.
+    r1, r2 = [1, 2], [2, 2, 2]
+    bound = rules.outer_join_stability(Const(mf(r1)), ZERO, Const(mf(r2)), ONE, False).at(0)
+    assert changed(left_join(r1, r2), left_join([1, 1], r2)) == bound == 3
+    # and an unmatched kept row still removes one row (max(1, mf)): mf(b) = 0 of an empty r2
+    assert changed(left_join([1], []), left_join([2], [])) == 1
+    assert rules.outer_join_stability(None, ZERO, Const(0), ONE, False).at(0) == 1
+
+
+def test_outer_join_shared_exact():
+    # 2 * (1+k) * 1 + max(1, 2+k) * 1 + 1 * 1
+    e = rules.outer_join_stability(PlusK(1), ONE, PlusK(2), ONE, True)
+    assert at(e) == [5, 8, 11, 20]
+    assert rules.outer_join_stability(PlusK(0), ONE, PlusK(0), ONE, True).at(0) == 2
+
+
+def test_outer_join_shared_is_attained():
+    # one table r(x, y) on both sides, r LEFT JOIN r ON r1.x = r2.y: mf(x) = 1, mf(y) = 2
+    r = [(1, 1), (2, 1), (3, 2)]
+    after = [(1, 1), (2, 1), (1, 1)]
+    on = lambda t, u: t[0] == u[1]  # noqa: E731
+    bound = rules.outer_join_stability(Const(mf(r, lambda t: t[0])), ONE,
+                                       Const(mf(r, lambda t: t[1])), ONE, True).at(0)
+    assert changed(left_join(r, r, on), left_join(after, after, on)) == bound == 5
+    # the disjoint form max(2 * 1, 2) = 2 would be too small
+    assert rules.outer_join_stability(Const(1), ONE, Const(2), ONE, False).at(0) < 5
+
+
+def test_outer_join_column_mfs():
+    # kept side: mf(c) * max(1, mf of the other key); unknown if either is unknown
+    assert at(rules.outer_join_preserved_mf(PlusK(2), Const(3))) == [6, 9, 12, 21]
+    assert rules.outer_join_preserved_mf(Const(2), Const(0)) == Const(2.0)
+    assert rules.outer_join_preserved_mf(None, Const(3)) is None
+    assert rules.outer_join_preserved_mf(Const(2), None) is None
+    # the null-extended side: unknown (every unmatched kept row adds a NULL)
+    assert rules.outer_join_nullable_mf() is None
+    r1, r2 = [1, 2, 3], [(9, 1)]
+    rows = left_join(r1, r2, lambda a, b: a == b[1])
+    assert Counter(b for _, b in rows)[None] == 2  # more than mf = 1 of r2's columns
+
+
+def full_join(r1, r2, on=lambda a, b: a == b):
+    """r1 FULL JOIN r2: the matched pairs, (a, None) and (None, b) for the unmatched rows."""
+    out = left_join(r1, r2, on)
+    return out + [(None, b) for b in r2 if not any(on(a, b) for a in r1)]
+
+
+def test_full_join_disjoint_exact():
+    # max((max(1, 3+k) + 3+k) * 1, (max(1, 1+k) + 1+k) * 1) = 2 * (3+k)
+    e = rules.full_join_stability(PlusK(3), ONE, PlusK(1), ONE, False)
+    assert at(e) == [6, 8, 10, 16]
+    # a key whose mf is 0 (an empty side) still yields its one null-extended row per change
+    assert rules.full_join_stability(Const(0), ONE, None, ZERO, False) == ONE
+    assert rules.full_join_stability(None, ZERO, Const(4), ONE, False) == Const(8.0)
+    assert rules.full_join_stability(None, ZERO, None, ZERO, False) == ZERO
+
+
+def test_full_join_disjoint_is_attained():
+    # the r2 row moves from key 1 (matched by two r1 rows) to key 2 (two unmatched r1 rows)
+    r1, r2 = [1, 1, 2, 2], [1]
+    bound = rules.full_join_stability(Const(mf(r1)), ONE, Const(mf(r2)), ONE, False).at(0)
+    assert changed(full_join(r1, r2), full_join(r1, [2])) == bound == 4
+    # an unmatched row still counts: mf 1 on both sides, one row moved to an unmatched key
+    assert changed(full_join([1], [1]), full_join([2], [1])) == 2
+    assert rules.full_join_stability(Const(1), ONE, Const(1), ONE, False).at(0) == 2
+
+
+def test_full_join_shared_exact():
+    # (1+k + 1+k) * 1 + (2+k + 2+k) * 1 + 1
+    e = rules.full_join_stability(PlusK(1), ONE, PlusK(2), ONE, True)
+    assert at(e) == [7, 11, 15, 27]
+
+
+def test_full_join_shared_is_attained():
+    r = [(1, 1), (2, 3), (3, 2)]  # one table on both sides, ON r1.x = r2.y: mf(x) = mf(y) = 1
+    after = [(1, 1), (1, 1), (3, 2)]
+    on = lambda t, u: t[0] == u[1]  # noqa: E731
+    bound = rules.full_join_stability(Const(1), ONE, Const(1), ONE, True).at(0)
+    assert changed(full_join(r, r, on), full_join(after, after, on)) == bound == 5
+
+
 # ----------------------------------------------------------------------------- grouping
 
 

@@ -5,9 +5,10 @@ It covers dpsql's accepted surface and the constructs the hole classes of issue 
 comparisons between columns and constants of every type, casts, arithmetic, string/date
 functions, CASE, COALESCE, non-boolean values in boolean positions, parameters, IN / EXISTS /
 NOT IN subqueries, derived tables and CTEs with ORDER BY / LIMIT, UNION ALL (BY NAME), a table
-used as a value, CTEs named like declared tables, joins on plain and collated keys, GROUP BY over
-listed, table and mistyped domains, SUM/AVG over bounded INTEGER, DOUBLE and DECIMAL(38,20)
-columns, and long AND chains. The schema it draws names from is ``tests/fuzz/worlds.py``.
+used as a value, CTEs named like declared tables, inner and LEFT / RIGHT / FULL joins on plain
+and collated keys, GROUP BY over listed, table and mistyped domains, SUM/AVG over bounded
+INTEGER, DOUBLE and DECIMAL(38,20) columns, and long AND chains. The schema it draws names
+from is ``tests/fuzz/worlds.py``.
 """
 
 from __future__ import annotations
@@ -132,9 +133,19 @@ def _subquery_modifier(draw, params: list[Any]) -> str:
 def _source(draw, params: list[Any]) -> tuple[str, str]:
     """FROM clause and the alias whose columns the rest may use (``t``'s columns, as ``t``
     or as a derived table ``d``)."""
-    choice = draw(st.integers(0, 9))
+    choice = draw(st.integers(0, 11))
     if choice == 0:
         return "t", "t"
+    if choice in (10, 11):
+        # outer joins: t kept (LEFT / RIGHT), null-extended (its columns NULL when unmatched)
+        # or both (FULL)
+        key = draw(st.sampled_from(["id", "ck", "s"]))
+        on = f"t.{key} = u.{key}"
+        if draw(st.booleans()):
+            on += f" AND {_predicate(draw, params, draw(st.sampled_from(['t', 'u'])))}"
+        if choice == 10:
+            return draw(st.sampled_from([f"t LEFT JOIN u ON {on}", f"t FULL JOIN u ON {on}"])), "t"
+        return draw(st.sampled_from([f"u RIGHT JOIN t ON {on}", f"u LEFT JOIN t ON {on}"])), "t"
     if choice == 9:
         # BY NAME pairs the second branch's id with the first's id although it stands where
         # n stands; the analysis pairs by position (class 5); the u-row neighbour shows it

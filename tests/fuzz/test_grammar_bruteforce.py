@@ -5,8 +5,9 @@ The universe, exact metadata, neighbour enumeration and DuckDB runner are those 
 ``tests/bruteforce/test_soundness.py`` (tables a, b, c, s private and p public; values
 {1, 2, 3}). That file checks one template per rule; this one draws combinations: filters of
 every kind (comparisons, column equalities, CASE, COALESCE, arithmetic, IN lists, NOT, OR) on
-top of joins, self-joins, public joins, derived tables, UNION ALL, grouped subqueries and
-IN / EXISTS / NOT IN subqueries, released as a count, a distinct count or a histogram.
+top of joins, self-joins, LEFT / RIGHT / FULL joins (kept or null-extended side), public joins,
+derived tables, UNION ALL, grouped subqueries and IN / EXISTS / NOT IN subqueries, released
+as a count, a distinct count or a histogram.
 A failure prints the query, the database, the neighbour and both answers: a privacy bug.
 """
 
@@ -62,9 +63,17 @@ def _predicate(draw, alias: str, depth: int = 0) -> str:
 def grammar_queries(draw) -> tuple[str, bool]:
     """(SQL, whether it is a histogram)."""
     alias = "a"
-    choice = draw(st.integers(0, 9))
+    choice = draw(st.integers(0, 12))
     if choice == 0:
         source = "a"
+    elif choice >= 10:  # outer joins: a kept, a null-extended (its columns NULL unmatched), both
+        extra = f" AND {_predicate(draw, draw(st.sampled_from(['a', 'b'])))}" if draw(
+            st.booleans()) else ""
+        source = draw(st.sampled_from([
+            f"a LEFT JOIN b ON a.x = b.x{extra}", f"b RIGHT JOIN a ON b.y = a.x{extra}",
+            f"b LEFT JOIN a ON b.y = a.x{extra}", f"a FULL JOIN b ON a.y = b.x{extra}",
+            "a LEFT JOIN a a2 ON a.x = a2.y", "a RIGHT JOIN a a2 ON a.x = a2.y AND a2.x <> 1",
+            "a FULL JOIN a a2 ON a.y = a2.x"]))
     elif choice == 1:
         source = "a JOIN b ON a.x = b.x"
     elif choice == 2:
