@@ -35,6 +35,8 @@ VARIANCES: dict[type[exp.Expression], tuple[bool, bool]] = {
     exp.Stddev: (True, True),  # STDDEV is the sample deviation in DuckDB and Spark
 }
 VARIANCE_TYPES = tuple(VARIANCES)
+#: how the label of a variance's centred sum of squares begins (the release record notes it)
+CENTRED_SQUARES = "SUM_CENTRED_SQUARES("
 
 
 def unfilter(node: exp.Expression) -> exp.Expression:
@@ -96,7 +98,7 @@ def moment_labels(arg: exp.Expression) -> tuple[str, str, str]:
     aggregate of the same argument; the COUNT is the one AVG uses too)."""
     text = copy_tree(arg).sql(dialect=DIALECT)
     count = exp.Count(this=copy_tree(arg)).sql(dialect=DIALECT)
-    return count, f"SUM_CENTRED({text})", f"SUM_CENTRED_SQUARES({text})"
+    return count, f"SUM_CENTRED({text})", f"{CENTRED_SQUARES}{text})"
 
 
 def half_width(bounds: tuple[float, float]) -> float:
