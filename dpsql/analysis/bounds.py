@@ -200,7 +200,8 @@ def _binary(node: exp.Expression, facts_of: FactsOf) -> Bounds:
         raise MissingMetricError(
             f"the denominator {sql_text(node.expression)} of {sql_text(node)} can be 0 (its "
             f"bounds are [{b.lo:g}, {b.hi:g}]): divide by a nonzero constant or by an "
-            f"expression whose bounds exclude 0, e.g. GREATEST({sql_text(node.expression)}, 1)"
+            f"expression whose bounds exclude 0, e.g. GREATEST({sql_text(node.expression)}, c) "
+            "for a constant c > 0"
         )
     recip = Interval(1.0 / b.hi if math.isfinite(b.hi) else 0.0,
                      1.0 / b.lo if math.isfinite(b.lo) else 0.0, b.nullable, b.culprit)
