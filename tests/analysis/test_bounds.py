@@ -219,3 +219,32 @@ def test_variance_of_a_string_or_unknown_column_is_refused():
         "v": Column("v", None, bounds=(0.0, 1.0), type="VARCHAR")})}))
     with pytest.raises(UnsupportedConstructError, match="VARCHAR"):
         analyze("SELECT VARIANCE(v * 2) FROM t", md)
+
+
+# --------------------------------------------------------------------------- TPC-H
+
+
+def test_tpch_q1_and_q14_sums_are_accepted_with_their_derived_bounds():
+    from pathlib import Path
+
+    from dpsql.metadata import load_metadata
+
+    md = load_metadata(Path(__file__).resolve().parents[2] / "schemas" / "tpch.yaml")
+    q1 = analyze(
+        "SELECT l_returnflag, l_linestatus, SUM(l_quantity), "
+        "SUM(l_extendedprice * (1 - l_discount)) AS disc, "
+        "SUM(l_extendedprice * (1 - l_discount) * (1 + l_tax)) AS charge, AVG(l_quantity), "
+        "COUNT(*) FROM lineitem WHERE l_shipdate <= DATE '1998-12-01' - INTERVAL '90' DAY "
+        "GROUP BY l_returnflag, l_linestatus", md)
+    by_label = {m.label: m.bounds for m in q1.measurements}
+    # l_extendedprice [0, 105000], l_discount [0, 0.1], l_tax [0, 0.08]
+    assert by_label["SUM(lineitem.l_extendedprice * (1 - lineitem.l_discount))"] == (0, 105000)
+    charge = by_label["SUM(lineitem.l_extendedprice * (1 - lineitem.l_discount) * "
+                      "(1 + lineitem.l_tax))"]
+    assert charge == pytest.approx((0, 113400))
+    q14 = analyze(
+        "SELECT 100.00 * SUM(CASE WHEN p_type LIKE 'PROMO%' THEN l_extendedprice * "
+        "(1 - l_discount) ELSE 0 END) / SUM(l_extendedprice * (1 - l_discount)) AS promo "
+        "FROM lineitem, part WHERE l_partkey = p_partkey AND l_shipdate >= DATE '1995-09-01' "
+        "AND l_shipdate < DATE '1995-09-01' + INTERVAL '1' MONTH", md)
+    assert [m.bounds for m in q14.measurements] == [(0, 105000), (0, 105000)]
