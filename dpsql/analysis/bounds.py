@@ -25,7 +25,7 @@ The rules (for the non-NULL values of each sub-expression; NULL is skipped by SU
   e.g. ``GREATEST(b, 1)``); otherwise refused;
 * CASE / IF: the union of the branches' bounds (a missing ELSE is NULL); conditions only
   choose a branch and need no bounds (and may hold parameters);
-* COALESCE: the union of its arguments' bounds;
+* COALESCE: the union of its arguments' bounds; NULLIF(a, b): a's;
 * LEAST / GREATEST (which skip NULL arguments in DuckDB and Spark): LEAST lies between the
   least lower bound and the upper bound of every argument that is never NULL (else the largest
   upper bound), GREATEST symmetrically -- so ``LEAST(GREATEST(x, 0), 100)`` is [0, 100] even
@@ -328,6 +328,12 @@ def _cast(node: exp.Cast, facts_of: FactsOf) -> Bounds:
     return a
 
 
+def _nullif(node: exp.Nullif, facts_of: FactsOf) -> Bounds:
+    """NULLIF(a, b) is a or NULL."""
+    a = bounds_of(node.this, facts_of)
+    return None if a is None else Interval(a.lo, a.hi, True, a.culprit)
+
+
 def _placeholder(node: exp.Placeholder, facts_of: FactsOf) -> Bounds:
     return _free(node)
 
@@ -341,6 +347,7 @@ _RULES: dict[type, _Rule] = {
     exp.Case: _case,  # type: ignore[dict-item]
     exp.If: _if,  # type: ignore[dict-item]
     exp.Coalesce: _coalesce,  # type: ignore[dict-item]
+    exp.Nullif: _nullif,  # type: ignore[dict-item]
     exp.Least: _least_greatest, exp.Greatest: _least_greatest,
     exp.Abs: _abs,  # type: ignore[dict-item]
     exp.Sign: _sign,  # type: ignore[dict-item]

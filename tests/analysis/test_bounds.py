@@ -62,6 +62,7 @@ def bounds(sql: str) -> tuple[float, float]:
     ("IF(u > 1, 3, d)", (-50, 10)),
     ("COALESCE(r, w)", (-30, 7)),
     ("COALESCE(NULL, w, 100)", (2, 100)),
+    ("NULLIF(d, 0) * 2", (-100, 20)),
     ("LEAST(GREATEST(u, 0), 100)", (0, 100)),  # the analyst's own clamp
     ("GREATEST(LEAST(u, 100), 0)", (0, 100)),
     ("LEAST(GREATEST(u, -5), 5) * 2", (-10, 10)),
