@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from sqlglot import exp
 
+from dpsql.analysis.aggregates import VARIANCE_TYPES
 from dpsql.errors import ProgrammingError, UnsupportedConstructError
 from dpsql.metadata import Metadata
 
@@ -53,6 +54,11 @@ _ALLOWED_FUNCS: tuple[type[exp.Expression], ...] = (
     exp.DateDiff, exp.If, exp.Case,
 )
 
+#: Aggregates released through COUNT / SUM measurements (dpsql.analysis.aggregates): only in the
+#: outermost SELECT, whose aggregates are measured; a subquery's or CTE's aggregates run inside
+#: the exact query, where no totality rule covers them yet.
+_TOP_LEVEL_AGGREGATES: tuple[type[exp.Expression], ...] = (exp.Filter, *VARIANCE_TYPES)
+
 #: Clauses no sensitivity rule covers a subquery in (WHERE, FROM and WITH are analysed).
 _CLAUSES_WITHOUT_SUBQUERIES: tuple[type[exp.Expression], ...] = (
     exp.Order, exp.Limit, exp.Offset, exp.Group, exp.Fetch,
@@ -66,7 +72,7 @@ _NONDETERMINISTIC_NAMES = frozenset(
     {"now", "random", "uuid", "gen_random_uuid", "setseed", "current_timestamp",
      "get_current_timestamp", "today", "transaction_timestamp", "current_localtimestamp"}
 )
-_BOUNDLESS_AGGREGATES = "MIN, MAX, MEDIAN, STDDEV, VARIANCE, quantiles and other aggregates"
+_BOUNDLESS_AGGREGATES = "MIN, MAX, MEDIAN, quantiles and other aggregates"
 
 
 def check_allowed(query: exp.Expression, metadata: Metadata,
@@ -92,6 +98,9 @@ def check_allowed(query: exp.Expression, metadata: Metadata,
             if rule is _FUNC:
                 _check_function(node)
                 break
+            if rule is _TOP_LEVEL:
+                _check_top_level(node, query)
+                break
             error = _refusal(rule, node)
             if error is not None:
                 raise error
@@ -102,12 +111,12 @@ def check_allowed(query: exp.Expression, metadata: Metadata,
 # check_allowed's rules, in the order they apply: a node is judged by the first rule its type
 # matches (the conditional rules only when their condition holds, see _refusal).
 _TABLE, _ANONYMOUS, _PLACEHOLDER, _WINDOW, _LATERAL, _WITH, _DISTINCT, _CLAUSE, _ALLOWED, \
-    _FUNC = range(10)
+    _FUNC, _TOP_LEVEL = range(11)
 _RULES: tuple[tuple[int, type | tuple[type, ...]], ...] = (
     (_TABLE, exp.Table), (_ANONYMOUS, exp.Anonymous), (_PLACEHOLDER, exp.Placeholder),
     (_WINDOW, exp.Window), (_LATERAL, exp.Lateral), (_WITH, exp.With),
     (_DISTINCT, exp.Distinct), (_CLAUSE, _CLAUSES_WITHOUT_SUBQUERIES),
-    (_ALLOWED, _ALLOWED_NODES), (_FUNC, exp.Func),
+    (_TOP_LEVEL, _TOP_LEVEL_AGGREGATES), (_ALLOWED, _ALLOWED_NODES), (_FUNC, exp.Func),
 )
 #: node class -> the rules its type matches, in order (the class alone decides this)
 _RULES_OF: dict[type, tuple[int, ...]] = {}
@@ -179,8 +188,6 @@ def _describe_unsupported(node: exp.Expression) -> str:
         return "QUALIFY is not supported: window functions have no sensitivity rule"
     if isinstance(node, (exp.Cube, exp.Rollup, exp.GroupingSets)):
         return "ROLLUP / CUBE / GROUPING SETS are not supported: use one plain GROUP BY per query"
-    if isinstance(node, exp.Filter):
-        return "aggregate FILTER (WHERE ...) is not supported: move the condition into WHERE"
     sql = node.sql(dialect=_DIALECT)
     snippet = sql if len(sql) <= 60 else sql[:57] + "..."
     return f"SQL construct {node.key.upper()} ({snippet}) is not supported by dpsql"
@@ -202,6 +209,27 @@ def _check_function(node: exp.Func) -> None:
     raise UnsupportedConstructError(
         f"function {node.sql_name()}() is not allowed: dpsql runs only allow-listed "
         "deterministic scalar functions"
+    )
+
+
+def _check_top_level(node: exp.Expression, query: exp.Expression) -> None:
+    """FILTER and the variance family only in the outermost SELECT (see
+    :data:`_TOP_LEVEL_AGGREGATES`)."""
+    parent = node.parent
+    while parent is not None and not isinstance(parent, exp.Query):
+        parent = parent.parent
+    if parent is query and isinstance(query, exp.Select):
+        if isinstance(node, exp.Filter) and not isinstance(
+                node.this, (exp.Count, exp.Sum, exp.Avg, *VARIANCE_TYPES)):
+            raise UnsupportedConstructError(
+                "FILTER (WHERE ...) is supported only on COUNT, SUM, AVG and the variance "
+                "aggregates"
+            )
+        return
+    what = "FILTER (WHERE ...)" if isinstance(node, exp.Filter) else node.sql_name()
+    raise UnsupportedConstructError(
+        f"{what} is supported only in the outermost SELECT, not in a subquery, CTE or UNION: "
+        "compute it in the outer query"
     )
 
 

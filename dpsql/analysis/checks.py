@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dpsql.analysis.aggregates import VARIANCE_TYPES
 from dpsql.analysis.kexpr import KExpr
 from dpsql.analysis.model import ColumnFacts
 from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.trees import copy_tree
 from dpsql.errors import AggregateArithmeticError, UnsupportedConstructError
 
-AGGREGATES = (exp.Count, exp.Sum, exp.Avg)
-
+#: the aggregates with a measurement rule (dpsql.analysis.measure); a FILTER clause wraps one
+AGGREGATES = (exp.Count, exp.Sum, exp.Avg, *VARIANCE_TYPES)
 
 
 def conjuncts(node: exp.Expression | None) -> list[exp.Expression]:

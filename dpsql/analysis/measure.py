@@ -11,6 +11,15 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.analysis import rules
+from dpsql.analysis.aggregates import (
+    VARIANCE_TYPES,
+    filter_condition,
+    moment_bounds,
+    moment_labels,
+    moment_nodes,
+    unfilter,
+)
+from dpsql.analysis.bounds import argument_bounds
 from dpsql.analysis.checks import (
     AGGREGATES,
     check_aggregate_args,
@@ -54,8 +63,8 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
     measurements: list[Measurement] = []
     by_sql: dict[str, int] = {}
 
-    def measure(function: str, node: exp.Expression, bounds=None) -> int:
-        key = sql_text(node)
+    def measure(function: str, node: exp.Expression, bounds=None, label: str = "") -> int:
+        key = label or sql_text(node)
         if key in by_sql:
             return by_sql[key]
         if function == "COUNT":
@@ -69,6 +78,17 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
         return m.index
 
     def aggregate_measurements(agg: exp.Expression) -> tuple[int, ...]:
+        if isinstance(agg.parent, exp.Filter):
+            # agg(x) FILTER (WHERE p) is agg(CASE WHEN p THEN x END): a filter only removes
+            # rows, so the measurement and its sensitivity are the aggregate's own
+            check_filter(filter_condition(agg.parent), "FILTER")
+            agg = unfilter(agg.parent)
+        if agg.find(exp.Placeholder) is not None:
+            # the exact query is built from the analysed nodes, whose ? are not numbered
+            raise UnsupportedConstructError(
+                f"{sql_text(agg)}: a parameter inside an aggregate is not supported: write the "
+                "constant in the SQL text, or move the condition into WHERE"
+            )
         if isinstance(agg, exp.Count):
             check_scalar(agg, "COUNT argument")
             return (measure("COUNT", agg),)
@@ -78,6 +98,12 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
             )
         arg = agg.this.unnest()
         bounds = _sum_bounds(agg, arg, rel)
+        if isinstance(agg, VARIANCE_TYPES):
+            count, first, square = moment_nodes(arg, bounds)
+            first_bounds, square_bounds = moment_bounds(bounds)
+            _, first_label, square_label = moment_labels(arg)
+            return (measure("COUNT", count), measure("SUM", first, first_bounds, first_label),
+                    measure("SUM", square, square_bounds, square_label))
         sum_node = exp.Sum(this=copy_tree(arg))
         if isinstance(agg, exp.Sum):
             return (measure("SUM", sum_node, bounds),)
@@ -144,7 +170,7 @@ def _check_over_keys(node: exp.Expression, key_sql: dict[tuple[str, str] | str, 
 
 def _check_over_keys_or_aggs(node, key_sql, clause: str, aliases: set[str]) -> None:
     for col in node.find_all(exp.Column):
-        if any(isinstance(a, AGGREGATES) for a in _ancestors(col, node)):
+        if any(isinstance(a, (*AGGREGATES, exp.Filter)) for a in _ancestors(col, node)):
             continue
         if key_of(col) in key_sql or (not col.table and col.name in aliases):
             continue
@@ -162,18 +188,11 @@ def _ancestors(node: exp.Expression, stop: exp.Expression):
 
 
 def _sum_bounds(agg: exp.Expression, arg: exp.Expression, rel: Relation) -> tuple[float, float]:
-    fn = type(agg).__name__.upper()
+    """The clamp bounds of a SUM / AVG / variance argument: a column's declared bounds, or
+    those interval arithmetic derives for an expression (dpsql.analysis.bounds)."""
+    fn = agg.sql_name() if isinstance(agg, VARIANCE_TYPES) else type(agg).__name__.upper()
     if not isinstance(arg, exp.Column):
-        cols = [rel.columns.get((c.table, c.name)) for c in arg.find_all(exp.Column)]
-        if any(f is not None and f.from_aggregate for f in cols):
-            raise AggregateArithmeticError(
-                f"{fn}({sql_text(arg)}) sums a value computed by an aggregate in a subquery, which "
-                "has no bounds: release the inner aggregate directly instead"
-            )
-        raise MissingMetricError(
-            f"{fn}({sql_text(arg)}) needs bounds, and a computed expression has none: "
-            f"{fn} a declared column that has bounds: [lower, upper]"
-        )
+        return argument_bounds(fn, arg, lambda c: rel.columns.get((c.table, c.name)))
     facts = rel.columns.get((arg.table, arg.name))
     if facts is not None and facts.from_aggregate:
         raise AggregateArithmeticError(
@@ -183,7 +202,8 @@ def _sum_bounds(agg: exp.Expression, arg: exp.Expression, rel: Relation) -> tupl
     if facts is None or facts.bounds is None:
         raise MissingMetricError(
             f"{fn}({sql_text(arg)}) needs bounds: declare bounds: [lower, upper] for column "
-            f"{arg.name!r} in the metadata"
+            f"{arg.name!r} in the metadata, or clamp it in SQL with "
+            f"LEAST(GREATEST({sql_text(arg)}, lower), upper)"
         )
     if not numeric_or_unknown(facts.type):
         # DuckDB would cast each stored value to a number: one unparsable row would make the

@@ -11,6 +11,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dpsql.analysis.aggregates import CENTRED_SQUARES
 from dpsql.noise import mechanisms
 from dpsql.noise.plan import NoisePlan
 
@@ -29,6 +30,9 @@ class ColumnRelease:
     epsilon: float
     delta: float
     half_width_95: float | None  # None: not publishable (smoothed) or not a single measurement
+    #: how the column is computed from its noisy measurements, when that is not plain
+    #: arithmetic the analyst wrote (the variance family: dpsql.analysis.aggregates)
+    post_processing: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,21 @@ def mechanism_name(plan: NoisePlan) -> str:
     return kind if plan.pure else f"smoothed_{kind}"
 
 
+#: the post-processing of a variance-family column (dpsql.analysis.aggregates.variance_sql)
+VARIANCE_NOTE = (
+    "variance from the noisy COUNT n, centred SUM S1 and centred SUM of squares S2 of the "
+    "argument clamped to its bounds [l, u] (centre m = (l+u)/2, h = (u-l)/2): population "
+    "max(0, S2/n - (S1/n)^2) with n >= 1, at most h^2; sample (S2 - S1^2/n)/(n-1) with n >= 2, "
+    "at most h^2 n/(n-1); STDDEV is its square root"
+)
+
+
+def _post_processing(parts: list[NoisePlan]) -> str | None:
+    if any(p.measurement.label.startswith(CENTRED_SQUARES) for p in parts):
+        return VARIANCE_NOTE
+    return None
+
+
 def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ...],
                    fingerprint: str, n_bins: int) -> Release:
     """The record of releasing ``plans`` over ``n_bins`` bins.
@@ -104,7 +123,8 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
             # discrete counts: integer error <= alpha + 1/2; sums: <= alpha + grid step
             width += 0.5 if p.measurement.integer else (p.granularity or 0.0)
         out.append(ColumnRelease(col.name, mech, math.fsum(p.epsilon for p in parts),
-                                 math.fsum(p.delta for p in parts), width))
+                                 math.fsum(p.delta for p in parts), width,
+                                 _post_processing(parts)))
     return Release(
         epsilon=math.fsum(p.epsilon for p in plans),
         delta=math.fsum(p.delta for p in plans),

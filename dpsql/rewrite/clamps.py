@@ -1,5 +1,6 @@
-"""Pass: SUM arguments clamped to their declared bounds (the sensitivity assumes them), COUNT
-arguments made total; and the clamps the stored data make the identity, recorded for removal."""
+"""Pass: SUM arguments clamped to their declared or derived bounds (the sensitivity assumes
+them; a computed argument is made total first, then clamped as a whole), COUNT arguments made
+total; and the clamps the stored data make the identity, recorded for removal."""
 
 from __future__ import annotations
 
@@ -117,6 +118,11 @@ def _measurement_sql(analysis: QueryAnalysis, column_kind: ColumnKind,
             assert m.bounds is not None
             arg = node.this.unnest()
             kind = column_kind(arg) if isinstance(arg, exp.Column) else None
+            if not isinstance(arg, exp.Column):
+                # a computed value: every sub-expression made total (an error becomes NULL,
+                # which SUM skips), then the whole per-row value clamped, so each row adds a
+                # value in the bounds or nothing whatever the database computes
+                node.set("this", make_total(copy_tree(arg), column_kind))
             clamp = _clamp(node.this, m.bounds, kind)
             node = exp.Sum(this=clamp)
             source = sources.get(arg.table) if isinstance(arg, exp.Column) else None

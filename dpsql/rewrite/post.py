@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from dpsql.analysis.aggregates import VARIANCE_TYPES, moment_labels, unfilter, variance_sql
 from dpsql.analysis.elastic import QueryAnalysis
 from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.trees import copy_tree
@@ -57,10 +58,23 @@ def _avg_parts(analysis: QueryAnalysis, avg: exp.Avg) -> tuple[int, int, tuple[f
     return total.index, count.index, total.bounds
 
 
+def _variance_expression(analysis: QueryAnalysis, node: exp.Expression) -> exp.Expression:
+    """A variance-family aggregate from its noisy COUNT, centred SUM and SUM of squares
+    (:func:`dpsql.analysis.aggregates.variance_sql`)."""
+    by_label = {m.label: m for m in analysis.measurements}
+    count, first, square = (by_label[label] for label in moment_labels(node.this.unnest()))
+    assert first.bounds is not None
+    return variance_sql(node, exp.column(f"__m{count.index}"), exp.column(f"__m{first.index}"),
+                        exp.column(f"__m{square.index}"), first.bounds[1])
+
+
 def _to_noisy(node: exp.Expression, analysis: QueryAnalysis, repl) -> exp.Expression:
     def transform(n: exp.Expression) -> exp.Expression:
+        n = unfilter(n)  # agg(x) FILTER (WHERE p) was measured as agg(CASE WHEN p THEN x END)
         if isinstance(n, exp.Avg):
             return _avg_expression(*_avg_parts(analysis, n))
+        if isinstance(n, VARIANCE_TYPES):
+            return _variance_expression(analysis, n)
         if isinstance(n, (exp.Column, *AGGREGATES)):  # only these can be replaced
             key = n.sql(dialect=DIALECT)
             if key in repl:

@@ -223,9 +223,10 @@ CORPUS: dict[str, list[tuple[str, type[Error]]]] = {
         ("SELECT MAX(order_cost) FROM orders", UC),
         ("SELECT MIN(order_cost) FROM orders", UC),
         ("SELECT MEDIAN(order_cost) FROM orders", UC),
-        ("SELECT STDDEV(order_cost) FROM orders", UC),
+        ("SELECT COUNT(*) FROM (SELECT STDDEV(order_cost) AS s FROM orders) t", UC),
         ("SELECT string_agg(status, ',') FROM orders", UC),
-        ("SELECT COUNT(*) FILTER (WHERE quantity > 2) FROM orders", UC),
+        ("WITH t AS (SELECT COUNT(*) FILTER (WHERE quantity > 2) AS n FROM orders) "
+         "SELECT COUNT(*) FROM t", UC),
     ],
     "undeclared_tables_and_columns": [
         ("SELECT COUNT(*) FROM secrets", PE),
@@ -315,7 +316,7 @@ CORPUS: dict[str, list[tuple[str, type[Error]]]] = {
          MM),
         ("SELECT SUM(order_id) FROM orders", MM),
         ("SELECT AVG(customer_id) FROM orders", MM),
-        ("SELECT SUM(order_cost * 2) FROM orders", MM),
+        ("SELECT SUM(order_cost * customer_id) FROM orders", MM),
     ],
     "protected_bins": [
         ("SELECT customer_id, COUNT(*) FROM orders GROUP BY customer_id", PB),

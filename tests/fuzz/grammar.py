@@ -7,7 +7,8 @@ functions, CASE, COALESCE, non-boolean values in boolean positions, parameters, 
 NOT IN subqueries, derived tables and CTEs with ORDER BY / LIMIT, UNION ALL (BY NAME), a table
 used as a value, CTEs named like declared tables, inner and LEFT / RIGHT / FULL joins on plain
 and collated keys, GROUP BY over listed, table and mistyped domains, SUM/AVG over bounded
-INTEGER, DOUBLE and DECIMAL(38,20) columns, and long AND chains. The schema it draws names
+INTEGER, DOUBLE and DECIMAL(38,20) columns and over expressions of them (CASE, LEAST/GREATEST,
+division), FILTER clauses, the variance family, and long AND chains. The schema it draws names
 from is ``tests/fuzz/worlds.py``.
 """
 
@@ -181,6 +182,32 @@ def _source(draw, params: list[Any]) -> tuple[str, str]:
     return "t WHERE t.s NOT IN (SELECT u.s FROM u)", "t"
 
 
+def _computed_aggregate(draw, params: list[Any], alias: str) -> str:
+    """An aggregate over a computed value, with a FILTER clause, or of the variance family
+    (n: INTEGER [0, 100], x: DOUBLE [-10, 10], dec: DECIMAL(38,20) [0, 1e17]; id unbounded)."""
+    value = draw(st.sampled_from([
+        "A.n * 2 - A.x", "A.x / 4 + A.n", "A.dec * (1 - A.x / 100)", "LEAST(GREATEST(A.id, 0), 9)",
+        "ABS(A.x) + COALESCE(A.n, 0)", "A.n / GREATEST(A.n, 1)", "CAST(A.x AS INTEGER) * 3",
+        "A.id * 2",  # unbounded: refused, naming A.id
+        "A.n / A.x",  # a denominator that can be 0: refused
+    ]))
+    choice = draw(st.integers(0, 4))
+    if choice == 0:
+        cond = _predicate(draw, params, alias)
+        fn = draw(st.sampled_from(["SUM", "AVG"]))
+        other = draw(st.sampled_from(["0", "NULL"]))
+        text = f"{fn}(CASE WHEN {cond} THEN {value} ELSE {other} END)"
+    elif choice == 1:
+        fn = draw(st.sampled_from(["COUNT(*)", "COUNT(A.s)", "SUM(A.x)", f"AVG({value})"]))
+        text = f"{fn} FILTER (WHERE {_predicate(draw, params, alias)})"
+    elif choice == 2:
+        fn = draw(st.sampled_from(["VAR_POP", "VAR_SAMP", "STDDEV", "STDDEV_POP"]))
+        text = f"{fn}({draw(st.sampled_from(['A.x', 'A.n', value]))})"
+    else:
+        text = f"{draw(st.sampled_from(['SUM', 'AVG']))}({value})"
+    return text.replace("A.", f"{alias}.")
+
+
 @st.composite
 def queries(draw) -> Query:
     params: list[Any] = []
@@ -189,6 +216,11 @@ def queries(draw) -> Query:
         "COUNT(*)", "COUNT(A.s)", "SUM(A.n)", "SUM(A.dec)", "AVG(A.x)", "COUNT(DISTINCT A.id)",
         "SUM(A.x)"]), min_size=1, max_size=2, unique=True))
     aggregates = [a.replace("A.", f"{alias}.") for a in aggregates]
+    if draw(st.integers(0, 3)) == 0:  # issue #15: expressions, FILTER, variance (sparingly)
+        extra: list[Any] = []
+        aggregates.append(_computed_aggregate(draw, extra, alias))
+        # the SELECT list comes after a WITH but before any other source in the text
+        params[len(params) if source.startswith("__WITH__") else 0:0] = extra
     # h: integer domain values on a VARCHAR column (class 9); pid: a scanned table domain
     group = draw(st.sampled_from([None, "g", "pid", "pid", "h"]))
     group = f"{alias}.{group}" if group else None

@@ -7,7 +7,8 @@ The universe, exact metadata, neighbour enumeration and DuckDB runner are those 
 every kind (comparisons, column equalities, CASE, COALESCE, arithmetic, IN lists, NOT, OR) on
 top of joins, self-joins, LEFT / RIGHT / FULL joins (kept or null-extended side), public joins,
 derived tables, UNION ALL, grouped subqueries and IN / EXISTS / NOT IN subqueries, released
-as a count, a distinct count or a histogram.
+as a count, a distinct count, a filtered count, a sum of a clamped expression (issue #15) or a
+histogram.
 A failure prints the query, the database, the neighbour and both answers: a privacy bug.
 """
 
@@ -93,6 +94,14 @@ def grammar_queries(draw) -> tuple[str, bool]:
     else:
         source = "a WHERE a.y NOT IN (SELECT b.x FROM b)"
     aggregate = draw(st.sampled_from(["COUNT(*)", f"COUNT(DISTINCT {alias}.y)"]))
+    if draw(st.integers(0, 3)) == 0:  # issue #15: FILTER and sums of clamped expressions
+        # (the analyst's clamp is the one dpsql derives, so the SQL run below is what it sums)
+        aggregate = draw(st.sampled_from([
+            f"COUNT(*) FILTER (WHERE {_predicate(draw, alias)})",
+            f"SUM(LEAST(GREATEST({alias}.y * 2 - {alias}.x, 0), 4))",
+            f"SUM(CASE WHEN {_predicate(draw, alias)} THEN "
+            f"GREATEST(LEAST({alias}.x - {alias}.y, 1), -1) END)",
+        ]))
     histogram = alias == "a" and draw(st.booleans())
     where = ""
     if draw(st.booleans()):

@@ -64,3 +64,15 @@ def test_columns_split_the_budget_and_it_sums_back():
     record, _ = _record("SELECT COUNT(*) AS n, SUM(v) AS s FROM t", BOTH, Budget(0.3))
     assert [c.epsilon for c in record.columns] == pytest.approx([0.15, 0.15])
     assert record.epsilon == pytest.approx(0.3)
+
+
+def test_a_variance_column_states_its_post_processing():
+    record, plans = _record("SELECT VAR_POP(t.v) AS var, AVG(t.v) AS a, COUNT(*) AS n FROM t",
+                            BOTH, Budget(1.0, 0.0))
+    var, avg, n = record.columns
+    assert var.post_processing is not None and "S2/n - (S1/n)^2" in var.post_processing
+    assert avg.post_processing is None and n.post_processing is None
+    # the variance's three measurements (COUNT(v) shared with AVG) and AVG's SUM, COUNT(*):
+    # the even split gives each 1/5
+    assert len(plans) == 5 and var.epsilon == pytest.approx(3 / 5)
+    assert var.half_width_95 is None  # not one measurement

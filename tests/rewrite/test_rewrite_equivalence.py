@@ -214,6 +214,29 @@ QUERIES = [
     ("count_distinct_grouped",
      "SELECT c.segment, COUNT(DISTINCT o.product_id) AS n FROM orders o JOIN customers c "
      "ON o.customer_id = c.customer_id GROUP BY c.segment", (), False),
+    # issue #15: SUM / AVG over expressions (bounds by interval arithmetic), FILTER, variance
+    ("sum_avg_of_arithmetic",
+     "SELECT SUM(order_cost * quantity) AS s, AVG(order_cost * 2 - quantity) AS a, "
+     "SUM(order_cost / 4 + 1) AS d FROM orders", (), False),
+    ("sum_of_case_tpch_q14_shape",
+     "SELECT 100.0 * SUM(CASE WHEN o.status = 'shipped' THEN o.order_cost * (1 - o.quantity / 8) "
+     "ELSE 0 END) / SUM(o.order_cost) AS pct FROM orders o JOIN products p "
+     "ON o.product_id = p.product_id WHERE p.category <> 'books'", (), False),
+    ("sum_of_case_without_else_and_analyst_clamp",
+     "SELECT status, SUM(CASE WHEN quantity > 2 THEN order_cost END) AS big, "
+     "AVG(LEAST(GREATEST(order_cost, 50), 300)) AS clamped, SUM(ABS(order_cost - 200)) AS dev, "
+     "SUM(COALESCE(order_cost, 0) + CAST(quantity AS DOUBLE)) AS c FROM orders GROUP BY status",
+     (), False),
+    ("filter_clauses",
+     "SELECT c.region, COUNT(*) FILTER (WHERE o.quantity > 2) AS n, "
+     "SUM(o.order_cost) FILTER (WHERE o.status = 'new') AS s, "
+     "AVG(c.age) FILTER (WHERE o.quantity = 1) AS a, COUNT(*) AS total FROM orders o "
+     "JOIN customers c ON o.customer_id = c.customer_id GROUP BY c.region", (), False),
+    ("variance_family",
+     "SELECT status, VAR_POP(order_cost) AS vp, VAR_SAMP(order_cost) AS vs, "
+     "VARIANCE(quantity) AS v, STDDEV_POP(order_cost) AS sp, STDDEV(order_cost * 2) AS sd, "
+     "STDDEV_SAMP(quantity) FILTER (WHERE order_cost > 100) AS sf FROM orders GROUP BY status",
+     (), False),
     ("where_with_scalar_functions",
      "SELECT COUNT(*) AS n FROM orders WHERE UPPER(status) = 'NEW' AND ABS(quantity - 3) <= 1 "
      "AND FLOOR(order_cost / 100) = 1 AND quantity // 2 = 1 AND order_id % 3 = 0", (), False),
