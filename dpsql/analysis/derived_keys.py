@@ -59,7 +59,8 @@ _DAY_LEVEL_PARTS = frozenset({
 _DAY_FUNCTIONS = (exp.Year, exp.Month, exp.Quarter, exp.Day, exp.DayOfWeek)
 _DAY_TYPES = frozenset({exp.DataType.Type.DATE, exp.DataType.Type.DATE32})
 _TIMESTAMP_TYPES = frozenset({
-    exp.DataType.Type.TIMESTAMP, exp.DataType.Type.DATETIME, exp.DataType.Type.TIMESTAMP_S,
+    exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPNTZ, exp.DataType.Type.DATETIME,
+    exp.DataType.Type.TIMESTAMP_S,
     exp.DataType.Type.TIMESTAMP_MS, exp.DataType.Type.TIMESTAMP_NS,
     exp.DataType.Type.DATETIME64,
 })
