@@ -6,7 +6,8 @@ The universe, exact metadata, neighbour enumeration and DuckDB runner are those 
 {1, 2, 3}). That file checks one template per rule; this one draws combinations: filters of
 every kind (comparisons, column equalities, CASE, COALESCE, arithmetic, IN lists, NOT, OR) on
 top of joins, self-joins, public joins, derived tables, UNION ALL, grouped subqueries and
-IN / EXISTS / NOT IN subqueries, released as a count, a distinct count or a histogram.
+IN / EXISTS / NOT IN subqueries, released as a count, a distinct count or a histogram (over
+a.x, a function of it, a CASE bucket, or such a key computed in a derived table).
 A failure prints the query, the database, the neighbour and both answers: a privacy bug.
 """
 
@@ -62,8 +63,12 @@ def _predicate(draw, alias: str, depth: int = 0) -> str:
 def grammar_queries(draw) -> tuple[str, bool]:
     """(SQL, whether it is a histogram)."""
     alias = "a"
-    choice = draw(st.integers(0, 9))
-    if choice == 0:
+    choice = draw(st.integers(0, 10))
+    if choice == 10:  # a group key computed in a derived table (dpsql.analysis.derived_keys)
+        key = draw(st.sampled_from([
+            "a.x % 2", f"CASE WHEN {_predicate(draw, 'a', 1)} THEN 'p' END", "a.x * 10 + a.x"]))
+        source, alias = f"(SELECT {key} AS k, a.x, a.y FROM a) d", "d"
+    elif choice == 0:
         source = "a"
     elif choice == 1:
         source = "a JOIN b ON a.x = b.x"
@@ -84,13 +89,19 @@ def grammar_queries(draw) -> tuple[str, bool]:
     else:
         source = "a WHERE a.y NOT IN (SELECT b.x FROM b)"
     aggregate = draw(st.sampled_from(["COUNT(*)", f"COUNT(DISTINCT {alias}.y)"]))
-    histogram = alias == "a" and draw(st.booleans())
+    histogram = (alias == "a" or choice == 10) and draw(st.booleans())
+    # computed keys: functions of the declared domain of a.x, CASE buckets with constant
+    # results (their bins derived from the metadata); d.k is computed in the derived table
+    key = "d.k" if choice == 10 else draw(st.sampled_from([
+        "a.x", "a.x", "a.x % 2", "a.x * 10 + a.x", f"CASE WHEN {_predicate(draw, 'a', 1)} "
+        "THEN 'p' ELSE 'q' END", f"CASE WHEN {_predicate(draw, 'a', 1)} THEN 1 END"]))
     where = ""
     if draw(st.booleans()):
         outer_where = " WHERE " in source and not source.endswith(") d")
         where = (" AND " if outer_where else " WHERE ") + _predicate(draw, alias)
     if histogram:
-        return f"SELECT a.x, {aggregate} FROM {source}{where} GROUP BY a.x", True
+        group = draw(st.sampled_from([key, "1"]))  # the key again, or its ordinal
+        return f"SELECT {key}, {aggregate} FROM {source}{where} GROUP BY {group}", True
     return f"SELECT {aggregate} FROM {source}{where}", False
 
 
