@@ -81,6 +81,10 @@ class DerivedDomain:
     input_type: str | None = None
     #: what the bins come from, for ``dpsql explain``
     label: str = ""
+    #: the input column as the key's own SELECT names it, ``(alias, column)``, when the input
+    #: is a column read there directly (not through a subquery's computed column): the
+    #: rewrite narrows the inputs by that SELECT's conditions on this column alone
+    column: tuple[str, str] | None = None
 
 
 class _Input:
@@ -226,7 +230,8 @@ def _column_domain(key: exp.Expression, found: _Input,
         label = (f"{where}'s domain ({domain.table}.{domain.column})" if domain.table
                  else f"{where}'s {len(domain.values or ())} listed values")
         return DerivedDomain(expr, values=domain, input_type=column.type,
-                             label=f"{sql_text(key)[:60]} over {label}")
+                             label=f"{sql_text(key)[:60]} over {label}",
+                             column=(col.table, col.name))
     if column.date_bounds is None:
         raise ProtectedBinError(
             f"GROUP BY {what}: {where} has no declared domain and no day bounds, so which bins "
@@ -249,7 +254,7 @@ def _column_domain(key: exp.Expression, found: _Input,
         )
     result = DerivedDomain(expr, days=(first, last), input_type=column.type,
                            label=f"{sql_text(key)[:60]} over the days {first} .. {last} of "
-                                 f"{where}")
+                                 f"{where}", column=(col.table, col.name))
     _check_timestamp_use(result, what)
     return result
 

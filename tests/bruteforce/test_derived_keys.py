@@ -73,6 +73,9 @@ TEMPLATES = (
     Template("month_trunc_filtered",
              "SELECT date_trunc('month', e.d) AS m, COUNT(*) AS n FROM e WHERE e.w > 0 "
              "GROUP BY m", ("e",)),
+    Template("narrowed_year",
+             "SELECT YEAR(e.d) AS y, COUNT(*) AS n FROM e WHERE e.d >= DATE '2020-06-01' "
+             "AND e.w > 0 GROUP BY y", ("e",)),
     Template("dow_and_doy", "SELECT EXTRACT(dow FROM e.d) + 10 * QUARTER(e.d) AS k, COUNT(*) "
              "FROM e GROUP BY k", ("e",)),
     Template("case_buckets",

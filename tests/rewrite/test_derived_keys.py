@@ -103,6 +103,12 @@ CASES = [
      [(y, k) for y in (2020, 2021) for k in "abc"], False),
     ("timestamp_day", "SELECT CAST(ts AS DATE) AS day, COUNT(*) AS n FROM ev GROUP BY day",
      [(datetime.date(2020, 3, d),) for d in (1, 2, 3)], False),
+    ("narrowed_by_a_condition_on_the_input",
+     "SELECT YEAR(d) AS y, COUNT(*) AS n FROM ev WHERE d >= DATE '2021-01-01' AND amount > 5 "
+     "GROUP BY y", [(2021,)], False),
+    ("narrowed_function_of_domain",
+     "SELECT UPPER(kind) AS k, COUNT(*) AS n FROM ev WHERE kind IN ('a', 'c') GROUP BY k",
+     [("A",), ("C",)], False),
     ("ordinal_and_public_join",
      "SELECT QUARTER(d), COUNT(*) AS n FROM ev JOIN kinds ON ev.kind = kinds.kind "
      "WHERE kinds.label = 'x' GROUP BY 1", [(q,) for q in (1, 2, 3, 4)], False),
@@ -145,3 +151,13 @@ def test_or_of_branches_sharing_the_join_key_is_a_join(engine, reference):
            "ev.amount > 20) OR (ev.kind = kinds.kind AND kinds.label = 'x') GROUP BY y")
     result = engine.run(sql, [], epsilon=EPSILON, delta=DELTA)
     assert_same_rows(result.rows, _expected(reference, sql, [(2020,), (2021,)]), ordered=False)
+
+
+def test_narrowing_by_a_parameter(engine, reference):
+    sql = ("SELECT EXTRACT(month FROM d) AS m, COUNT(*) AS n FROM ev WHERE d >= ? AND d < ? "
+           "GROUP BY m")
+    params = [datetime.date(2020, 11, 1), datetime.date(2021, 2, 1)]
+    result = engine.run(sql, params, epsilon=EPSILON, delta=DELTA)
+    want = [tuple(r) for r in reference.execute(sql, params).fetchall()]
+    assert sorted(r[0] for r in want) == [1, 11, 12]
+    assert_same_rows(result.rows, want, ordered=False)
