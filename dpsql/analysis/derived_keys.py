@@ -101,7 +101,7 @@ def derive_key(node: exp.Expression, columns: Mapping[tuple[str, str], object],
     """The derived domain of the computed key ``node`` over a relation whose column facts
     are ``columns`` (``(alias, column) -> ColumnFacts``); raises ``ProtectedBinError`` when
     none is derivable (module contract)."""
-    what = sql_text(node)
+    what = _Lazy(node)
     if node.find(exp.Placeholder) is not None:
         raise ProtectedBinError(
             f"GROUP BY {what}: a parameter inside a computed key would make its bins depend "
@@ -123,6 +123,48 @@ def derive_key(node: exp.Expression, columns: Mapping[tuple[str, str], object],
     if not isinstance(only.node, exp.Column):
         return _case_domain(node, only)
     return _column_domain(node, only, columns, metadata, what)
+
+
+def may_derive(node: exp.Expression, columns: Mapping[tuple[str, str], object],
+               metadata: Metadata) -> bool:
+    """A cheap test (no SQL generated, nothing raised) of whether :func:`derive_key` could
+    succeed on ``node``: one input, a constant CASE or a column with a derived domain, a
+    declared domain (or a public table's) or day bounds. The analyzer runs it on every
+    computed column of a subquery before :func:`derive_key`."""
+    if node.find(exp.Placeholder) is not None:
+        return False
+    found = _find_inputs(node)
+    if not found:
+        return False
+    first = found[0]
+    if any(f.key != first.key for f in found):
+        return False
+    if not isinstance(first.node, exp.Column):
+        return True  # a constant CASE
+    facts = columns.get((first.node.table, first.node.name))
+    if getattr(facts, "derived_domain", None) is not None:
+        return True
+    origin = getattr(facts, "origin", None)
+    table = metadata.tables.get(origin[0]) if origin is not None else None
+    if table is None or origin is None:
+        return False
+    column = table.columns.get(origin[1])
+    return column is not None and (table.public or column.domain is not None
+                                   or column.date_bounds is not None)
+
+
+class _Lazy:
+    """A node's SQL text, generated only when a message is formatted (derive_key also runs on
+    every computed column of a subquery, where a refusal is silent)."""
+
+    def __init__(self, node: exp.Expression) -> None:
+        self.node = node
+
+    def __str__(self) -> str:
+        return sql_text(self.node)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
 
 
 def _find_inputs(node: exp.Expression) -> list[_Input]:
@@ -190,7 +232,7 @@ def _substitute(key: exp.Expression, found: _Input, replacement: exp.Expression)
 
 def _column_domain(key: exp.Expression, found: _Input,
                    columns: Mapping[tuple[str, str], object], metadata: Metadata,
-                   what: str) -> DerivedDomain:
+                   what: object) -> DerivedDomain:
     col = found.node
     assert isinstance(col, exp.Column)
     facts = columns.get((col.table, col.name))
@@ -259,7 +301,7 @@ def _column_domain(key: exp.Expression, found: _Input,
     return result
 
 
-def _check_timestamp_use(domain: DerivedDomain, what: str) -> None:
+def _check_timestamp_use(domain: DerivedDomain, what: object) -> None:
     """Over a TIMESTAMP input the bins come from midnights only: every use of the input must
     read its day alone."""
     if domain.days is None:

@@ -26,7 +26,7 @@ from dpsql.analysis.checks import (
     reject_outer_references,
     sql_text,
 )
-from dpsql.analysis.derived_keys import DerivedDomain, derive_key
+from dpsql.analysis.derived_keys import DerivedDomain, derive_key, may_derive
 from dpsql.analysis.joins import JoinBuilder
 from dpsql.analysis.keytypes import same_type
 from dpsql.analysis.model import ColumnFacts, Derivation, Relation
@@ -309,6 +309,8 @@ class Analyzer(JoinBuilder):
         GROUP BY outside can use it; None when there are none. In an aggregate subquery only a
         GROUP BY key (``keys``: their key_of) qualifies."""
         if keys is not None and key_of(node) not in keys:
+            return None
+        if not may_derive(node, rel.columns, self.metadata):
             return None
         try:
             return derive_key(node, rel.columns, self.metadata)

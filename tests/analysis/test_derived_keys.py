@@ -293,3 +293,24 @@ def test_q19_shape_is_a_join():
     analysis = analyze(same_key, MD)
     # join e (mf(id) = 1) with f (mf(id) = 2): ES(0) = max(1 * 1, 2 * 1)
     assert analysis.measurements[0].sensitivity.at(0) == 2
+
+
+@pytest.mark.parametrize("key", [
+    "EXTRACT(year FROM d)", "d", "x % 2", "UPPER(s)", "pid + 1", "CASE WHEN w > 1 THEN 'a' END",
+    "UPPER(CASE WHEN w > 1 THEN 'a' END)", "w % 2", "x + w", "x + ?", "YEAR(nd)", "1",
+    "CASE WHEN w > 1 THEN w END",
+])
+def test_may_derive_is_necessary_for_derive_key(key):
+    # the analyzer derives a subquery column's bins only when may_derive says it might
+    from dpsql.analysis.derived_keys import derive_key, may_derive
+    from dpsql.analysis.parse import parse_query
+    from dpsql.analysis.relations import Analyzer
+
+    query = parse_query(f"SELECT {key} AS k FROM e", MD)
+    rel = Analyzer(MD).from_where(query, correlated_ok=False)[0]
+    node = query.expressions[0].this
+    try:
+        derive_key(node, rel.columns, MD)
+    except ProtectedBinError:
+        return
+    assert may_derive(node, rel.columns, MD)
