@@ -135,7 +135,7 @@ def may_derive(node: exp.Expression, columns: Mapping[tuple[str, str], object],
         return False
     found = _find_inputs(node)
     if not found:
-        return False
+        return True  # a constant
     first = found[0]
     if any(f.key != first.key for f in found):
         return False
