@@ -314,3 +314,12 @@ def test_may_derive_is_necessary_for_derive_key(key):
     except ProtectedBinError:
         return
     assert may_derive(node, rel.columns, MD)
+
+
+def test_explain_names_where_derived_bins_come_from():
+    from dpsql.analysis.explain import explain_text
+
+    text = explain_text("SELECT YEAR(d) AS y, UPPER(s) AS u, COUNT(*) FROM e GROUP BY y, u",
+                        MD, epsilon=1.0, delta=1e-6)
+    assert "derived: YEAR(e.d) over the days 2020-01-01 .. 2021-12-31 of e.d" in text
+    assert "derived: UPPER(e.s) over e.s's 3 listed values" in text
