@@ -53,9 +53,19 @@ def _join(nodes: list[exp.Expression], kind: type[exp.Connector]) -> exp.Express
     return out
 
 
+def _same(a: exp.Expression, b: exp.Expression) -> bool:
+    """Structurally equal, or the same equality written the other way round (a = b, b = a:
+    SQL's = is symmetric, NULLs included)."""
+    if a == b:
+        return True
+    return (isinstance(a, exp.EQ) and isinstance(b, exp.EQ)
+            and a.left == b.right and a.right == b.left)
+
+
 def factor_or(node: exp.Or) -> exp.Expression:
     """``(a AND x) OR (a AND y)`` as ``a AND (x OR y)``: the conjuncts every branch of the OR
-    shares (structurally equal), taken out once; ``node`` itself when there are none.
+    shares (structurally equal, an equality possibly written the other way round), taken out
+    once, as the first branch writes them; ``node`` itself when there are none.
 
     Semantics-preserving in SQL's three-valued logic, which is distributive (Kleene's logic is
     a De Morgan algebra): for every row the factored condition has the same value, TRUE,
@@ -65,13 +75,13 @@ def factor_or(node: exp.Or) -> exp.Expression:
     branches = [_flatten(b, exp.And) for b in _flatten(node, exp.Or)]
     common: list[exp.Expression] = []
     for candidate in branches[0]:
-        if any(candidate == c for c in common):
+        if any(_same(candidate, c) for c in common):
             continue
-        if all(any(candidate == c for c in branch) for branch in branches[1:]):
+        if all(any(_same(candidate, c) for c in branch) for branch in branches[1:]):
             common.append(candidate)
     if not common:
         return node
-    rests = [[c for c in branch if not any(c == k for k in common)] for branch in branches]
+    rests = [[c for c in branch if not any(_same(c, k) for k in common)] for branch in branches]
     parts = [copy_tree(c) for c in common]
     if all(rests):
         parts.append(_join([_join([copy_tree(c) for c in rest], exp.And) for rest in rests],

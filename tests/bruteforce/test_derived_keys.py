@@ -101,7 +101,7 @@ TEMPLATES = (
     # OR-factoring: the join key sits in both branches (TPC-H Q19's form)
     Template("or_factored_join",
              "SELECT COUNT(*) AS n FROM e, a WHERE (e.x = a.x AND e.w > 0) "
-             "OR (e.x = a.x AND a.y = 1)", ("e", "a"), histogram=False, depends_on_k=True),
+             "OR (a.x = e.x AND a.y = 1)", ("e", "a"), histogram=False, depends_on_k=True),
     Template("or_factored_grouped",
              "SELECT YEAR(e.d) AS yr, COUNT(*) AS n FROM e JOIN a ON (e.x = a.x AND a.y = 1) "
              "OR (e.x = a.x AND e.w = 0) GROUP BY yr", ("e", "a"), depends_on_k=True),
