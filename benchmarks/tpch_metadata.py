@@ -38,6 +38,16 @@ BOUNDS: dict[str, dict[str, list[float]]] = {
     "partsupp": {"ps_supplycost": [1, 1000], "ps_availqty": [1, 9999]},
 }
 
+#: Day bounds of the date columns: every date lies in [STARTDATE, ENDDATE] = [1992-01-01,
+#: 1998-12-31] (clause 4.2.3: o_orderdate up to ENDDATE - 151 days, l_shipdate and
+#: l_commitdate before l_receiptdate <= ENDDATE). Group keys computed from them
+#: (EXTRACT(year FROM o_orderdate)) take their bins from these days.
+DATE_BOUNDS: dict[str, dict[str, list[str]]] = {
+    "orders": {"o_orderdate": ["1992-01-01", "1998-12-31"]},
+    "lineitem": {col: ["1992-01-01", "1998-12-31"]
+                 for col in ("l_shipdate", "l_commitdate", "l_receiptdate")},
+}
+
 #: Releasable group keys and their domains: value lists from the specification, or a public
 #: table's column.
 DOMAINS: dict[str, dict[str, dict[str, Any]]] = {
@@ -83,6 +93,9 @@ def metadata_yaml(db_path: str | os.PathLike, scale: float) -> str:
     tables = draft["tables"]
     for table, cols in BOUNDS.items():
         for col, bounds in cols.items():
+            tables[table]["columns"][col]["bounds"] = bounds
+    for table, days in DATE_BOUNDS.items():
+        for col, bounds in days.items():
             tables[table]["columns"][col]["bounds"] = bounds
     for table, cols in DOMAINS.items():
         for col, domain in cols.items():

@@ -21,13 +21,73 @@ AGGREGATES = (exp.Count, exp.Sum, exp.Avg, *VARIANCE_TYPES)
 
 
 def conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
-    """Flatten nested ANDs (and parentheses around them) into a list of conjuncts."""
+    """Flatten nested ANDs (and parentheses around them) into a list of conjuncts.
+
+    An OR whose every branch shares conjuncts, ``(a AND x) OR (a AND y)`` (TPC-H Q19, where a
+    is the join key ``p_partkey = l_partkey``), is first factored *in the query tree itself*
+    into ``a AND (x OR y)`` (:func:`factor_or`), so the join rule sees ``a`` and the exact
+    query runs the very condition the analysis read."""
     if node is None:
         return []
     node = node.unnest()
     if isinstance(node, exp.And):
         return conjuncts(node.left) + conjuncts(node.right)
+    if isinstance(node, exp.Or):
+        factored = factor_or(node)
+        if factored is not node:
+            node.replace(factored)
+            return conjuncts(factored)
     return [node]
+
+
+def _flatten(node: exp.Expression, kind: type[exp.Connector]) -> list[exp.Expression]:
+    node = node.unnest()
+    if isinstance(node, kind):
+        return _flatten(node.left, kind) + _flatten(node.right, kind)
+    return [node]
+
+
+def _join(nodes: list[exp.Expression], kind: type[exp.Connector]) -> exp.Expression:
+    out = exp.Paren(this=nodes[0]) if len(nodes) > 1 else nodes[0]
+    for node in nodes[1:]:
+        out = kind(this=out, expression=exp.Paren(this=node))
+    return out
+
+
+def _same(a: exp.Expression, b: exp.Expression) -> bool:
+    """Structurally equal, or the same equality written the other way round (a = b, b = a:
+    SQL's = is symmetric, NULLs included)."""
+    if a == b:
+        return True
+    return (isinstance(a, exp.EQ) and isinstance(b, exp.EQ)
+            and a.left == b.right and a.right == b.left)
+
+
+def factor_or(node: exp.Or) -> exp.Expression:
+    """``(a AND x) OR (a AND y)`` as ``a AND (x OR y)``: the conjuncts every branch of the OR
+    shares (structurally equal, an equality possibly written the other way round), taken out
+    once, as the first branch writes them; ``node`` itself when there are none.
+
+    Semantics-preserving in SQL's three-valued logic, which is distributive (Kleene's logic is
+    a De Morgan algebra): for every row the factored condition has the same value, TRUE,
+    FALSE or NULL. A branch left with nothing (``a OR (a AND y)``) is TRUE, so the OR of the
+    remainders is dropped (``TRUE OR anything`` is TRUE). Built from copies: ``node`` is not
+    changed."""
+    branches = [_flatten(b, exp.And) for b in _flatten(node, exp.Or)]
+    common: list[exp.Expression] = []
+    for candidate in branches[0]:
+        if any(_same(candidate, c) for c in common):
+            continue
+        if all(any(_same(candidate, c) for c in branch) for branch in branches[1:]):
+            common.append(candidate)
+    if not common:
+        return node
+    rests = [[c for c in branch if not any(_same(c, k) for k in common)] for branch in branches]
+    parts = [copy_tree(c) for c in common]
+    if all(rests):
+        parts.append(_join([_join([copy_tree(c) for c in rest], exp.And) for rest in rests],
+                           exp.Or))
+    return exp.Paren(this=_join(parts, exp.And))
 
 
 def has_aggregate(node: exp.Expression) -> bool:

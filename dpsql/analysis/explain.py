@@ -134,6 +134,8 @@ def explain_text(
         for key in analysis.group_keys:
             d = key.domain
             src = f"{d.table}.{d.column}" if d.table else f"{len(d.values or ())} listed values"
+            if key.derived_domain is not None:
+                src = f"derived: {key.derived_domain.label}"
             lines.append(f"  {key.node.sql(dialect=DIALECT)}: domain {src}")
     lines += ["", f"measurements (epsilon {epsilon:g}, delta {delta:g} split evenly):"]
     for p in plans:

@@ -25,10 +25,12 @@ from dpsql.analysis.checks import (
     check_aggregate_args,
     check_filter,
     check_scalar,
+    derived_type,
     in_same_select,
     key_of,
     sql_text,
 )
+from dpsql.analysis.derived_keys import derive_key
 from dpsql.analysis.keytypes import collation, numeric_or_unknown
 from dpsql.analysis.model import (
     Derivation,
@@ -219,17 +221,22 @@ def _sum_bounds(agg: exp.Expression, arg: exp.Expression, rel: Relation) -> tupl
 def _group_keys(keys: list[exp.Expression], rel: Relation, metadata: Metadata) -> list[GroupKey]:
     out: list[GroupKey] = []
     for i, key in enumerate(keys):
-        if not isinstance(key, exp.Column):
-            raise ProtectedBinError(
-                f"GROUP BY {sql_text(key)} groups by a computed expression, whose bins are not "
-                "declared: group by a releasable column with a declared domain"
-            )
-        facts = rel.columns.get((key.table, key.name))
+        facts = rel.columns.get((key.table, key.name)) if isinstance(key, exp.Column) else None
+        if not isinstance(key, exp.Column) or (facts is not None and (
+                facts.derived_domain is not None or _days_only(facts, metadata))):
+            # computed, computed in a subquery, or a date column with day bounds only
+            derived = derive_key(key, rel.columns, metadata)
+            name = key.name if isinstance(key, exp.Column) else sql_text(key)
+            out.append(GroupKey(i, key, Domain(), name, derived_type(key),
+                                derived_domain=derived))
+            continue
         origin = facts.origin if facts is not None else None
         if origin is None:
             raise ProtectedBinError(
-                f"GROUP BY {sql_text(key)}: the column is computed in a subquery, so its values "
-                "are not releasable: group by a declared releasable column"
+                f"GROUP BY {sql_text(key)}: the column is computed in a subquery and has no "
+                "declared or derivable domain, so its values are not releasable: group by a "
+                "declared releasable column, a function of one, a date part of a column with "
+                "day bounds, or a CASE with constant results"
             )
         table = metadata.table(origin[0])
         column = table.column(origin[1])
@@ -255,3 +262,12 @@ def _group_keys(keys: list[exp.Expression], rel: Relation, metadata: Metadata) -
             )
         out.append(GroupKey(i, key, domain, key.name, column.type))
     return out
+
+
+def _days_only(facts, metadata: Metadata) -> bool:
+    """A base column with day bounds and no domain: its bins are the days (derived_keys)."""
+    if facts.origin is None:
+        return False
+    table = metadata.table(facts.origin[0])
+    column = table.column(facts.origin[1])
+    return column.domain is None and not table.public and column.date_bounds is not None

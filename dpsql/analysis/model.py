@@ -11,11 +11,15 @@ ES(k)), :class:`GroupKey` s and :class:`OutputColumn` s. ``None`` stands for an 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
 from dpsql.analysis.kexpr import KExpr
 from dpsql.metadata import Domain
+
+if TYPE_CHECKING:
+    from dpsql.analysis.derived_keys import DerivedDomain
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,9 @@ class ColumnFacts:
     origin: tuple[str, str] | None = None  # (table, column) when an unmodified base column
     from_aggregate: bool = False  # computed by an aggregate inside a subquery
     type: str | None = None  # SQL type (declared or from the database); None = unknown
+    #: a computed column whose values range over bins derivable from public metadata
+    #: (dpsql.analysis.derived_keys): what a GROUP BY over it takes its bins from
+    derived_domain: DerivedDomain | None = None
 
     @staticmethod
     def derived(from_aggregate: bool = False, type: str | None = None) -> ColumnFacts:
@@ -37,7 +44,8 @@ class ColumnFacts:
         the same object when ``mf`` is already this one's)."""
         if mf is self.mf:
             return self
-        return ColumnFacts(mf, self.bounds, self.origin, self.from_aggregate, self.type)
+        return ColumnFacts(mf, self.bounds, self.origin, self.from_aggregate, self.type,
+                           self.derived_domain)
 
 
 @dataclass(frozen=True)
@@ -88,14 +96,18 @@ class Measurement:
 
 @dataclass(frozen=True)
 class GroupKey:
-    """A GROUP BY key and the declared domain of values its bins are filled from."""
+    """A GROUP BY key and the declared domain of values its bins are filled from.
+
+    A computed key (``node`` not a plain base column) has ``derived_domain`` set and an empty
+    ``domain``: its bins are computed from it by the domain query."""
 
     index: int
-    node: exp.Column
+    node: exp.Expression
     domain: Domain
     name: str
     #: the declared (or database-filled) type of the base column the key comes from
     type: str | None = None
+    derived_domain: DerivedDomain | None = None
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,11 @@ from dpsql.analysis.checks import (
     reject_outer_references,
     sql_text,
 )
+from dpsql.analysis.derived_keys import DerivedDomain, derive_key, may_derive
 from dpsql.analysis.joins import JoinBuilder
 from dpsql.analysis.keytypes import same_type
 from dpsql.analysis.model import ColumnFacts, Derivation, Relation
-from dpsql.errors import UnsupportedConstructError, UnsupportedQueryError
+from dpsql.errors import ProtectedBinError, UnsupportedConstructError, UnsupportedQueryError
 from dpsql.metadata import Metadata
 
 
@@ -248,12 +249,13 @@ class Analyzer(JoinBuilder):
                     facts = rel.facts((inner.table, inner.name))
                     # One row per group: a single key is unique, several keys keep input mf.
                     mf = rules.group_key_mf(facts.mf, len(keys))
-                    out[("", name)] = ColumnFacts(mf, facts.bounds, facts.origin, type=facts.type)
+                    out[("", name)] = ColumnFacts(mf, facts.bounds, facts.origin, type=facts.type,
+                                                  derived_domain=facts.derived_domain)
                 else:
                     check_aggregate_args(inner)
-                    out[("", name)] = ColumnFacts.derived(
+                    out[("", name)] = replace(ColumnFacts.derived(
                         from_aggregate=has_aggregate(inner), type=derived_type(inner)
-                    )
+                    ), derived_domain=self._derived_domain(inner, rel, key_sql))
             having = select.args.get("having")
             if grouped and not aggregated and not (having is not None and has_aggregate(having)):
                 # No aggregate anywhere: the output is the set of distinct keys, as SELECT
@@ -291,11 +293,29 @@ class Analyzer(JoinBuilder):
                 out[("", name)] = ColumnFacts.derived(
                     from_aggregate=from_agg, type=derived_type(inner)
                 )
+                if not from_agg:
+                    found = self._derived_domain(inner, rel, None)
+                    if found is not None:
+                        out[("", name)] = replace(out[("", name)], derived_domain=found)
         label = "SELECT DISTINCT" if distinct else "projection"
         # DISTINCT: removed input rows remove at most as many distinct rows; same for added.
         stability = rules.filter_projection(rel.stability)
         return Relation(stability, out, rel.ancestors,
                         Derivation(label, stability, (), (rel.tree,)))
+
+    def _derived_domain(self, node: exp.Expression, rel: Relation,
+                        keys: set | None) -> DerivedDomain | None:
+        """The derivable bins of a computed output column (dpsql.analysis.derived_keys), so a
+        GROUP BY outside can use it; None when there are none. In an aggregate subquery only a
+        GROUP BY key (``keys``: their key_of) qualifies."""
+        if keys is not None and key_of(node) not in keys:
+            return None
+        if not may_derive(node, rel.columns, self.metadata):
+            return None
+        try:
+            return derive_key(node, rel.columns, self.metadata)
+        except ProtectedBinError:
+            return None
 
     # -- FROM / JOIN / WHERE -----------------------------------------------------------
 

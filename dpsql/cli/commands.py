@@ -156,6 +156,11 @@ def _bounds_text(bounds: tuple[float, float] | None) -> str:
     return "[" + ", ".join(f"{b:g}" for b in bounds) + "]"
 
 
+def _days_text(days) -> str:
+    """Day bounds (the bins of date parts grouped by, dpsql.analysis.derived_keys)."""
+    return "" if days is None else f"[{days[0].isoformat()}, {days[1].isoformat()}]"
+
+
 @COMMANDS.register("\\tables", "\\tables", "List the tables you can query, public or private.",
                    aliases=("\\dt",))
 def _tables(shell: Shell, argument: str) -> None:
@@ -180,7 +185,8 @@ def _describe(shell: Shell, argument: str) -> None:
     except Error as err:
         raise CommandError(err.message) from None
     # Deliberately no max_freq and no row count: both describe the private data.
-    rows = [[c.name, c.type or "", "yes" if c.releasable else "no", _bounds_text(c.bounds),
+    rows = [[c.name, c.type or "", "yes" if c.releasable else "no",
+             _bounds_text(c.bounds) or _days_text(c.date_bounds),
              _domain_text(c.domain, table, c)] for c in table.columns.values()]
     kind = ("public table: its values may be published" if table.public
             else "private table: only noisy aggregates are released")

@@ -32,7 +32,7 @@ from dpsql.metadata.yaml_io import _column_settings, _emit
 ANALYST_FIELDS: dict[type, tuple[str, ...]] = {
     Metadata: ("tables",),
     Table: ("name", "columns", "public"),
-    Column: ("name", "bounds", "releasable", "domain", "type"),
+    Column: ("name", "bounds", "releasable", "domain", "type", "date_bounds"),
     Domain: ("values", "table", "column"),
 }
 

@@ -8,6 +8,7 @@ releasable, with the column itself as their domain unless another is declared (t
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,10 @@ class Column:
     """One column. ``max_freq`` is mf(a): the most rows sharing one value (None: unknown).
 
     ``bounds`` = (lower, upper) clamps SUM/AVG arguments. ``releasable`` lets the column be a
-    GROUP BY key (columns of public tables are always releasable).
+    GROUP BY key (columns of public tables are always releasable). ``date_bounds`` = (first,
+    last day) of a DATE / TIMESTAMP column (written ``bounds: ['1992-01-01', '1998-12-31']``):
+    public, like every bound; group keys computed from the column (``EXTRACT(year FROM d)``)
+    take their bins from the days in it (dpsql.analysis.derived_keys), nothing is clamped.
     """
 
     name: str
@@ -41,6 +45,7 @@ class Column:
     releasable: bool = False
     domain: Domain | None = None
     type: str | None = None
+    date_bounds: tuple[datetime.date, datetime.date] | None = None
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@
         columns:
           customer_id: {max_freq: 100, type: INTEGER}
           cost: {bounds: [0, 500]}
+          ordered: {bounds: ['2020-01-01', '2025-12-31'], type: DATE}  # days: see derived keys
           product_id: {releasable: true, domain: {table: products, column: product_id}}
           status: {releasable: true, domain: {values: [open, shipped]}}
 """
@@ -30,6 +31,13 @@ _OURS_TOP = ("ledger", "data_version", "tables")
 _OURS_TABLE = ("public", "rows", "source", "columns")
 _OURS_COLUMN = ("max_freq", "bounds", "releasable", "domain", "type")
 _OURS_DOMAIN = ("values", "table", "column")
+
+
+def _day_type(type_text: str) -> bool:
+    """DATE or TIMESTAMP (without a time zone: its days would depend on the zone)."""
+    text = " ".join(type_text.upper().split())
+    return text in ("DATE", "TIMESTAMP", "DATETIME", "TIMESTAMP_NS", "TIMESTAMP_MS",
+                    "TIMESTAMP_S", "TIMESTAMP WITHOUT TIME ZONE")
 
 
 class _OursReader(_Reader):
@@ -74,15 +82,21 @@ class _OursReader(_Reader):
                 cspec = {} if cspec is None else cspec
                 self.mapping(cspec, cwhere, "the column", columns, raw_col)
                 self.check_keys(cspec, _OURS_COLUMN, cwhere, _FLEX_TO_OURS)
+                days = self.date_bounds(cspec, "bounds", cwhere)
                 col = _ColSpec(
                     name=raw_col.lower(),
                     where=cwhere,
                     node=cspec if isinstance(cspec, _Map) else columns,
                     max_freq=self.max_freq(cspec, "max_freq", cwhere),
-                    bounds=self.bounds(cspec, "bounds", cwhere),
+                    bounds=None if days is not None else self.bounds(cspec, "bounds", cwhere),
+                    date_bounds=days,
                     releasable=self.flag(cspec, "releasable", cwhere),
                     type=self.col_type(cspec, cwhere),
                 )
+                if days is not None and col.type is not None and not _day_type(col.type):
+                    self.fail(cwhere, f"bounds are days, and the column's type is {col.type}: "
+                              "declare days only for a DATE or TIMESTAMP column", cspec,
+                              "bounds")
                 if cspec.get("domain") is not None:
                     col.domain = self.domain_ours(cspec["domain"], cwhere, cspec)
                 self.add_column(table, col, columns, raw_col)

@@ -45,6 +45,20 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _as_day(value: object) -> _dt.date | None:
+    """A YAML date or ISO day text as a date; None for anything else (times of day too)."""
+    if isinstance(value, _dt.datetime):
+        return None
+    if isinstance(value, _dt.date):
+        return value
+    if isinstance(value, str):
+        try:
+            return _dt.date.fromisoformat(value.strip()) if len(value.strip()) == 10 else None
+        except ValueError:
+            return None
+    return None
+
+
 def _is_number(value: object) -> bool:
     # bool is an int subclass; ``true`` is never a number here.
     return isinstance(value, int | float) and not isinstance(value, bool)
@@ -61,6 +75,7 @@ class _ColSpec:
     domain: Domain | None = None
     domain_key: str = "domain"
     type: str | None = None
+    date_bounds: tuple[_dt.date, _dt.date] | None = None
 
 
 @dataclass
@@ -184,6 +199,32 @@ class _Reader:
             )
         return (lower, upper)
 
+    def date_bounds(self, node: Mapping, key: str,
+                    where: str) -> tuple[_dt.date, _dt.date] | None:
+        """``bounds`` of a date column: two days, as YAML dates or ISO text ('1992-01-01');
+        None when the bounds are not dates (numbers are read by :meth:`bounds`)."""
+        value = node.get(key)
+        if not isinstance(value, list | tuple) or len(value) != 2 or any(
+                _is_number(v) for v in value):
+            return None
+        days = [_as_day(v) for v in value]
+        if all(day is None for day in days):
+            return None
+        for day in days:
+            if day is None:
+                self.fail(
+                    where,
+                    f"{key} must be two finite numbers [lower, upper] or, for a date column, "
+                    f"two days ['1992-01-01', '1998-12-31'], got {_short(value)}",
+                    node,
+                    key,
+                )
+        assert days[0] is not None and days[1] is not None
+        if days[0] > days[1]:
+            self.fail(where, f"{key} lower {days[0]} is after upper {days[1]}; write "
+                      f"['{days[1]}', '{days[0]}']", node, key)
+        return (days[0], days[1])
+
     def path(self, node: Mapping, key: str, where: str) -> str | None:
         value = node.get(key)
         if value is None:
@@ -288,6 +329,7 @@ class _Reader:
                     releasable=releasable,
                     domain=domain,
                     type=c.type,
+                    date_bounds=c.date_bounds,
                 )
             tables[t.name] = Table(
                 name=t.name, columns=columns, public=t.public, rows=t.rows, source=t.source

@@ -152,6 +152,8 @@ def _column_settings(table: Table, col: Column) -> dict[str, object]:
         out["max_freq"] = col.max_freq
     if col.bounds is not None:
         out["bounds"] = list(col.bounds)
+    if col.date_bounds is not None:
+        out["bounds"] = [day.isoformat() for day in col.date_bounds]
     if col.releasable and not table.public:  # implied for public tables
         out["releasable"] = True
     dom = col.domain

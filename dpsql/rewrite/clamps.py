@@ -24,7 +24,10 @@ def clamp_measurements(query: exp.Select, *, ctx: RewriteContext) -> exp.Select:
     ctx.sources = base_tables(query, ctx.metadata, ctes)
     measurements, ctx.removable = _measurement_sql(
         ctx.analysis, column_kinds(query, ctx.metadata, ctes), ctx.sources, ctx.stored)
-    keys = [exp.alias_(copy_tree(k.node), f"__k{k.index}", copy=False)
+    # Each key as the GROUP BY clause holds it after the totality pass (a computed key is
+    # wrapped in TRY there, and the select list must repeat it exactly).
+    group = query.args["group"].expressions if ctx.analysis.group_keys else []
+    keys = [exp.alias_(copy_tree(group[k.index]), f"__k{k.index}", copy=False)
             for k in ctx.analysis.group_keys]
     query.set("expressions", keys + measurements)
     return query

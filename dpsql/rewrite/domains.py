@@ -12,12 +12,14 @@ from typing import Any, NamedTuple
 
 from sqlglot import exp
 
+from dpsql.analysis.derived_keys import INPUT, DerivedDomain
 from dpsql.analysis.domains import typed_value
 from dpsql.analysis.elastic import GroupKey
 from dpsql.analysis.keytypes import normalise
 from dpsql.analysis.trees import copy_tree
 from dpsql.metadata import Domain, Metadata, Table
 from dpsql.rewrite.context import RewriteContext, StoredData
+from dpsql.rewrite.totality import make_total
 
 
 def domain_relations(query: exp.Select, *, ctx: RewriteContext) -> exp.Select:
@@ -27,8 +29,10 @@ def domain_relations(query: exp.Select, *, ctx: RewriteContext) -> exp.Select:
     if not ctx.analysis.group_keys:
         return query
     conditions = _row_conditions(query)
-    ctx.domains = [_domain_relation(key, conditions, ctx.sources, ctx.metadata, ctx.stored,
-                                    ctx.constants)
+    ctx.domains = [derived_domain_relation(key.derived_domain, conditions)
+                   if key.derived_domain is not None
+                   else _domain_relation(key, conditions, ctx.sources, ctx.metadata, ctx.stored,
+                                         ctx.constants)
                    for key in ctx.analysis.group_keys]
     return query
 
@@ -211,3 +215,81 @@ def _conjunction(conditions: list[exp.Expression]) -> exp.Expression:
 
 def _table(name: str) -> exp.Table:
     return exp.Table(this=exp.to_identifier(name))
+
+
+def derived_domain_relation(derived: DerivedDomain,
+                            conditions: Sequence[_RowCondition] = ()) -> exp.Select:
+    """SELECT value __v, ordinal __o for a computed key (dpsql.analysis.derived_keys): the
+    distinct values of the key's expression over its public inputs, in value order (NULL
+    last), each evaluated as the exact query evaluates the key (made total with TRY, so an
+    input the expression fails on gives the NULL bin, as a row would).
+
+    Inputs: a declared value list (cast to the input column's type), a public table's column
+    (DISTINCT), or every day between the day bounds (generate_series, cast to the column's
+    type). Public data and the query text only: the bins do not depend on private rows.
+
+    Narrowing, as for a plain key (:func:`_domain_relation`): when the input is a column the
+    key's SELECT reads directly, its ``conditions`` (WHERE and inner-join conjuncts) reading
+    that column alone are evaluated on each input (``l_shipdate BETWEEN DATE '1995-01-01'
+    AND DATE '1996-12-31'`` keeps the days of those two years, so EXTRACT(year ...) has two
+    bins). Every row reaching a bin satisfies them, so a dropped input is the input of no
+    such row; the narrowing reads the query text and the inputs alone."""
+    expr = make_total(copy_tree(derived.expr))
+    image = exp.Select(expressions=[exp.alias_(expr, "__v", copy=False)],
+                       from_=exp.From(this=_input_relation(derived))).distinct(copy=False)
+    filters = _input_filters(derived, conditions)
+    if filters:
+        image.set("where", exp.Where(this=_conjunction(filters)))
+    rank = exp.Sub(this=exp.Window(this=exp.RowNumber(), order=exp.Order(
+        expressions=[exp.Ordered(this=exp.column("__v"), nulls_first=False)])),
+        expression=exp.Literal.number(1))
+    ordinal = exp.Cast(this=rank, to=exp.DataType.build(exp.DataType.Type.INT))
+    return exp.Select(
+        expressions=[exp.column("__v"), exp.alias_(ordinal, "__o", copy=False)],
+        from_=exp.From(this=exp.Subquery(this=image,
+                                         alias=exp.TableAlias(this=exp.to_identifier("__s")))))
+
+
+def _input_relation(derived: DerivedDomain) -> exp.Expression:
+    """The inputs of a derived domain as a relation with one column ``__x``."""
+    alias = exp.TableAlias(this=exp.to_identifier("__r"), columns=[exp.to_identifier(INPUT)])
+    domain = derived.values
+    if domain is not None and domain.values is not None:
+        rows = [exp.Tuple(expressions=[typed_value(v, derived.input_type)])
+                for v in domain.values]
+        return exp.Values(expressions=rows, alias=alias)
+    if domain is not None:
+        assert domain.table is not None and domain.column is not None
+        distinct = exp.Select(
+            expressions=[exp.alias_(exp.column(domain.column), INPUT, copy=False)],
+            from_=exp.From(this=_table(domain.table)),
+        ).distinct(copy=False)
+        return exp.Subquery(this=distinct, alias=exp.TableAlias(this=exp.to_identifier("__r")))
+    assert derived.days is not None
+    first, last = (exp.Cast(this=exp.Literal.string(day.isoformat()),
+                            to=exp.DataType.build("DATE")) for day in derived.days)
+    series = exp.Select(expressions=[exp.alias_(exp.Unnest(expressions=[exp.func(
+        "generate_series", first, last, exp.Interval(this=exp.Literal.string("1"),
+                                                      unit=exp.Var(this="DAY")))]),
+        "__y", copy=False)])
+    dtype = normalise(derived.input_type) or exp.DataType.build("DATE")
+    days = exp.Select(
+        expressions=[exp.alias_(exp.Cast(this=exp.column("__y"), to=copy_tree(dtype)), INPUT,
+                                copy=False)],
+        from_=exp.From(this=exp.Subquery(this=series,
+                                         alias=exp.TableAlias(this=exp.to_identifier("__g")))))
+    return exp.Subquery(this=days, alias=exp.TableAlias(this=exp.to_identifier("__r")))
+
+
+def _input_filters(derived: DerivedDomain,
+                   conditions: Sequence[_RowCondition]) -> list[exp.Expression]:
+    """The conditions reading only the derived key's input column, over ``__x`` (TRY_CAST to
+    the column's type); none when the input is not such a column or its type is unknown."""
+    dtype = normalise(derived.input_type)
+    if derived.column is None or dtype is None:
+        return []
+    only = {derived.column}
+    return [copy_tree(c.node).transform(
+        lambda n: exp.TryCast(this=exp.column(INPUT), to=copy_tree(dtype))
+        if isinstance(n, exp.Column) else n, copy=False)
+        for c in conditions if c.columns == only]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from dpsql.analysis.aggregates import VARIANCE_TYPES, moment_labels, unfilter, variance_sql
+from dpsql.analysis.checks import key_of
 from dpsql.analysis.elastic import QueryAnalysis
 from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.trees import copy_tree
@@ -69,13 +70,17 @@ def _variance_expression(analysis: QueryAnalysis, node: exp.Expression) -> exp.E
 
 
 def _to_noisy(node: exp.Expression, analysis: QueryAnalysis, repl) -> exp.Expression:
+    # computed group keys (EXTRACT(year FROM d)) are replaced whole, by their noisy column
+    computed = {type(k.node) for k in analysis.group_keys if not isinstance(k.node, exp.Column)}
+
     def transform(n: exp.Expression) -> exp.Expression:
         n = unfilter(n)  # agg(x) FILTER (WHERE p) was measured as agg(CASE WHEN p THEN x END)
         if isinstance(n, exp.Avg):
             return _avg_expression(*_avg_parts(analysis, n))
         if isinstance(n, VARIANCE_TYPES):
             return _variance_expression(analysis, n)
-        if isinstance(n, (exp.Column, *AGGREGATES)):  # only these can be replaced
+        # only these can be replaced
+        if isinstance(n, (exp.Column, *AGGREGATES)) or type(n) in computed:
             key = n.sql(dialect=DIALECT)
             if key in repl:
                 return copy_tree(repl[key])
@@ -109,12 +114,12 @@ def fast_path(analysis: QueryAnalysis, query: exp.Select) -> tuple[OutputSpec, .
     """
     if any(query.args.get(a) is not None for a in ("having", "limit", "offset", "distinct")):
         return None
-    key_index = {(k.node.table, k.node.name): k.index for k in analysis.group_keys}
+    key_index = {key_of(k.node): k.index for k in analysis.group_keys}
     specs = []
     for col in analysis.columns:
         inner = col.node.this if isinstance(col.node, exp.Alias) else col.node
-        if col.kind == "group_key" and isinstance(inner, exp.Column):
-            index = key_index.get((inner.table, inner.name))
+        if col.kind == "group_key":
+            index = key_index.get(key_of(inner))
             if index is None:
                 return None
             specs.append(OutputSpec("key", index))

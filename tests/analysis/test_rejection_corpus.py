@@ -321,7 +321,7 @@ CORPUS: dict[str, list[tuple[str, type[Error]]]] = {
     "protected_bins": [
         ("SELECT customer_id, COUNT(*) FROM orders GROUP BY customer_id", PB),
         ("SELECT c.age, COUNT(*) FROM customers c GROUP BY c.age", PB),
-        ("SELECT quantity + 1, COUNT(*) FROM orders GROUP BY quantity + 1", PB),
+        ("SELECT customer_id + 1, COUNT(*) FROM orders GROUP BY customer_id + 1", PB),
         ("SELECT t.k, COUNT(*) FROM (SELECT customer_id, COUNT(*) AS k FROM orders "
          "GROUP BY customer_id) t GROUP BY t.k", PB),
     ],

@@ -6,10 +6,11 @@ comparisons between columns and constants of every type, casts, arithmetic, stri
 functions, CASE, COALESCE, non-boolean values in boolean positions, parameters, IN / EXISTS /
 NOT IN subqueries, derived tables and CTEs with ORDER BY / LIMIT, UNION ALL (BY NAME), a table
 used as a value, CTEs named like declared tables, inner and LEFT / RIGHT / FULL joins on plain
-and collated keys, GROUP BY over listed, table and mistyped domains, SUM/AVG over bounded
-INTEGER, DOUBLE and DECIMAL(38,20) columns and over expressions of them (CASE, LEAST/GREATEST,
-division), FILTER clauses, the variance family, and long AND chains. The schema it draws names
-from is ``tests/fuzz/worlds.py``.
+and collated keys, GROUP BY over listed, table and mistyped domains and computed keys (date
+parts of a column with day bounds, functions of a declared domain, CASE buckets), SUM/AVG over
+bounded INTEGER, DOUBLE and DECIMAL(38,20) columns and over expressions of them (CASE,
+LEAST/GREATEST, division), FILTER clauses, the variance family, and long AND chains. The schema
+it draws names from is ``tests/fuzz/worlds.py``.
 """
 
 from __future__ import annotations
@@ -208,6 +209,27 @@ def _computed_aggregate(draw, params: list[Any], alias: str) -> str:
     return text.replace("A.", f"{alias}.")
 
 
+def _computed_key(draw, alias: str) -> tuple[str, str]:
+    """A computed GROUP BY key (dpsql.analysis.derived_keys) and what GROUP BY names it by:
+    date parts of d (day bounds; the extreme rows hold dates far outside them), functions of
+    the declared domains of g, h and pid (h's values are integers on a VARCHAR column), CASE
+    buckets over any condition (which may fail on a row: TRY), and keys that stay refused (two
+    inputs, a column without a domain)."""
+    a = alias
+    scratch: list[Any] = []
+    cond = _predicate(draw, scratch, alias, 2)
+    if scratch:  # a parameter would be named twice (SELECT and GROUP BY)
+        cond = f"{a}.n > 1"
+    key = draw(st.sampled_from([
+        f"YEAR({a}.d)", f"EXTRACT(month FROM {a}.d)", f"date_trunc('month', {a}.d)",
+        f"EXTRACT(dow FROM {a}.d) * 10 + EXTRACT(quarter FROM {a}.d)", f"CAST({a}.d AS DATE)",
+        f"UPPER({a}.g)", f"{a}.pid % 2", f"CAST({a}.h AS INTEGER) + 1", f"SUBSTRING({a}.h, 1, 1)",
+        f"CASE WHEN {cond} THEN 'x' ELSE 'y' END", f"CASE WHEN {cond} THEN 1 END",
+        f"{a}.pid + YEAR({a}.d)", f"{a}.n % 2", f"{a}.d",
+    ]))
+    return key, draw(st.sampled_from([key, "1"]))
+
+
 @st.composite
 def queries(draw) -> Query:
     params: list[Any] = []
@@ -222,8 +244,12 @@ def queries(draw) -> Query:
         # the SELECT list comes after a WITH but before any other source in the text
         params[len(params) if source.startswith("__WITH__") else 0:0] = extra
     # h: integer domain values on a VARCHAR column (class 9); pid: a scanned table domain
-    group = draw(st.sampled_from([None, "g", "pid", "pid", "h"]))
-    group = f"{alias}.{group}" if group else None
+    group = draw(st.sampled_from([None, "g", "pid", "pid", "h", "computed", "computed"]))
+    by = None
+    if group == "computed":
+        group, by = _computed_key(draw, alias)
+    elif group:
+        group = f"{alias}.{group}"
     select = ", ".join(([group] if group else []) + aggregates)
     conditions = []
     if draw(st.integers(0, 3)):
@@ -242,7 +268,7 @@ def queries(draw) -> Query:
         source = f"{name} d"
     sql = f"{with_}SELECT {select} FROM {source}{where}"
     if group:
-        sql += f" GROUP BY {group}"
+        sql += f" GROUP BY {by or group}"
     # qmark order follows the text; _value appended in generation order, which is text order
     # except inside the WITH (generated first, also first in the text)
     return Query(sql, params)

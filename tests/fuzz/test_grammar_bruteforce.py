@@ -8,7 +8,8 @@ every kind (comparisons, column equalities, CASE, COALESCE, arithmetic, IN lists
 top of joins, self-joins, LEFT / RIGHT / FULL joins (kept or null-extended side), public joins,
 derived tables, UNION ALL, grouped subqueries and IN / EXISTS / NOT IN subqueries, released
 as a count, a distinct count, a filtered count, a sum of a clamped expression (issue #15) or a
-histogram.
+histogram (over a.x, a function of it, a CASE bucket, or such a key computed in a derived
+table).
 A failure prints the query, the database, the neighbour and both answers: a privacy bug.
 """
 
@@ -64,8 +65,12 @@ def _predicate(draw, alias: str, depth: int = 0) -> str:
 def grammar_queries(draw) -> tuple[str, bool]:
     """(SQL, whether it is a histogram)."""
     alias = "a"
-    choice = draw(st.integers(0, 12))
-    if choice == 0:
+    choice = draw(st.integers(0, 13))
+    if choice == 13:  # a group key computed in a derived table (dpsql.analysis.derived_keys)
+        key = draw(st.sampled_from([
+            "a.x % 2", f"CASE WHEN {_predicate(draw, 'a', 1)} THEN 'p' END", "a.x * 10 + a.x"]))
+        source, alias = f"(SELECT {key} AS k, a.x, a.y FROM a) d", "d"
+    elif choice == 0:
         source = "a"
     elif choice >= 10:  # outer joins: a kept, a null-extended (its columns NULL unmatched), both
         extra = f" AND {_predicate(draw, draw(st.sampled_from(['a', 'b'])))}" if draw(
@@ -102,13 +107,19 @@ def grammar_queries(draw) -> tuple[str, bool]:
             f"SUM(CASE WHEN {_predicate(draw, alias)} THEN "
             f"GREATEST(LEAST({alias}.x - {alias}.y, 1), -1) END)",
         ]))
-    histogram = alias == "a" and draw(st.booleans())
+    histogram = (alias == "a" or choice == 13) and draw(st.booleans())
+    # computed keys: functions of the declared domain of a.x, CASE buckets with constant
+    # results (their bins derived from the metadata); d.k is computed in the derived table
+    key = "d.k" if choice == 13 else draw(st.sampled_from([
+        "a.x", "a.x", "a.x % 2", "a.x * 10 + a.x", f"CASE WHEN {_predicate(draw, 'a', 1)} "
+        "THEN 'p' ELSE 'q' END", f"CASE WHEN {_predicate(draw, 'a', 1)} THEN 1 END"]))
     where = ""
     if draw(st.booleans()):
         outer_where = " WHERE " in source and not source.endswith(") d")
         where = (" AND " if outer_where else " WHERE ") + _predicate(draw, alias)
     if histogram:
-        return f"SELECT a.x, {aggregate} FROM {source}{where} GROUP BY a.x", True
+        group = draw(st.sampled_from([key, "1"]))  # the key again, or its ordinal
+        return f"SELECT {key}, {aggregate} FROM {source}{where} GROUP BY {group}", True
     return f"SELECT {aggregate} FROM {source}{where}", False
 
 

@@ -64,7 +64,7 @@ tables:
       n: {{max_freq: 12, type: INTEGER, bounds: [0, 100]}}
       s: {{max_freq: {mf + 10}, type: VARCHAR}}
       f: {{type: VARCHAR}}
-      d: {{type: DATE}}
+      d: {{type: DATE, bounds: ['2024-01-01', '2024-03-31']}}
       x: {{type: DOUBLE, bounds: [-10, 10]}}
       dec: {{type: "DECIMAL(38,20)", bounds: [0, 100000000000000000]}}
       g: {{type: VARCHAR, releasable: true, domain: {{values: [a, b]}}}}
