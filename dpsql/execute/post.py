@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import duckdb
@@ -69,6 +69,38 @@ class PostProcessor:
         finally:
             cur.close()
         return plan.output_names, tuple(types), rows
+
+    def over_tables(self, tables: Sequence[tuple[str, tuple[str, tuple[int, ...]], Bins,
+                                                list[np.ndarray]]],
+                    params: Sequence[Any], sql: str, positions: tuple[int, ...],
+                    names: tuple[str, ...]) -> Rows:
+        """Release blocks (dpsql.analysis.blocks): each ``(table, (post SQL, its parameters),
+        bins, noisy values)`` becomes the temporary table ``table`` of that block's noisy
+        rows, then ``sql`` runs over those tables (nothing else is in this database). The
+        tables live in this call's own connection and are dropped with it."""
+        cur = self._connection().cursor()
+        try:
+            for table, (block_sql, block_params), bins, noisy in tables:
+                noisy_table = {f"__k{i}": k for i, k in enumerate(bins.keys)}
+                noisy_table.update({f"__m{j}": v for j, v in enumerate(noisy)})
+                cur.register(NOISY_TABLE, noisy_table)
+                cur.execute(f"CREATE TEMP TABLE {table} AS {block_sql}",
+                            bind_params(block_params, params))
+                cur.unregister(NOISY_TABLE)
+            result = cur.execute(sql, bind_params(positions, params))
+            rows = result.fetchall()
+            types = [str(d[1]) for d in result.description]
+        except duckdb.InterruptException:
+            raise QueryCancelledError("the query was cancelled before anything was released"
+                                      ) from None
+        except duckdb.Error as err:
+            raise ProgrammingError(f"post-processing failed: {err}") from None
+        finally:
+            for table, *_ in tables:
+                with suppress(duckdb.Error):
+                    cur.execute(f"DROP TABLE IF EXISTS {table}")
+            cur.close()
+        return names, tuple(types), rows
 
     def close(self) -> None:
         if self._db is not None:
