@@ -1,8 +1,9 @@
 """A grammar of analyst queries for the differential fuzzers (hypothesis strategies; not a test
 module).
 
-It covers dpsql's accepted surface and the constructs the hole classes of issue #12 used (and release blocks:
-an aggregate in a CTE / derived table post-processed outside, scalar aggregate thresholds):
+It covers dpsql's accepted surface and the constructs the hole classes of issue #12 used (and
+release blocks: an aggregate in a CTE / derived table post-processed outside, scalar aggregate
+thresholds):
 comparisons between columns and constants of every type, casts, arithmetic, string/date
 functions, CASE, COALESCE, non-boolean values in boolean positions, parameters, IN / EXISTS /
 NOT IN subqueries, derived tables and CTEs with ORDER BY / LIMIT, UNION ALL (BY NAME), a table
