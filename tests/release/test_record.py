@@ -64,3 +64,22 @@ def test_columns_split_the_budget_and_it_sums_back():
     record, _ = _record("SELECT COUNT(*) AS n, SUM(v) AS s FROM t", BOTH, Budget(0.3))
     assert [c.epsilon for c in record.columns] == pytest.approx([0.15, 0.15])
     assert record.epsilon == pytest.approx(0.3)
+
+
+def test_combined_record_sums_the_parts_and_prefixes_their_columns():
+    from dpsql.release.record import combined_record
+
+    a = analyze("SELECT COUNT(*) AS n FROM t", BOTH)
+    b = analyze("SELECT AVG(v) AS m FROM t", BOTH)
+    pa = plan_noise(a, Budget(0.25))
+    pb = plan_noise(b, Budget(0.5))
+    record = combined_record([
+        ("a", (ColumnSource("n", (0,), True),), pa, 1),
+        ("", (ColumnSource("m", (0, 1), False),), pb, 1),
+    ], "f")
+    assert [c.name for c in record.columns] == ["a.n", "m"]
+    assert record.epsilon == pytest.approx(0.75) and record.delta == 0.0
+    assert [c.epsilon for c in record.columns] == pytest.approx([0.25, 0.5])
+    assert record.columns[0].half_width_95 is not None  # one pure bare COUNT
+    assert record.columns[1].half_width_95 is None  # AVG: two measurements
+    assert record.mechanism == "discrete_laplace+snapped_laplace"
