@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from dpsql.analysis.checks import has_aggregate, sql_text
+from dpsql.analysis.checks import AGGREGATES, has_aggregate, sql_text
 from dpsql.analysis.elastic import QueryAnalysis, analyze_query
 from dpsql.analysis.model import OutputColumn
 from dpsql.analysis.parse import DIALECT, parse_query, star_error
@@ -96,7 +96,7 @@ def analyze_request(sql: str, metadata: Metadata) -> QueryAnalysis | BlockQuery:
     of several (module contract). Raises the analysis's refusals, before anything runs."""
     query = parse_query(sql, metadata, allow_top_star=True)
     top_star = bool(query.meta.get("dpsql_top_star")) if query._meta else False
-    if not _may_have_blocks(query):
+    if not _may_have_blocks(sql, query):
         if top_star:
             raise star_error()
         return analyze_query(query, metadata)
@@ -109,10 +109,18 @@ def analyze_request(sql: str, metadata: Metadata) -> QueryAnalysis | BlockQuery:
     return result
 
 
-def _may_have_blocks(query: exp.Query) -> bool:
-    """Cheap test: a block needs an aggregate below a nested SELECT."""
-    return any(isinstance(n, exp.Select) and n is not query and has_aggregate(n)
-               for n in query.find_all(exp.Select))
+def _may_have_blocks(sql: str, query: exp.Query) -> bool:
+    """Cheap test: a block needs an aggregate below a nested SELECT (a query with one SELECT
+    keyword pays no walk; one with subqueries one walk over its aggregates, ~0.1 ms)."""
+    if sql.upper().count("SELECT") < 2:
+        return False
+    for agg in query.find_all(*AGGREGATES):
+        node = agg.parent
+        while node is not None and node is not query:
+            if isinstance(node, exp.Select):
+                return True
+            node = node.parent
+    return False
 
 
 def _own_aggregate(select: exp.Select) -> bool:
