@@ -50,7 +50,7 @@ from dpsql.backends.stored import StoredFacts
 from dpsql.backends.types import fill_column_types
 from dpsql.budget import Budget, missing_epsilon
 from dpsql.errors import OperationalError, ProgrammingError, QueryCancelledError
-from dpsql.execute.blocks import PreparedBlocks, prepare_blocks
+from dpsql.execute.blocks import PreparedBlocks, prepare_blocks, read_public
 from dpsql.execute.blocks import compute as compute_blocks
 from dpsql.execute.exact import CompiledPlan, compile_plan, read_bins, read_domains
 from dpsql.execute.layout import Domains
@@ -254,6 +254,7 @@ class Session:
         plans = [plan_noise(p.analysis, b) for p, b in zip(parts, shares, strict=True)]
         domains = [read_domains(self.backend, p.compiled, prepared.part_params(i, values))
                    for i, p in enumerate(parts)]
+        public = read_public(self.backend, prepared)
         charge = None if prepared.public else self.ledger
         if charge is not None:
             for i, p in enumerate(parts):
@@ -265,7 +266,7 @@ class Session:
         return self._charged(
             record, values, charge, sql if charge is not None else None, key,
             lambda drawn: compute_blocks(self.backend, self._post, prepared, values, plans,
-                                         domains, self._sampler, drawn))
+                                         domains, self._sampler, drawn, public))
 
     def _check_binds(self, compiled: CompiledPlan, values: list[Any]) -> None:
         """The backend's binder on the exact query, once per query text and parameter types

@@ -72,6 +72,15 @@ EQUIVALENT = [
     ("scalar_block_in_post_filter",
      "WITH t AS (SELECT status, COUNT(*) AS n FROM orders GROUP BY status) "
      "SELECT status FROM t WHERE n > (SELECT COUNT(*) FROM orders) / 4", (), False),
+    ("block_joined_with_a_public_table",
+     "WITH t AS (SELECT product_id, COUNT(*) AS n FROM orders GROUP BY product_id) "
+     "SELECT p.category, t.n FROM t JOIN products p ON p.product_id = t.product_id", (), False),
+    ("aggregate_over_a_block_and_a_public_table",
+     "WITH t AS (SELECT product_id, SUM(order_cost) AS s FROM orders GROUP BY product_id) "
+     "SELECT p.category, SUM(t.s) AS total, COUNT(*) AS products FROM t "
+     "JOIN products p ON p.product_id = t.product_id GROUP BY p.category", (), False),
+    ("sum_over_a_block", "SELECT SUM(n) AS total, AVG(n) AS mean FROM "
+     "(SELECT status, COUNT(*) AS n FROM orders GROUP BY status) t", (), False),
     ("two_phase_where",
      "SELECT COUNT(*) AS n FROM orders WHERE order_cost > (SELECT AVG(order_cost) FROM orders)",
      (), False),

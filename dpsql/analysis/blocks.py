@@ -6,11 +6,13 @@ analyst's query. :func:`analyze_request` finds them from the SQL alone and retur
 
 * a :class:`~dpsql.analysis.model.QueryAnalysis`: no block (today's single release);
 * a :class:`BlockQuery` with ``post`` set (*blocks, then post-processing*): the query outside
-  the blocks reads only blocks (and CTEs / derived tables built from blocks), so everything
+  the blocks (with no aggregate of its own, or one no single-release rule covers) reads only
+  blocks (and CTEs / derived tables built from blocks), so everything
   there (selecting, renaming, arithmetic, filters, ORDER BY, LIMIT, joins of blocks) is
-  post-processing of noisy values. Each block becomes the table ``__b<i>`` of its noisy rows,
-  and ``post`` is the analyst's query with each block's SELECT replaced by ``SELECT * FROM
-  __b<i>``, run over those tables only;
+  post-processing of noisy values (public tables may be joined there too: public rows). Each
+  block becomes the table ``__b<i>`` of its noisy rows, and ``post`` is the analyst's query
+  with each block's SELECT replaced by ``SELECT * FROM __b<i>``, run over those tables (and
+  copies of the public tables it reads) only;
 * a :class:`BlockQuery` with ``final`` set (*two phases*): the top-level query aggregates over
   private rows and compares them with uncorrelated scalar aggregate subqueries. Each such
   subquery is a scalar block released first; ``final`` is the analysis of the query with each
@@ -20,7 +22,7 @@ analyst's query. :func:`analyze_request` finds them from the SQL alone and retur
 Contract: the split and every refusal here depend on the SQL and the public metadata alone.
 Each block is analysed by :func:`~dpsql.analysis.elastic.analyze_query` as a query of its own
 (with the CTEs it reads), so its measurements carry that analysis's ES(k) guarantee. ``post``
-reads no declared table at all (checked here: a query whose outside reads a private table
+reads no private table at all (checked here: a query whose outside reads a private table
 directly would release raw rows, and is refused); its parameters are the analyst's. A
 correlated aggregate subquery (one that reads a column of the enclosing query) is refused.
 """
@@ -37,7 +39,7 @@ from dpsql.analysis.model import OutputColumn
 from dpsql.analysis.parse import DIALECT, parse_query, star_error
 from dpsql.analysis.relations import cte_references
 from dpsql.analysis.trees import copy_tree
-from dpsql.errors import UnsupportedConstructError, UnsupportedQueryError
+from dpsql.errors import Error, UnsupportedConstructError, UnsupportedQueryError
 from dpsql.metadata import Metadata
 from dpsql.rewrite.parameters import PARAM_PREFIX, number_parameters
 
@@ -76,6 +78,8 @@ class BlockQuery:
     post: exp.Query | None = None
     final: QueryAnalysis | None = None
     output_names: tuple[str, ...] = ()
+    #: public tables ``post`` reads (copied into the post-processing DuckDB before the charge)
+    public_tables: tuple[str, ...] = ()
 
     @property
     def analysis(self) -> QueryAnalysis | Outputs:
@@ -100,11 +104,10 @@ def analyze_request(sql: str, metadata: Metadata) -> QueryAnalysis | BlockQuery:
         if top_star:
             raise star_error()
         return analyze_query(query, metadata)
-    split = _Splitter(query, metadata)
-    result = split.split()
+    result = _Splitter(query, metadata).split()
+    if not isinstance(result, BlockQuery) and top_star:
+        raise star_error()
     if result is None:
-        if top_star:
-            raise star_error()
         return analyze_query(query, metadata)
     return result
 
@@ -140,6 +143,7 @@ def _scalar_position(sub: exp.Expression) -> bool:
 class _Splitter:
     def __init__(self, query: exp.Query, metadata: Metadata) -> None:
         self.metadata = metadata
+        self.original = query  # never mutated here
         numbered = number_parameters(query)
         self.query = numbered if numbered is not query else copy_tree(query)
         self.n_params = sum(1 for p in self.query.find_all(exp.Placeholder))
@@ -195,13 +199,27 @@ class _Splitter:
 
     # -- the split ------------------------------------------------------------------------
 
-    def split(self) -> BlockQuery | None:
+    def split(self) -> BlockQuery | QueryAnalysis | None:
+        """The request (None: one release, to analyse as usual)."""
         query = self.query
         if not isinstance(query, exp.Select):
             return None
         kind = self.query_kind(query)
         if kind == POST and not _own_aggregate(query):
             return self._post_query(query)
+        if kind == POST:
+            # An aggregate over blocks: where a single-release rule covers it (COUNT(*) over a
+            # grouped subquery counts its groups, 2 S), that meaning stays; where none does
+            # (SUM of a block's value, a key computed in a block), the aggregate is
+            # post-processing of the blocks' noisy rows. Both refusals depend on the SQL and
+            # metadata alone; the first one is shown if neither applies.
+            try:
+                return analyze_query(self.original, self.metadata)
+            except Error as first:
+                try:
+                    return self._post_query(query)
+                except Error:
+                    raise first from None
         if kind == BLOCK:
             return self._two_phase(query)
         if kind == PRIVATE and not _own_aggregate(query):
@@ -232,10 +250,10 @@ class _Splitter:
         self._drop_private_ctes(query)  # (kinds read from the bodies before the replacement)
         for block, select in zip(blocks, found, strict=True):
             select.replace(exp.select("*").from_(block.table))
-        self._check_post(query)
+        public = self._check_post(query)
         names = tuple(item.alias_or_name for item in query.expressions)
         return BlockQuery(self.sql, self.tables, tuple(blocks), self.n_params, post=query,
-                          output_names=names)
+                          output_names=names, public_tables=public)
 
     def _collect(self, node: exp.Expression, found: list[exp.Select]) -> None:
         """The outermost blocks below ``node`` (a block's inside is its own analysis's)."""
@@ -314,24 +332,25 @@ class _Splitter:
             elif len(keep) != len(with_.expressions):
                 with_.set("expressions", keep)
 
-    def _check_post(self, query: exp.Expression) -> None:
-        """The post-processing query reads block tables and its own CTEs only."""
+    def _check_post(self, query: exp.Expression) -> tuple[str, ...]:
+        """The post-processing query reads block tables, its own CTEs and public tables only;
+        returns the public tables."""
         ctes = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
+        public: dict[str, None] = {}
         for table in query.find_all(exp.Table):
             name = table.name.lower()
             if name.startswith(BLOCK_TABLE) or (name in ctes and not table.db):
                 continue
             meta = self.metadata.tables.get(name)
-            if meta is not None and meta.public:
-                raise UnsupportedConstructError(
-                    f"the query outside its aggregate CTEs / subqueries reads the public table "
-                    f"{name}: join it inside the aggregate (group by its columns) instead"
-                )
+            if meta is not None and meta.public and not table.db:
+                public[name] = None
+                continue
             raise UnsupportedQueryError(
                 f"the query outside its aggregate CTEs / subqueries reads the private table "
                 f"{name} directly, which would release raw rows: read it only inside an "
                 "aggregate (COUNT / SUM / AVG)"
             )
+        return tuple(public)
 
 
 def _inside(node: exp.Expression, ancestor: exp.Expression) -> bool:

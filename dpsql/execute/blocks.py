@@ -24,6 +24,7 @@ from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
+from sqlglot import exp
 
 from dpsql.analysis.blocks import BlockQuery, Outputs
 from dpsql.analysis.elastic import QueryAnalysis
@@ -56,6 +57,21 @@ class Part:
 
 
 @dataclass(frozen=True)
+class PublicRead:
+    """A public table the post-processing query reads: its declared columns and types, and
+    the backend's query reading them."""
+
+    table: str
+    columns: tuple[str, ...]
+    types: tuple[str | None, ...]
+    compiled: str
+
+
+#: a public table's rows as read: (table, columns, types, rows)
+PublicRows = tuple[str, tuple[str, ...], tuple[str | None, ...], list[tuple[Any, ...]]]
+
+
+@dataclass(frozen=True)
 class PreparedBlocks:
     """A planned and compiled query of several releases (the session's ``Prepared`` for it)."""
 
@@ -64,6 +80,8 @@ class PreparedBlocks:
     fingerprint: str
     post_sql: str | None  # blocks, then post-processing: the analyst's query over __b<i>
     post_params: tuple[int, ...] = ()
+    #: the public tables ``post_sql`` reads, copied in before the charge
+    public_reads: tuple[PublicRead, ...] = ()
 
     @property
     def qualified_sql(self) -> str:
@@ -127,18 +145,36 @@ def prepare_blocks(request: BlockQuery, backend: Backend, metadata: Metadata,
         parts.append(Part("", None, request.final, compile_plan(backend, plan),
                           _sources(request.final)))
     post_sql = None
+    reads = []
     if request.post is not None:
         post_sql = request.post.sql(dialect=DIALECT)
+        for name in request.public_tables:
+            declared = metadata.table(name).columns.values()
+            columns = tuple(c.name for c in declared)
+            select = exp.select(*(exp.column(c, quoted=True) for c in columns)).from_(
+                exp.table_(name, quoted=True))
+            reads.append(PublicRead(name, columns, tuple(c.type for c in declared),
+                                    backend.compile(select.sql(dialect=DIALECT))))
     text = "\n".join([*(p.compiled.plan.normal_form for p in parts),
                       *(p.compiled.plan.post_sql or "" for p in parts), post_sql or ""])
     return PreparedBlocks(request, tuple(parts), hashlib.sha256(text.encode()).hexdigest()[:16],
-                          post_sql, used_params(post_sql) if post_sql else ())
+                          post_sql, used_params(post_sql) if post_sql else (), tuple(reads))
+
+
+def read_public(backend: Backend, prepared: PreparedBlocks) -> list[PublicRows]:
+    """The rows of every public table the post-processing query reads (public data: read
+    before the charge, like the domains)."""
+    out = []
+    for read in prepared.public_reads:
+        rows, _ = backend.execute(read.compiled, {})
+        out.append((read.table, read.columns, read.types, rows))
+    return out
 
 
 def compute(backend: Backend, post: PostProcessor, prepared: PreparedBlocks,
             values: list[Any], plans: Sequence[tuple[NoisePlan, ...]],
             domains: Sequence[Domains], sampler: mechanisms.Sampler | None,
-            noise_drawn: Callable[[], None]) -> Rows:
+            noise_drawn: Callable[[], None], public: Sequence[PublicRows] = ()) -> Rows:
     """The analyst's rows (module docstring). Call only once the request is charged;
     ``noise_drawn`` is called before the first noise is drawn."""
     parts = prepared.parts
@@ -151,7 +187,7 @@ def compute(backend: Backend, post: PostProcessor, prepared: PreparedBlocks,
             assert part.table is not None
             tables.append((part.table, _post_sql(part), b, _noised(b, part_plans, sampler)))
         return post.over_tables(tables, values, prepared.post_sql, prepared.post_params,
-                                prepared.request.output_names)
+                                prepared.request.output_names, public)
     scalars: list[Any] = []
     for i, part in enumerate(parts[:-1]):
         b = read_bins(backend, part.compiled, values, domains[i])
