@@ -184,8 +184,12 @@ def _post_processing(draw, block: str, group: str | None, n_aggregates: int,
     and labels must not depend on the values (the fuzzer compares them across neighbours): no
     filter on a noisy value, ordered by the key."""
     key = group.split(".")[1] if group else None
-    choice = draw(st.integers(0, 4))
-    if choice == 0:
+    choice = draw(st.integers(0, 6))
+    if choice == 5 and key == "pid":  # joined with the public table p
+        outer = "SELECT blk.pid, p.name, blk.a0 FROM blk JOIN p ON p.pid = blk.pid"
+    elif choice in (5, 6):  # an aggregate over the noisy rows (a constant label first)
+        outer = "SELECT 'all' AS label, SUM(a0) AS total, COUNT(*) AS n FROM blk"
+    elif choice == 0:
         outer = "SELECT * FROM blk"
     elif choice == 1:
         outer = f"SELECT {key + ', ' if key else ''}a0 * 2 + 1 AS m FROM blk"
@@ -197,8 +201,9 @@ def _post_processing(draw, block: str, group: str | None, n_aggregates: int,
         outer = "SELECT blk.a0, u.n FROM blk, u"
     else:
         outer = f"SELECT {key + ', ' if key else ''}a{n_aggregates - 1} FROM blk"
-    if key and choice != 3:  # (the fuzzer compares the labels in order)
-        outer += f" ORDER BY {'b1.' if choice == 2 else ''}{key}"
+    if (key and choice in (0, 1, 2, 4)) or outer.startswith("SELECT blk.pid"):
+        # (the fuzzer compares the labels in order)
+        outer += f" ORDER BY {'b1.' if choice == 2 else 'blk.' if choice == 5 else ''}{key}"
     if choice == 2 or draw(st.booleans()):
         return f"WITH blk AS ({block}) {outer}"
     return outer.replace("FROM blk", f"FROM ({block}) blk")
