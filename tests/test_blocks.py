@@ -81,6 +81,10 @@ EQUIVALENT = [
      "JOIN products p ON p.product_id = t.product_id GROUP BY p.category", (), False),
     ("sum_over_a_block", "SELECT SUM(n) AS total, AVG(n) AS mean FROM "
      "(SELECT status, COUNT(*) AS n FROM orders GROUP BY status) t", (), False),
+    ("select_star_over_a_join_with_duplicate_names",
+     "WITH j AS (SELECT * FROM orders o JOIN customers c ON o.customer_id = c.customer_id), "
+     "t AS (SELECT region, COUNT(*) AS n, SUM(age) AS ages FROM j GROUP BY region) "
+     "SELECT * FROM t", (), False),
     ("two_phase_where",
      "SELECT COUNT(*) AS n FROM orders WHERE order_cost > (SELECT AVG(order_cost) FROM orders)",
      (), False),

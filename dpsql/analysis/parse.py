@@ -22,6 +22,7 @@ from sqlglot.schema import MappingSchema
 
 from dpsql.analysis import hygiene
 from dpsql.analysis.allowlist import DEFAULT_SCHEMAS, check_allowed
+from dpsql.analysis.outputs import rename_duplicate_outputs
 from dpsql.errors import ProgrammingError, UnsupportedQueryError
 from dpsql.metadata import Metadata
 
@@ -210,6 +211,7 @@ def parse_query(sql: str, metadata: Metadata, *, allow_top_star: bool = False) -
     nodes = list(qualified.walk())
     _drop_annotations(nodes)  # what qualify left
     hygiene.check_columns_resolved(qualified, nodes)
+    rename_duplicate_outputs(qualified, nodes)  # as DuckDB binds them (analysis/outputs.py)
     if top_star:
         qualified.meta["dpsql_top_star"] = True
     return qualified

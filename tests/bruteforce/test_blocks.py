@@ -66,6 +66,11 @@ CASES = (
          "WITH u AS (SELECT s.x, SUM(s.v) AS total FROM s GROUP BY s.x), "
          "w AS (SELECT a.x, COUNT(*) AS n FROM a GROUP BY a.x) "
          "SELECT u.x, total, n FROM u JOIN w ON u.x = w.x", ("s", "a")),
+    # j outputs x and y twice: DuckDB (and the analysis) read j.y as a.y, the first one
+    Case("star_over_a_join_with_duplicate_names",
+         "WITH j AS (SELECT * FROM a JOIN b ON a.x = b.x), "
+         "t AS (SELECT COUNT(*) AS n FROM j JOIN c ON j.y = c.x) SELECT n FROM t",
+         ("a", "b", "c")),
     Case("two_phase",
          "SELECT COUNT(*) AS n FROM a JOIN b ON a.x = b.x "
          "WHERE a.y < (SELECT COUNT(*) FROM c WHERE c.y > 1)", ("a", "b", "c")),
