@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import warnings
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -41,24 +41,33 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.accounting import Ledger
+from dpsql.analysis.blocks import BlockQuery, analyze_request
 from dpsql.analysis.domains import check_domains
-from dpsql.analysis.elastic import QueryAnalysis, analyze
+from dpsql.analysis.elastic import QueryAnalysis
 from dpsql.analysis.parse import DIALECT
 from dpsql.backends.base import Backend
 from dpsql.backends.stored import StoredFacts
 from dpsql.backends.types import fill_column_types
 from dpsql.budget import Budget, missing_epsilon
 from dpsql.errors import OperationalError, ProgrammingError, QueryCancelledError
+from dpsql.execute.blocks import PreparedBlocks, prepare_blocks, read_public
+from dpsql.execute.blocks import compute as compute_blocks
 from dpsql.execute.exact import CompiledPlan, compile_plan, read_bins, read_domains
 from dpsql.execute.layout import Domains
-from dpsql.execute.post import PostProcessor, gc_paused
+from dpsql.execute.post import PostProcessor, Rows, gc_paused
 from dpsql.metadata import Metadata
 from dpsql.metadata.digest import metadata_digest
 from dpsql.noise import mechanisms
 from dpsql.noise.apply import noisy_values
-from dpsql.noise.plan import NoisePlan, is_public_query, plan_noise
+from dpsql.noise.plan import NoisePlan, is_public_query, plan_noise, split_budget
 from dpsql.release.cache import Uncacheable, cache_key, dump_payload, load_payload
-from dpsql.release.record import ColumnSource, Result, release_record
+from dpsql.release.record import (
+    ColumnSource,
+    Release,
+    Result,
+    combined_record,
+    release_record,
+)
 from dpsql.rewrite.plan import ExecutionPlan, plan_execution
 from dpsql.rewrite.post import post_processing_sql
 
@@ -96,6 +105,10 @@ class Prepared:
     def public(self) -> bool:
         """True when the query reads public tables only: answered exactly, for free."""
         return is_public_query(self.analysis)
+
+
+#: what Session.prepare gives: one release, or several (aggregates in CTEs / subqueries)
+AnyPrepared = Prepared | PreparedBlocks
 
 
 def fingerprint(sql: str) -> str:
@@ -146,7 +159,7 @@ class Session:
         self.ledger = ledger
         self.principal = principal
         self._sampler = sampler
-        self._prepared: OrderedDict[str, Prepared] = OrderedDict()
+        self._prepared: OrderedDict[str, AnyPrepared] = OrderedDict()
         #: (compiled exact SQL, parameter types) the backend's binder accepted
         self._bound: dict[tuple[str, tuple[str, ...]], None] = {}
         self._cache_size = cache_size
@@ -155,22 +168,30 @@ class Session:
 
     # -- step 2 ---------------------------------------------------------------------------
 
-    def prepare(self, sql: str) -> Prepared:
+    def prepare(self, sql: str) -> AnyPrepared:
         """Analyse, rewrite and compile ``sql`` (memoised by text: all three are pure).
-        Raises the analysis's or the backend's refusal; charges nothing."""
+        Raises the analysis's or the backend's refusal; charges nothing. A query with
+        aggregates in CTEs / subqueries (dpsql.analysis.blocks) gives a PreparedBlocks."""
         if not isinstance(sql, str):
             raise ProgrammingError(f"sql must be a string, got {type(sql).__name__}")
         hit = self._prepared.get(sql)
         if hit is not None:
             self._prepared.move_to_end(sql)
             return hit
-        analysis = analyze(sql, self.metadata)
+        request = analyze_request(sql, self.metadata)
+        if isinstance(request, BlockQuery):
+            blocks = prepare_blocks(request, self.backend, self.metadata, self._stored)
+            return self._remember(sql, blocks)
+        analysis = request
         plan = plan_execution(analysis, self.metadata, self._stored)
         # The generated SQL is a normal form of the qualified query: fingerprint it rather
         # than generating the analysed query's text once more.
         prepared = Prepared(
             analysis, compile_plan(self.backend, plan),
             fingerprint(f"{plan.normal_form}\n{plan.post_sql or ''}"), _column_sources(analysis))
+        return self._remember(sql, prepared)
+
+    def _remember(self, sql: str, prepared: AnyPrepared) -> AnyPrepared:
         self._prepared[sql] = prepared
         if len(self._prepared) > self._cache_size:
             self._prepared.popitem(last=False)
@@ -184,6 +205,8 @@ class Session:
         query that reads public tables only."""
         budget = Budget.of(epsilon, delta)
         prepared = self.prepare(sql)
+        if isinstance(prepared, PreparedBlocks):
+            return self._run_blocks(prepared, sql, params, budget)
         values = _checked_params(prepared.plan, params)
         if prepared.public:
             return self._release(prepared, values, plan_noise(prepared.analysis, None),
@@ -200,20 +223,60 @@ class Session:
         plans = plan_noise(prepared.analysis, budget)
         domains = read_domains(self.backend, prepared.compiled, values)
         if self.ledger is not None:
-            self._check_binds(prepared, values)
+            self._check_binds(prepared.compiled, values)
         # the answer is cached in the audit write's transaction (step 10 with step 9's record)
         return self._release(prepared, values, plans, domains, charge=self.ledger, sql=sql,
                              cache_key=key)
 
-    def _check_binds(self, prepared: Prepared, values: list[Any]) -> None:
+    def _run_blocks(self, prepared: PreparedBlocks, sql: str, params: Sequence[Any] | None,
+                    budget: Budget | None) -> Result:
+        """Steps 3-10 for a query of several releases (dpsql.analysis.blocks): the budget is
+        split over them (noise.plan.split_budget), every refusal (each part's noise plan,
+        domains and bin limit, binder check) comes before the one charge that covers them
+        all, and dpsql.execute.blocks.compute runs after it."""
+        values = list(params or [])
+        if len(values) != prepared.n_params:
+            raise ProgrammingError(
+                f"the query has {prepared.n_params} parameter marker(s) '?' but {len(values)} "
+                "parameter(s) were given")
+        parts = prepared.parts
+        if not prepared.public and budget is None:
+            raise missing_epsilon()
+        key = None
+        if self.ledger is not None and not prepared.public:
+            assert budget is not None
+            key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
+                            scope=self.cache_scope)
+            cached = self._cached(key)
+            if cached is not None:
+                return cached
+        shares = split_budget([p.analysis for p in parts], budget)
+        plans = [plan_noise(p.analysis, b) for p, b in zip(parts, shares, strict=True)]
+        domains = [read_domains(self.backend, p.compiled, prepared.part_params(i, values))
+                   for i, p in enumerate(parts)]
+        public = read_public(self.backend, prepared)
+        charge = None if prepared.public else self.ledger
+        if charge is not None:
+            for i, p in enumerate(parts):
+                self._check_binds(p.compiled, prepared.part_params(i, values))
+        record = combined_record(
+            [(p.label, p.columns, pl, d.n_bins) for p, pl, d in zip(parts, plans, domains,
+                                                                     strict=True)],
+            prepared.fingerprint)
+        return self._charged(
+            record, values, charge, sql if charge is not None else None, key,
+            lambda drawn: compute_blocks(self.backend, self._post, prepared, values, plans,
+                                         domains, self._sampler, drawn, public))
+
+    def _check_binds(self, compiled: CompiledPlan, values: list[Any]) -> None:
         """The backend's binder on the exact query, once per query text and parameter types
         (what the binder's outcome depends on). Only a charging session needs it: without a
         ledger there is no charge for a binder error to come after."""
-        bindings = prepared.plan.exact_bindings(values)
-        key = (prepared.compiled.exact, tuple(type(v).__name__ for v in bindings.values()))
+        bindings = compiled.plan.exact_bindings(values)
+        key = (compiled.exact, tuple(type(v).__name__ for v in bindings.values()))
         if key in self._bound:
             return
-        self.backend.check(prepared.compiled.exact, bindings)
+        self.backend.check(compiled.exact, bindings)
         self._bound[key] = None
         if len(self._bound) > self._cache_size:
             self._bound.pop(next(iter(self._bound)))
@@ -229,22 +292,39 @@ class Session:
         answer is then withheld). With ``cache_key`` the answer is cached in the same
         transaction as its audit record."""
         record = release_record(prepared.columns, plans, prepared.fingerprint, domains.n_bins)
+        plan = prepared.plan
+
+        def compute(drawn: Callable[[], None]) -> Rows:
+            bins = read_bins(self.backend, prepared.compiled, values, domains)
+            drawn()
+            noisy = [noisy_values(bins.exact[j], plans[j], self._sampler)
+                     for j in range(plan.n_measurements)]
+            return self._post.rows(plan, bins, noisy, values,
+                                   lambda: post_processing_sql(prepared.analysis))
+
+        return self._charged(record, values, charge, sql, cache_key, compute)
+
+    def _charged(self, record: Release, values: list[Any], charge: Ledger | None,
+                 sql: str | None, cache_key: str | None,
+                 compute: Callable[[Callable[[], None]], Rows]) -> Result:
+        """Charge ``record`` (when ``charge`` is a ledger), then ``compute`` the rows (it calls
+        its argument before the first noise is drawn), with the refund rules of
+        :meth:`_release`, and record the released rows."""
         charge_id = None
         if charge is not None and self.principal is not None:
             charge_id = charge.charge(
                 self.principal.database, self.principal.analyst,
                 fingerprint=record.fingerprint, epsilon=record.epsilon, delta=record.delta,
                 mechanism=record.mechanism, sql=sql, params=values)
-        plan = prepared.plan
         noise_drawn = False
+
+        def drawn() -> None:
+            nonlocal noise_drawn
+            noise_drawn = True
+
         try:
             with gc_paused():
-                bins = read_bins(self.backend, prepared.compiled, values, domains)
-                noise_drawn = True
-                noisy = [noisy_values(bins.exact[j], plans[j], self._sampler)
-                         for j in range(plan.n_measurements)]
-                names, types, rows = self._post.rows(
-                    plan, bins, noisy, values, lambda: post_processing_sql(prepared.analysis))
+                names, types, rows = compute(drawn)
         except BaseException as exc:
             # Before the noise, nothing derived from the data exists: the analyst learns only
             # that the exact read failed or was cancelled, which the binder check and the

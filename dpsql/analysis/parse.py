@@ -23,6 +23,7 @@ from sqlglot.schema import MappingSchema
 from dpsql.analysis import hygiene
 from dpsql.analysis.allowlist import DEFAULT_SCHEMAS, check_allowed
 from dpsql.analysis.syntax import syntax_error
+from dpsql.analysis.outputs import rename_duplicate_outputs
 from dpsql.errors import ProgrammingError, UnsupportedQueryError
 from dpsql.metadata import Metadata
 
@@ -92,16 +93,19 @@ def _strip_default_schema(query: exp.Expression) -> exp.Expression:
     return query
 
 
-def _reject_star(query: exp.Expression) -> None:
-    """``SELECT *`` at the top level releases raw rows (checked before qualify expands it)."""
-    if isinstance(query, exp.Select) and any(
+def _top_star(query: exp.Expression) -> bool:
+    return isinstance(query, exp.Select) and any(
         isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star)
         for e in query.expressions
-    ):
-        raise UnsupportedQueryError(
-            "SELECT * releases raw rows: dpsql answers aggregate queries only "
-            "(COUNT, SUM, AVG, optionally with GROUP BY)"
-        )
+    )
+
+
+def star_error() -> UnsupportedQueryError:
+    """``SELECT *`` at the top level of a query over private rows releases raw rows."""
+    return UnsupportedQueryError(
+        "SELECT * releases raw rows: dpsql answers aggregate queries only "
+        "(COUNT, SUM, AVG, optionally with GROUP BY)"
+    )
 
 
 def _name_outputs(query: exp.Expression) -> None:
@@ -157,13 +161,19 @@ def _drop_annotations(nodes: Iterable[exp.Expression]) -> None:
             node.comments = None
 
 
-def parse_query(sql: str, metadata: Metadata) -> exp.Query:
-    """Parse, allow-list check and qualify ``sql`` against ``metadata`` (see module contract)."""
+def parse_query(sql: str, metadata: Metadata, *, allow_top_star: bool = False) -> exp.Query:
+    """Parse, allow-list check and qualify ``sql`` against ``metadata`` (see module contract).
+
+    ``allow_top_star``: a top-level ``SELECT *`` is expanded rather than refused, and the
+    qualified query's ``meta["dpsql_top_star"]`` says it was there (dpsql.analysis.blocks
+    allows it over aggregate CTEs only, and raises :func:`star_error` otherwise)."""
     hygiene.check_size(sql)
     query = parse_sql(sql)
     nodes = hygiene.check_shape(query)  # before anything recursive walks the tree
     _drop_annotations(nodes)
-    _reject_star(query)
+    top_star = _top_star(query)
+    if top_star and not allow_top_star:
+        raise star_error()
     check_allowed(query, metadata, nodes)
     hygiene.check_names(nodes, metadata)
     hygiene.check_modifiers(query, nodes)
@@ -193,4 +203,7 @@ def parse_query(sql: str, metadata: Metadata) -> exp.Query:
     nodes = list(qualified.walk())
     _drop_annotations(nodes)  # what qualify left
     hygiene.check_columns_resolved(qualified, nodes)
+    rename_duplicate_outputs(qualified, nodes)  # as DuckDB binds them (analysis/outputs.py)
+    if top_star:
+        qualified.meta["dpsql_top_star"] = True
     return qualified

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import duckdb
 import numpy as np
 
+from dpsql.backends.base import columns_of
 from dpsql.errors import ProgrammingError, QueryCancelledError
 from dpsql.execute.layout import Bins
 from dpsql.rewrite.parameters import bind_params
@@ -69,6 +70,51 @@ class PostProcessor:
         finally:
             cur.close()
         return plan.output_names, tuple(types), rows
+
+    def over_tables(self, tables: Sequence[tuple[str, tuple[str, tuple[int, ...]], Bins,
+                                                list[np.ndarray]]],
+                    params: Sequence[Any], sql: str, positions: tuple[int, ...],
+                    names: tuple[str, ...],
+                    public: Sequence[tuple[str, tuple[str, ...], tuple[str | None, ...],
+                                           list[tuple[Any, ...]]]] = ()) -> Rows:
+        """Release blocks (dpsql.analysis.blocks): each ``(table, (post SQL, its parameters),
+        bins, noisy values)`` becomes the temporary table ``table`` of that block's noisy
+        rows, then ``sql`` runs over those tables (nothing else is in this database). The
+        tables live in this call's own connection and are dropped with it. ``public``: the
+        ``(table, columns, declared types, rows)`` of public tables ``sql`` reads, copied in
+        under their own names."""
+        cur = self._connection().cursor()
+        created = [t[0] for t in tables] + [p[0] for p in public]
+        try:
+            for name, columns, declared, public_rows in public:
+                cur.register("__public", {f"__c{i}": c for i, c in
+                                          enumerate(columns_of(public_rows, len(columns)))})
+                select = ", ".join(
+                    f'CAST(__c{i} AS {t}) AS "{c}"' if t else f'__c{i} AS "{c}"'
+                    for i, (c, t) in enumerate(zip(columns, declared, strict=True)))
+                cur.execute(f'CREATE TEMP TABLE "{name}" AS SELECT {select} FROM __public')
+                cur.unregister("__public")
+            for table, (block_sql, block_params), bins, noisy in tables:
+                noisy_table = {f"__k{i}": k for i, k in enumerate(bins.keys)}
+                noisy_table.update({f"__m{j}": v for j, v in enumerate(noisy)})
+                cur.register(NOISY_TABLE, noisy_table)
+                cur.execute(f"CREATE TEMP TABLE {table} AS {block_sql}",
+                            bind_params(block_params, params))
+                cur.unregister(NOISY_TABLE)
+            result = cur.execute(sql, bind_params(positions, params))
+            rows = result.fetchall()
+            types = [str(d[1]) for d in result.description]
+        except duckdb.InterruptException:
+            raise QueryCancelledError("the query was cancelled before anything was released"
+                                      ) from None
+        except duckdb.Error as err:
+            raise ProgrammingError(f"post-processing failed: {err}") from None
+        finally:
+            for table in created:
+                with suppress(duckdb.Error):
+                    cur.execute(f'DROP TABLE IF EXISTS "{table}"')
+            cur.close()
+        return names, tuple(types), rows
 
     def close(self) -> None:
         if self._db is not None:

@@ -11,6 +11,7 @@ public metadata and the budget alone, never on max frequencies or smoothed scale
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dpsql.analysis.elastic import Measurement, QueryAnalysis
@@ -182,3 +183,30 @@ def _check_finite(value: float, what: str) -> None:
         )
 
 
+
+
+def split_budget(analyses: Sequence[QueryAnalysis],
+                 budget: Budget | None) -> tuple[Budget | None, ...]:
+    """Each release's share of ``budget`` when one request makes several (release blocks,
+    dpsql.analysis.blocks), by basic composition.
+
+    Guarantee: every private measurement of every release gets the same epsilon,
+    ``budget.epsilon / N`` over all N private measurements, as if they were one query's
+    (:func:`plan_noise` then splits each share evenly inside its release); delta goes to the
+    releases with smoothed measurements, in proportion to how many each has. The shares' sums
+    are the budget's (up to rounding); a release of public measurements only gets None (it is
+    exact and free). Depends on the SQL, the public metadata and the budget alone.
+    """
+    private = [sum(1 for m in a.measurements if not is_public(m)) for a in analyses]
+    smoothed = [sum(1 for m in a.measurements if not is_public(m) and m.sensitivity.depends_on_k)
+                for a in analyses]
+    n, s = sum(private), sum(smoothed)
+    if n and budget is None:
+        raise missing_epsilon()
+    out: list[Budget | None] = []
+    for p, sm in zip(private, smoothed, strict=True):
+        if not p or budget is None:
+            out.append(None)
+            continue
+        out.append(Budget(budget.epsilon * p / n, budget.delta * sm / s if s else 0.0))
+    return tuple(out)

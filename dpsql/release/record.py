@@ -8,7 +8,8 @@ the ledger is charged: the charge is the record's (epsilon, delta). Nothing data
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from dpsql.analysis.aggregates import CENTRED_SQUARES
@@ -130,5 +131,33 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
         delta=math.fsum(p.delta for p in plans),
         mechanism="+".join(sorted({mechanism_name(p) for p in plans})),
         columns=tuple(out),
+        fingerprint=fingerprint,
+    )
+
+
+#: one release of a request: (label, its columns, its noise plans, its number of bins)
+Part = tuple[str, tuple[ColumnSource, ...], tuple[NoisePlan, ...], int]
+
+
+def combined_record(parts: Sequence[Part], fingerprint: str) -> Release:
+    """The record of one request that makes several releases (dpsql.analysis.blocks): each
+    part is (label, its columns, its noise plans, its number of bins).
+
+    Guarantee: its (epsilon, delta) is the basic-composition sum over every part's
+    measurements (what the ledger charges, once, for all of them); the columns are each
+    part's record columns, named ``label.column`` (a part labelled "" keeps its names: the
+    final release of a two-phase query), with :func:`release_record`'s half-widths.
+    """
+    columns: list[ColumnRelease] = []
+    plans: list[NoisePlan] = []
+    for label, sources, part_plans, n_bins in parts:
+        record = release_record(sources, part_plans, fingerprint, n_bins)
+        columns += [replace(c, name=f"{label}.{c.name}") if label else c for c in record.columns]
+        plans += part_plans
+    return Release(
+        epsilon=math.fsum(p.epsilon for p in plans),
+        delta=math.fsum(p.delta for p in plans),
+        mechanism="+".join(sorted({mechanism_name(p) for p in plans})),
+        columns=tuple(columns),
         fingerprint=fingerprint,
     )

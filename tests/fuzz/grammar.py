@@ -1,7 +1,9 @@
 """A grammar of analyst queries for the differential fuzzers (hypothesis strategies; not a test
 module).
 
-It covers dpsql's accepted surface and the constructs the hole classes of issue #12 used:
+It covers dpsql's accepted surface and the constructs the hole classes of issue #12 used (and
+release blocks: an aggregate in a CTE / derived table post-processed outside, scalar aggregate
+thresholds):
 comparisons between columns and constants of every type, casts, arithmetic, string/date
 functions, CASE, COALESCE, non-boolean values in boolean positions, parameters, IN / EXISTS /
 NOT IN subqueries, derived tables and CTEs with ORDER BY / LIMIT, UNION ALL (BY NAME), a table
@@ -230,6 +232,43 @@ def _computed_key(draw, alias: str) -> tuple[str, str]:
     return key, draw(st.sampled_from([key, "1"]))
 
 
+#: scalar aggregate subqueries used as constants (two-phase releases, dpsql.analysis.blocks)
+SCALARS = ["(SELECT COUNT(*) FROM u)", "(SELECT AVG(t2.x) FROM t AS t2)",
+           "(SELECT SUM(u.n) * 0.5 FROM u)", "(SELECT COUNT(*) FROM t AS t2 WHERE t2.n > ?)",
+           "(SELECT AVG(t2.x) FROM t AS t2 WHERE t2.id = t.id)"]  # the last: correlated
+
+
+def _post_processing(draw, block: str, group: str | None, n_aggregates: int,
+                     params: list[Any]) -> str:
+    """The analyst's outer query over one release block ``blk`` (post-processing). Its rows
+    and labels must not depend on the values (the fuzzer compares them across neighbours): no
+    filter on a noisy value, ordered by the key."""
+    key = group.split(".")[1] if group else None
+    choice = draw(st.integers(0, 6))
+    if choice == 5 and key == "pid":  # joined with the public table p
+        outer = "SELECT blk.pid, p.name, blk.a0 FROM blk JOIN p ON p.pid = blk.pid"
+    elif choice in (5, 6):  # an aggregate over the noisy rows (a constant label first)
+        outer = "SELECT 'all' AS label, SUM(a0) AS total, COUNT(*) AS n FROM blk"
+    elif choice == 0:
+        outer = "SELECT * FROM blk"
+    elif choice == 1:
+        outer = f"SELECT {key + ', ' if key else ''}a0 * 2 + 1 AS m FROM blk"
+    elif choice == 2:  # the same block joined with itself under a second name
+        on = f" ON b1.{key} = b2.{key}" if key else " ON TRUE"
+        outer = f"SELECT {'b1.' + key + ', ' if key else ''}b1.a0, b2.a0 AS again FROM blk b1 " \
+                f"JOIN blk b2{on}"
+    elif choice == 3:  # reads a private table outside the block: refused
+        outer = "SELECT blk.a0, u.n FROM blk, u"
+    else:
+        outer = f"SELECT {key + ', ' if key else ''}a{n_aggregates - 1} FROM blk"
+    if (key and choice in (0, 1, 2, 4)) or outer.startswith("SELECT blk.pid"):
+        # (the fuzzer compares the labels in order)
+        outer += f" ORDER BY {'b1.' if choice == 2 else 'blk.' if choice == 5 else ''}{key}"
+    if choice == 2 or draw(st.booleans()):
+        return f"WITH blk AS ({block}) {outer}"
+    return outer.replace("FROM blk", f"FROM ({block}) blk")
+
+
 @st.composite
 def queries(draw) -> Query:
     params: list[Any] = []
@@ -254,6 +293,12 @@ def queries(draw) -> Query:
     conditions = []
     if draw(st.integers(0, 3)):
         conditions.append(_predicate(draw, params, alias))
+    if draw(st.integers(0, 7)) == 0:  # a scalar aggregate threshold (released first)
+        scalar = draw(st.sampled_from(SCALARS))
+        if "?" in scalar:
+            params.append(draw(st.sampled_from(PARAMS)))
+        conditions.append(f"{_col(draw, alias)[0]} {draw(st.sampled_from(['>', '=', '<']))} "
+                          f"{scalar.replace('t.id', f'{alias}.id')}")
     if draw(st.integers(0, 20)) == 20:  # a long AND chain (class 11); shrinks away
         conditions += [f"{alias}.n <> {i}" for i in range(draw(st.sampled_from([50, 300])))]
     where = ""
@@ -266,9 +311,16 @@ def queries(draw) -> Query:
         name, body = source[len("__WITH__"):].split("__", 1)
         with_ = f"WITH {name} AS {body} "
         source = f"{name} d"
+    # (a computed key has no plain column name for the outer query to read)
+    block = not with_ and by is None and draw(st.integers(0, 5)) == 0
+    if block:  # the aggregate in a CTE or derived table, post-processed outside (named)
+        select = ", ".join(([group] if group else [])
+                           + [f"{a} AS a{i}" for i, a in enumerate(aggregates)])
     sql = f"{with_}SELECT {select} FROM {source}{where}"
     if group:
         sql += f" GROUP BY {by or group}"
+    if block:
+        sql = _post_processing(draw, sql, group, len(aggregates), params)
     # qmark order follows the text; _value appended in generation order, which is text order
     # except inside the WITH (generated first, also first in the text)
     return Query(sql, params)

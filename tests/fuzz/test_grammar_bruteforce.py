@@ -143,3 +143,39 @@ def test_local_sensitivity_at_most_es0_over_the_grammar(query, db):
         assert per_bin <= _tol(es0) and l1 <= _tol(es0), (
             f"PRIVACY BUG: {sql}\n  D = {_fmt(db)}\n  neighbour: {what}\n"
             f"  q(D) = {base}, q(D') = {answer}: change {per_bin} (L1 {l1}) > ES(0) = {es0}")
+
+
+@settings(max_examples=max(EXAMPLES // 4, 5), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(query=grammar_queries(), db=databases(hi=4),
+       op=st.sampled_from(["<", ">=", "="]), constants=st.lists(
+           st.sampled_from([-1, 0, 1, 1.5, 2, 3, 4]), min_size=1, max_size=3, unique=True))
+def test_two_phase_sensitivity_holds_for_every_value_of_the_scalar(query, db, op, constants):
+    """A scalar aggregate threshold (dpsql.analysis.blocks, two phases): the outer query's ES(0)
+    is computed with the subquery as a parameter, and must bound its local sensitivity
+    whatever (noisy) value the parameter takes."""
+    import sqlglot
+
+    from dpsql.analysis.blocks import BlockQuery, analyze_request
+
+    sql, histogram = query
+    tree = sqlglot.parse_one(sql, dialect="duckdb")
+    alias = "d" if ") d" in sql else "a"
+    scalar = "(SELECT COUNT(*) FROM b WHERE b.x > 1)"
+    template = tree.copy().where(f"{alias}.y {op} {scalar}").sql(dialect="duckdb")
+    try:
+        request = analyze_request(template, exact_metadata(db))
+    except Error:
+        assume(False)
+        return
+    assert isinstance(request, BlockQuery) and request.final is not None
+    es0 = request.final.measurements[0].sensitivity.at(0)
+    others = list(neighbours(db, PRIVATE))
+    for c in constants:
+        fixed = tree.copy().where(f"{alias}.y {op} {c}").sql(dialect="duckdb")
+        base, *answers = run_all(fixed, [db, *(o for _, o in others)], histogram=histogram)
+        for (what, _), answer in zip(others, answers, strict=True):
+            per_bin, l1 = change(base, answer)
+            assert per_bin <= _tol(es0) and l1 <= _tol(es0), (
+                f"PRIVACY BUG: {template} with the scalar = {c}\n  D = {_fmt(db)}\n"
+                f"  neighbour: {what}\n  q(D) = {base}, q(D') = {answer} > ES(0) = {es0}")

@@ -82,3 +82,39 @@ def test_public_measurements_get_no_share_and_no_noise():
     assert [p.epsilon for p in plan_noise(only_public, None)] == [0.0]
     with pytest.raises(Exception, match="no epsilon"):
         plan_noise(mixed, None)
+
+
+# --------------------------------------------------------------------------- split_budget
+
+
+def test_split_budget_gives_every_private_measurement_the_same_share():
+    from dpsql.noise.plan import split_budget
+
+    md = shop(100)
+    count = analyze("SELECT COUNT(*) FROM orders", md)  # 1 pure
+    avg = analyze("SELECT AVG(cost) FROM orders", md)  # 2 pure (SUM and COUNT)
+    join = analyze("SELECT COUNT(*) FROM orders o JOIN recs r "
+                   "ON o.customer_id = r.customer_id", md)  # 1 smoothed
+    shares = split_budget([count, avg, join], Budget(0.8, 1e-6))
+    assert [s.epsilon for s in shares] == pytest.approx([0.2, 0.4, 0.2])
+    assert [s.delta for s in shares] == [0.0, 0.0, 1e-6]  # delta to smoothed ones only
+    plans = [p for a, s in zip([count, avg, join], shares, strict=True)
+             for p in plan_noise(a, s)]
+    assert [p.epsilon for p in plans] == pytest.approx([0.2] * 4)
+    assert math.fsum(p.epsilon for p in plans) == pytest.approx(0.8)
+
+
+def test_split_budget_leaves_public_releases_free_and_needs_epsilon_otherwise():
+    from dpsql.budget import Budget as B
+    from dpsql.errors import ProgrammingError
+    from dpsql.noise.plan import split_budget
+
+    md = typed(Metadata(tables={
+        "p": Table("p", {"x": Column("x", bounds=(0.0, 1.0))}, public=True),
+        "orders": shop(1).tables["orders"]}))
+    public = analyze("SELECT COUNT(*) FROM p", md)
+    private = analyze("SELECT COUNT(*) FROM orders", md)
+    assert split_budget([public], None) == (None,)
+    assert split_budget([public, private], B(1.0)) == (None, B(1.0, 0.0))
+    with pytest.raises(ProgrammingError, match="no epsilon"):
+        split_budget([public, private], None)

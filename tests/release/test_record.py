@@ -76,3 +76,22 @@ def test_a_variance_column_states_its_post_processing():
     # the even split gives each 1/5
     assert len(plans) == 5 and var.epsilon == pytest.approx(3 / 5)
     assert var.half_width_95 is None  # not one measurement
+
+
+def test_combined_record_sums_the_parts_and_prefixes_their_columns():
+    from dpsql.release.record import combined_record
+
+    a = analyze("SELECT COUNT(*) AS n FROM t", BOTH)
+    b = analyze("SELECT AVG(v) AS m FROM t", BOTH)
+    pa = plan_noise(a, Budget(0.25))
+    pb = plan_noise(b, Budget(0.5))
+    record = combined_record([
+        ("a", (ColumnSource("n", (0,), True),), pa, 1),
+        ("", (ColumnSource("m", (0, 1), False),), pb, 1),
+    ], "f")
+    assert [c.name for c in record.columns] == ["a.n", "m"]
+    assert record.epsilon == pytest.approx(0.75) and record.delta == 0.0
+    assert [c.epsilon for c in record.columns] == pytest.approx([0.25, 0.5])
+    assert record.columns[0].half_width_95 is not None  # one pure bare COUNT
+    assert record.columns[1].half_width_95 is None  # AVG: two measurements
+    assert record.mechanism == "discrete_laplace+snapped_laplace"

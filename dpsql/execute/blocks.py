@@ -1,0 +1,225 @@
+"""Running a query of several releases (dpsql.analysis.blocks): its plans, and the work after
+the charge.
+
+:func:`prepare_blocks` plans and compiles every release of a :class:`BlockQuery` (each block,
+then the final query of a two-phase one) and the post-processing query; nothing reads data.
+:func:`compute` is what the session runs once the request is charged:
+
+* *blocks, then post-processing*: every block's exact values are read first (a failure there
+  is before any noise: refunded), then each block is noised and post-processed into its table
+  ``__b<i>`` in the post-processing DuckDB, and the analyst's outer query runs over those
+  tables only;
+* *two phases*: each scalar block is read, noised and post-processed into its one value;
+  then the final query's exact values are read with those noisy values bound as its trailing
+  parameters, noised and post-processed. From the first noise on, a failure stands charged
+  (the session's rule: it may depend on noisy values).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property, partial
+from typing import Any
+
+import numpy as np
+from sqlglot import exp
+
+from dpsql.analysis.blocks import BlockQuery, Outputs
+from dpsql.analysis.elastic import QueryAnalysis
+from dpsql.analysis.parse import DIALECT
+from dpsql.backends.base import Backend
+from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.execute.exact import CompiledPlan, compile_plan, read_bins
+from dpsql.execute.layout import Bins, Domains
+from dpsql.execute.post import PostProcessor, Rows
+from dpsql.metadata import Metadata
+from dpsql.noise import mechanisms
+from dpsql.noise.apply import noisy_values
+from dpsql.noise.plan import NoisePlan, is_public_query
+from dpsql.release.record import ColumnSource
+from dpsql.rewrite.context import StoredData
+from dpsql.rewrite.parameters import used_params
+from dpsql.rewrite.plan import plan_execution
+from dpsql.rewrite.post import post_processing_sql
+
+
+@dataclass(frozen=True)
+class Part:
+    """One release of the request: a block, or the final query of a two-phase one."""
+
+    label: str  # the record's prefix: the block's name, "" for the final query
+    table: str | None  # blocks, then post-processing: the table of its noisy rows
+    analysis: QueryAnalysis
+    compiled: CompiledPlan
+    columns: tuple[ColumnSource, ...]
+
+
+@dataclass(frozen=True)
+class PublicRead:
+    """A public table the post-processing query reads: its declared columns and types, and
+    the backend's query reading them."""
+
+    table: str
+    columns: tuple[str, ...]
+    types: tuple[str | None, ...]
+    compiled: str
+
+
+#: a public table's rows as read: (table, columns, types, rows)
+PublicRows = tuple[str, tuple[str, ...], tuple[str | None, ...], list[tuple[Any, ...]]]
+
+
+@dataclass(frozen=True)
+class PreparedBlocks:
+    """A planned and compiled query of several releases (the session's ``Prepared`` for it)."""
+
+    request: BlockQuery
+    parts: tuple[Part, ...]  # the blocks in order, then the final query (two phases)
+    fingerprint: str
+    post_sql: str | None  # blocks, then post-processing: the analyst's query over __b<i>
+    post_params: tuple[int, ...] = ()
+    #: the public tables ``post_sql`` reads, copied in before the charge
+    public_reads: tuple[PublicRead, ...] = ()
+
+    @property
+    def qualified_sql(self) -> str:
+        return self.request.qualified_sql
+
+    @property
+    def tables(self) -> frozenset[str]:
+        return self.request.tables
+
+    @property
+    def analysis(self) -> QueryAnalysis | Outputs:
+        return self.request.analysis
+
+    @property
+    def n_params(self) -> int:
+        return self.request.n_params
+
+    @property
+    def n_scalars(self) -> int:
+        """Two phases: the scalar blocks, bound as parameters n_params.. of the final query."""
+        return len(self.request.blocks) if self.request.final is not None else 0
+
+    @cached_property
+    def public(self) -> bool:
+        return all(is_public_query(p.analysis) for p in self.parts)
+
+    def part_params(self, i: int, values: Sequence[Any]) -> list[Any]:
+        """The parameters part ``i`` is planned against (before phase 1: the scalars as 0.0,
+        which only the final query's exact query and the binder check read)."""
+        values = list(values)
+        if self.request.final is not None and i == len(self.parts) - 1:
+            values += [0.0] * self.n_scalars
+        return values
+
+
+def _sources(analysis: QueryAnalysis) -> tuple[ColumnSource, ...]:
+    return tuple(ColumnSource(c.name, c.measurements, c.bare_aggregate)
+                 for c in analysis.columns)
+
+
+def prepare_blocks(request: BlockQuery, backend: Backend, metadata: Metadata,
+                   stored: StoredData | None) -> PreparedBlocks:
+    """Plan and compile every release of ``request`` (reads no data; raises the planner's
+    and the backend's refusals, which depend on the SQL and metadata alone)."""
+    parts: list[Part] = []
+    for block in request.blocks:
+        plan = plan_execution(block.analysis, metadata, stored)
+        parts.append(Part(block.name, None if request.final is not None else block.table,
+                          block.analysis, compile_plan(backend, plan), _sources(block.analysis)))
+    if request.final is not None:
+        plan = plan_execution(request.final, metadata, stored)
+        scalars = set(range(request.n_params, request.n_params + len(request.blocks)))
+        if scalars & set(plan.domain_params):
+            # the bins would be narrowed by a noisy value, and the bin count is checked before
+            # the charge, when no noisy value exists yet
+            raise NotSupportedError(
+                "a scalar aggregate subquery is compared with a GROUP BY key, so which bins "
+                "exist would depend on its noisy value: compare it with an aggregate (HAVING) "
+                "or with a column that is not a key"
+            )
+        parts.append(Part("", None, request.final, compile_plan(backend, plan),
+                          _sources(request.final)))
+    post_sql = None
+    reads = []
+    if request.post is not None:
+        post_sql = request.post.sql(dialect=DIALECT)
+        for name in request.public_tables:
+            declared = metadata.table(name).columns.values()
+            columns = tuple(c.name for c in declared)
+            select = exp.select(*(exp.column(c, quoted=True) for c in columns)).from_(
+                exp.table_(name, quoted=True))
+            reads.append(PublicRead(name, columns, tuple(c.type for c in declared),
+                                    backend.compile(select.sql(dialect=DIALECT))))
+    text = "\n".join([*(p.compiled.plan.normal_form for p in parts),
+                      *(p.compiled.plan.post_sql or "" for p in parts), post_sql or ""])
+    return PreparedBlocks(request, tuple(parts), hashlib.sha256(text.encode()).hexdigest()[:16],
+                          post_sql, used_params(post_sql) if post_sql else (), tuple(reads))
+
+
+def read_public(backend: Backend, prepared: PreparedBlocks) -> list[PublicRows]:
+    """The rows of every public table the post-processing query reads (public data: read
+    before the charge, like the domains)."""
+    out = []
+    for read in prepared.public_reads:
+        rows, _ = backend.execute(read.compiled, {})
+        out.append((read.table, read.columns, read.types, rows))
+    return out
+
+
+def compute(backend: Backend, post: PostProcessor, prepared: PreparedBlocks,
+            values: list[Any], plans: Sequence[tuple[NoisePlan, ...]],
+            domains: Sequence[Domains], sampler: mechanisms.Sampler | None,
+            noise_drawn: Callable[[], None], public: Sequence[PublicRows] = ()) -> Rows:
+    """The analyst's rows (module docstring). Call only once the request is charged;
+    ``noise_drawn`` is called before the first noise is drawn."""
+    parts = prepared.parts
+    if prepared.post_sql is not None:
+        bins = [read_bins(backend, p.compiled, values, d)
+                for p, d in zip(parts, domains, strict=True)]
+        noise_drawn()
+        tables = []
+        for part, b, part_plans in zip(parts, bins, plans, strict=True):
+            assert part.table is not None
+            tables.append((part.table, _post_sql(part), b, _noised(b, part_plans, sampler)))
+        return post.over_tables(tables, values, prepared.post_sql, prepared.post_params,
+                                prepared.request.output_names, public)
+    scalars: list[Any] = []
+    for i, part in enumerate(parts[:-1]):
+        b = read_bins(backend, part.compiled, values, domains[i])
+        noise_drawn()
+        _, _, rows = post.rows(part.compiled.plan, b, _noised(b, plans[i], sampler), values,
+                               partial(post_processing_sql, part.analysis))
+        scalars.append(_scalar(rows, part.label))
+    final = parts[-1]
+    bound = list(values) + scalars
+    b = read_bins(backend, final.compiled, bound, domains[-1])
+    noise_drawn()
+    return post.rows(final.compiled.plan, b, _noised(b, plans[-1], sampler), bound,
+                     lambda: post_processing_sql(final.analysis))
+
+
+def _noised(bins: Bins, plans: tuple[NoisePlan, ...],
+            sampler: mechanisms.Sampler | None) -> list[np.ndarray]:
+    return [noisy_values(bins.exact[j], plans[j], sampler) for j in range(len(plans))]
+
+
+def _post_sql(part: Part) -> tuple[str, tuple[int, ...]]:
+    plan = part.compiled.plan
+    if plan.post_sql is not None:
+        return plan.post_sql, plan.post_params
+    return post_processing_sql(part.analysis)
+
+
+def _scalar(rows: list[tuple[Any, ...]], label: str) -> Any:
+    """A scalar subquery's value: NULL without a row (its HAVING dropped it), as in SQL."""
+    if not rows:
+        return None
+    if len(rows) != 1 or len(rows[0]) != 1:  # the analysis allows one column, no GROUP BY
+        raise ProgrammingError(f"the scalar subquery {label} returned {len(rows)} rows")
+    value = rows[0][0]
+    return value.item() if isinstance(value, np.generic) else value
