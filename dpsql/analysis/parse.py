@@ -22,8 +22,8 @@ from sqlglot.schema import MappingSchema
 
 from dpsql.analysis import hygiene
 from dpsql.analysis.allowlist import DEFAULT_SCHEMAS, check_allowed
-from dpsql.analysis.syntax import syntax_error
 from dpsql.analysis.outputs import rename_duplicate_outputs
+from dpsql.analysis.syntax import syntax_error
 from dpsql.errors import ProgrammingError, UnsupportedQueryError
 from dpsql.metadata import Metadata
 
