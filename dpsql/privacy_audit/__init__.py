@@ -29,7 +29,7 @@ import numpy as np
 
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.backends.replay import ReplayBackend
-from dpsql.errors import ProgrammingError
+from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.execute.exact import read_exact
 from dpsql.metadata import Metadata
 from dpsql.noise.mechanisms import Sampler
@@ -42,7 +42,7 @@ from dpsql.privacy_audit.neighbours import (
     rows_to_try,
     spread_rowids,
 )
-from dpsql.session import Session
+from dpsql.session import Prepared, Session
 
 __all__ = ["AuditReport", "audit"]
 
@@ -68,14 +68,24 @@ class AuditReport:
         return "fail" if self.bounds.max_divergence > self.epsilon else "pass"
 
 
-def _exact_vector(session: Session, sql: str, params: Sequence[Any]) -> np.ndarray:
+def _single_release(session: Session, sql: str) -> Prepared:
     prepared = session.prepare(sql)
+    if not isinstance(prepared, Prepared):
+        raise NotSupportedError(
+            "the audit runs single-release queries: a query with aggregates in CTEs or derived "
+            "tables, or with scalar subqueries, is released in several parts; audit each "
+            "part's aggregate SELECT on its own")
+    return prepared
+
+
+def _exact_vector(session: Session, sql: str, params: Sequence[Any]) -> np.ndarray:
+    prepared = _single_release(session, sql)
     bins = read_exact(session.backend, prepared.compiled, params)
     return np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in bins.exact])
 
 
 def _rows_by_key(session: Session, sql: str, rows: list[tuple]) -> dict[tuple, tuple]:
-    columns = session.prepare(sql).analysis.columns
+    columns = _single_release(session, sql).analysis.columns
     keys = [i for i, c in enumerate(columns) if c.kind == "group_key"]
     if not keys:
         return {(i,): row for i, row in enumerate(rows)}
@@ -142,7 +152,7 @@ def audit(database: str | Path, metadata: Metadata, sql: str, params: Sequence[A
     database = Path(database)
     original = Session(metadata, DuckDBBackend(database, metadata))
     try:
-        prepared = original.prepare(sql)
+        prepared = _single_release(original, sql)
         private = sorted(t for t in prepared.tables
                          if not metadata.table(t).public and not metadata.table(t).source)
         if not private:

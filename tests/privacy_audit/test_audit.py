@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from dpsql.errors import ProgrammingError, UnsupportedQueryError
+from dpsql.errors import NotSupportedError, ProgrammingError, UnsupportedQueryError
 from dpsql.metadata import loads_metadata
 from dpsql.noise.mechanisms import discrete_laplace
 from dpsql.privacy_audit import audit
@@ -88,3 +88,6 @@ def test_queries_with_nothing_to_audit_are_refused(world):
         audit(database, metadata, "SELECT COUNT(*) FROM p", epsilon=1.0)
     with pytest.raises(UnsupportedQueryError):
         audit(database, metadata, "SELECT v FROM t", epsilon=1.0)
+    with pytest.raises(NotSupportedError, match="single-release"):
+        audit(database, metadata, "WITH c AS (SELECT COUNT(*) AS n FROM t) SELECT n * 2 FROM c",
+              epsilon=1.0)
