@@ -2,9 +2,8 @@
 
 :class:`JoinBuilder` is the part of the analyzer (dpsql.analysis.relations.Analyzer) that
 combines two relations: an inner equijoin (rules.join_stability, min over equi-conjuncts), a
-LEFT / RIGHT / FULL equijoin (rules.outer_join_stability, rules.full_join_stability, keys
-from its ON only) or a semi/anti-join (rules.semijoin_stability). Other join kinds are refused
-(_check_join_kind).
+LEFT / RIGHT / FULL equijoin (its OuterJoinBuilder half, dpsql.analysis.outer_joins) or a
+semi/anti-join (rules.semijoin_stability). Other join kinds are refused (_check_join_kind).
 Every key equality's types are checked with
 dpsql.analysis.keytypes: mf(a) bounds the rows matching one value only when ``a = b`` compares
 the stored values without a lossy cast.
@@ -21,10 +20,11 @@ from dpsql.analysis.checks import has_aggregate, in_same_select, mf_str, sql_tex
 from dpsql.analysis.kexpr import KExpr, is_zero
 from dpsql.analysis.keytypes import collation, comparable, mark_comparable, normalise, type_name
 from dpsql.analysis.model import ColumnFacts, Derivation, Relation
+from dpsql.analysis.outer_joins import OuterJoinBuilder
 from dpsql.errors import AggregateArithmeticError, MissingMetricError, UnsupportedConstructError
 
 
-class JoinBuilder:
+class JoinBuilder(OuterJoinBuilder):
     """Join and semi-join construction; mixed into the analyzer, whose state it uses:
     ``used_mf`` (max frequencies the bound read), ``unchecked`` (key equalities of unknown
     types) and ``allow_unknown_key_types``."""
@@ -76,29 +76,6 @@ class JoinBuilder:
         if join.args.get("using"):
             raise UnsupportedConstructError("JOIN ... USING could not be resolved: write ON a = b")
         return side
-
-    @staticmethod
-    def _check_outer_on(join: exp.Join, left_aliases: set[str], alias: str) -> None:
-        """An outer join's ON may read only the tables joined before it and the joined one.
-
-        The outer-join rule bounds each kept row's matches by the other side's key mf; a
-        column of a table joined later (a comma join dpsql reorders, or a correlated outer
-        query) would make the matches depend on rows the rule does not see.
-        """
-        on = join.args.get("on")
-        side = (join.side or "").upper()
-        if on is None:
-            raise UnsupportedConstructError(
-                f"{side} JOIN {alias} has no ON condition: write {side} JOIN ... ON a.x = b.y"
-            )
-        allowed = left_aliases | {alias}
-        for col in on.find_all(exp.Column):
-            if col.table not in allowed:
-                raise UnsupportedConstructError(
-                    f"the ON condition of {side} JOIN {alias} reads {sql_text(col)}, which is "
-                    "not a column of the tables joined before it or of the joined one: list "
-                    "the tables in join order (FROM a JOIN b ON ... LEFT JOIN c ON ...)"
-                )
 
     def _equi_keys(self, conjuncts, left_aliases, right_aliases):
         keys: list[tuple[tuple[str, str], tuple[str, str]]] = []
@@ -189,76 +166,6 @@ class JoinBuilder:
         if len(keys) > 1:
             rule += "; min over the equi-conjuncts"
         tree = Derivation(f"JOIN {alias}", stability, (rule, *details), (left.tree, right.tree))
-        return Relation(stability, cols, left.ancestors | right.ancestors, tree)
-
-    def outer_join(self, left: Relation, right: Relation, keys, alias: str,
-                   side: str) -> Relation:
-        """``left LEFT | RIGHT | FULL JOIN right`` on ``keys`` (``side``): rules.
-        outer_join_stability (LEFT; RIGHT mirrored) or rules.full_join_stability (FULL); with
-        several conjuncts, the smallest known mf on each side.
-
-        A kept side's columns keep mf·max(1, mf of the other side's key); a null-extended
-        side's columns lose mf (rules.outer_join_nullable_mf; FULL: both sides). Every key
-        equality decides which rows are null-extended, so every key's types are checked
-        whenever a private row is involved.
-        """
-        shared = bool(left.ancestors & right.ancestors)
-        s1, s2 = left.stability, right.stability
-        private = not (is_zero(s1) and is_zero(s2))
-        a_mfs: list[KExpr] = []  # mf_k of the left side's keys
-        b_mfs: list[KExpr] = []  # mf_k of the right side's keys
-        details: list[str] = []
-        for (a, b) in keys:
-            mfa, mfb = left.facts(a).mf, right.facts(b).mf
-            a_s, b_s = ".".join(a), ".".join(b)
-            self._check_key_types(a_s, left.facts(a), b_s, right.facts(b), "join", used=private)
-            details.append(f"mf_k({a_s}) = {mf_str(mfa)}, mf_k({b_s}) = {mf_str(mfb)}")
-            self._note_mf(a_s, mfa)
-            self._note_mf(b_s, mfb)
-            if mfa is not None:
-                a_mfs.append(mfa)
-            if mfb is not None:
-                b_mfs.append(mfb)
-        # the left key's mf multiplies S(right), the right key's S(left) (as for inner joins)
-        for mfs, s_other, keyed in ((a_mfs, s2, 0), (b_mfs, s1, 1)):
-            if not mfs and not is_zero(s_other):
-                name = "/".join(".".join(k[keyed]) for k in keys)
-                raise MissingMetricError(
-                    f"{side} JOIN key {name} has no max frequency (or is derived, or comes "
-                    "from the null-extended side of an earlier outer join): declare "
-                    "max_freq for it in the metadata, or join on a column that has one"
-                )
-        mf_a = rules.join_key_factor(a_mfs)
-        mf_b = rules.join_key_factor(b_mfs)
-        if side == "FULL":
-            stability = rules.full_join_stability(mf_a, s2, mf_b, s1, shared)
-            kept_left = kept_right = False
-            rule = ("FULL JOIN: (max(1, mf(a)) + mf(a))*S2 + (max(1, mf(b)) + mf(b))*S1 + S1*S2"
-                    if shared else
-                    "FULL JOIN: max((max(1, mf(a)) + mf(a))*S2, (max(1, mf(b)) + mf(b))*S1)")
-        else:
-            kept_left, kept_right = side == "LEFT", side == "RIGHT"
-            if kept_left:
-                stability = rules.outer_join_stability(mf_a, s2, mf_b, s1, shared)
-            else:
-                stability = rules.outer_join_stability(mf_b, s1, mf_a, s2, shared)
-            kept = "left" if kept_left else "right"
-            rule = (f"{side} JOIN ({kept} side kept): 2*mf(kept key)*S(other) + "
-                    "max(1, mf(other key))*S(kept) + S(kept)*S(other)") if shared else (
-                    f"{side} JOIN ({kept} side kept): max(2*mf(kept key)*S(other), "
-                    "max(1, mf(other key))*S(kept))")
-        if shared:
-            rule += f" (shared ancestor {', '.join(sorted(left.ancestors & right.ancestors))})"
-        if len(keys) > 1:
-            rule += "; smallest mf over the equi-conjuncts"
-        cols: dict[tuple[str, str], ColumnFacts] = {}
-        for rel, kept_side, factor in ((left, kept_left, mf_b), (right, kept_right, mf_a)):
-            for k, f in rel.columns.items():
-                mf = (rules.outer_join_preserved_mf(f.mf, factor) if kept_side
-                      else rules.outer_join_nullable_mf())
-                cols[k] = f.with_mf(mf)
-        tree = Derivation(f"{side} JOIN {alias}", stability, (rule, *details),
-                          (left.tree, right.tree))
         return Relation(stability, cols, left.ancestors | right.ancestors, tree)
 
     def _check_key_types(

@@ -8,7 +8,8 @@ Two kinds of test per rule:
   which the rule's bound at k = 0 is reached exactly, so a smaller bound would be unsound. The
   end-to-end brute force over all neighbours of small databases, through DuckDB, is in
   tests/bruteforce/test_soundness.py (joins, self-joins, grouped subqueries, semi/anti-joins,
-  UNION ALL, SUM) and tests/fuzz/test_grammar_bruteforce.py.
+  UNION ALL, SUM), tests/bruteforce/test_outer_joins.py (LEFT / RIGHT / FULL joins) and
+  tests/fuzz/test_grammar_bruteforce.py.
 """
 
 from __future__ import annotations

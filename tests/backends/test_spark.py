@@ -19,7 +19,12 @@ from dpsql.errors import NotSupportedError, OperationalError, ProgrammingError
 from dpsql.metadata import loads_metadata
 from dpsql.session import Session
 from tests.recording import export_parquet, with_sources
-from tests.rewrite.test_rewrite_equivalence import BROKEN, NOT_IN_OVER_NULL, QUERIES
+from tests.rewrite.test_rewrite_equivalence import (
+    BROKEN,
+    NOT_IN_OVER_NULL,
+    NULL_EXTENDED_GROUP,
+    QUERIES,
+)
 from tests.shared_data import needs_pums
 
 # --------------------------------------------------------------------------- translation
@@ -122,7 +127,8 @@ def backends(shop, sources, spark):
 
 EXACT_CASES = [pytest.param(sql, params, id=name) for name, sql, params, _ in QUERIES] + [
     pytest.param(p.values[0], (), id=p.id) for p in BROKEN] + [
-    pytest.param(NOT_IN_OVER_NULL, (), id="not_in_over_null")]
+    pytest.param(NOT_IN_OVER_NULL, (), id="not_in_over_null"),
+    pytest.param(NULL_EXTENDED_GROUP, (), id="null_extended_group_key")]
 
 
 @pytest.mark.spark

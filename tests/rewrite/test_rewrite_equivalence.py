@@ -323,12 +323,16 @@ def test_zero_noise_answer_equals_duckdb_for_computed_subquery_expressions(engin
 # --------------------------------------------------------------------------- domains
 
 
+#: grouped by a column of a LEFT JOIN's null-extended side (Spark: tests/backends/test_spark.py)
+NULL_EXTENDED_GROUP = ("SELECT c.segment, COUNT(*) AS n FROM recommendations r LEFT JOIN "
+                       "customers c ON r.customer_id = c.customer_id GROUP BY c.segment")
+
+
 def test_null_extended_group_key_drops_its_null_bin(engine, reference):
     """Grouping by a column of a LEFT JOIN's null-extended side: the NULL group of unmatched
     rows is not a declared domain value, so it is dropped like any value outside the domain;
     every declared bin equals DuckDB's."""
-    sql = ("SELECT c.segment, COUNT(*) AS n FROM recommendations r LEFT JOIN customers c "
-           "ON r.customer_id = c.customer_id GROUP BY c.segment")
+    sql = NULL_EXTENDED_GROUP
     result = engine[0].run(sql, epsilon=EPSILON, delta=DELTA)
     want, _ = _reference(reference, sql, [])
     assert any(row[0] is None and row[1] > 0 for row in want)  # unmatched recommendations

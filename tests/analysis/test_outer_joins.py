@@ -1,4 +1,4 @@
-"""LEFT / RIGHT / FULL JOIN in the analyzer (dpsql.analysis.joins.JoinBuilder.outer_join): exact ES,
+"""LEFT / RIGHT / FULL JOIN in the analyzer (dpsql.analysis.outer_joins): exact ES,
 which side keeps its max frequencies, key-type checks, and the refusals around outer joins.
 
 The rule itself is tested in tests/analysis/test_rules.py (exact and attained) and by brute
