@@ -99,6 +99,9 @@ CASES = [
     ("expression_over_computed_key",
      "SELECT EXTRACT(year FROM d) + 1 AS y1, COUNT(*) AS n FROM ev "
      "GROUP BY EXTRACT(year FROM d)", [(2021,), (2022,)], False),
+    ("having_and_order_by_the_computed_key",
+     "SELECT YEAR(d) AS y, COUNT(*) AS n FROM ev GROUP BY y HAVING y > 2020 "
+     "ORDER BY YEAR(d) DESC", [(2021,)], True),
     ("two_keys", "SELECT YEAR(d) AS y, kind, COUNT(*) AS n FROM ev GROUP BY y, kind",
      [(y, k) for y in (2020, 2021) for k in "abc"], False),
     ("timestamp_day", "SELECT CAST(ts AS DATE) AS day, COUNT(*) AS n FROM ev GROUP BY day",
