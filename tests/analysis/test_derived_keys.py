@@ -202,6 +202,8 @@ def test_histogram_sensitivity_is_unchanged():
     ("SELECT ts, COUNT(*) FROM e GROUP BY 1", ["time of day"]),
     ("SELECT YEAR(nd), COUNT(*) FROM e GROUP BY 1", ["type is unknown", "DATE"]),
     ("SELECT CASE WHEN w > 1 THEN w END, COUNT(*) FROM e GROUP BY 1", ["e.w"]),
+    ("SELECT COUNT(*) FROM e GROUP BY COUNT(*)", ["cannot contain an aggregate"]),
+    ("SELECT COUNT(*) FROM e GROUP BY SUM(v) + 1", ["cannot contain an aggregate"]),
     ("SELECT t.k, COUNT(*) FROM (SELECT w + 1 AS k FROM e) t GROUP BY t.k",
      ["no declared or derivable domain"]),
     ("SELECT t.n, COUNT(*) FROM (SELECT x, COUNT(*) AS n FROM e GROUP BY x) t GROUP BY t.n",
