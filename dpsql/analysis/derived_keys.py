@@ -102,6 +102,11 @@ def derive_key(node: exp.Expression, columns: Mapping[tuple[str, str], object],
     are ``columns`` (``(alias, column) -> ColumnFacts``); raises ``ProtectedBinError`` when
     none is derivable (module contract)."""
     what = _Lazy(node)
+    if node.find(exp.AggFunc, exp.Star, exp.Window, exp.Query) is not None:
+        raise ProtectedBinError(
+            f"GROUP BY {what}: a group key cannot contain an aggregate, * or a subquery: group "
+            "by a column or an expression of one"
+        )
     if node.find(exp.Placeholder) is not None:
         raise ProtectedBinError(
             f"GROUP BY {what}: a parameter inside a computed key would make its bins depend "
@@ -131,7 +136,7 @@ def may_derive(node: exp.Expression, columns: Mapping[tuple[str, str], object],
     succeed on ``node``: one input, a constant CASE or a column with a derived domain, a
     declared domain (or a public table's) or day bounds. The analyzer runs it on every
     computed column of a subquery before :func:`derive_key`."""
-    if node.find(exp.Placeholder) is not None:
+    if node.find(exp.Placeholder, exp.AggFunc, exp.Star, exp.Window, exp.Query) is not None:
         return False
     found = _find_inputs(node)
     if not found:

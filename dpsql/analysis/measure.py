@@ -176,6 +176,8 @@ def _check_over_keys_or_aggs(node, key_sql, clause: str, aliases: set[str]) -> N
             continue
         if key_of(col) in key_sql or (not col.table and col.name in aliases):
             continue
+        if any(key_of(a) in key_sql for a in _ancestors(col, node)):
+            continue  # inside a computed key (HAVING y > 1995, y = YEAR(d), qualified)
         raise UnsupportedQueryError(
             f"{clause} uses {sql_text(col)}, which is neither a GROUP BY key nor an aggregate: "
             "use a key or an aggregate of it"

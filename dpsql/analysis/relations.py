@@ -253,9 +253,13 @@ class Analyzer(JoinBuilder):
                                                   derived_domain=facts.derived_domain)
                 else:
                     check_aggregate_args(inner)
-                    out[("", name)] = replace(ColumnFacts.derived(
-                        from_aggregate=has_aggregate(inner), type=derived_type(inner)
-                    ), derived_domain=self._derived_domain(inner, rel, key_sql))
+                    from_agg = has_aggregate(inner)
+                    out[("", name)] = ColumnFacts.derived(
+                        from_aggregate=from_agg, type=derived_type(inner)
+                    )
+                    found = None if from_agg else self._derived_domain(inner, rel, key_sql)
+                    if found is not None:  # a computed GROUP BY key of the subquery
+                        out[("", name)] = replace(out[("", name)], derived_domain=found)
             having = select.args.get("having")
             if grouped and not aggregated and not (having is not None and has_aggregate(having)):
                 # No aggregate anywhere: the output is the set of distinct keys, as SELECT

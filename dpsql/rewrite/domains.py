@@ -225,8 +225,9 @@ def derived_domain_relation(derived: DerivedDomain,
     input the expression fails on gives the NULL bin, as a row would).
 
     Inputs: a declared value list (cast to the input column's type), a public table's column
-    (DISTINCT), or every day between the day bounds (generate_series, cast to the column's
-    type). Public data and the query text only: the bins do not depend on private rows.
+    (DISTINCT, TRY_CAST to the key column's type), or every day between the day bounds
+    (generate_series, cast to the column's type). Public data and the query text only: the
+    bins do not depend on private rows.
 
     Narrowing, as for a plain key (:func:`_domain_relation`): when the input is a column the
     key's SELECT reads directly, its ``conditions`` (WHERE and inner-join conjuncts) reading
@@ -260,8 +261,14 @@ def _input_relation(derived: DerivedDomain) -> exp.Expression:
         return exp.Values(expressions=rows, alias=alias)
     if domain is not None:
         assert domain.table is not None and domain.column is not None
+        # the public column's values in the key column's type (a comparable type, perhaps
+        # another width: INTEGER against BIGINT), so the key's expression sees the same type
+        value: exp.Expression = exp.column(domain.column)
+        dtype = normalise(derived.input_type)
+        if dtype is not None:
+            value = exp.TryCast(this=value, to=copy_tree(dtype))
         distinct = exp.Select(
-            expressions=[exp.alias_(exp.column(domain.column), INPUT, copy=False)],
+            expressions=[exp.alias_(value, INPUT, copy=False)],
             from_=exp.From(this=_table(domain.table)),
         ).distinct(copy=False)
         return exp.Subquery(this=distinct, alias=exp.TableAlias(this=exp.to_identifier("__r")))

@@ -202,6 +202,8 @@ def test_histogram_sensitivity_is_unchanged():
     ("SELECT ts, COUNT(*) FROM e GROUP BY 1", ["time of day"]),
     ("SELECT YEAR(nd), COUNT(*) FROM e GROUP BY 1", ["type is unknown", "DATE"]),
     ("SELECT CASE WHEN w > 1 THEN w END, COUNT(*) FROM e GROUP BY 1", ["e.w"]),
+    ("SELECT COUNT(*) FROM e GROUP BY COUNT(*)", ["cannot contain an aggregate"]),
+    ("SELECT COUNT(*) FROM e GROUP BY SUM(v) + 1", ["cannot contain an aggregate"]),
     ("SELECT t.k, COUNT(*) FROM (SELECT w + 1 AS k FROM e) t GROUP BY t.k",
      ["no declared or derivable domain"]),
     ("SELECT t.n, COUNT(*) FROM (SELECT x, COUNT(*) AS n FROM e GROUP BY x) t GROUP BY t.n",
@@ -323,3 +325,24 @@ def test_explain_names_where_derived_bins_come_from():
                         MD, epsilon=1.0, delta=1e-6)
     assert "derived: YEAR(e.d) over the days 2020-01-01 .. 2021-12-31 of e.d" in text
     assert "derived: UPPER(e.s) over e.s's 3 listed values" in text
+
+
+def test_a_public_domain_of_a_narrower_type_is_read_in_the_key_columns_type():
+    # p.pid is INTEGER, the key column BIGINT: pid * 1e9 overflows INTEGER at 3, not BIGINT,
+    # and the key is computed on the BIGINT column, so the bins must be too
+    md = loads_metadata("""
+tables:
+  e:
+    columns:
+      pid: {releasable: true, domain: {table: p, column: pid}, type: BIGINT}
+  p:
+    public: true
+    columns:
+      pid: {max_freq: 1, type: INTEGER}
+""")
+    derived = analyze("SELECT pid * 1000000000 AS k, COUNT(*) FROM e GROUP BY k",
+                      md).group_keys[0].derived_domain
+    assert derived is not None
+    relation = derived_domain_relation(derived).sql(dialect=DIALECT)
+    got = [v for (v,) in _CON.execute(f"SELECT __v FROM ({relation}) ORDER BY __o").fetchall()]
+    assert got == [1_000_000_000, 2_000_000_000, 3_000_000_000]

@@ -54,3 +54,19 @@ def test_bad_day_bounds_are_refused(spec, words):
         _column(spec)
     for word in words:
         assert word in str(err.value), str(err.value)
+
+
+def test_metadata_build_suggests_day_bounds_as_a_comment():
+    import duckdb
+
+    from dpsql.metadata.build import build_metadata
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE o AS SELECT * FROM (VALUES (DATE '2021-03-04'), "
+                "(DATE '2020-01-02'), (NULL)) t(day)")
+    text = build_metadata(con)
+    con.close()
+    assert loads_metadata(text).tables["o"].columns["day"].date_bounds is None
+    assert "# bounds: ['2020-01-02', '2021-03-04']  # observed first/last day" in text
+    accepted = loads_metadata(text.replace("# bounds:", "bounds:"))
+    assert accepted.tables["o"].columns["day"].date_bounds == (D(2020, 1, 2), D(2021, 3, 4))
