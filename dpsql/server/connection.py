@@ -303,6 +303,7 @@ class ClientConnection(ExtendedQuery):
             raise errors.ProgrammingError(
                 "current transaction is aborted, commands ignored until end of transaction block")
         loop = asyncio.get_running_loop()
+        runner.begin_statement()
         self.running = runner.session.cancel
         try:
             answer = await loop.run_in_executor(self.server.executor, runner.answer, sql, params)

@@ -25,6 +25,7 @@ from dpsql.accounting.analysts import AnalystAccount
 from dpsql.analysis.hygiene import check_size
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.release.record import Release
+from dpsql.server.cancel import CancellableBackend
 from dpsql.server.catalog import (
     DEFAULT_SETTINGS,
     Catalog,
@@ -83,6 +84,13 @@ class StatementRunner:
         if self._catalog is None:
             self._catalog = Catalog(self.session.metadata, self.visible_tables, self.analyst)
         return self._catalog
+
+    def begin_statement(self) -> None:
+        """A statement is about to run: an earlier CancelRequest no longer applies (called on
+        the event loop's thread, which also delivers cancels; see dpsql.server.cancel)."""
+        backend = self.session.backend
+        if isinstance(backend, CancellableBackend):
+            backend.begin()
 
     def answer(self, sql: str, params: list[Any] | None = None) -> Answer:
         """The answer to one statement (raises dpsql's errors; the caller maps SQLSTATEs)."""
