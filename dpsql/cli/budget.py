@@ -76,12 +76,17 @@ def ledger_path(ledger: str | None, metadata: str | None) -> str:
     """The ledger a budget command acts on (see the module): ``ledger``, else the metadata's
     ``ledger:`` line, else ``$DPSQL_LEDGER``; a click.UsageError when none names one or
     ``ledger`` is not the metadata's."""
-    from dpsql.dbapi import same_file
-    from dpsql.metadata import load_metadata
+    named = None
+    if metadata is not None:
+        from dpsql.metadata import load_metadata
 
-    named = load_metadata(metadata).ledger if metadata is not None else None
+        named = load_metadata(metadata).ledger
+
+    def real(path: str) -> str:  # as dpsql.dbapi.same_file compares them (not imported: slow)
+        return os.path.realpath(os.path.expanduser(path))
+
     if ledger is not None:
-        if named is not None and not same_file(named, ledger):
+        if named is not None and real(named) != real(ledger):
             raise click.UsageError(
                 f"the metadata {metadata} names the ledger {named}, which its connections "
                 f"charge; --ledger {ledger} is another file (omit --ledger, or pass that one)")
