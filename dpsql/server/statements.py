@@ -104,7 +104,7 @@ class StatementRunner:
         if tree is not None:
             if params:
                 tree = _inline_params(tree, params)
-            got = self.catalog.run(tree)
+            got = self.catalog.run(tree, self.settings)
             return Answer(f"SELECT {len(got.rows)}", got.names, got.types, got.rows)
         return self._private(sql, params or [])
 
