@@ -371,15 +371,9 @@ class Ledger(AnalystBook, AuditBook):
             ).fetchone()
             if row is None:
                 return None
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                insert_event(conn, "cache hit", database=who[0], analyst=who[1],
-                             charge_id=row[1], detail=detail)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+            # one INSERT in autocommit mode: its own transaction (one call, not three)
+            insert_event(conn, "cache hit", database=who[0], analyst=who[1],
+                         charge_id=row[1], detail=detail)
         return bytes(row[0])
 
     def cache_put(self, database: str, analyst: str, key: str, payload: bytes) -> None:

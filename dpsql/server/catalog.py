@@ -300,8 +300,18 @@ class SettingChange:
     value: str | None  # None: RESET
 
 
+#: the first words of every session command (a statement starting otherwise is none)
+_COMMAND_WORDS = frozenset({
+    "set", "reset", "show", "savepoint", "release", "rollback", "begin", "start", "commit",
+    "end", "abort", "discard", "deallocate", "close", "unlisten"})
+_FIRST_WORD = re.compile(r"\s*([A-Za-z]+)")
+
+
 def parse_session_command(sql: str) -> tuple[str, Any] | None:
     """("set", SettingChange) | ("show", name) | ("noop", tag) | None for anything else."""
+    first = _FIRST_WORD.match(sql)
+    if first is None or first.group(1).lower() not in _COMMAND_WORDS:
+        return None  # a query (SELECT, WITH, ...): one match instead of every pattern
     m = _SET_TIME_ZONE.match(sql)
     if m:
         return "set", SettingChange("timezone", _unquote(m.group(1)))

@@ -343,7 +343,7 @@ class ClientConnection(ExtendedQuery):
         """RowDescription (if ``describe``), DataRows from ``start`` (at most ``limit``, 0: all),
         then CommandComplete or PortalSuspended. Returns the index after the last row sent."""
         if answer.release is not None and start == 0:
-            text, detail = release_notice(answer.release)
+            text, detail = answer.notice or release_notice(answer.release)
             self.send(wire.notice_response(text, detail=detail))
         oids = [pgtypes.type_oid(t) for t in answer.types]
         if describe and answer.has_rows:
