@@ -97,3 +97,18 @@ def test_a_client_that_stops_reading_holds_a_bounded_buffer_and_stalls_no_one(
         kinds = [m.kind for m in slow.read_until(b"Z")]
     assert kinds.count(b"C") == executes and kinds.count(b"D") == 100 * executes
     assert kinds[0] == b"1" and kinds[-1] == b"Z" and b"E" not in kinds
+
+
+def test_one_large_answer_is_written_as_the_client_reads_it(
+        running: tuple[Server, str, int]) -> None:
+    """A simple Query whose answer is ~10 MB: the DataRows are written as the client reads
+    them, never all queued at once."""
+    server, host, port = running
+    with rw.RawClient(host, port, timeout=20) as slow:
+        rw.login(slow, "alice", PASSWORDS["alice"])
+        slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        slow.send(rw.query(b"SELECT repeat('x', 2000) AS pad FROM generate_series(1, 5000)"))
+        time.sleep(1.0)
+        assert max(_queued(server)) < 2 * OUT_HIGH_WATER + 64 * 1024 + 4096
+        kinds = [m.kind for m in slow.read_until(b"Z")]
+    assert kinds.count(b"D") == 5000 and kinds[-2:] == [b"C", b"Z"]
