@@ -217,7 +217,7 @@ class Session:
         if self.ledger is not None:
             key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
                             scope=self.cache_scope)
-            cached = self._cached(key)
+            cached = self._cached(key, sql, values, budget)
             if cached is not None:
                 return cached
         plans = plan_noise(prepared.analysis, budget)
@@ -344,9 +344,12 @@ class Session:
 
     # -- steps 5 and 10 -------------------------------------------------------------------
 
-    def _cached(self, key: str) -> Result | None:
+    def _cached(self, key: str, sql: str, values: list[Any], budget: Budget) -> Result | None:
         assert self.ledger is not None and self.principal is not None
-        payload = self.ledger.cache_get(self.principal.database, self.principal.analyst, key)
+        # a hit is recorded in the audit log (the request, and the charge that paid) first
+        payload = self.ledger.cache_lookup(
+            self.principal.database, self.principal.analyst, key, sql=sql, params=values,
+            epsilon=budget.epsilon, delta=budget.delta)
         if payload is None:
             return None
         try:

@@ -15,12 +15,13 @@ and, per file, the analysts' accounts for server mode (SCRAM verifiers and the o
 Contract with the session (:class:`dpsql.session.Session`, the one caller that charges; the
 reason this package exists):
 
-1. ``cache_get`` first; a hit is released as is, at no cost.
+1. ``cache_lookup`` first; a hit is recorded in the audit log (the request and the charge that
+   paid for it) and released as is, at no cost.
 2. Otherwise ``charge()`` BEFORE running the query. ``charge`` returns only after the charge is
    committed durably (``synchronous=FULL``), so a crash or SIGKILL after it returned cannot lose
    the charge, and a crash before it returned released nothing. If it raises, release nothing.
-3. Run, add noise, ``record_release`` the values (if that fails, withhold them: the charge
-   stands), ``cache_put`` the noisy payload, release.
+3. Run, add noise, ``record_release`` the values with the noisy payload for the cache, in one
+   transaction (if that fails, withhold them: the charge stands), release.
 4. ``refund()`` a charge only when nothing derived from its query was released (the query failed
    or was cancelled before its answer existed). A refund that does not commit leaves the charge
    in place: failing to refund can only overcharge, never underspend.
@@ -52,7 +53,7 @@ imported only when a password is set):
 from __future__ import annotations
 
 from dpsql.accounting.analysts import AnalystAccount
-from dpsql.accounting.audit import AuditCharge, AuditEntry, AuditReset
+from dpsql.accounting.audit import AuditCharge, AuditEntry, AuditEvent, AuditReset
 from dpsql.accounting.composition import (
     CompositionReport,
     PrivacyBound,
@@ -73,6 +74,7 @@ __all__ = [
     "AnalystAccount",
     "AuditCharge",
     "AuditEntry",
+    "AuditEvent",
     "AuditReset",
     "BudgetStatus",
     "Charge",

@@ -20,6 +20,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
+from dpsql.accounting.audit import insert_event
 from dpsql.accounting.principal import now
 from dpsql.accounting.store import LedgerFile
 from dpsql.accounting.units import MAX_EPSILON
@@ -180,9 +181,18 @@ def _account(row: tuple) -> AnalystAccount:
         _verifier=(bytes(salt), bytes(stored), bytes(server), int(iterations)))
 
 
+def _policy_of(account: AnalystAccount | None) -> dict[str, Any]:
+    """An account's policy as the audit log shows it (tables sorted; no verifier)."""
+    assert account is not None
+    return {"tables": None if account.tables is None else sorted(account.tables),
+            "max_epsilon": account.max_epsilon, "max_delta": account.max_delta,
+            "default_epsilon": account.default_epsilon, "default_delta": account.default_delta}
+
+
 class AnalystBook(LedgerFile):
     """The account methods of :class:`dpsql.accounting.Ledger` (owner actions, each one durable
-    transaction)."""
+    transaction that also appends its event to the audit log: "analyst add|remove|passwd|set"
+    with the policy set, never a password or verifier)."""
 
     def add_analyst(self, name: str, password: str, *, tables: Any = None,
                     max_epsilon: float | None = None, max_delta: float | None = None,
@@ -210,6 +220,7 @@ class AnalystBook(LedgerFile):
                  row["max_delta"], row["default_epsilon"], row["default_delta"], at, at),
             )
             account = self._fetch(name)
+            insert_event(conn, "analyst add", analyst=name, detail=_policy_of(account))
         assert account is not None
         return account
 
@@ -219,6 +230,7 @@ class AnalystBook(LedgerFile):
         with self._write("remove_analyst") as conn:
             if conn.execute("DELETE FROM analysts WHERE name = ?", (name,)).rowcount != 1:
                 raise self._missing(name)
+            insert_event(conn, "analyst remove", analyst=name)
 
     def set_password(self, name: str, password: str) -> None:
         """Replace the account's verifier with a new salt and one for ``password``."""
@@ -231,6 +243,7 @@ class AnalystBook(LedgerFile):
             )
             if done.rowcount != 1:
                 raise self._missing(name)
+            insert_event(conn, "analyst passwd", analyst=name)
 
     def update_analyst(self, name: str, **policy: Any) -> AnalystAccount:
         """Change the given policy fields of ``name`` (a value of None clears it: all tables,
@@ -247,6 +260,10 @@ class AnalystBook(LedgerFile):
                 conn.execute(f"UPDATE analysts SET {key} = ?, updated_at = ? WHERE name = ?",
                              (value, now(), name))
             account = self._fetch(name)
+            assert account is not None
+            changed = _policy_of(account)
+            insert_event(conn, "analyst set", analyst=name,
+                         detail={k: changed[k] for k in values})
         assert account is not None
         return account
 

@@ -4,7 +4,12 @@ Every charge is one row of the ledger's ``charges`` table (:mod:`dpsql.accountin
 audit fields are written once and never deleted (SQLite triggers refuse it): the SQL text and
 its parameters with the charge, the released values by :meth:`AuditBook.record_release` after
 the answer is built, ``refunded_at`` by a refund, ``reset_id`` by the owner's ``budget reset``
-(one row of ``resets``). :meth:`AuditBook.audit` reads the log back for ``dpsql audit log``.
+(one row of ``resets``). The other entries are **events** (table ``events``, append-only): the
+owner's actions on accounts and budgets (``analyst add|remove|passwd|set``, ``budget set``; never
+a password or a verifier) and **cache hits** (a repeated query answered from the cache, charged
+nothing: its SQL, parameters, epsilon, delta and the charge that paid for the answer), each
+written in the transaction that makes the change, or, for a hit, before the answer is returned.
+:meth:`AuditBook.audit` reads the log back for ``dpsql audit log``.
 
 Values are stored as JSON by :func:`to_json`: JSON's own types as themselves, anything else as
 a one-key object naming its type (``{"$decimal": "1.50"}``, ``{"$date": "2024-01-31"}``,
@@ -129,11 +134,32 @@ class AuditReset:
     delta_cleared: float
 
 
-AuditEntry = AuditCharge | AuditReset
+@dataclass(frozen=True)
+class AuditEvent:
+    """An owner's action or a cache hit (``kind``: one of :data:`EVENT_KINDS`). ``detail`` is the
+    stored JSON, decoded: the action's new values (an account's policy, a budget's totals) or,
+    for a hit, ``{"sql", "params", "epsilon", "delta"}``; ``charge_id`` is the charge whose
+    answer a hit returned (None for an answer cached without a charge)."""
+
+    id: int
+    at: str
+    kind: str
+    database: str | None
+    analyst: str | None
+    charge_id: int | None
+    detail: Any
+
+
+#: the kinds of events (owner actions, then the analysts' cache hits)
+EVENT_KINDS = ("analyst add", "analyst remove", "analyst passwd", "analyst set", "budget set",
+               "cache hit")
+
+AuditEntry = AuditCharge | AuditReset | AuditEvent
 
 _CHARGE_COLUMNS = ("id, database, analyst, at, sql, params, epsilon, delta, mechanism, "
                    "fingerprint, released, released_at, refunded_at, reset_id")
 _RESET_COLUMNS = "id, database, analyst, at, charges_cleared, epsilon_cleared, delta_cleared"
+_EVENT_COLUMNS = "id, at, kind, database, analyst, charge_id, detail"
 
 
 def _charge(row: tuple) -> AuditCharge:
@@ -152,10 +178,37 @@ def _reset(row: tuple) -> AuditReset:
                       epsilon_cleared=_eps_float(eps), delta_cleared=_delta_float(dlt))
 
 
-#: store one cached answer (last write wins); shared by Ledger.cache_put and record_release
-CACHE_UPSERT = """INSERT INTO cache (database, analyst, key, payload, at) VALUES (?, ?, ?, ?, ?)
+def _event(row: tuple) -> AuditEvent:
+    eid, at, kind, database, analyst, charge_id, detail = row
+    return AuditEvent(id=eid, at=at, kind=kind, database=database, analyst=analyst,
+                      charge_id=charge_id, detail=_from_json(detail))
+
+
+def insert_event(conn: Any, kind: str, *, database: str | None = None,
+                 analyst: str | None = None, charge_id: int | None = None,
+                 detail: dict[str, Any] | None = None) -> None:
+    """Inside the caller's write transaction: append one event to the audit log (``detail``
+    a JSON object, its values encoded as :func:`to_json` encodes them)."""
+    assert kind in EVENT_KINDS, kind
+    text = None if detail is None else json.dumps(
+        {str(k): _encode(v) for k, v in detail.items()}, ensure_ascii=False,
+        separators=(",", ":"), allow_nan=False)
+    conn.execute(
+        "INSERT INTO events (at, kind, database, analyst, charge_id, detail)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (now(), kind, database, analyst, charge_id, text))
+
+
+#: store one cached answer (last write wins) with the charge that paid for it (NULL: none);
+#: shared by Ledger.cache_put and record_release
+CACHE_UPSERT = """INSERT INTO cache (database, analyst, key, payload, at, charge_id)
+                  VALUES (?, ?, ?, ?, ?, ?)
                   ON CONFLICT (database, analyst, key) DO UPDATE SET
-                      payload = excluded.payload, at = excluded.at"""
+                      payload = excluded.payload, at = excluded.at,
+                      charge_id = excluded.charge_id"""
+
+
+_ORDER = {AuditCharge: 0, AuditReset: 1, AuditEvent: 2}
 
 
 class AuditBook(LedgerFile):
@@ -199,12 +252,15 @@ class AuditBook(LedgerFile):
             conn.execute("UPDATE charges SET released = ?, released_at = ? WHERE id = ?",
                          (payload, now(), int(charge_id)))
             if cache is not None:
-                conn.execute(CACHE_UPSERT, (*key, cache[0], bytes(cache[1]), now()))
+                conn.execute(CACHE_UPSERT, (*key, cache[0], bytes(cache[1]), now(),
+                                            int(charge_id)))
 
     def audit(self, *, database: str | None = None, analyst: str | None = None,
-              limit: int | None = None) -> list[AuditEntry]:
+              limit: int | None = None, events: bool = False) -> list[AuditEntry]:
         """The audit log, oldest first: every charge (refunded and reset ones included) and
-        every reset, optionally of one ``database`` and/or ``analyst``, the last ``limit``
+        every reset; with ``events``, every event too (owner actions, cache hits: what `dpsql
+        audit log` shows). Optionally of one ``database`` and/or ``analyst`` (an action on an
+        account names no database: a ``database`` filter leaves it out), the last ``limit``
         entries only. One consistent snapshot."""
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
                                   or limit < 0):
@@ -223,7 +279,9 @@ class AuditBook(LedgerFile):
                 f"SELECT {_CHARGE_COLUMNS} FROM charges{clause}{tail}", args)]
             resets = [_reset(r) for r in conn.execute(
                 f"SELECT {_RESET_COLUMNS} FROM resets{clause}{tail}", args)]
-        entries: list[AuditEntry] = [*charges, *resets]
+            logged = [_event(r) for r in conn.execute(
+                f"SELECT {_EVENT_COLUMNS} FROM events{clause}{tail}", args)] if events else []
+        entries: list[AuditEntry] = [*charges, *resets, *logged]
         # a reset is later than every charge it cleared; ids break ties within one table
-        entries.sort(key=lambda e: (e.at, isinstance(e, AuditReset), e.id))
+        entries.sort(key=lambda e: (e.at, _ORDER[type(e)], e.id))
         return entries if limit is None else entries[len(entries) - limit:] if limit else []

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpsql.accounting.analysts import AnalystBook
-from dpsql.accounting.audit import CACHE_UPSERT, AuditBook, to_json
+from dpsql.accounting.audit import CACHE_UPSERT, AuditBook, insert_event, to_json
 from dpsql.accounting.composition import CompositionReport, compose
 from dpsql.accounting.principal import database_identity, now, principal
 from dpsql.accounting.units import _delta_float, _delta_units, _eps_float, _eps_units
@@ -107,8 +107,8 @@ class Ledger(AnalystBook, AuditBook):
 
         Precondition: 0 <= epsilon <= MAX_EPSILON, 0 <= delta <= 1, both finite.
         Guarantee: the totals are replaced (rounded DOWN to whole units), charges already made
-        still count; committed durably before returning. Lowering a total below what was spent
-        is allowed and simply blocks further charges.
+        still count; committed durably before returning, with a "budget set" event in the audit
+        log. Lowering a total below what was spent is allowed and simply blocks further charges.
         """
         key = principal(database, analyst)
         eps = _eps_units(epsilon, charge=False)
@@ -128,6 +128,8 @@ class Ledger(AnalystBook, AuditBook):
                        updated_at = excluded.updated_at""",
                 (*key, eps, dlt, *key, *key, now()),
             )
+            insert_event(conn, "budget set", database=key[0], analyst=key[1],
+                         detail={"epsilon": _eps_float(eps), "delta": _delta_float(dlt)})
 
     def status(self, database: str, analyst: str) -> BudgetStatus:
         """A consistent snapshot of ``analyst``'s budget on ``database``, with the history of
@@ -335,14 +337,44 @@ class Ledger(AnalystBook, AuditBook):
     # -- cache ------------------------------------------------------------------------------
 
     def cache_get(self, database: str, analyst: str, key: str) -> bytes | None:
-        """The payload stored under ``key`` for this principal, or None."""
+        """The payload stored under ``key`` for this principal, or None (records nothing; the
+        session looks up with :meth:`cache_lookup`)."""
         who = principal(database, analyst)
-        with self._lock, self._translate("cache_get"):
-            row = self._require().execute(
+        with self._cache_connection("cache_get") as conn:
+            row = conn.execute(
                 "SELECT payload FROM cache WHERE database = ? AND analyst = ? AND key = ?",
                 (*who, key),
             ).fetchone()
         return None if row is None else bytes(row[0])
+
+    def cache_lookup(self, database: str, analyst: str, key: str, *, sql: str | None,
+                     params: Sequence[Any] | None, epsilon: float | None,
+                     delta: float | None) -> bytes | None:
+        """The payload stored under ``key`` for this principal, or None; a hit is first
+        recorded in the audit log: a "cache hit" event with the request (``sql``, ``params``,
+        ``epsilon``, ``delta``) and the charge that paid for the answer.
+
+        Guarantee: a returned payload's hit record is committed (atomically; see
+        ``_cache_connection`` for its durability) before this returns; if it cannot be written
+        this raises OperationalError and returns nothing (fail closed, as for charges). A miss
+        writes nothing. Runs on the cache's own connection: it does not wait for a charge's
+        durable commit, only, on a hit, for the file's write lock.
+        """
+        who = principal(database, analyst)
+        detail = {"sql": sql, "params": None if params is None else list(params),
+                  "epsilon": epsilon, "delta": delta}
+        with self._cache_connection("cache_lookup") as conn:
+            row = conn.execute(
+                "SELECT payload, charge_id FROM cache"
+                " WHERE database = ? AND analyst = ? AND key = ?",
+                (*who, key),
+            ).fetchone()
+            if row is None:
+                return None
+            # one INSERT in autocommit mode: its own transaction (one call, not three)
+            insert_event(conn, "cache hit", database=who[0], analyst=who[1],
+                         charge_id=row[1], detail=detail)
+        return bytes(row[0])
 
     def cache_put(self, database: str, analyst: str, key: str, payload: bytes) -> None:
         """Store ``payload`` under ``key`` (last write wins), durably, for later cache_get."""
@@ -350,7 +382,7 @@ class Ledger(AnalystBook, AuditBook):
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise ProgrammingError("cache payload must be bytes")
         with self._write("cache_put") as conn:
-            conn.execute(CACHE_UPSERT, (*who, key, bytes(payload), now()))
+            conn.execute(CACHE_UPSERT, (*who, key, bytes(payload), now(), None))
 
     def __enter__(self) -> Ledger:
         return self

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from datetime import UTC, datetime
+from functools import lru_cache
 
 from dpsql.errors import ProgrammingError
 
@@ -25,7 +26,8 @@ def database_identity(database: str | os.PathLike | None) -> str:
     in-memory databases share one budget, which can only err towards spending less); a string
     containing "://" (a remote/Spark URI) is returned unchanged; anything else maps to the
     ``realpath`` of the user-expanded path, so "shop.duckdb", "./shop.duckdb" and a symlink to it
-    share ONE budget. The function is idempotent.
+    share ONE budget (an absolute path is resolved once per process: ``_real_absolute``). The
+    function is idempotent.
     """
     if database is None:
         return ":memory:"
@@ -36,7 +38,19 @@ def database_identity(database: str | os.PathLike | None) -> str:
         return ":memory:"
     if "://" in text:
         return text
-    return os.path.realpath(os.path.expanduser(text))
+    path = os.path.expanduser(text)
+    # a relative path depends on the working directory: resolved every time
+    return _real_absolute(path) if os.path.isabs(path) else os.path.realpath(path)
+
+
+@lru_cache(maxsize=256)
+def _real_absolute(path: str) -> str:
+    """The realpath of the absolute ``path``, resolved once per process: every ledger call
+    keys its principal here (several per query, with the identity itself, already absolute),
+    and ``realpath`` costs a system call per path component. A symlink retargeted while the
+    process runs keeps its first target: the budget stays the one the process started
+    charging (as a server's database identity, computed once at start, does)."""
+    return os.path.realpath(path)
 
 
 def principal(database: str, analyst: str) -> tuple[str, str]:

@@ -16,6 +16,11 @@ Version 2 (issue #14) adds:
 * ``analysts``: accounts for server mode, holding SCRAM-SHA-256 verifiers (never passwords) and
   the owner's per-analyst policy (tables, per-query caps and defaults).
 
+Version 3 adds the **events** of the audit log that are not charges: the owner's actions
+(``analyst add|remove|passwd|set``, ``budget set``; ``budget reset`` stays in ``resets``) and
+cache hits (a repeated query answered from the cache, charged nothing), append-only by
+triggers; and ``cache.charge_id``, the charge that paid for a cached answer, so a hit names it.
+
 Statements are separated by ";" at the end of a line (:func:`statements`); a trigger body's
 inner statements therefore end with "; END" on one line.
 """
@@ -23,7 +28,7 @@ inner statements therefore end with "; END" on one line.
 from __future__ import annotations
 
 APPLICATION_ID = 0x64704C64  # "dpLd"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Version 1 exactly as released (do not edit: old files were made by it).
 SCHEMA_V1 = """
@@ -110,8 +115,25 @@ CREATE TRIGGER resets_never_updated BEFORE UPDATE ON resets
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: resets are never changed'); END;
 """
 
+_V2_TO_V3 = """
+ALTER TABLE cache ADD COLUMN charge_id INTEGER;
+CREATE TABLE events (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    at        TEXT    NOT NULL,
+    kind      TEXT    NOT NULL CHECK (length(kind) > 0),
+    database  TEXT,
+    analyst   TEXT,
+    charge_id INTEGER,
+    detail    TEXT
+);
+CREATE TRIGGER events_never_deleted BEFORE DELETE ON events
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: events are never deleted'); END;
+CREATE TRIGGER events_never_updated BEFORE UPDATE ON events
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: events are never changed'); END;
+"""
+
 #: (version it upgrades from, its statements), in order.
-UPGRADES: tuple[tuple[int, str], ...] = ((1, _V1_TO_V2),)
+UPGRADES: tuple[tuple[int, str], ...] = ((1, _V1_TO_V2), (2, _V2_TO_V3))
 
 #: Columns every table of the current version must have.
 EXPECTED_COLUMNS: dict[str, frozenset[str]] = {
@@ -123,7 +145,7 @@ EXPECTED_COLUMNS: dict[str, frozenset[str]] = {
         {"id", "database", "analyst", "fingerprint", "epsilon", "delta", "mechanism", "at",
          "sql", "params", "released", "released_at", "refunded_at", "reset_id"}
     ),
-    "cache": frozenset({"database", "analyst", "key", "payload", "at"}),
+    "cache": frozenset({"database", "analyst", "key", "payload", "at", "charge_id"}),
     "resets": frozenset(
         {"id", "database", "analyst", "charges_cleared", "epsilon_cleared", "delta_cleared", "at"}
     ),
@@ -131,12 +153,13 @@ EXPECTED_COLUMNS: dict[str, frozenset[str]] = {
         {"name", "salt", "stored_key", "server_key", "iterations", "tables", "max_epsilon",
          "max_delta", "default_epsilon", "default_delta", "created_at", "updated_at"}
     ),
+    "events": frozenset({"id", "at", "kind", "database", "analyst", "charge_id", "detail"}),
 }
 
 #: Triggers that keep the audit log append-only; a file without them is damaged.
 EXPECTED_TRIGGERS = frozenset(
     {"charges_never_deleted", "charges_written_once", "resets_never_deleted",
-     "resets_never_updated"}
+     "resets_never_updated", "events_never_deleted", "events_never_updated"}
 )
 
 

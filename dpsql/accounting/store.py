@@ -56,6 +56,9 @@ class LedgerFile:
         self.timeout = float(timeout)
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
+        # the cache's own connection (see _cache_connection), opened on first use
+        self._side: sqlite3.Connection | None = None
+        self._side_lock = threading.Lock()
         memory = self.path == ":memory:"
         if not memory:
             p = Path(self.path)
@@ -257,12 +260,39 @@ class LedgerFile:
         """A read: one consistent snapshot for several SELECTs."""
         return self._transaction(action, "BEGIN")
 
+    @contextmanager
+    def _cache_connection(self, action: str) -> Iterator[sqlite3.Connection]:
+        """A second connection to the file for the answer cache's hot path (lookups and the
+        audit records of hits), under its own lock: a lookup reads a WAL snapshot instead of
+        queueing behind the main connection's lock, which a charge holds through its durable
+        commit. Its writes (hit records only) commit with ``synchronous=NORMAL``: in WAL mode
+        they are atomic and survive a crash of the process, and reach the disk with the next
+        durable commit; a power loss may lose the newest hit records, never a charge, a
+        release or a budget. A ``:memory:`` ledger has one connection: this is the main one."""
+        if self.path == ":memory:":
+            with self._lock, self._translate(action):
+                yield self._require()
+            return
+        with self._side_lock, self._translate(action):
+            conn = self._side
+            if conn is None:
+                self._require()  # closed: InterfaceError
+                conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None,
+                                       check_same_thread=False)
+                conn.execute("PRAGMA synchronous=NORMAL")
+                self._side = conn
+            yield conn
+
     def close(self) -> None:
         """Close the file. Idempotent; any later call raises InterfaceError."""
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+        with self._side_lock:
+            if self._side is not None:
+                self._side.close()
+                self._side = None
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()

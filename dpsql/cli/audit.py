@@ -3,9 +3,10 @@
 
 Every charge with its SQL text, parameters, epsilon and delta, time, analyst, database and the
 values it released (as the analyst got them), refunded and reset charges included and marked,
-and every ``budget reset`` (:mod:`dpsql.accounting.audit`). Oldest first; ``--limit N`` keeps
-the newest N entries. Ledger problems raise dpsql errors, which ``dpsql.cli.main.main`` prints
-as one line with exit status 1.
+every ``budget reset``, every owner action on accounts and budgets, and every cache hit (a
+repeated query answered free, with the charge that paid for it) (:mod:`dpsql.accounting.audit`).
+Oldest first; ``--limit N`` keeps the newest N entries. Ledger problems raise dpsql errors,
+which ``dpsql.cli.main.main`` prints as one line with exit status 1.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import click
 
-from dpsql.accounting import AuditCharge, AuditEntry, Ledger, database_identity
+from dpsql.accounting import AuditCharge, AuditEntry, AuditEvent, Ledger, database_identity
 from dpsql.cli.privacy_audit import AuditGroup, privacy
 
 
@@ -38,6 +39,10 @@ def _entry_json(entry: AuditEntry) -> dict[str, Any]:
             "released_at": entry.released_at, "released": entry.released,
             "refunded_at": entry.refunded_at, "reset_id": entry.reset_id,
         }
+    if isinstance(entry, AuditEvent):
+        return {"kind": entry.kind, "id": entry.id, "at": entry.at, "analyst": entry.analyst,
+                "database": entry.database, "charge_id": entry.charge_id,
+                "detail": entry.detail}
     return {
         "kind": "reset", "id": entry.id, "at": entry.at, "analyst": entry.analyst,
         "database": entry.database, "charges_cleared": entry.charges_cleared,
@@ -49,7 +54,26 @@ def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
 
 
+def _event_text(entry: AuditEvent) -> list[str]:
+    where = "  ".join(x for x in (entry.analyst, entry.database) if x is not None)
+    lines = [f"{entry.kind} #{entry.id}  {entry.at}  {where}"]
+    detail = entry.detail if isinstance(entry.detail, dict) else {}
+    if entry.kind == "cache hit":
+        paid = ("no charge" if entry.charge_id is None
+                else f"the answer of charge #{entry.charge_id}")
+        lines.append(f"    epsilon {detail.get('epsilon')!r}  delta {detail.get('delta')!r}  "
+                     f"[{paid}, not charged again]")
+        lines.append(f"    sql:      {detail.get('sql')}")
+        if detail.get("params"):
+            lines.append(f"    params:   {_compact(detail['params'])}")
+    elif detail:
+        lines.append(f"    {_compact(detail)}")
+    return lines
+
+
 def _entry_text(entry: AuditEntry) -> list[str]:
+    if isinstance(entry, AuditEvent):
+        return _event_text(entry)
     if not isinstance(entry, AuditCharge):
         return [f"reset #{entry.id}  {entry.at}  {entry.analyst}  {entry.database}",
                 f"    cleared {entry.charges_cleared} charge(s): epsilon "
@@ -86,7 +110,7 @@ def log(ledger: str, analyst: str | None, database: str | None, as_json: bool,
     """Print the audit log, oldest first."""
     identity = None if database is None else database_identity(database)
     with Ledger(ledger, create=False) as book:
-        entries = book.audit(database=identity, analyst=analyst, limit=limit)
+        entries = book.audit(database=identity, analyst=analyst, limit=limit, events=True)
     if as_json:
         click.echo(json.dumps([_entry_json(e) for e in entries], indent=2, ensure_ascii=False))
     elif not entries:

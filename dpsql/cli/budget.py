@@ -4,13 +4,17 @@ Budgets are kept per (database, analyst); ``--database`` is the DuckDB file the 
 (its realpath is the key, see :func:`dpsql.accounting.database_identity`), or ``spark://NAME``;
 without it the database is taken from the metadata (``-m M.yaml``), keyed as connections key it
 (:func:`dpsql.backends.ledger_identity`), or the command is a usage error: a budget is never
-silently keyed to ":memory:". Ledger problems raise dpsql errors, which ``dpsql.cli.main.main``
-prints as one line with exit status 1.
+silently keyed to ":memory:". The ledger is ``--ledger``, else the metadata's ``ledger:`` line
+(the ledger its connections charge), else ``$DPSQL_LEDGER``, else a usage error; a ``--ledger``
+other than the metadata's is a usage error too (the budget would sit in a ledger no connection
+reads). Ledger problems raise dpsql errors, which ``dpsql.cli.main.main`` prints as one line
+with exit status 1.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -23,10 +27,9 @@ _TEXT_HISTORY_LIMIT = 20
 
 _ledger_option = click.option(
     "--ledger",
-    required=True,
-    envvar="DPSQL_LEDGER",
     type=click.Path(dir_okay=False),
-    help="Privacy ledger file (SQLite). Default: $DPSQL_LEDGER.",
+    help="Privacy ledger file (SQLite). Default: the -m metadata's ledger: line, else "
+    "$DPSQL_LEDGER.",
 )
 _analyst_option = click.option("--analyst", required=True, help="The analyst (principal).")
 
@@ -69,6 +72,33 @@ def database_key(database: str | None, metadata: str | None, backend: str) -> st
     return identity
 
 
+def ledger_path(ledger: str | None, metadata: str | None) -> str:
+    """The ledger a budget command acts on (see the module): ``ledger``, else the metadata's
+    ``ledger:`` line, else ``$DPSQL_LEDGER``; a click.UsageError when none names one or
+    ``ledger`` is not the metadata's."""
+    named = None
+    if metadata is not None:
+        from dpsql.metadata import load_metadata
+
+        named = load_metadata(metadata).ledger
+
+    def real(path: str) -> str:  # as dpsql.dbapi.same_file compares them (not imported: slow)
+        return os.path.realpath(os.path.expanduser(path))
+
+    if ledger is not None:
+        if named is not None and real(named) != real(ledger):
+            raise click.UsageError(
+                f"the metadata {metadata} names the ledger {named}, which its connections "
+                f"charge; --ledger {ledger} is another file (omit --ledger, or pass that one)")
+        return ledger
+    chosen = named or os.environ.get("DPSQL_LEDGER")
+    if not chosen:
+        raise click.UsageError(
+            "name the privacy ledger: --ledger L.sqlite, a metadata file (-m M.yaml) with a "
+            "ledger: line, or $DPSQL_LEDGER")
+    return chosen
+
+
 def _open_unit_interval(ctx: click.Context, param: click.Parameter, value: float) -> float:
     if not 0 < value < 1:
         raise click.BadParameter("must be in (0, 1)")
@@ -89,10 +119,11 @@ def command() -> None:
     "--delta", type=click.FloatRange(min=0, max=1), default=0.0, show_default=True,
     help="Total delta.",
 )
-def set_budget(ledger: str, analyst: str, database: str | None, metadata: str | None,
+def set_budget(ledger: str | None, analyst: str, database: str | None, metadata: str | None,
                backend: str, epsilon: float, delta: float) -> None:
     """Grant ANALYST a total (epsilon, delta) budget on DATABASE; earlier charges still count."""
     identity = database_key(database, metadata, backend)
+    ledger = ledger_path(ledger, metadata)
     with Ledger(ledger) as book:
         book.set_budget(identity, analyst, epsilon, delta)
         status = book.status(identity, analyst)
@@ -184,11 +215,12 @@ def _status_text(
     "--delta-prime", type=float, default=1e-6, show_default=True, callback=_open_unit_interval,
     help="Slack delta' for the advanced and KOV composition bounds.",
 )
-def show(ledger: str, analyst: str, database: str | None, metadata: str | None, backend: str,
-         as_json: bool, delta_prime: float) -> None:
+def show(ledger: str | None, analyst: str, database: str | None, metadata: str | None,
+         backend: str, as_json: bool, delta_prime: float) -> None:
     """Show ANALYST's budget, spending, composition bounds and charge history on DATABASE
     (the charges that count; `dpsql audit log` shows refunded and reset ones too)."""
     identity = database_key(database, metadata, backend)
+    ledger = ledger_path(ledger, metadata)
     with Ledger(ledger, create=False) as book:
         status = book.status(identity, analyst)
     report = status.composition(delta_prime)
@@ -204,11 +236,12 @@ def show(ledger: str, analyst: str, database: str | None, metadata: str | None, 
 @_analyst_option
 @_database_options
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-def reset(ledger: str, analyst: str, database: str | None, metadata: str | None, backend: str,
-          yes: bool) -> None:
+def reset(ledger: str | None, analyst: str, database: str | None, metadata: str | None,
+          backend: str, yes: bool) -> None:
     """Clear ANALYST's spending on DATABASE (the budget stays; the charges stay in the audit
     log, marked with this reset)."""
     identity = database_key(database, metadata, backend)
+    ledger = ledger_path(ledger, metadata)
     with Ledger(ledger, create=False) as book:
         if not yes:
             click.confirm(

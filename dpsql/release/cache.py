@@ -151,7 +151,9 @@ def _encode_release(release: Release) -> dict[str, Any]:
 
 
 def load_payload(payload: bytes) -> Result:
-    doc = json.loads(payload)
+    # ASCII JSON (dump_payload): decoded here, not by json's encoding detection (a hot path:
+    # every cache hit); bytes that are not ASCII raise ValueError, a damaged entry
+    doc = json.loads(payload.decode("ascii"))
     rel = dict(doc["release"])
     rel["columns"] = tuple(ColumnRelease(**c) for c in rel["columns"])
     release = Release(**rel, cached=True)

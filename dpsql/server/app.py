@@ -31,6 +31,7 @@ from dpsql.dbapi import same_file
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import Metadata, load_metadata
 from dpsql.server.auth import AuthInfo, LoginThrottle
+from dpsql.server.cancel import CancellableBackend
 from dpsql.server.connection import ClientConnection
 from dpsql.server.statements import StatementRunner
 from dpsql.session import Principal, Session
@@ -105,7 +106,9 @@ class Server:
         if account is None:  # removed between authentication and now
             raise ProgrammingError(f"analyst {user!r} no longer exists")
         with self._opening:
-            backend = open_backend(self.backend_name, self.database, self.metadata, self.spark)
+            # a CancelRequest at any moment has its defined effect (dpsql.server.cancel)
+            backend = CancellableBackend(
+                open_backend(self.backend_name, self.database, self.metadata, self.spark))
         try:
             # the data version per connection, after the backend opened the data: a client
             # that connects after the owner changed the database never gets an old answer

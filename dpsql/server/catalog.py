@@ -26,90 +26,15 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.metadata import Metadata
+from dpsql.server.pgshims import EXTENDED as _EXTENDED
+from dpsql.server.pgshims import MACROS as _MACROS
+from dpsql.server.pgshims import RENAMED as _RENAMED
 
 #: what ``SELECT version()`` and the ``server_version`` parameter say
 SERVER_VERSION = "15.0"
 VERSION_TEXT = f"PostgreSQL {SERVER_VERSION} (dpsql, differentially private)"
 
 _CATALOG_SCHEMAS = {"pg_catalog", "information_schema"}
-
-# pg_catalog relations whose DuckDB emulation lacks columns or rows clients read: served from
-# these definitions, inlined as subqueries (``pg_catalog.pg_class`` → ``(SELECT ...) pg_class``).
-_EXTENDED = {
-    "pg_class": "SELECT *, false AS relforcerowsecurity FROM pg_catalog.pg_class",
-    "pg_database": (
-        "SELECT *, 10 AS datdba, 6 AS encoding, 'C' AS datcollate, 'C' AS datctype, "
-        "'c' AS datlocprovider, -1 AS datconnlimit, CAST(NULL AS VARCHAR) AS datacl, "
-        "CAST(NULL AS VARCHAR) AS daticulocale FROM pg_catalog.pg_database"),
-    "pg_roles": (
-        "SELECT 10 AS oid, {user} AS rolname, false AS rolsuper, false AS rolinherit, "
-        "false AS rolcreaterole, false AS rolcreatedb, true AS rolcanlogin, "
-        "false AS rolreplication, false AS rolbypassrls, -1 AS rolconnlimit, "
-        "CAST(NULL AS TIMESTAMP) AS rolvaliduntil"),
-    "pg_auth_members": (
-        "SELECT 0 AS oid, 0 AS roleid, 0 AS member, 0 AS grantor, false AS admin_option "
-        "WHERE false"),
-    # the features dpsql's schema never has: empty, with the columns psql's \\d reads
-    "pg_policy": (
-        "SELECT 0 AS oid, '' AS polname, 0 AS polrelid, '' AS polcmd, true AS polpermissive, "
-        "[0] AS polroles, CAST(NULL AS VARCHAR) AS polqual, "
-        "CAST(NULL AS VARCHAR) AS polwithcheck WHERE false"),
-    "pg_statistic_ext": (
-        "SELECT 0 AS oid, 0 AS stxrelid, '' AS stxname, 0 AS stxnamespace, 0 AS stxowner, "
-        "-1 AS stxstattarget, [0] AS stxkeys, [''] AS stxkind, "
-        "CAST(NULL AS VARCHAR) AS stxexprs WHERE false"),
-    "pg_publication": (
-        "SELECT 0 AS oid, '' AS pubname, 0 AS pubowner, false AS puballtables, "
-        "false AS pubinsert, false AS pubupdate, false AS pubdelete, false AS pubtruncate, "
-        "false AS pubviaroot WHERE false"),
-    "pg_publication_rel": (
-        "SELECT 0 AS oid, 0 AS prpubid, 0 AS prrelid, CAST(NULL AS VARCHAR) AS prqual, "
-        "[0] AS prattrs WHERE false"),
-    "pg_publication_namespace": "SELECT 0 AS oid, 0 AS pnpubid, 0 AS pnnspid WHERE false",
-    "pg_inherits": (
-        "SELECT 0 AS inhrelid, 0 AS inhparent, 0 AS inhseqno, false AS inhdetachpending "
-        "WHERE false"),
-    "pg_trigger": (
-        "SELECT 0 AS oid, 0 AS tgrelid, '' AS tgname, 0 AS tgfoid, 0 AS tgtype, "
-        "'' AS tgenabled, false AS tgisinternal, 0 AS tgparentid WHERE false"),
-    "pg_rewrite": (
-        "SELECT 0 AS oid, '' AS rulename, 0 AS ev_class, '' AS ev_type, '' AS ev_enabled, "
-        "false AS is_instead WHERE false"),
-    "pg_user": (
-        "SELECT {user} AS usename, 10 AS usesysid, false AS usecreatedb, false AS usesuper, "
-        "false AS userepl, false AS usebypassrls, CAST(NULL AS TIMESTAMP) AS valuntil"),
-}
-
-# Functions PostgreSQL clients call that DuckDB's pg_catalog emulation lacks.
-_MACROS = (
-    "CREATE MACRO obj_description(x, y := NULL) AS CAST(NULL AS VARCHAR)",
-    "CREATE MACRO col_description(x, y) AS CAST(NULL AS VARCHAR)",
-    "CREATE MACRO shobj_description(x, y) AS CAST(NULL AS VARCHAR)",
-    "CREATE MACRO pg_encoding_to_char(x) AS 'UTF8'",
-    "CREATE MACRO pg_get_indexdef(x, y := 0, z := false) AS CAST(NULL AS VARCHAR)",
-    "CREATE MACRO pg_get_constraintdef(x, y := false) AS CAST(NULL AS VARCHAR)",
-    "CREATE MACRO pg_get_viewdef(x, y := false) AS CAST(NULL AS VARCHAR)",
-    "CREATE MACRO pg_get_partkeydef(x) AS CAST(NULL AS VARCHAR)",
-    "CREATE MACRO pg_relation_is_publishable(x) AS false",
-    "CREATE MACRO pg_table_size(x) AS CAST(NULL AS BIGINT)",
-    "CREATE MACRO pg_total_relation_size(x) AS CAST(NULL AS BIGINT)",
-    "CREATE MACRO pg_relation_size(x) AS CAST(NULL AS BIGINT)",
-    "CREATE MACRO pg_get_serial_sequence(x, y) AS CAST(NULL AS VARCHAR)",
-    "CREATE MACRO pg_collation_is_visible(x) AS true",
-    "CREATE MACRO to_regtype(x) AS "
-    "(SELECT oid FROM pg_catalog.pg_type WHERE typname = x LIMIT 1)",
-    "CREATE MACRO to_regclass(x) AS "
-    "(SELECT oid FROM pg_catalog.pg_class WHERE relname = x LIMIT 1)",
-    "CREATE MACRO array_upper(a, d) AS len(a)",
-    "CREATE MACRO array_lower(a, d) AS 1",
-    "CREATE MACRO pg_get_statisticsobjdef_columns(x) AS CAST(NULL AS VARCHAR)",
-    "CREATE MACRO pg_get_triggerdef(x, y := false) AS CAST(NULL AS VARCHAR)",
-    "CREATE MACRO pg_get_ruledef(x, y := false) AS CAST(NULL AS VARCHAR)",
-    "CREATE MACRO has_table_privilege(x, y, z := NULL) AS true",
-    "CREATE MACRO has_schema_privilege(x, y, z := NULL) AS true",
-    "CREATE MACRO has_database_privilege(x, y, z := NULL) AS true",
-)
-
 
 def _is_catalog_table(table: exp.Table) -> bool:
     schema = table.db.lower() if table.db else ""
@@ -170,6 +95,8 @@ def to_shadow_sql(tree: exp.Expression, user: str = "dpsql") -> str:
                 return pattern
             if text.endswith("="):
                 return exp.EQ(this=node.this, expression=node.expression)
+        if isinstance(node, exp.Anonymous) and node.name.lower() in _RENAMED:
+            return exp.Anonymous(this=_RENAMED[node.name.lower()], expressions=node.expressions)
         if isinstance(node, exp.Anonymous) and node.name.lower() == "pg_get_expr":
             node.set("expressions", node.expressions[:2])  # the pretty flag: DuckDB has two
             return node
@@ -185,8 +112,10 @@ def to_shadow_sql(tree: exp.Expression, user: str = "dpsql") -> str:
             return exp.Subquery(this=body, alias=exp.TableAlias(
                 this=exp.to_identifier(node.alias or node.name)))
         if isinstance(node, exp.Column) and node.args.get("db") is not None and \
-                node.db.lower() == "pg_catalog" and node.table.lower() in _EXTENDED:
-            node.set("db", None)  # pg_catalog.pg_class.relname: the subquery's alias
+                node.db.lower() == "pg_catalog":
+            # pg_catalog.pg_class.relname → pg_class.relname: the subquery's alias, and DuckDB's
+            # binder cannot resolve three-part names in a correlated subquery's join
+            node.set("db", None)
             return node
         if isinstance(node, exp.Cast):
             target = node.to.sql().lower().split(".")[-1].strip('"')
@@ -256,6 +185,29 @@ def _as_user(tree: exp.Expression, user: str) -> exp.Expression:
     return tree.copy().transform(fix)
 
 
+def _with_settings(tree: exp.Expression, settings: dict[str, str]) -> exp.Expression:
+    """``current_setting('name')`` as the session's value (the shadow has none of PostgreSQL's
+    settings); a name the session does not know stays, and the shadow refuses it."""
+
+    def fix(node: exp.Expression) -> exp.Expression:
+        call = node.expression if isinstance(node, exp.Dot) else node  # pg_catalog.f()
+        if not (isinstance(call, exp.Anonymous) and call.name.lower() == "current_setting"
+                and call.expressions):
+            return node
+        arg = call.expressions[0]
+        arg = arg.this if isinstance(arg, exp.Cast) else arg
+        if not (isinstance(arg, exp.Literal) and arg.is_string):
+            return node
+        value = settings.get(arg.name.lower())
+        if value is None:
+            return node
+        literal = exp.Literal.string(value)
+        return exp.alias_(literal, "current_setting") if isinstance(node.parent, exp.Select) \
+            else literal
+
+    return tree.transform(fix)
+
+
 @dataclass(frozen=True)
 class CatalogAnswer:
     names: tuple[str, ...]
@@ -284,10 +236,14 @@ class Catalog:
         self._con.execute("SET memory_limit = '256MB'")
         self._con.execute("SET lock_configuration = true")
 
-    def run(self, tree: exp.Expression) -> CatalogAnswer:
-        """Answer a catalog query (see :func:`is_catalog_query`). Raises duckdb.Error when the
-        shadow cannot answer it."""
-        sql = to_shadow_sql(_as_user(tree, self._user), self._user)
+    def run(self, tree: exp.Expression, settings: dict[str, str] | None = None) -> CatalogAnswer:
+        """Answer a catalog query (see :func:`is_catalog_query`); ``current_setting(name)``
+        says the session's ``settings``. Raises duckdb.Error when the shadow cannot answer
+        it."""
+        tree = _as_user(tree, self._user)
+        if settings:
+            tree = _with_settings(tree, settings)
+        sql = to_shadow_sql(tree, self._user)
         with self._lock:
             cursor = self._con.execute(sql)
             description = cursor.description or []
@@ -321,6 +277,7 @@ DEFAULT_SETTINGS = {
     "extra_float_digits": "1",
     "max_identifier_length": "63",
     "statement_timeout": "0",
+    "default_table_access_method": "heap",
 }
 
 _SET = re.compile(
@@ -343,8 +300,18 @@ class SettingChange:
     value: str | None  # None: RESET
 
 
+#: the first words of every session command (a statement starting otherwise is none)
+_COMMAND_WORDS = frozenset({
+    "set", "reset", "show", "savepoint", "release", "rollback", "begin", "start", "commit",
+    "end", "abort", "discard", "deallocate", "close", "unlisten"})
+_FIRST_WORD = re.compile(r"\s*([A-Za-z]+)")
+
+
 def parse_session_command(sql: str) -> tuple[str, Any] | None:
     """("set", SettingChange) | ("show", name) | ("noop", tag) | None for anything else."""
+    first = _FIRST_WORD.match(sql)
+    if first is None or first.group(1).lower() not in _COMMAND_WORDS:
+        return None  # a query (SELECT, WITH, ...): one match instead of every pattern
     m = _SET_TIME_ZONE.match(sql)
     if m:
         return "set", SettingChange("timezone", _unquote(m.group(1)))

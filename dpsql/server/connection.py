@@ -36,6 +36,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dpsql.server")
 
+#: bytes of queued replies after which they are written and the connection waits until the
+#: client has read enough (asyncio's drain: the transport's own high-water mark, 64 KiB):
+#: a client that sends without reading stops being read instead of growing the server's memory
+OUT_HIGH_WATER = 64 * 1024
+
 #: the longest simple-Query text (several statements, each at most MAX_SQL_CHARS): longer
 #: texts are refused before they are tokenized
 MAX_QUERY_TEXT = 4 * MAX_SQL_CHARS
@@ -65,20 +70,34 @@ class ClientConnection(ExtendedQuery):
         self.tls = False
         self.failed_transaction = False  # an error inside BEGIN ... until ROLLBACK
         self._out: list[bytes] = []  # messages not yet written (see send)
+        self._out_bytes = 0  # their total length
 
     # -- plumbing ---------------------------------------------------------------------------
 
     def send(self, *chunks: bytes) -> None:
         """Queue messages; :meth:`flush` writes them. As PostgreSQL does, replies reach the
         socket at Sync, Flush, the end of a simple query, or an authentication step: one write
-        per exchange instead of one per message, so the client wakes up once per reply."""
+        per exchange instead of one per message, so the client wakes up once per reply.
+        Bounded: past :data:`OUT_HIGH_WATER` bytes, :meth:`backpressure` writes them."""
         self._out.extend(chunks)
+        self._out_bytes += sum(len(c) for c in chunks)
 
     async def flush(self) -> None:
+        """Write the queued messages and wait until the transport's buffer is below its
+        high-water mark (a client that does not read holds only this connection: the event
+        loop serves the others meanwhile)."""
         if self._out:
             self.writer.write(b"".join(self._out))
             self._out.clear()
+            self._out_bytes = 0
         await self.writer.drain()
+
+    async def backpressure(self) -> None:
+        """Flush when more than :data:`OUT_HIGH_WATER` bytes are queued: called between
+        messages and between DataRows, so neither pipelined requests without Sync nor a
+        large answer queue more than that before waiting for the client to read."""
+        if self._out_bytes >= OUT_HIGH_WATER:
+            await self.flush()
 
     def status(self) -> bytes:
         runner = self.runner
@@ -99,6 +118,7 @@ class ClientConnection(ExtendedQuery):
             while True:
                 msg = await wire.read_message(self.reader)
                 await self._dispatch(msg)
+                await self.backpressure()  # before the next message is read
         except (Closed, asyncio.IncompleteReadError, ConnectionError):
             pass
         except wire.ProtocolViolation as exc:
@@ -283,6 +303,7 @@ class ClientConnection(ExtendedQuery):
             raise errors.ProgrammingError(
                 "current transaction is aborted, commands ignored until end of transaction block")
         loop = asyncio.get_running_loop()
+        runner.begin_statement()
         self.running = runner.session.cancel
         try:
             answer = await loop.run_in_executor(self.server.executor, runner.answer, sql, params)
@@ -313,16 +334,16 @@ class ClientConnection(ExtendedQuery):
             except (errors.Error, duckdb.Error, ValueError) as exc:
                 self._error(exc)
                 break
-            self._send_answer(answer, [0], describe=True, limit=0)
+            await self._send_answer(answer, [0], describe=True, limit=0)
         self.send(wire.ready_for_query(self.status()))
         await self.flush()
 
-    def _send_answer(self, answer: Answer, formats: list[int], *, describe: bool,
-                     limit: int, start: int = 0) -> int:
+    async def _send_answer(self, answer: Answer, formats: list[int], *, describe: bool,
+                           limit: int, start: int = 0) -> int:
         """RowDescription (if ``describe``), DataRows from ``start`` (at most ``limit``, 0: all),
         then CommandComplete or PortalSuspended. Returns the index after the last row sent."""
         if answer.release is not None and start == 0:
-            text, detail = release_notice(answer.release)
+            text, detail = answer.notice or release_notice(answer.release)
             self.send(wire.notice_response(text, detail=detail))
         oids = [pgtypes.type_oid(t) for t in answer.types]
         if describe and answer.has_rows:
@@ -333,6 +354,8 @@ class ClientConnection(ExtendedQuery):
             self.send(wire.data_row([
                 pgtypes.encode_binary(v, oids[i]) if binary[i] else pgtypes.encode_text(v)
                 for i, v in enumerate(row)]))
+            if self._out_bytes >= OUT_HIGH_WATER:  # backpressure(), inlined in the row loop
+                await self.flush()
         if end < len(answer.rows):
             self.send(wire.PORTAL_SUSPENDED)
         else:

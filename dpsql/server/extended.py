@@ -60,8 +60,8 @@ class ExtendedQuery:
     async def _run(self, sql: str, params: list[Any] | None) -> Answer:  # the connection's
         raise NotImplementedError
 
-    def _send_answer(self, answer: Answer, formats: list[int], *, describe: bool,
-                     limit: int, start: int = 0) -> int:  # the connection's
+    async def _send_answer(self, answer: Answer, formats: list[int], *, describe: bool,
+                           limit: int, start: int = 0) -> int:  # the connection's
         raise NotImplementedError
 
     async def _parse(self, body: wire.Body) -> None:
@@ -157,7 +157,7 @@ class ExtendedQuery:
         body.end()
         portal = self._portal(name)
         answer = await self._answer(portal)
-        portal.sent = self._send_answer(answer, portal.result_formats, describe=False,
+        portal.sent = await self._send_answer(answer, portal.result_formats, describe=False,
                                         limit=limit, start=portal.sent)
 
     async def _close(self, body: wire.Body) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from dpsql.errors import ProgrammingError
@@ -44,11 +45,14 @@ def _skip_quoted(sql: str, i: int) -> int:
     return i
 
 
-def to_qmark(sql: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
-    """``sql`` with each ``$n`` replaced by ``?`` and the values in marker order.
+_MARKER = re.compile(r"\$(\d+)")
 
-    Raises ProgrammingError when a marker names a parameter that was not bound, or when a bound
-    parameter is never used (as PostgreSQL does)."""
+
+@lru_cache(maxsize=512)
+def _scan(sql: str) -> tuple[str, tuple[int, ...]]:
+    """``sql`` with each ``$n`` replaced by ``?``, and the ``n`` of each marker in textual
+    order. Memoised (it depends on the text alone): a client repeats one statement text with
+    new parameters, and the scan is ~0.1 ms of the server's per-statement work."""
     out: list[str] = []
     order: list[int] = []
     i = start = 0
@@ -57,7 +61,7 @@ def to_qmark(sql: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         if j != i:
             i = j
             continue
-        m = re.compile(r"\$(\d+)").match(sql, i) if sql[i] == "$" else None
+        m = _MARKER.match(sql, i) if sql[i] == "$" else None
         if m and not (i > 0 and (sql[i - 1].isalnum() or sql[i - 1] == "_")):
             out.append(sql[start:i])
             out.append("?")
@@ -66,6 +70,15 @@ def to_qmark(sql: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
             continue
         i += 1
     out.append(sql[start:])
+    return "".join(out), tuple(order)
+
+
+def to_qmark(sql: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+    """``sql`` with each ``$n`` replaced by ``?`` and the values in marker order.
+
+    Raises ProgrammingError when a marker names a parameter that was not bound, or when a bound
+    parameter is never used (as PostgreSQL does)."""
+    text, order = _scan(sql)
     for n in order:
         if not 1 <= n <= len(values):
             raise ProgrammingError(
@@ -74,7 +87,7 @@ def to_qmark(sql: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         unused = sorted(set(range(1, len(values) + 1)) - set(order))
         raise ProgrammingError(
             f"parameter(s) {', '.join(f'${n}' for n in unused)} were bound but not used")
-    return "".join(out), [values[n - 1] for n in order]
+    return text, [values[n - 1] for n in order]
 
 
 def count_markers(sql: str) -> int:
@@ -87,7 +100,7 @@ def count_markers(sql: str) -> int:
             i = j
             continue
         if sql[i] == "$":
-            m = re.compile(r"\$(\d+)").match(sql, i)
+            m = _MARKER.match(sql, i)
             if m:
                 highest = max(highest, int(m.group(1)))
                 i = m.end()

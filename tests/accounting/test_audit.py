@@ -11,7 +11,7 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
-from dpsql.accounting import AuditCharge, AuditReset, Ledger, database_identity
+from dpsql.accounting import AuditCharge, AuditEvent, AuditReset, Ledger, database_identity
 from dpsql.accounting.audit import to_json
 from dpsql.errors import OperationalError, ProgrammingError
 from tests.accounting.helpers import DB
@@ -191,3 +191,54 @@ def test_charge_validates_sql_and_encodes_any_params(ledger):
                           mechanism="laplace")  # library callers without sql: still audited
     entry = ledger.audit()[-1]
     assert entry.id == plain and entry.sql is None and entry.params is None
+
+
+# -- events: the owner's actions and cache hits ------------------------------------------------
+
+
+def _events(book: Ledger) -> list[AuditEvent]:
+    return [e for e in book.audit(events=True) if isinstance(e, AuditEvent)]
+
+
+def test_cache_lookup_records_a_hit_with_its_charge_and_a_miss_not_at_all(ledger):
+    ledger.set_budget(DB, "alice", 1.0, 0.0)
+    cid = ask(ledger, "q", [])
+    ledger.record_release(DB, "alice", cid, [(7,)], cache=("key", b"payload"))
+    assert ledger.cache_lookup(DB, "alice", "nope", sql="q", params=[], epsilon=0.1,
+                               delta=0.0) is None
+    assert [e.kind for e in _events(ledger)] == ["budget set"]
+    got = ledger.cache_lookup(DB, "alice", "key", sql="q", params=[Decimal("1.5")],
+                              epsilon=0.1, delta=0.0)
+    assert got == b"payload"
+    hit = _events(ledger)[-1]
+    assert (hit.kind, hit.analyst, hit.database, hit.charge_id) == (
+        "cache hit", "alice", database_identity(DB), cid)
+    assert hit.detail == {"sql": "q", "params": [{"$decimal": "1.5"}], "epsilon": 0.1,
+                          "delta": 0.0}
+    assert ledger.audit() == ledger.audit(events=False)  # charges and resets only by default
+    assert hit in ledger.audit(events=True, analyst="alice", database=DB)
+    assert hit not in ledger.audit(events=True, analyst="bob")
+
+
+def test_a_hit_is_visible_to_the_main_connection_and_other_processes_files(ledger, tmp_path):
+    ledger.set_budget(DB, "alice", 1.0, 0.0)
+    ledger.cache_put(DB, "alice", "k", b"*")
+    assert ledger.cache_lookup(DB, "alice", "k", sql=None, params=None, epsilon=None,
+                               delta=None) == b"*"
+    with Ledger(tmp_path / "ledger.sqlite", create=False) as other:
+        (hit,) = [e for e in _events(other) if e.kind == "cache hit"]
+    assert hit.charge_id is None  # cached without a charge
+
+
+def test_events_are_append_only(ledger, tmp_path):
+    import sqlite3
+
+    ledger.set_budget(DB, "alice", 1.0, 0.0)
+    conn = sqlite3.connect(tmp_path / "ledger.sqlite")
+    try:
+        for statement in ("DELETE FROM events", "UPDATE events SET kind = 'x'"):
+            with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+                conn.execute(statement)
+    finally:
+        conn.close()
+    assert [e.kind for e in _events(ledger)] == ["budget set"]

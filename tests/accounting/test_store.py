@@ -1,5 +1,5 @@
-"""The ledger file (dpsql/accounting/store.py and schema.py): version 2, the in-place upgrade of a
-real version-1 file, and the append-only audit triggers, on real SQLite files."""
+"""The ledger file (dpsql/accounting/store.py and schema.py): version 3, the in-place upgrades of
+real version-1 and version-2 files, and the append-only audit triggers, on real SQLite files."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from dpsql.accounting import Ledger, database_identity
-from dpsql.accounting.schema import EXPECTED_COLUMNS, EXPECTED_TRIGGERS, SCHEMA_VERSION
+from dpsql.accounting import AuditEvent, Ledger, database_identity
+from dpsql.accounting.schema import _V1_TO_V2, EXPECTED_COLUMNS, EXPECTED_TRIGGERS, SCHEMA_VERSION
 from dpsql.errors import OperationalError
 from tests.accounting.helpers import DB, spend
 
@@ -78,11 +78,11 @@ def schema_of(path) -> tuple[int, set[str], set[str]]:
     return version, columns, tables
 
 
-def test_new_ledger_is_version_2_with_every_table_and_trigger(tmp_path):
+def test_new_ledger_is_version_3_with_every_table_and_trigger(tmp_path):
     path = tmp_path / "new.sqlite"
     Ledger(path).close()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     for table, expected in EXPECTED_COLUMNS.items():
         assert {r[1] for r in conn.execute(f"PRAGMA table_info({table})")} == expected
     triggers = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
@@ -113,11 +113,28 @@ def test_a_real_v1_file_is_upgraded_in_place_and_keeps_everything(tmp_path):
         book.add_analyst("alice", "s3cret")
         assert book.status(DB, "alice").epsilon_spent == 0.0
     version, columns, tables = schema_of(path)
-    assert version == 2 and columns == EXPECTED_COLUMNS["charges"]
-    assert {"resets", "analysts"} <= tables
+    assert version == 3 and columns == EXPECTED_COLUMNS["charges"]
+    assert {"resets", "analysts", "events"} <= tables
     with Ledger(path, create=False) as book:  # reopening an upgraded file changes nothing
         assert [e.id for e in book.audit()] == [1, 3, 4, 1]
         assert book.analyst("alice") is not None
+        assert [e.kind for e in book.audit(events=True)  # type: ignore[union-attr]
+                if isinstance(e, AuditEvent)] == ["analyst add"]
+
+
+def test_a_version_2_file_is_upgraded_and_its_old_cache_entries_name_no_charge(tmp_path):
+    path = tmp_path / "v2.sqlite"
+    make_v1(path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(_V1_TO_V2 + "PRAGMA user_version=2;")  # as dpsql's version 2 left it
+    conn.close()
+    assert schema_of(path)[0] == 2
+    with Ledger(path, create=False) as book:
+        assert book.cache_lookup(DB, "alice", "k", sql="SELECT 1", params=[], epsilon=1.0,
+                                 delta=0.0) == b"*"
+        (hit,) = book.audit(events=True)[-1:]
+    assert isinstance(hit, AuditEvent) and hit.kind == "cache hit" and hit.charge_id is None
+    assert schema_of(path)[0] == 3
 
 
 def test_a_failed_upgrade_leaves_the_v1_file_untouched(tmp_path):
@@ -158,9 +175,9 @@ def test_newer_schema_version_is_refused(tmp_path):
     path = tmp_path / "l.sqlite"
     Ledger(path).close()
     conn = sqlite3.connect(path)
-    conn.execute("PRAGMA user_version=3")
+    conn.execute("PRAGMA user_version=4")
     conn.close()
-    with pytest.raises(OperationalError, match=r"schema version 3.*newer"):
+    with pytest.raises(OperationalError, match=r"schema version 4.*newer"):
         Ledger(path)
 
 

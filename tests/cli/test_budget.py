@@ -108,3 +108,61 @@ def test_reset_keeps_the_history(ledger):
     assert [type(e) for e in entries] == [AuditCharge] * 3 + [AuditReset]
     assert all(e.database == database_identity("shop.duckdb") for e in entries)
     assert [e.state for e in entries[:3]] == ["not released, reset #1"] * 3  # type: ignore[union-attr]
+
+
+# -- which ledger: --ledger, else the metadata's ledger: line, else $DPSQL_LEDGER ---------------
+
+
+def _with_ledger_line(tmp_path: Path, line: str) -> str:
+    (tmp_path / "owned.yaml").write_text(f"ledger: {line}\n" + METADATA)
+    return "owned.yaml"
+
+
+def test_the_ledger_comes_from_the_metadata_when_ledger_is_absent(ledger, tmp_path):
+    md = _with_ledger_line(tmp_path, "owner/ledger.sqlite")  # relative to the metadata file
+    (tmp_path / "owner").mkdir()
+    done = run("budget", "set", "--analyst", "alice", "-m", md, "--database", "shop.duckdb",
+               "--epsilon", "3")
+    assert done.exit_code == 0, done.output
+    assert not Path(ledger).exists()
+    with Ledger(tmp_path / "owner" / "ledger.sqlite") as book:
+        assert book.status("shop.duckdb", "alice").epsilon_total == 3.0
+    shown = run("budget", "show", "--analyst", "alice", "-m", md, "--database", "shop.duckdb",
+                "--json")
+    assert json.loads(shown.output)["ledger"] == str(tmp_path / "owner" / "ledger.sqlite")
+    reset = run("budget", "reset", "--analyst", "alice", "-m", md, "--database", "shop.duckdb",
+                "--yes")
+    assert reset.exit_code == 0 and "reset #1" in reset.output
+
+
+def test_the_metadata_ledger_beats_the_environment(ledger, tmp_path, monkeypatch):
+    md = _with_ledger_line(tmp_path, "owned.sqlite")
+    monkeypatch.setenv("DPSQL_LEDGER", str(tmp_path / "ambient.sqlite"))
+    done = run("budget", "set", "--analyst", "alice", "-m", md, "--database", "shop.duckdb",
+               "--epsilon", "1")
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "owned.sqlite").exists() and not (tmp_path / "ambient.sqlite").exists()
+
+
+def test_the_environment_is_the_last_default(ledger, tmp_path, monkeypatch):
+    monkeypatch.setenv("DPSQL_LEDGER", ledger)
+    done = run("budget", "set", "--analyst", "alice", "--database", "shop.duckdb",
+               "--epsilon", "1")
+    assert done.exit_code == 0 and Path(ledger).exists()
+
+
+def test_a_ledger_other_than_the_metadata_s_is_a_usage_error(ledger, tmp_path):
+    md = _with_ledger_line(tmp_path, "owned.sqlite")
+    done = run("budget", "set", "--ledger", ledger, "--analyst", "alice", "-m", md,
+               "--database", "shop.duckdb", "--epsilon", "1")
+    assert done.exit_code == 2
+    assert "names the ledger" in done.output and "omit --ledger" in done.output
+    assert not Path(ledger).exists() and not (tmp_path / "owned.sqlite").exists()
+    same = run("budget", "set", "--ledger", "./owned.sqlite", "--analyst", "alice", "-m", md,
+               "--database", "shop.duckdb", "--epsilon", "1")
+    assert same.exit_code == 0, same.output
+
+
+def test_no_ledger_anywhere_is_a_usage_error(ledger):
+    done = run("budget", "show", "--analyst", "alice", "--database", "shop.duckdb")
+    assert done.exit_code == 2 and "name the privacy ledger: --ledger L.sqlite" in done.output

@@ -38,6 +38,14 @@ CLIENT_STATEMENTS = [
     "SELECT table_name, column_name FROM information_schema.columns ORDER BY 1, 2",
     "SELECT c.relname FROM pg_catalog.pg_class c WHERE c.relname OPERATOR(pg_catalog.~) '^t$'",
     "SHOW transaction isolation level",
+    # SQLAlchemy's reflection: PostgreSQL type names, json_build_object, current_setting
+    "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod) FROM "
+    "pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid WHERE "
+    "c.relname = 't' AND a.attnum > 0 ORDER BY a.attnum",
+    "SELECT json_build_object('k', pg_catalog.pg_class.relname) FROM pg_catalog.pg_class "
+    "WHERE pg_catalog.pg_class.relname = 't'",
+    "SELECT current_setting('default_table_access_method')",
+    "SELECT count(*) FROM pg_catalog.pg_index WHERE indnullsnotdistinct",
     "SET dpsql.epsilon = 0.5",
     "SET dpsql.epsilon = -1",
     "SET dpsql.unknown = 1",

@@ -29,7 +29,7 @@ class ServerProcess:
     process: subprocess.Popen
     host: str
     port: int
-    database: Path
+    database: Path | None
     metadata: Path
     ledger: Path
     database_id: str
@@ -72,17 +72,20 @@ def prepare(tmp: Path) -> tuple[Path, Path, Path, str]:
     return db, md, ledger_path, database_id
 
 
-def launch(db: Path, md: Path, ledger: Path, database_id: str, *extra: str,
-           port: int = 0) -> ServerProcess:
-    """Start the server process and wait (at most 60 s) until it listens."""
-    cmd = [sys.executable, "-m", "dpsql.cli.main", "serve", "-m", str(md), "-d", str(db),
+def launch(db: Path | None, md: Path, ledger: Path, database_id: str, *extra: str,
+           port: int = 0, env: dict[str, str] | None = None,
+           timeout: float = 60) -> ServerProcess:
+    """Start the server process and wait (at most ``timeout`` s) until it listens (``db``
+    None: no ``-d``, the tables are the metadata's sources)."""
+    cmd = [sys.executable, "-m", "dpsql.cli.main", "serve", "-m", str(md),
+           *(() if db is None else ("-d", str(db))),
            "--ledger", str(ledger), "--listen", f"127.0.0.1:{port}", *extra]
     if "--failed-login-delay" not in extra:  # the default 0.5 s would make each refusal slow
         cmd += ["--failed-login-delay", "0.02"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                             env=env)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + timeout
     assert proc.stderr is not None
     while time.monotonic() < deadline:
         line = proc.stderr.readline()
@@ -97,7 +100,7 @@ def launch(db: Path, md: Path, ledger: Path, database_id: str, *extra: str,
             return ServerProcess(proc, m.group(1), int(m.group(2)), db, md, ledger,
                                  database_id, list(extra))
     proc.kill()
-    raise RuntimeError("dpsql serve did not start listening within 60 s")
+    raise RuntimeError(f"dpsql serve did not start listening within {timeout:g} s")
 
 
 def start_server(tmp: Path, *extra: str) -> ServerProcess:

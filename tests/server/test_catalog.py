@@ -101,3 +101,40 @@ def test_current_user_is_the_analyst_not_the_shadow_database(sql: str,
         catalog.close()
     assert got.names == names
     assert got.rows == [("o'brien",) * len(names)]
+
+
+def test_postgresql_spellings_the_shadow_lacks() -> None:
+    """format_type as PostgreSQL names types, json_build_object, current_setting from the
+    session, three-part column names in correlated subqueries, PostgreSQL 15's catalog
+    columns: what SQLAlchemy's reflection sends (its end-to-end test is in test_clients)."""
+    md = loads_metadata(
+        "tables:\n  t:\n    columns:\n"
+        "      a: {type: INTEGER, bounds: [0, 1]}\n      b: {type: 'DECIMAL(15,2)'}\n"
+        "      c: {type: DOUBLE}\n      d: {type: VARCHAR}\n      e: {type: TIMESTAMP}\n")
+    catalog = Catalog(md, ["t"], "alice")
+
+    def run(sql: str, settings: dict[str, str] | None = None) -> list[tuple]:
+        tree = parse_postgres(sql)
+        assert tree is not None
+        return catalog.run(tree, settings).rows
+
+    try:
+        assert run("SELECT attname, pg_catalog.format_type(atttypid, atttypmod) "
+                   "FROM pg_catalog.pg_attribute WHERE attrelid = 't'::regclass "
+                   "ORDER BY attnum") == [
+            ("a", "integer"), ("b", "numeric(15,2)"), ("c", "double precision"),
+            ("d", "character varying"), ("e", "timestamp without time zone")]
+        assert run("SELECT json_build_object('k', 1)") == [('{"k":1}',)]
+        assert run("SELECT current_setting('extra_float_digits')",
+                   {"extra_float_digits": "3"}) == [("3",)]
+        assert run("SELECT (SELECT count(*) FROM pg_catalog.pg_collation JOIN "
+                   "pg_catalog.pg_namespace ON pg_catalog.pg_namespace.oid = "
+                   "pg_catalog.pg_collation.collnamespace WHERE pg_catalog.pg_collation.oid = "
+                   "pg_catalog.pg_class.oid) FROM pg_catalog.pg_class "
+                   "WHERE pg_catalog.pg_class.relname = 't'") == [(0,)]
+        assert run("SELECT count(*) FROM pg_catalog.pg_index WHERE indnullsnotdistinct") \
+            == [(0,)]
+        assert run("SELECT count(*) FROM pg_catalog.pg_opclass") == [(0,)]
+        assert run("SELECT count(*) FROM pg_catalog.pg_sequence") == [(0,)]
+    finally:
+        catalog.close()

@@ -119,6 +119,55 @@ def test_pandas_read_sql_through_sqlalchemy(server: ServerProcess) -> None:
         engine.dispose()
 
 
+def _budget(server: ServerProcess, user: str) -> tuple:
+    with psycopg.connect(server.dsn(user), autocommit=True) as conn:
+        row = conn.execute("SHOW dpsql.budget").fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def test_sqlalchemy_reflection_answers_from_the_analyst_schema_for_free(
+        server: ServerProcess) -> None:
+    """inspect(engine) as ORMs and notebooks call it: table names, columns with their
+    PostgreSQL types, no keys, no indexes (the analyst-facing schema has none), only the
+    granted tables, and MetaData.reflect; nothing is charged."""
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    url = f"{server.host}:{server.port}/shop"
+    before = {user: _budget(server, user) for user in ("alice", "bob")}
+    engine = sqlalchemy.create_engine(f"postgresql+psycopg://alice:{PASSWORDS['alice']}@{url}")
+    try:
+        inspector = sqlalchemy.inspect(engine)
+        assert inspector.get_table_names() == ["customers", "orders", "products",
+                                               "recommendations"]
+        assert inspector.has_table("orders") and not inspector.has_table("nope")
+        columns = inspector.get_columns("orders")
+        assert [(c["name"], type(c["type"]).__name__) for c in columns] == [
+            ("order_id", "INTEGER"), ("customer_id", "INTEGER"), ("product_id", "INTEGER"),
+            ("quantity", "INTEGER"), ("order_cost", "DOUBLE_PRECISION"), ("status", "VARCHAR")]
+        assert all(c["default"] is None and c["nullable"] for c in columns)
+        assert inspector.get_pk_constraint("orders")["constrained_columns"] == []
+        assert inspector.get_foreign_keys("orders") == []
+        assert inspector.get_indexes("orders") == []
+        assert inspector.get_unique_constraints("orders") == []
+        reflected = sqlalchemy.MetaData()
+        reflected.reflect(engine)
+        assert sorted(reflected.tables) == ["customers", "orders", "products", "recommendations"]
+    finally:
+        engine.dispose()
+    engine = sqlalchemy.create_engine(f"postgresql+psycopg://bob:{PASSWORDS['bob']}@{url}")
+    try:
+        inspector = sqlalchemy.inspect(engine)
+        assert inspector.get_table_names() == ["orders", "products"]
+        assert not inspector.has_table("customers")
+        assert [c["name"] for c in inspector.get_columns("products")] == [
+            "product_id", "category", "price"]
+        with pytest.raises(sqlalchemy.exc.NoSuchTableError):
+            inspector.get_columns("customers")
+    finally:
+        engine.dispose()
+    assert {user: _budget(server, user) for user in ("alice", "bob")} == before
+
+
 # What pgjdbc sends on connect and for DatabaseMetaData.getTables/getColumns (as DBeaver and
 # Metabase call them), shortened to the parts that matter.
 JDBC_PROBE = [

@@ -1,9 +1,11 @@
 """dpsql.server.connection in a Server running in this process (a loop in a thread), for what
-a real process cannot be told quickly: here, a short authentication timeout."""
+a real process cannot be told quickly or shown from outside: a short authentication timeout,
+and the bytes queued for a client that does not read (backpressure)."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -12,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from dpsql.server.app import Server
+from dpsql.server.connection import OUT_HIGH_WATER
 from tests.server import rawwire as rw
 from tests.server.serving import PASSWORDS, prepare
 
 
 @pytest.fixture
-def quick_server(tmp_path: Path) -> Iterator[tuple[str, int]]:
+def running(tmp_path: Path) -> Iterator[tuple[Server, str, int]]:
     db, md, ledger, _ = prepare(tmp_path)
     server = Server(md, db, ledger, auth_timeout=1.0)
     loop = asyncio.new_event_loop()
@@ -25,12 +28,17 @@ def quick_server(tmp_path: Path) -> Iterator[tuple[str, int]]:
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:
-        yield host, port
+        yield server, host, port
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
         server.close()
+
+
+@pytest.fixture
+def quick_server(running: tuple[Server, str, int]) -> tuple[str, int]:
+    return running[1], running[2]
 
 
 def test_a_connection_that_does_not_authenticate_in_time_is_closed(
@@ -48,3 +56,59 @@ def test_a_connection_that_does_not_authenticate_in_time_is_closed(
         time.sleep(1.5)
         client.send(rw.query(b"SHOW dpsql.budget"))
         assert [m.kind for m in client.read_until(b"Z")] == [b"T", b"D", b"C", b"Z"]
+
+
+# -- backpressure ------------------------------------------------------------------------------
+
+#: one Execute's answer: 100 rows of 2,000 bytes (a catalog query: the shadow reads no data)
+WIDE = b"SELECT repeat('x', 2000) AS pad FROM generate_series(1, 100)"
+
+
+def _queued(server: Server) -> list[int]:
+    """Bytes each connection holds for its client: queued replies plus the transport's buffer."""
+    return [sum(map(len, c._out)) + c.writer.transport.get_write_buffer_size()
+            for c in list(server._clients.values())]
+
+
+def test_a_client_that_stops_reading_holds_a_bounded_buffer_and_stalls_no_one(
+        running: tuple[Server, str, int]) -> None:
+    """Pipelined Executes without Sync, never read: ~40 MB of answers. The server writes at
+    most OUT_HIGH_WATER past the transport's high-water mark, then waits for the reader (and
+    stops reading its requests); another client is answered meanwhile; once the slow client
+    reads, it gets every answer, in order."""
+    server, host, port = running
+    executes = 200
+    with rw.RawClient(host, port, timeout=20) as slow:
+        rw.login(slow, "alice", PASSWORDS["alice"])
+        slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        slow.send(rw.parse(b"wide", WIDE))
+        slow.send(b"".join(rw.bind(b"", b"wide") + rw.execute(b"") for _ in range(executes))
+                  + rw.SYNC)
+        time.sleep(1.0)  # the server answers until the socket's buffers are full, then waits
+        assert max(_queued(server)) < 2 * OUT_HIGH_WATER + 64 * 1024 + 4096
+        with rw.RawClient(host, port, timeout=20) as other:  # meanwhile, another client
+            began = time.monotonic()
+            rw.login(other, "alice", PASSWORDS["alice"])
+            other.send(rw.query(b"SELECT COUNT(*) AS n FROM orders"))
+            replies = other.read_until(b"Z")
+            assert [m.kind for m in replies] == [b"N", b"T", b"D", b"C", b"Z"], replies
+            assert time.monotonic() - began < 10
+        assert max(_queued(server)) < 2 * OUT_HIGH_WATER + 64 * 1024 + 4096
+        kinds = [m.kind for m in slow.read_until(b"Z")]
+    assert kinds.count(b"C") == executes and kinds.count(b"D") == 100 * executes
+    assert kinds[0] == b"1" and kinds[-1] == b"Z" and b"E" not in kinds
+
+
+def test_one_large_answer_is_written_as_the_client_reads_it(
+        running: tuple[Server, str, int]) -> None:
+    """A simple Query whose answer is ~10 MB: the DataRows are written as the client reads
+    them, never all queued at once."""
+    server, host, port = running
+    with rw.RawClient(host, port, timeout=20) as slow:
+        rw.login(slow, "alice", PASSWORDS["alice"])
+        slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        slow.send(rw.query(b"SELECT repeat('x', 2000) AS pad FROM generate_series(1, 5000)"))
+        time.sleep(1.0)
+        assert max(_queued(server)) < 2 * OUT_HIGH_WATER + 64 * 1024 + 4096
+        kinds = [m.kind for m in slow.read_until(b"Z")]
+    assert kinds.count(b"D") == 5000 and kinds[-2:] == [b"C", b"Z"]
