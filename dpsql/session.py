@@ -247,7 +247,7 @@ class Session:
             assert budget is not None
             key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
                             scope=self.cache_scope)
-            cached = self._cached(key)
+            cached = self._cached(key, sql, values, budget)
             if cached is not None:
                 return cached
         shares = split_budget([p.analysis for p in parts], budget)

@@ -184,6 +184,10 @@ def test_one_charge_covers_every_block_before_any_private_read(charging, sql):
     # the repeat is the cached answer, free
     again = charging.run(sql, epsilon=1.0)
     assert again.release.cached and again.rows == result.rows and len(charged(charging)) == 1
+    # and the audit log records the hit, with the charge that paid for the answer
+    hits = [e for e in charging.ledger.audit(events=True)
+            if getattr(e, "kind", None) == "cache hit"]
+    assert len(hits) == 1 and hits[0].detail["sql"] == sql
 
 
 @pytest.mark.parametrize(("sql", "error", "match"), [
