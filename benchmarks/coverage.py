@@ -45,7 +45,7 @@ SMOKE_TPCH = ("Q1", "Q2", "Q4", "Q6", "Q13")
 #: (reason, pattern over "<error class>: <message>" of dpsql's refusals), first match wins: the
 #: issue #15 feature that would unlock the query, or why the refusal is right ("correct")
 REASONS: tuple[tuple[str, str], ...] = (
-    ("releases raw values (correct)",
+    ("no aggregate: raw values or bare keys (refused by design)",
      r"neither aggregated nor a group by key|releases no aggregate"),
     ("VARIANCE/STDDEV", r"aggregate (variance|stddev|var_pop|var_samp|stddev_pop|stddev_samp) "
                         r"is not supported|function (var|std|variance|stddev)\w*\(\) is not"),

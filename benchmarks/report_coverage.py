@@ -57,7 +57,7 @@ def tally_md(tpch: dict[str, Any], suite: dict[str, Any] | None) -> list[str]:
     p = suite["summary"]["dpsql_refusal_reasons"] if suite else {}
     keys = sorted(set(t) | set(p), key=lambda k: (-(t.get(k, 0) + p.get(k, 0)), k))
     lines = ["dpsql's refusals by reason (the feature that would unlock them; "
-             "\"correct\" refusals stay):", "",
+             "those \"by design\" or \"must stay refused\" stay):", "",
              "| reason | TPC-H 22 | SmartNoise suite |", "|---|---:|---:|"]
     lines += [f"| {k} | {t.get(k, 0)} | {p.get(k, 0)} |" for k in keys]
     return lines

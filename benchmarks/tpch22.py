@@ -15,7 +15,10 @@ the form is outside SQL text (every one is listed in :data:`ADJUSTMENTS`):
   specification; the view is written as a common table expression of the one ``select``
   (the form TPC-H's approved variants use), because a session runs a single statement.
 
-Every other query is the verbatim text with the validation values substituted.
+Every other query is the verbatim text with the validation values substituted. Checked: on
+SF1 data from tpchgen-cli (dbgen's data), the 22 texts return the specification's reference
+answers (first rows and row counts compared for all 22, e.g. Q1's 1,478,493 ``A|F`` lines,
+Q6's revenue 123,141,078.23, Q13's 50,005 customers without orders, Q16's 18,314 rows).
 Queries 2, 15 and 20 release rows of private tables (a supplier's name, address and phone;
 suppliers with the top revenue; suppliers with excess stock): a differentially private
 engine must refuse them (:data:`RAW_ROWS`).
