@@ -193,14 +193,44 @@ def check_columns_resolved(query: exp.Expression,
         nodes = list(query.walk())
     for node in _of_type(nodes, exp.TableColumn):  # what qualify makes of a bare table name
         raise _table_as_value(node.name)
-    sources: set[str] = set()
-    for node in _of_type(nodes, exp.Table, exp.TableAlias, exp.CTE):
-        name = node.alias_or_name if not isinstance(node, exp.TableAlias) else node.name
-        if name:
-            sources.add(name.lower())
+    visible: dict[int, set[str]] = {}  # id(SELECT) -> the source names its scope sees
     for column in _of_type(nodes, exp.Column):
-        if not column.table and column.name.lower() in sources:
+        if not column.table and column.name.lower() in _visible_sources(column, visible):
             raise _table_as_value(column.name)
+
+
+def _visible_sources(node: exp.Expression, memo: dict[int, set[str]]) -> set[str]:
+    """The lower-cased names of the tables, aliases and CTEs a bare name at ``node`` could bind
+    to as a whole row: those of the SELECTs enclosing it (its own and, for a correlated
+    reference, the outer ones), never those of a subquery nested elsewhere. (An ORDER BY alias
+    named like a table inside a derived table is an output column, not that table.)"""
+    names: set[str] = set()
+    scope = node.parent
+    while scope is not None:
+        if isinstance(scope, exp.Select):
+            if id(scope) not in memo:
+                memo[id(scope)] = _own_sources(scope)
+            names |= memo[id(scope)]
+        scope = scope.parent
+    return names
+
+
+def _own_sources(select: exp.Select) -> set[str]:
+    """The names a SELECT's FROM, JOINs and WITH introduce (not its subqueries' own)."""
+    names: set[str] = set()
+    sources = [select.args.get("from_") or select.args.get("from")]
+    sources += list(select.args.get("joins") or [])
+    for holder in sources:
+        if holder is None:
+            continue
+        source = holder.this
+        name = source.alias_or_name
+        if name:
+            names.add(name.lower())
+    with_ = select.args.get("with_") or select.args.get("with")
+    for cte in (with_.expressions if with_ is not None else []):
+        names.add(cte.alias_or_name.lower())
+    return names
 
 
 def _table_as_value(name: str) -> UnsupportedConstructError:

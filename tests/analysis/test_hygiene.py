@@ -173,6 +173,28 @@ def test_a_table_used_as_a_value_is_rejected_on_both(world, sql):
     assert a[0] == "UnsupportedConstructError" and "names a table" in a[1]
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM orders o WHERE EXISTS (SELECT 1 FROM orders p WHERE "
+    "p.order_id = o.order_id AND CAST(o AS VARCHAR) LIKE '%SECRET%')",  # correlated
+    "WITH x AS (SELECT status FROM orders) SELECT COUNT(*) FROM x WHERE x IS NOT NULL",
+])
+def test_a_visible_table_used_as_a_value_is_rejected_in_nested_scopes(world, sql):
+    pair, metadata = world
+    a, _ = same_outcome(pair, metadata, sql)
+    assert a[0] == "UnsupportedConstructError" and "names a table" in a[1]
+
+
+def test_an_output_alias_named_like_a_table_inside_a_derived_table_is_a_column(world):
+    """TPC-H Q9's shape: the outer ORDER BY names the derived table's output column
+    ``products``; the table of that name is only visible inside the derived table."""
+    pair, metadata = world
+    sql = ("SELECT products, COUNT(*) AS n FROM (SELECT products.product_id AS products FROM "
+           "orders o, products WHERE o.product_id = products.product_id) t GROUP BY products "
+           "ORDER BY products")
+    a, b = same_outcome(pair, metadata, sql)
+    assert a[0] == "ok" and b[0] == "ok", a
+
+
 @pytest.mark.parametrize(("sql", "word"), [
     ("SELECT COUNT(o.*) FROM orders o", "o.*"),
     ("SELECT COUNT(*) FROM orders WHERE COLUMNS(*) IS NULL", "COLUMNS"),
