@@ -260,12 +260,13 @@ def _least_greatest(node: exp.Expression, facts_of: FactsOf) -> Bounds:
     if isinstance(node, exp.Least):
         lo = min(p.lo for p in parts)
         hi = min([max(p.hi for p in parts), *(p.hi for p in sure)])
-        culprit_parts = parts if not math.isfinite(lo) else (sure or parts)
     else:
         hi = max(p.hi for p in parts)
         lo = max([min(p.lo for p in parts), *(p.lo for p in sure)])
-        culprit_parts = parts if not math.isfinite(hi) else (sure or parts)
-    return _joined(culprit_parts, lo, hi, nullable)
+    # name an argument that is unbounded on the side the result is unbounded on
+    culprits = [p for p in parts if (not math.isfinite(lo) and p.lo == -INF)
+                or (not math.isfinite(hi) and p.hi == INF)]
+    return _joined(culprits or parts, lo, hi, nullable)
 
 
 def _abs(node: exp.Abs, facts_of: FactsOf) -> Bounds:

@@ -92,6 +92,7 @@ def test_exact_bounds(sql, expected):
     ("c + u * 2", "'u'"),  # the smallest unbounded sub-expression is named
     ("LEAST(u, 100)", "u"),  # half a clamp: no lower bound
     ("GREATEST(c, u)", "u"),
+    ("LEAST(GREATEST(c, 0), LENGTH(s))", "LENGTH(s)"),  # the argument unbounded below
     ("CASE WHEN c > 1 THEN u ELSE 0 END", "u"),
     ("LENGTH(s)", "LENGTH(s)"),  # no interval rule for the function: clamp it
     ("c * ?", "?"),  # parameters: bounds are derived before values are bound
