@@ -141,7 +141,8 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
         ids: list[int] = []
         for agg in aggs:
             ids.extend(i for i in aggregate_measurements(agg) if i not in ids)
-        function = type(inner).__name__.upper() if isinstance(inner, AGGREGATES) else None
+        bare = inner.this if isinstance(inner, exp.Filter) else inner  # FILTER: its aggregate's
+        function = type(bare).__name__.upper() if isinstance(bare, AGGREGATES) else None
         columns.append(OutputColumn(name, "aggregate", function, tuple(ids), item))
     # Aggregates used only by HAVING / ORDER BY are measured (and noised) too.
     for clause in ("having", "order"):

@@ -76,3 +76,10 @@ def test_a_variance_column_states_its_post_processing():
     # the even split gives each 1/5
     assert len(plans) == 5 and var.epsilon == pytest.approx(3 / 5)
     assert var.half_width_95 is None  # not one measurement
+
+
+def test_a_filtered_count_has_the_half_width_of_a_count():
+    plain, _ = _record("SELECT COUNT(*) AS n FROM t", BOTH, Budget(1.0, 0.0))
+    filtered, _ = _record("SELECT COUNT(*) FILTER (WHERE t.v > 0) AS n FROM t", BOTH,
+                          Budget(1.0, 0.0))
+    assert filtered.columns[0].half_width_95 == plain.columns[0].half_width_95 is not None
