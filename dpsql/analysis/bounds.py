@@ -50,6 +50,7 @@ from sqlglot import exp
 from dpsql.analysis.checks import sql_text
 from dpsql.analysis.keytypes import numeric_or_unknown
 from dpsql.analysis.model import ColumnFacts
+from dpsql.analysis.trees import copy_tree
 from dpsql.errors import AggregateArithmeticError, MissingMetricError, UnsupportedConstructError
 
 INF = math.inf
@@ -99,7 +100,7 @@ def argument_bounds(fn: str, arg: exp.Expression, facts_of: FactsOf) -> tuple[fl
 
 def _unbounded(fn: str, arg: exp.Expression, interval: Interval) -> MissingMetricError:
     culprit = interval.culprit if interval.culprit is not None else arg
-    text = sql_text(culprit)
+    text = "a parameter (?)" if isinstance(culprit, exp.Placeholder) else _text(culprit)
     if isinstance(culprit, exp.Column):
         how = (f"declare bounds: [lower, upper] for column {culprit.name!r} in the metadata, "
                f"or clamp it in SQL with LEAST(GREATEST({text}, lower), upper)")
@@ -109,9 +110,19 @@ def _unbounded(fn: str, arg: exp.Expression, interval: Interval) -> MissingMetri
         how = (f"clamp it in SQL with LEAST(GREATEST({text}, lower), upper), or use only "
                "+ - * /, CASE, COALESCE, LEAST/GREATEST, ABS and numeric CASTs of bounded "
                "columns")
-    whole = sql_text(arg)
+    whole = _text(arg)
     where = "" if culprit is arg else f" because {text} has none"
     return MissingMetricError(f"{fn}({whole}) needs bounds{where}: {how}")
+
+
+def _text(node: exp.Expression) -> str:
+    """``node``'s SQL for a message, parameters shown as the analyst wrote them (``?``)."""
+    if node.find(exp.Placeholder) is None:
+        return sql_text(node)
+    copy = copy_tree(node)
+    for p in copy.find_all(exp.Placeholder):
+        p.set("this", None)
+    return sql_text(copy)
 
 
 def bounds_of(node: exp.Expression, facts_of: FactsOf) -> Bounds:
@@ -137,7 +148,7 @@ def _point(value: float) -> Interval:
 def _literal(node: exp.Literal) -> Interval:
     if node.is_string:
         raise UnsupportedConstructError(
-            f"{sql_text(node)} is a string, not a number: aggregate a numeric value"
+            f"{_text(node)} is a string, not a number: aggregate a numeric value"
         )
     value = float(node.this)
     if not math.isfinite(value):
@@ -149,14 +160,14 @@ def _column(node: exp.Column, facts_of: FactsOf) -> Interval:
     facts = facts_of(node)
     if facts is not None and facts.from_aggregate:
         raise AggregateArithmeticError(
-            f"{sql_text(node)} is computed by an aggregate in a subquery, which has no bounds: "
+            f"{_text(node)} is computed by an aggregate in a subquery, which has no bounds: "
             "release the inner aggregate directly instead"
         )
     if facts is not None and not numeric_or_unknown(facts.type):
         # DuckDB would cast each stored value to a number: one unparsable row would make the
         # whole query fail, an error that depends on the data.
         raise UnsupportedConstructError(
-            f"{sql_text(node)} is {facts.type}, not a number: aggregate a numeric column, or "
+            f"{_text(node)} is {facts.type}, not a number: aggregate a numeric column, or "
             "store this one as a number"
         )
     if facts is None or facts.bounds is None:
@@ -198,9 +209,9 @@ def _binary(node: exp.Expression, facts_of: FactsOf) -> Bounds:
         if not b.bounded and b.culprit is not None:
             return _joined((b,), -INF, INF, True)  # refused as unbounded, naming the culprit
         raise MissingMetricError(
-            f"the denominator {sql_text(node.expression)} of {sql_text(node)} can be 0 (its "
+            f"the denominator {_text(node.expression)} of {_text(node)} can be 0 (its "
             f"bounds are [{b.lo:g}, {b.hi:g}]): divide by a nonzero constant or by an "
-            f"expression whose bounds exclude 0, e.g. GREATEST({sql_text(node.expression)}, c) "
+            f"expression whose bounds exclude 0, e.g. GREATEST({_text(node.expression)}, c) "
             "for a constant c > 0"
         )
     recip = Interval(1.0 / b.hi if math.isfinite(b.hi) else 0.0,
@@ -260,12 +271,13 @@ def _least_greatest(node: exp.Expression, facts_of: FactsOf) -> Bounds:
     if isinstance(node, exp.Least):
         lo = min(p.lo for p in parts)
         hi = min([max(p.hi for p in parts), *(p.hi for p in sure)])
-        culprit_parts = parts if not math.isfinite(lo) else (sure or parts)
     else:
         hi = max(p.hi for p in parts)
         lo = max([min(p.lo for p in parts), *(p.lo for p in sure)])
-        culprit_parts = parts if not math.isfinite(hi) else (sure or parts)
-    return _joined(culprit_parts, lo, hi, nullable)
+    # name an argument that is unbounded on the side the result is unbounded on
+    culprits = [p for p in parts if (not math.isfinite(lo) and p.lo == -INF)
+                or (not math.isfinite(hi) and p.hi == INF)]
+    return _joined(culprits or parts, lo, hi, nullable)
 
 
 def _abs(node: exp.Abs, facts_of: FactsOf) -> Bounds:
@@ -310,7 +322,7 @@ def _cast(node: exp.Cast, facts_of: FactsOf) -> Bounds:
     kind = to.this if isinstance(to, exp.DataType) else None
     if kind not in _INTEGER_TYPES | _FLOAT_TYPES | _DECIMAL_TYPES:
         raise UnsupportedConstructError(
-            f"{sql_text(node)} casts to a type that is not numeric: aggregate a number "
+            f"{_text(node)} casts to a type that is not numeric: aggregate a number "
             "(CAST to INTEGER, BIGINT, DOUBLE or DECIMAL)"
         )
     a = bounds_of(node.this, facts_of)

@@ -50,6 +50,7 @@ from dpsql.errors import (
     UnsupportedQueryError,
 )
 from dpsql.metadata import Domain, Metadata
+from dpsql.rewrite.parameters import number_parameters
 
 
 def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
@@ -79,18 +80,33 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
         by_sql[key] = m.index
         return m.index
 
+    names: dict[int, str] = {}
+
+    def named(node: exp.Expression) -> exp.Expression:
+        """``node``, or a copy whose ``?`` carry the names the rewrite gives them
+        (dpsql.rewrite.parameters): the exact and post-processing queries are built from
+        the measurements' nodes and labels, and bind a parameter by its name."""
+        if node.find(exp.Placeholder) is None:
+            return node
+        if not names:
+            numbered = number_parameters(query)
+            names.update((id(p), q.this) for p, q in zip(
+                query.find_all(exp.Placeholder), numbered.find_all(exp.Placeholder),
+                strict=True))
+        copy = copy_tree(node)
+        for p, q in zip(node.find_all(exp.Placeholder), copy.find_all(exp.Placeholder),
+                        strict=True):
+            q.set("this", names[id(p)])
+        return copy
+
     def aggregate_measurements(agg: exp.Expression) -> tuple[int, ...]:
         if isinstance(agg.parent, exp.Filter):
             # agg(x) FILTER (WHERE p) is agg(CASE WHEN p THEN x END): a filter only removes
             # rows, so the measurement and its sensitivity are the aggregate's own
             check_filter(filter_condition(agg.parent), "FILTER")
-            agg = unfilter(agg.parent)
-        if agg.find(exp.Placeholder) is not None:
-            # the exact query is built from the analysed nodes, whose ? are not numbered
-            raise UnsupportedConstructError(
-                f"{sql_text(agg)}: a parameter inside an aggregate is not supported: write the "
-                "constant in the SQL text, or move the condition into WHERE"
-            )
+            agg = unfilter(named(agg.parent))
+        else:
+            agg = named(agg)
         if isinstance(agg, exp.Count):
             check_scalar(agg, "COUNT argument")
             return (measure("COUNT", agg),)
@@ -127,7 +143,8 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
         ids: list[int] = []
         for agg in aggs:
             ids.extend(i for i in aggregate_measurements(agg) if i not in ids)
-        function = type(inner).__name__.upper() if isinstance(inner, AGGREGATES) else None
+        bare = inner.this if isinstance(inner, exp.Filter) else inner  # FILTER: its aggregate's
+        function = type(bare).__name__.upper() if isinstance(bare, AGGREGATES) else None
         columns.append(OutputColumn(name, "aggregate", function, tuple(ids), item))
     # Aggregates used only by HAVING / ORDER BY are measured (and noised) too.
     for clause in ("having", "order"):

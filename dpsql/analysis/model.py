@@ -122,8 +122,11 @@ class OutputColumn:
 
     @property
     def bare_aggregate(self) -> bool:
-        """True for a column that is one COUNT or SUM as written (``COUNT(*) AS n``)."""
+        """True for a column that is one COUNT or SUM as written (``COUNT(*) AS n``), with or
+        without a FILTER clause."""
         inner = self.node.this if isinstance(self.node, exp.Alias) else self.node
+        if isinstance(inner, exp.Filter):
+            inner = inner.this
         return isinstance(inner, (exp.Count, exp.Sum))
 
 

@@ -67,6 +67,10 @@ def _total_operators(node: exp.Expression) -> exp.Expression:
             n.replace(exp.Anonymous(this=name, expressions=[n.left, n.right]))
         elif type(n) is exp.Cast:
             n.replace(exp.TryCast(this=n.this, to=n.args["to"], safe=True))
+        elif isinstance(n, exp.Neg) and not isinstance(n.this, exp.Literal):
+            # -x wraps around on the least integer without ANSI mode; DuckDB's TRY gives NULL
+            n.replace(exp.Anonymous(this="try_subtract",
+                                    expressions=[exp.Literal.number(0), n.this]))
     return holder.this
 
 

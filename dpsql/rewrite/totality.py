@@ -46,7 +46,10 @@ from dpsql.rewrite.safe_compare import (
 )
 
 AGGREGATES = (exp.Count, exp.Sum, exp.Avg)
-_ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Pow, exp.Cast)
+#: (unary minus too: -x overflows on the least integer of x's type; a negated literal is a
+#: validated constant, see can_fail)
+_ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Pow, exp.Cast,
+               exp.Neg)
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between,
                 exp.Like, exp.ILike, exp.NullSafeEQ, exp.NullSafeNEQ)
 #: boolean-valued forms (whether they can fail is a separate question)

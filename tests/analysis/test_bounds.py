@@ -92,6 +92,7 @@ def test_exact_bounds(sql, expected):
     ("c + u * 2", "'u'"),  # the smallest unbounded sub-expression is named
     ("LEAST(u, 100)", "u"),  # half a clamp: no lower bound
     ("GREATEST(c, u)", "u"),
+    ("LEAST(GREATEST(c, 0), LENGTH(s))", "LENGTH(s)"),  # the argument unbounded below
     ("CASE WHEN c > 1 THEN u ELSE 0 END", "u"),
     ("LENGTH(s)", "LENGTH(s)"),  # no interval rule for the function: clamp it
     ("c * ?", "?"),  # parameters: bounds are derived before values are bound
@@ -182,10 +183,8 @@ def test_filter_in_a_histogram_doubles_like_the_aggregate():
 @pytest.mark.parametrize(("sql", "error", "match"), [
     ("SELECT COUNT(*) FILTER (WHERE quantity IN (SELECT customer_id FROM customers)) "
      "FROM orders", UnsupportedConstructError, "subquery"),
-    ("SELECT COUNT(*) FILTER (WHERE quantity > ?) FROM orders", UnsupportedConstructError,
-     "parameter inside an aggregate"),
-    ("SELECT SUM(CASE WHEN quantity > ? THEN weight END) FROM orders",
-     UnsupportedConstructError, "parameter inside an aggregate"),
+    ("SELECT SUM(weight * ?) FROM orders", MissingMetricError,
+     r"SUM\(orders.weight \* \?\) needs bounds because a parameter \(\?\) has none"),
     ("SELECT COUNT(*) FROM (SELECT COUNT(*) FILTER (WHERE quantity > 1) AS n FROM orders) t",
      UnsupportedConstructError, "outermost SELECT"),
     ("SELECT COUNT(*) FROM (SELECT VAR_POP(weight) AS v FROM orders) t",
@@ -249,3 +248,17 @@ def test_tpch_q1_and_q14_sums_are_accepted_with_their_derived_bounds():
         "FROM lineitem, part WHERE l_partkey = p_partkey AND l_shipdate >= DATE '1995-09-01' "
         "AND l_shipdate < DATE '1995-09-01' + INTERVAL '1' MONTH", md)
     assert [m.bounds for m in q14.measurements] == [(0, 105000), (0, 105000)]
+
+
+def test_parameters_in_conditions_inside_aggregates_carry_their_names():
+    """The exact query is built from the measurements' nodes: each ? there has the name the
+    rewrite binds it by (its position in the text), and two aggregates differing only in
+    which parameter they read stay two measurements."""
+    a = analyze("SELECT ? AS c, COUNT(*) FILTER (WHERE quantity > ?) AS n, "
+                "SUM(CASE WHEN quantity > ? THEN weight END) AS s FROM orders "
+                "WHERE order_cost > ?", MD)
+    assert [m.label for m in a.measurements] == [
+        "COUNT(CASE WHEN orders.quantity > $__dpsql_param_1 THEN 1 END)",
+        "SUM(CASE WHEN orders.quantity > $__dpsql_param_2 THEN orders.weight END)",
+    ]
+    assert a.measurements[1].bounds == (2.0, 7.0)

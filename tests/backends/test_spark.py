@@ -47,6 +47,15 @@ def test_try_becomes_null_on_error_operators():
     assert " DIV " in sql
 
 
+def test_negation_inside_try_is_null_on_overflow():
+    from dpsql.backends.spark_sql import to_spark_sql
+
+    # -x of the least INT wraps around in Spark without ANSI mode; DuckDB's TRY gives NULL
+    sql = to_spark_sql("SELECT COUNT(*) FROM t WHERE TRY(-t.a > -1 * t.b)", SCHEMA)
+    assert "TRY_SUBTRACT(0, T.A)" in sql.upper(), sql
+    assert "-1" in sql  # a negated literal is a constant
+
+
 def test_arithmetic_outside_try_is_left_alone():
     from dpsql.backends.spark_sql import to_spark_sql
 

@@ -157,6 +157,17 @@ def test_the_clamp_wraps_the_computed_value():
     assert got == {(): (-1.0,)}
 
 
+def test_negating_the_least_integer_becomes_null_and_is_skipped():
+    """-x fails on INT32's least value in DuckDB ("Overflow in negation"): the rewrite wraps a
+    negated column in TRY like any other arithmetic, so that row counts as NULL."""
+    md = metadata(ALL_EQUAL)
+    sql = executed_sql(analyze("SELECT SUM(-s.v) FROM s", md), md)
+    assert "TRY(-s.v)" in sql
+    db: Database = {**ALL_EQUAL, "s": ((1, -2147483648), (1, 1))}
+    (got,) = answers(sql, [db], 0)
+    assert got == {(): (-1.0,)}
+
+
 def test_overflow_becomes_null_and_is_skipped():
     md = metadata(ALL_EQUAL)
     sql = executed_sql(analyze(BY_NAME["sum_overflowing_cast"][1], md), md)

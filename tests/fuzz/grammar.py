@@ -191,6 +191,7 @@ def _computed_aggregate(draw, params: list[Any], alias: str) -> str:
     value = draw(st.sampled_from([
         "A.n * 2 - A.x", "A.x / 4 + A.n", "A.dec * (1 - A.x / 100)", "LEAST(GREATEST(A.id, 0), 9)",
         "ABS(A.x) + COALESCE(A.n, 0)", "A.n / GREATEST(A.n, 1)", "CAST(A.x AS INTEGER) * 3",
+        "-A.n + A.x",  # a row holds INT32's least n, whose negation overflows
         "A.id * 2",  # unbounded: refused, naming A.id
         "A.n / A.x",  # a denominator that can be 0: refused
     ]))

@@ -95,3 +95,10 @@ def test_combined_record_sums_the_parts_and_prefixes_their_columns():
     assert record.columns[0].half_width_95 is not None  # one pure bare COUNT
     assert record.columns[1].half_width_95 is None  # AVG: two measurements
     assert record.mechanism == "discrete_laplace+snapped_laplace"
+
+
+def test_a_filtered_count_has_the_half_width_of_a_count():
+    plain, _ = _record("SELECT COUNT(*) AS n FROM t", BOTH, Budget(1.0, 0.0))
+    filtered, _ = _record("SELECT COUNT(*) FILTER (WHERE t.v > 0) AS n FROM t", BOTH,
+                          Budget(1.0, 0.0))
+    assert filtered.columns[0].half_width_95 == plain.columns[0].half_width_95 is not None

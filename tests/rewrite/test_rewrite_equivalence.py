@@ -232,6 +232,13 @@ QUERIES = [
      "SUM(o.order_cost) FILTER (WHERE o.status = 'new') AS s, "
      "AVG(c.age) FILTER (WHERE o.quantity = 1) AS a, COUNT(*) AS total FROM orders o "
      "JOIN customers c ON o.customer_id = c.customer_id GROUP BY c.region", (), False),
+    ("parameters_inside_aggregates",
+     "WITH s AS (SELECT * FROM orders WHERE quantity >= ?) "
+     "SELECT status, ? AS tag, COUNT(*) FILTER (WHERE quantity > ?) AS n, "
+     "SUM(CASE WHEN quantity = ? THEN order_cost END) AS s, "
+     "AVG(order_cost) FILTER (WHERE quantity <> ?) AS a FROM s WHERE order_cost > ? "
+     "GROUP BY status HAVING COUNT(*) FILTER (WHERE quantity > ?) > ?",
+     (2, "t", 3, 4, 5, 10.0, 3, 5), False),
     ("variance_family",
      "SELECT status, VAR_POP(order_cost) AS vp, VAR_SAMP(order_cost) AS vs, "
      "VARIANCE(quantity) AS v, STDDEV_POP(order_cost) AS sp, STDDEV(order_cost * 2) AS sd, "

@@ -253,3 +253,14 @@ def test_sum_of_a_column_of_unknown_type_cannot_fail(plain):
     with_row = plain["with_row"].execute(exact).fetchall()
     without_row = plain["without_row"].execute(exact).fetchall()
     assert with_row == without_row == [(sum(min(i, 1000) for i in range(1, 201)),)]
+
+
+def test_a_negated_column_can_fail_and_a_negated_literal_cannot():
+    import sqlglot
+
+    from dpsql.rewrite.totality import can_fail, make_total
+
+    # DuckDB: -x raises "Overflow in negation" on the least value of x's integer type
+    assert can_fail(sqlglot.parse_one("-t.a"), lambda _c: None)
+    assert not can_fail(sqlglot.parse_one("-1"), lambda _c: None)
+    assert make_total(sqlglot.parse_one("-t.a")).sql(dialect="duckdb") == "TRY(-t.a)"
