@@ -85,6 +85,12 @@ EQUIVALENT = [
      "WITH j AS (SELECT * FROM orders o JOIN customers c ON o.customer_id = c.customer_id), "
      "t AS (SELECT region, COUNT(*) AS n, SUM(age) AS ages FROM j GROUP BY region) "
      "SELECT * FROM t", (), False),
+    ("threshold_inside_a_block",
+     "WITH t AS (SELECT status, COUNT(*) AS n FROM orders WHERE order_cost > "
+     "(SELECT AVG(order_cost) FROM orders) GROUP BY status) SELECT * FROM t", (), False),
+    ("threshold_inside_a_threshold",
+     "SELECT COUNT(*) AS n FROM orders WHERE order_cost > (SELECT AVG(order_cost) FROM orders "
+     "WHERE quantity > (SELECT AVG(quantity) FROM orders))", (), False),
     ("two_phase_where",
      "SELECT COUNT(*) AS n FROM orders WHERE order_cost > (SELECT AVG(order_cost) FROM orders)",
      (), False),
@@ -104,6 +110,7 @@ def _duckdb_only(backend_name: str) -> None:
 
 #: the cases Spark runs too (a Spark query costs seconds): one of each execution shape
 ON_SPARK = {"cte_star", "two_blocks_joined", "block_joined_with_a_public_table",
+            "threshold_inside_a_block",
             "select_star_over_a_join_with_duplicate_names", "two_phase_having_with_parameter"}
 
 
