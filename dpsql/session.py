@@ -252,13 +252,13 @@ class Session:
                 return cached
         shares = split_budget([p.analysis for p in parts], budget)
         plans = [plan_noise(p.analysis, b) for p, b in zip(parts, shares, strict=True)]
-        domains = [read_domains(self.backend, p.compiled, prepared.part_params(i, values))
-                   for i, p in enumerate(parts)]
+        checked = prepared.part_params(values)
+        domains = [read_domains(self.backend, p.compiled, checked) for p in parts]
         public = read_public(self.backend, prepared)
         charge = None if prepared.public else self.ledger
         if charge is not None:
-            for i, p in enumerate(parts):
-                self._check_binds(p.compiled, prepared.part_params(i, values))
+            for p in parts:
+                self._check_binds(p.compiled, checked)
         record = combined_record(
             [(p.label, p.columns, pl, d.n_bins) for p, pl, d in zip(parts, plans, domains,
                                                                      strict=True)],

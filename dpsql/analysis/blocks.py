@@ -19,6 +19,10 @@ analyst's query. :func:`analyze_request` finds them from the SQL alone and retur
   subquery replaced by the parameter ``n_params + i`` (public: its value is the noisy release),
   so that analysis and its refusals happen before anything is charged.
 
+A scalar aggregate subquery inside a block (or inside a CTE a block reads) is released before
+that block in the same way, and the block reads it as a parameter: the blocks are in release
+order, each scalar one with ``param`` set (``n_scalars`` of them, parameters ``n_params..``).
+
 Contract: the split and every refusal here depend on the SQL and the public metadata alone.
 Each block is analysed by :func:`~dpsql.analysis.elastic.analyze_query` as a query of its own
 (with the CTEs it reads), so its measurements carry that analysis's ES(k) guarantee. ``post``
@@ -58,6 +62,8 @@ class Block:
     table: str  # the post-processing table holding its noisy rows (``__b<i>``)
     analysis: QueryAnalysis
     scalar: bool  # a scalar subquery: one column, one row (no GROUP BY)
+    #: a scalar used as a constant by a later release: the parameter its noisy value binds
+    param: int | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,7 @@ class BlockQuery:
     tables: frozenset[str]  # the declared tables it reads (where a server checks grants)
     blocks: tuple[Block, ...]
     n_params: int  # the analyst's ``?`` markers
+    n_scalars: int  # scalar blocks bound as parameters n_params.. of later releases
     post: exp.Query | None = None
     final: QueryAnalysis | None = None
     output_names: tuple[str, ...] = ()
@@ -149,6 +156,8 @@ class _Splitter:
         self.n_params = sum(1 for p in self.query.find_all(exp.Placeholder))
         self.refs = cte_references(self.query)
         self.kinds: dict[int, str] = {}
+        self.blocks: list[Block] = []  # in release order
+        self.n_scalars = 0
         self.sql = self.query.sql(dialect=DIALECT)
         self.tables = frozenset(t.name for t in self.query.find_all(exp.Table)
                                 if id(t) not in self.refs)
@@ -244,16 +253,16 @@ class _Splitter:
         found: list[exp.Select] = []
         self._collect(query, found)
         blocks = []
-        for i, select in enumerate(found):
+        for select in found:
             scalar = isinstance(select.parent, exp.Subquery) and _scalar_position(select.parent)
-            blocks.append(self._block(select, i, scalar))
+            blocks.append(self._block(select, scalar))
         self._drop_private_ctes(query)  # (kinds read from the bodies before the replacement)
         for block, select in zip(blocks, found, strict=True):
             select.replace(exp.select("*").from_(block.table))
         public = self._check_post(query)
         names = tuple(item.alias_or_name for item in query.expressions)
-        return BlockQuery(self.sql, self.tables, tuple(blocks), self.n_params, post=query,
-                          output_names=names, public_tables=public)
+        return BlockQuery(self.sql, self.tables, tuple(self.blocks), self.n_params,
+                          self.n_scalars, post=query, output_names=names, public_tables=public)
 
     def _collect(self, node: exp.Expression, found: list[exp.Select]) -> None:
         """The outermost blocks below ``node`` (a block's inside is its own analysis's)."""
@@ -266,16 +275,22 @@ class _Splitter:
             self._collect(child, found)
 
     def _two_phase(self, query: exp.Select) -> BlockQuery | None:
-        found = [s for s in self._scalar_subqueries(query)]
-        if not found:
+        if not self._release_scalars(query):
             return None
-        blocks = [self._block(select, i, True) for i, select in enumerate(found)]
-        for i, select in enumerate(found):
-            assert select.parent is not None
-            select.parent.replace(exp.Placeholder(this=f"{PARAM_PREFIX}{self.n_params + i}"))
         final = analyze_query(query, self.metadata)
-        return BlockQuery(self.sql, self.tables, tuple(blocks), self.n_params, final=final,
+        return BlockQuery(self.sql, self.tables, tuple(self.blocks), self.n_params,
+                          self.n_scalars, final=final,
                           output_names=tuple(c.name for c in final.columns))
+
+    def _release_scalars(self, node: exp.Expression) -> bool:
+        """Make each scalar aggregate subquery below ``node`` a block released first, replaced
+        by the parameter its noisy value binds; whether there was any."""
+        found = self._scalar_subqueries(node)
+        for select in found:
+            block = self._block(select, True, as_param=True)
+            assert select.parent is not None and block.param is not None
+            select.parent.replace(exp.Placeholder(this=f"{PARAM_PREFIX}{block.param}"))
+        return bool(found)
 
     def _scalar_subqueries(self, node: exp.Expression) -> list[exp.Select]:
         """Aggregate subqueries used as values, outermost first, outside any FROM source
@@ -290,23 +305,34 @@ class _Splitter:
             out.extend(self._scalar_subqueries(child))
         return out
 
-    def _block(self, select: exp.Select, index: int, scalar: bool) -> Block:
-        name = _block_name(select, index)
-        _reject_correlated(select, name)
+    def _block(self, select: exp.Select, scalar: bool, *, as_param: bool = False) -> Block:
+        """``select`` as a release block (appended to ``self.blocks`` after the scalar blocks
+        it uses as constants, which are released before it)."""
+        _reject_correlated(select)
         if scalar and (select.args.get("group") is not None or len(select.expressions) != 1):
             raise UnsupportedConstructError(
                 f"the scalar subquery {sql_text(select)[:60]} must return one value: one "
                 "aggregate and no GROUP BY (join a grouped CTE instead)"
             )
+        # thresholds inside the block (or the CTEs it reads): released before it
+        for cte in self._needed_ctes(select):
+            self._release_scalars(cte.this)
+        self._release_scalars(select)
+        name = _block_name(select, len(self.blocks))
         standalone = self._standalone(select)
-        return Block(name, f"{BLOCK_TABLE}{index}", analyze_query(standalone, self.metadata),
-                     scalar)
+        param = None
+        if as_param:
+            param = self.n_params + self.n_scalars
+            self.n_scalars += 1
+        block = Block(name, f"{BLOCK_TABLE}{len(self.blocks)}",
+                      analyze_query(standalone, self.metadata), scalar, param)
+        self.blocks.append(block)
+        return block
 
-    def _standalone(self, select: exp.Select) -> exp.Select:
-        """A copy of ``select`` as a query of its own: with the CTEs it reads (transitively),
-        in their order in the analyst's query."""
+    def _needed_ctes(self, select: exp.Select) -> list[exp.CTE]:
+        """The CTEs outside ``select`` it reads (transitively), in the analyst's order."""
         needed: dict[int, exp.CTE] = {}
-        pending = [select]
+        pending: list[exp.Expression] = [select]
         while pending:
             node = pending.pop()
             for table in node.find_all(exp.Table):
@@ -314,10 +340,16 @@ class _Splitter:
                 if cte is not None and id(cte) not in needed and not _inside(cte, select):
                     needed[id(cte)] = cte
                     pending.append(cte.this)
+        order = {id(c): i for i, c in enumerate(self.query.find_all(exp.CTE))}
+        return sorted(needed.values(), key=lambda c: order[id(c)])
+
+    def _standalone(self, select: exp.Select) -> exp.Select:
+        """A copy of ``select`` as a query of its own: with the CTEs it reads (transitively),
+        in their order in the analyst's query."""
+        needed = self._needed_ctes(select)
         copy = copy_tree(select)
         if needed:
-            order = {id(c): i for i, c in enumerate(self.query.find_all(exp.CTE))}
-            ctes = [copy_tree(c) for c in sorted(needed.values(), key=lambda c: order[id(c)])]
+            ctes = [copy_tree(c) for c in needed]
             own = copy.args.get("with_")
             if own is not None:
                 ctes += list(own.expressions)
@@ -369,7 +401,7 @@ def _block_name(select: exp.Select, index: int) -> str:
     return f"subquery{index + 1}"
 
 
-def _reject_correlated(select: exp.Select, name: str) -> None:
+def _reject_correlated(select: exp.Select) -> None:
     """A block reads only its own sources: a column of the enclosing query (a correlated
     subquery, evaluated once per outer row) has no single release to stand for it."""
     defined = {t.alias_or_name for t in select.find_all(exp.Table)}
@@ -378,7 +410,8 @@ def _reject_correlated(select: exp.Select, name: str) -> None:
     for col in select.find_all(exp.Column):
         if col.table and col.table not in defined:
             raise UnsupportedConstructError(
-                f"the aggregate subquery {name} refers to {sql_text(col)} of the enclosing query "
+                f"the aggregate subquery ({sql_text(select)[:40]}...) refers to {sql_text(col)} "
+                "of the enclosing query "
                 "(a correlated subquery), which dpsql cannot release once for every row: "
                 "make it uncorrelated, or join and GROUP BY instead"
             )

@@ -3,16 +3,17 @@ the charge.
 
 :func:`prepare_blocks` plans and compiles every release of a :class:`BlockQuery` (each block,
 then the final query of a two-phase one) and the post-processing query; nothing reads data.
-:func:`compute` is what the session runs once the request is charged:
+:func:`compute` is what the session runs once the request is charged. The releases run in
+order (a scalar block before the releases that use its value):
 
-* *blocks, then post-processing*: every block's exact values are read first (a failure there
-  is before any noise: refunded), then each block is noised and post-processed into its table
-  ``__b<i>`` in the post-processing DuckDB, and the analyst's outer query runs over those
-  tables only;
-* *two phases*: each scalar block is read, noised and post-processed into its one value;
-  then the final query's exact values are read with those noisy values bound as its trailing
-  parameters, noised and post-processed. From the first noise on, a failure stands charged
-  (the session's rule: it may depend on noisy values).
+* without scalars bound as constants, every release's exact values are read first (a failure
+  there is before any noise: refunded); then each block is noised and post-processed into its
+  table ``__b<i>`` in the post-processing DuckDB, and the analyst's outer query runs over those
+  tables only (and copies of the public tables it reads);
+* with them, each release is read once the scalars it uses are released: a scalar block is
+  read, noised and post-processed into its one value, bound as its parameter for the later
+  releases (a threshold inside a block, or the final query of two phases). From the first
+  noise on, a failure stands charged (the session's rule: it may depend on noisy values).
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class Part:
     analysis: QueryAnalysis
     compiled: CompiledPlan
     columns: tuple[ColumnSource, ...]
+    #: a scalar block bound as a constant of later releases: its parameter position
+    param: int | None = None
 
 
 @dataclass(frozen=True)
@@ -101,20 +104,17 @@ class PreparedBlocks:
 
     @property
     def n_scalars(self) -> int:
-        """Two phases: the scalar blocks, bound as parameters n_params.. of the final query."""
-        return len(self.request.blocks) if self.request.final is not None else 0
+        """The scalar blocks bound as parameters n_params.. of later releases."""
+        return self.request.n_scalars
 
     @cached_property
     def public(self) -> bool:
         return all(is_public_query(p.analysis) for p in self.parts)
 
-    def part_params(self, i: int, values: Sequence[Any]) -> list[Any]:
-        """The parameters part ``i`` is planned against (before phase 1: the scalars as 0.0,
-        which only the final query's exact query and the binder check read)."""
-        values = list(values)
-        if self.request.final is not None and i == len(self.parts) - 1:
-            values += [0.0] * self.n_scalars
-        return values
+    def part_params(self, values: Sequence[Any]) -> list[Any]:
+        """The parameters every part is checked against before the charge: the analyst's, then
+        each scalar as 0.0 (a binder depends on types only; no domain reads a scalar)."""
+        return list(values) + [0.0] * self.n_scalars
 
 
 def _sources(analysis: QueryAnalysis) -> tuple[ColumnSource, ...]:
@@ -127,13 +127,13 @@ def prepare_blocks(request: BlockQuery, backend: Backend, metadata: Metadata,
     """Plan and compile every release of ``request`` (reads no data; raises the planner's
     and the backend's refusals, which depend on the SQL and metadata alone)."""
     parts: list[Part] = []
-    for block in request.blocks:
-        plan = plan_execution(block.analysis, metadata, stored)
-        parts.append(Part(block.name, None if request.final is not None else block.table,
-                          block.analysis, compile_plan(backend, plan), _sources(block.analysis)))
+    scalars = set(range(request.n_params, request.n_params + request.n_scalars))
+    releases = [(b.name, b.table if request.post is not None and b.param is None else None,
+                 b.analysis, b.param) for b in request.blocks]
     if request.final is not None:
-        plan = plan_execution(request.final, metadata, stored)
-        scalars = set(range(request.n_params, request.n_params + len(request.blocks)))
+        releases.append(("", None, request.final, None))
+    for label, table, analysis, param in releases:
+        plan = plan_execution(analysis, metadata, stored)
         if scalars & set(plan.domain_params):
             # the bins would be narrowed by a noisy value, and the bin count is checked before
             # the charge, when no noisy value exists yet
@@ -142,8 +142,8 @@ def prepare_blocks(request: BlockQuery, backend: Backend, metadata: Metadata,
                 "exist would depend on its noisy value: compare it with an aggregate (HAVING) "
                 "or with a column that is not a key"
             )
-        parts.append(Part("", None, request.final, compile_plan(backend, plan),
-                          _sources(request.final)))
+        parts.append(Part(label, table, analysis, compile_plan(backend, plan),
+                          _sources(analysis), param))
     post_sql = None
     reads = []
     if request.post is not None:
@@ -178,29 +178,27 @@ def compute(backend: Backend, post: PostProcessor, prepared: PreparedBlocks,
     """The analyst's rows (module docstring). Call only once the request is charged;
     ``noise_drawn`` is called before the first noise is drawn."""
     parts = prepared.parts
-    if prepared.post_sql is not None:
-        bins = [read_bins(backend, p.compiled, values, d)
-                for p, d in zip(parts, domains, strict=True)]
+    bound: list[Any] = list(values) + [None] * prepared.n_scalars
+    # Without scalars to bind, every exact read comes before any noise (a failed read is then
+    # refunded); with them, each release is read once the scalars it uses are released.
+    ahead = [] if any(p.param is not None for p in parts) else [
+        read_bins(backend, p.compiled, bound, d) for p, d in zip(parts, domains, strict=True)]
+    tables = []
+    for i, part in enumerate(parts):
+        b = ahead[i] if ahead else read_bins(backend, part.compiled, bound, domains[i])
         noise_drawn()
-        tables = []
-        for part, b, part_plans in zip(parts, bins, plans, strict=True):
-            assert part.table is not None
-            tables.append((part.table, _post_sql(part), b, _noised(b, part_plans, sampler)))
-        return post.over_tables(tables, values, prepared.post_sql, prepared.post_params,
-                                prepared.request.output_names, public)
-    scalars: list[Any] = []
-    for i, part in enumerate(parts[:-1]):
-        b = read_bins(backend, part.compiled, values, domains[i])
-        noise_drawn()
-        _, _, rows = post.rows(part.compiled.plan, b, _noised(b, plans[i], sampler), values,
-                               partial(post_processing_sql, part.analysis))
-        scalars.append(_scalar(rows, part.label))
-    final = parts[-1]
-    bound = list(values) + scalars
-    b = read_bins(backend, final.compiled, bound, domains[-1])
-    noise_drawn()
-    return post.rows(final.compiled.plan, b, _noised(b, plans[-1], sampler), bound,
-                     lambda: post_processing_sql(final.analysis))
+        noisy = _noised(b, plans[i], sampler)
+        if part.table is not None:
+            tables.append((part.table, _post_sql(part), b, noisy))
+            continue
+        rows = post.rows(part.compiled.plan, b, noisy, bound,
+                         partial(post_processing_sql, part.analysis))
+        if part.param is None:  # the final query of two phases
+            return rows
+        bound[part.param] = _scalar(rows[2], part.label)
+    assert prepared.post_sql is not None
+    return post.over_tables(tables, bound, prepared.post_sql, prepared.post_params,
+                            prepared.request.output_names, public)
 
 
 def _noised(bins: Bins, plans: tuple[NoisePlan, ...],

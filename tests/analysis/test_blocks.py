@@ -103,10 +103,22 @@ def test_select_star_over_raw_rows_is_still_refused():
     ("SELECT COUNT(*) AS n FROM orders WHERE cost > "
      "(SELECT status, COUNT(*) FROM orders GROUP BY status)",
      UnsupportedConstructError, "one value"),
-    # a block is analysed by today's rules: a nested scalar threshold inside it is refused
-    ("WITH t AS (SELECT COUNT(*) AS n FROM orders WHERE cost > "
-     "(SELECT AVG(cost) FROM orders)) SELECT n FROM t", AggregateArithmeticError, "subquery"),
+    # a block is analysed by today's rules: an aggregate of an aggregate is refused
+    ("WITH t AS (SELECT SUM(COUNT(*)) AS s FROM orders) SELECT s FROM t",
+     AggregateArithmeticError, "nested aggregate"),
 ])
 def test_refusals_name_the_construct(sql, error, match):
     with pytest.raises(error, match=match):
         analyze_request(sql, MD)
+
+
+def test_a_threshold_inside_a_block_is_released_before_it():
+    request = _blocks("WITH rows AS (SELECT * FROM orders WHERE cost > (SELECT AVG(cost) "
+                      "FROM orders)), t AS (SELECT status, COUNT(*) AS n FROM rows "
+                      "WHERE cost < (SELECT AVG(cost) * 2 FROM orders) GROUP BY status) "
+                      "SELECT * FROM t")
+    assert [(b.name, b.param, b.scalar) for b in request.blocks] == [
+        ("subquery1", 0, True), ("subquery2", 1, True), ("t", None, False)]
+    assert request.n_scalars == 2 and request.n_params == 0
+    text = request.blocks[2].analysis.query.sql(dialect="duckdb")
+    assert "$__dpsql_param_0" in text and "$__dpsql_param_1" in text

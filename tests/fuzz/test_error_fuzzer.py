@@ -68,9 +68,9 @@ def _exact(engine: Session, query: Query) -> tuple[list[float], list[np.ndarray]
     if isinstance(prepared, PreparedBlocks):  # every release (the final one's scalars: 0.0)
         es: list[float] = []
         exact: list[np.ndarray] = []
-        for i, part in enumerate(prepared.parts):
+        for part in prepared.parts:
             bins = read_exact(engine.backend, part.compiled,
-                              prepared.part_params(i, list(query.params)))
+                              prepared.part_params(list(query.params)))
             es += [m.sensitivity.at(0) for m in part.analysis.measurements]
             exact += [np.asarray(b, dtype=np.float64) for b in bins.exact]
         return es, exact

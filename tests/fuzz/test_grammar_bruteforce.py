@@ -168,7 +168,10 @@ def test_two_phase_sensitivity_holds_for_every_value_of_the_scalar(query, db, op
     except Error:
         assume(False)
         return
-    assert isinstance(request, BlockQuery) and request.final is not None
+    assert isinstance(request, BlockQuery)
+    # an aggregate over a grouped subquery filtered by the scalar is post-processing of that
+    # block's noisy rows instead (no final query; the blocks' bounds are checked elsewhere)
+    assume(request.final is not None)
     es0 = request.final.measurements[0].sensitivity.at(0)
     others = list(neighbours(db, PRIVATE))
     for c in constants:

@@ -39,6 +39,19 @@ def test_psycopg_private_query_with_parameters_is_noisy_charged_once_and_cached(
     assert _charges(server, "alice") == before + 1
 
 
+def test_psycopg_query_of_several_releases_is_charged_once(server: ServerProcess) -> None:
+    before = _charges(server, "alice")
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        cur = conn.cursor()
+        cur.execute("SET dpsql.epsilon = 0.3")
+        cur.execute("WITH t AS (SELECT status, COUNT(*) AS n FROM orders GROUP BY status) "
+                    "SELECT status, n FROM t WHERE n > (SELECT COUNT(*) FROM customers) / %s "
+                    "ORDER BY status", [100])
+        assert [d.name for d in cur.description] == ["status", "n"]
+        assert all(isinstance(n, int) for _, n in cur.fetchall())
+    assert _charges(server, "alice") == before + 1
+
+
 @pytest.mark.parametrize(("sql", "code"), [
     ("SELECT * FROM orders", "0A000"),
     ("SELEC COUNT(*) FROM orders", "42601"),
@@ -283,6 +296,9 @@ def test_repeated_statement_texts_keep_their_route(server: ServerProcess) -> Non
 
 @pytest.mark.parametrize(("sql", "names"), [
     ("SELECT COUNT(*) AS n FROM orders WHERE quantity = $1", ["n"]),  # private: no charge
+    # release blocks (dpsql.analysis.blocks): the outer query's names
+    ("WITH t AS (SELECT status, COUNT(*) AS n FROM orders WHERE quantity = $1 GROUP BY status) "
+     "SELECT status AS s, n * 2 AS twice FROM t", ["s", "twice"]),
     ("SELECT table_name FROM information_schema.tables WHERE table_name = $1", ["table_name"]),
     ("SHOW dpsql.epsilon", ["dpsql.epsilon"]),  # a session command: run (it reads no data)
 ])
