@@ -14,6 +14,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from dpsql.analysis import rules
+from dpsql.analysis.bounds import bounds_of
 from dpsql.analysis.checks import (
     check_aggregate_args,
     check_filter,
@@ -30,8 +31,25 @@ from dpsql.analysis.derived_keys import DerivedDomain, derive_key, may_derive
 from dpsql.analysis.joins import JoinBuilder
 from dpsql.analysis.keytypes import same_type
 from dpsql.analysis.model import ColumnFacts, Derivation, Relation
-from dpsql.errors import ProtectedBinError, UnsupportedConstructError, UnsupportedQueryError
+from dpsql.errors import Error, ProtectedBinError, UnsupportedConstructError, UnsupportedQueryError
 from dpsql.metadata import Metadata
+
+
+def _derived_bounds(node: exp.Expression, rel: Relation) -> tuple[float, float] | None:
+    """The interval bounds of a computed projection (dpsql.analysis.bounds), or None.
+
+    Bounds carried out of a subquery only size a later SUM's clamp and sensitivity: the
+    executed query clamps the summed per-row value itself (dpsql.rewrite.clamps), so, as for
+    an expression summed in place, a wrong bound costs accuracy, never privacy. No refusal
+    here: a column that cannot be bounded is refused only if something sums it.
+    """
+    try:
+        interval = bounds_of(node, lambda c: rel.columns.get((c.table, c.name)))
+    except Error:
+        return None
+    if interval is None or not interval.bounded:
+        return None
+    return float(interval.lo), float(interval.hi)
 
 
 def cte_references(query: exp.Query) -> dict[int, exp.CTE]:
@@ -301,6 +319,9 @@ class Analyzer(JoinBuilder):
                     found = self._derived_domain(inner, rel, None)
                     if found is not None:
                         out[("", name)] = replace(out[("", name)], derived_domain=found)
+                    derived = _derived_bounds(inner, rel)
+                    if derived is not None:  # e.g. TPC-H Q7's volume, summed outside
+                        out[("", name)] = replace(out[("", name)], bounds=derived)
         label = "SELECT DISTINCT" if distinct else "projection"
         # DISTINCT: removed input rows remove at most as many distinct rows; same for added.
         stability = rules.filter_projection(rel.stability)

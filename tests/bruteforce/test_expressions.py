@@ -63,6 +63,13 @@ TEMPLATES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # every value overflows INTEGER: TRY makes it NULL, which SUM skips
     ("sum_overflowing_cast", "SELECT SUM(CAST(s.v * 1500000000 AS INTEGER)) FROM s", ("s",)),
     ("avg_expression", "SELECT AVG(ABS(s.v) + 1) FROM s", ("s",)),
+    # a value computed in a derived table and summed outside (TPC-H Q7-Q9's volume / amount):
+    # its bounds come out of the subquery, and the clamp is on the summed column
+    ("sum_of_a_derived_tables_value",
+     "SELECT SUM(d.w) FROM (SELECT s.v * 2 - s.x AS w, s.x FROM s WHERE s.x <> 3) d", ("s",)),
+    ("sum_of_a_derived_value_over_a_join",
+     "SELECT SUM(d.w) FROM (SELECT s.v * s.x AS w FROM s JOIN a ON s.x = a.x) d",
+     ("s", "a")),
     ("count_filter", "SELECT COUNT(*) FILTER (WHERE s.v > 0) FROM s", ("s",)),
     ("count_filter_join",
      "SELECT COUNT(a.y) FILTER (WHERE a.y <> b.y) FROM a JOIN b ON a.x = b.x", ("a", "b")),
@@ -142,6 +149,17 @@ def test_every_template_is_accepted_with_the_expected_measurements():
     assert counts["variance"] == 6  # COUNT and two centred sums, for each argument
     assert counts["variance_histogram_filter"] == 3
     assert counts["sum_arithmetic"] == counts["count_filter"] == 1
+
+
+def test_a_derived_tables_value_keeps_its_bounds():
+    """s.v * 2 - s.x computed in a derived table and summed outside: [-4, 3], ES(0) = 4 + 3
+    (as summed in place), and the executed SUM clamps the derived column."""
+    md = metadata(ALL_EQUAL)
+    analysis = analyze(BY_NAME["sum_of_a_derived_tables_value"][1], md)
+    (m,) = analysis.measurements
+    assert m.bounds == (-4.0, 3.0) and m.sensitivity.at(0) == 7.0
+    sql = executed_sql(analysis, md)
+    assert "< -4.0 THEN -4.0" in sql and "> 3.0 THEN 3.0" in sql
 
 
 def test_the_clamp_wraps_the_computed_value():
