@@ -41,7 +41,7 @@ from dpsql.analysis.checks import AGGREGATES, has_aggregate, sql_text
 from dpsql.analysis.elastic import QueryAnalysis, analyze_query
 from dpsql.analysis.model import OutputColumn
 from dpsql.analysis.parse import DIALECT, parse_query, star_error
-from dpsql.analysis.relations import cte_references
+from dpsql.analysis.sources import cte_references
 from dpsql.analysis.trees import copy_tree
 from dpsql.errors import Error, UnsupportedConstructError, UnsupportedQueryError
 from dpsql.metadata import Metadata

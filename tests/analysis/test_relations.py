@@ -14,7 +14,7 @@ from sqlglot import exp
 from dpsql.analysis.elastic import analyze
 from dpsql.analysis.keytypes import is_marked_comparable
 from dpsql.analysis.parse import parse_query
-from dpsql.analysis.relations import base_table, cte_references
+from dpsql.analysis.sources import base_table, cte_references
 from dpsql.errors import ProgrammingError
 from tests.analysis.test_elastic import MD, es
 
