@@ -362,6 +362,11 @@ def test_usage_errors(shop: DemoFiles, capsys: pytest.CaptureFixture[str]) -> No
     assert "missing --metadata" in usage(str(shop.database), "-a", "x")
     assert "missing --analyst" in usage(str(shop.database), "-m", str(shop.metadata))
     assert "--demo chooses" in usage("--demo", "-m", str(shop.metadata))
+    assert "two databases" in usage(str(shop.database), "-d", "other.duckdb", "-m",
+                                    str(shop.metadata), "-a", "x")
+    # -d is the positional DATABASE's option spelling (as in every other command)
+    assert main(["shell", "-d", str(shop.database), "-m", str(shop.metadata), "-a", "x",
+                 "-c", "\\q"]) == 0
 
 
 def test_another_ledger_than_the_metadata_s_is_refused(
