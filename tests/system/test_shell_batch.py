@@ -1,4 +1,4 @@
-"""`dpsql shell` in batch mode (-e and scripts on standard input), run as a real process on a
+"""`dpsql shell` in batch mode (-c and scripts on standard input), run as a real process on a
 small demo shop: every backslash command, exit statuses, error lines, and the budget."""
 
 from __future__ import annotations
