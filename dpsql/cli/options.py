@@ -67,6 +67,7 @@ def database_option(*, required: bool = False, help: str | None = None) -> Decor
     """``-d/--database DB``: a DuckDB file, or the Spark catalog database (a string)."""
     return click.option(
         "-d", "--database", "database", required=required, type=click.Path(dir_okay=False),
+        metavar="DATABASE",
         help=help or "DuckDB database file (default: in-memory, for CSV/Parquet-backed "
         "tables); with --backend spark, the Spark catalog database.")
 
