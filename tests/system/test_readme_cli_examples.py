@@ -1,20 +1,18 @@
-"""Every `dpsql ...` command in the README's shell blocks runs as written (exit status 0), in a
-folder laid out as the README assumes: the (small) demo shop as shop.duckdb and shop.yaml with
-its ledger.sqlite, a schemas/ folder, a report.sql, and a budget for analyst alice (the README's
-owner section grants it). The few examples that cannot run here are listed in SKIPPED with the
-reason, and the test fails if that list goes stale, so a new example is run by default."""
+"""Every `dpsql ...` command in the README's shell blocks runs as written (exit status 0), in
+order, in the demo folder the README says to run them in (a small demo shop: shop.duckdb,
+shop.yaml, ledger.sqlite, plus the report.sql a shell example reads). The few examples that
+cannot run here are listed in SKIPPED with the reason, and the test fails if that list goes
+stale, so a new example is run by default."""
 
 from __future__ import annotations
 
 import io
 import shlex
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
-from dpsql.accounting import Ledger, database_identity
 from dpsql.cli.main import main
 from dpsql.demo import create_demo
 
@@ -23,6 +21,8 @@ README = ROOT / "README.md"
 
 # an example (its first words) -> why it is not run here
 SKIPPED = {
+    "dpsql demo": "builds the full-size demo and runs the tour (tests/system/test_demo.py); "
+                  "the fixture builds a small one instead",
     "dpsql serve": "runs until stopped; tests/server start it as a process",
     "dpsql analyst add": "asks for a password on a hidden prompt (tests/cli/test_analyst.py "
                          "drives it with --password-stdin)",
@@ -70,15 +70,9 @@ def test_the_readme_has_cli_examples_and_skips_only_what_it_lists() -> None:
 def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     demo = create_demo(home / "demo", customers=500, orders=5_000, products=50)
-    work = tmp_path / "work"
-    work.mkdir()
-    for name in ("shop.duckdb", "shop.yaml", "ledger.sqlite"):
-        shutil.copy(demo.folder / name, work / name)
-    (work / "schemas").mkdir()
+    work = demo.folder
     (work / "report.sql").write_text(
         "SELECT status, COUNT(*) AS n FROM orders GROUP BY status;\n\\budget\n")
-    with Ledger(work / "ledger.sqlite") as ledger:
-        ledger.set_budget(database_identity(str(work / "shop.duckdb")), "alice", 10.0, 1e-6)
     monkeypatch.setenv("DPSQL_HOME", str(home))
     for name in ("DPSQL_LEDGER", "DPSQL_ANALYST"):
         monkeypatch.delenv(name, raising=False)
