@@ -240,6 +240,17 @@ def test_budget_command(shop: DemoFiles, sh: ShellRunner) -> None:
     ]
 
 
+def test_budget_command_without_a_budget_says_so(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("-a", "nobody", "-c", "\\budget")
+    assert proc.returncode == 0
+    assert proc.stdout.splitlines()[:2] == [
+        "analyst:   nobody",
+        "budget:    none on this database: every query of private tables is refused; ask the "
+        "data owner for one (dpsql budget set)",
+    ]
+    assert "spent:" not in proc.stdout
+
+
 def test_epsilon_command_sets_the_per_query_spend(shop: DemoFiles, sh: ShellRunner) -> None:
     proc = sh("-c", "\\epsilon 0.25\nSELECT COUNT(*) FROM orders;\n\\epsilon\n")
     assert proc.returncode == 0
