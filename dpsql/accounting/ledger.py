@@ -179,6 +179,14 @@ class Ledger(AnalystBook, AuditBook):
             _units=units,  # type: ignore[arg-type]
         )
 
+    def budgets(self) -> list[tuple[str, str]]:
+        """Every (database identity, analyst) that has a budget (set by :meth:`set_budget`),
+        sorted; an analyst absent from this list can be charged nothing."""
+        with self._read("budgets") as conn:
+            rows = conn.execute(
+                "SELECT database, analyst FROM budgets ORDER BY database, analyst").fetchall()
+        return [(str(d), str(a)) for d, a in rows]
+
     # -- charges ----------------------------------------------------------------------------
 
     def charge(

@@ -15,18 +15,23 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
 from dpsql.accounting import AnalystAccount, Ledger
 from dpsql.accounting.analysts import check_account
+from dpsql.cli.options import ledger_option, ledger_path, metadata_option
 from dpsql.errors import OperationalError
 
-_ledger_option = click.option(
-    "--ledger", required=True, envvar="DPSQL_LEDGER", type=click.Path(dir_okay=False),
-    help="Privacy ledger file (SQLite). Default: $DPSQL_LEDGER.",
-)
+
+def _ledger_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """-l/--ledger, and -m/--metadata whose ledger: line is the default (dpsql.cli.options)."""
+    f = metadata_option(help="Take the ledger from this metadata file's ledger: line.")(f)
+    return ledger_option()(f)
+
+
 _stdin_option = click.option(
     "--password-stdin", is_flag=True,
     help="Read the password from the first line of standard input instead of a prompt.",
@@ -152,11 +157,13 @@ def command() -> None:
 
 @command.command("add")
 @click.argument("name")
-@_ledger_option
+@_ledger_options
 @_stdin_option
 @_policy_options(clearable=False)
-def add(name: str, ledger: str, password_stdin: bool, **options: Any) -> None:
+def add(name: str, ledger: str | None, metadata: Path | None, password_stdin: bool,
+        **options: Any) -> None:
     """Create the account NAME (asks for its password)."""
+    ledger = ledger_path(ledger, metadata)
     policy = _policy(options)
     check_account(name, **policy)  # refuse a bad name or policy before asking for a password
     password = _read_password(name, password_stdin)
@@ -167,10 +174,11 @@ def add(name: str, ledger: str, password_stdin: bool, **options: Any) -> None:
 
 @command.command("remove")
 @click.argument("name")
-@_ledger_option
+@_ledger_options
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-def remove(name: str, ledger: str, yes: bool) -> None:
+def remove(name: str, ledger: str | None, metadata: Path | None, yes: bool) -> None:
     """Delete the account NAME (its budgets and audit history stay)."""
+    ledger = ledger_path(ledger, metadata)
     with Ledger(ledger, create=False) as book:
         if not yes:
             click.confirm(f"Remove the account of {name}? They can no longer log in",
@@ -180,10 +188,11 @@ def remove(name: str, ledger: str, yes: bool) -> None:
 
 
 @command.command("list")
-@_ledger_option
+@_ledger_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def list_accounts(ledger: str, as_json: bool) -> None:
+def list_accounts(ledger: str | None, metadata: Path | None, as_json: bool) -> None:
     """Show every account's name and policy (never its password verifier)."""
+    ledger = ledger_path(ledger, metadata)
     with Ledger(ledger, create=False) as book:
         accounts = book.analysts()
     if as_json:
@@ -197,10 +206,11 @@ def list_accounts(ledger: str, as_json: bool) -> None:
 
 @command.command("passwd")
 @click.argument("name")
-@_ledger_option
+@_ledger_options
 @_stdin_option
-def passwd(name: str, ledger: str, password_stdin: bool) -> None:
+def passwd(name: str, ledger: str | None, metadata: Path | None, password_stdin: bool) -> None:
     """Set a new password for NAME."""
+    ledger = ledger_path(ledger, metadata)
     with Ledger(ledger, create=False) as book:
         if book.analyst(name) is None:  # before asking for a password that cannot be used
             raise OperationalError(
@@ -212,10 +222,11 @@ def passwd(name: str, ledger: str, password_stdin: bool) -> None:
 
 @command.command("set")
 @click.argument("name")
-@_ledger_option
+@_ledger_options
 @_policy_options(clearable=True)
-def set_policy(name: str, ledger: str, **options: Any) -> None:
+def set_policy(name: str, ledger: str | None, metadata: Path | None, **options: Any) -> None:
     """Change NAME's policy; options not given stay as they are."""
+    ledger = ledger_path(ledger, metadata)
     policy = _policy(options)
     if not policy:
         raise click.UsageError("nothing to change: give --tables, --max-epsilon, --max-delta, "

@@ -12,11 +12,19 @@ which ``dpsql.cli.main.main`` prints as one line with exit status 1.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
 
 from dpsql.accounting import AuditCharge, AuditEntry, AuditEvent, Ledger, database_identity
+from dpsql.cli.options import (
+    analyst_option,
+    database_option,
+    ledger_option,
+    ledger_path,
+    metadata_option,
+)
 from dpsql.cli.privacy_audit import AuditGroup, privacy
 
 
@@ -97,17 +105,16 @@ def _entry_text(entry: AuditEntry) -> list[str]:
 
 
 @command.command("log")
-@click.option(
-    "--ledger", required=True, envvar="DPSQL_LEDGER", type=click.Path(dir_okay=False),
-    help="Privacy ledger file (SQLite). Default: $DPSQL_LEDGER.",
-)
-@click.option("--analyst", help="Only this analyst's entries.")
-@click.option("--database", help="Only entries on this database (DuckDB file or spark://NAME).")
+@ledger_option()
+@metadata_option(help="Take the ledger from this metadata file's ledger: line.")
+@analyst_option(help="Only this analyst's entries (default: $DPSQL_ANALYST, else all).")
+@database_option(help="Only entries on this database (DuckDB file or spark://NAME).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one array) instead of text.")
 @click.option("--limit", type=click.IntRange(min=0), help="Only the newest N entries.")
-def log(ledger: str, analyst: str | None, database: str | None, as_json: bool,
-        limit: int | None) -> None:
+def log(ledger: str | None, metadata: Path | None, analyst: str | None, database: str | None,
+        as_json: bool, limit: int | None) -> None:
     """Print the audit log, oldest first."""
+    ledger = ledger_path(ledger, metadata)
     identity = None if database is None else database_identity(database)
     with Ledger(ledger, create=False) as book:
         entries = book.audit(database=identity, analyst=analyst, limit=limit, events=True)

@@ -1,5 +1,6 @@
-"""The ``--backend`` and ``--spark-master`` options of `query`, `shell` and `metadata build`,
-and the ``--no-ledger`` rule of `query` and `shell`."""
+"""The ``--backend`` and ``--spark-master`` options of `query`, `shell`, `explain` and
+`metadata build`, and the ``--no-ledger`` rule of `query` and `shell` (the shared options are in
+:mod:`dpsql.cli.options`)."""
 
 from __future__ import annotations
 
@@ -49,13 +50,15 @@ def no_ledger_option(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
-def ledger_argument(metadata: Metadata, ledger: Path | None, no_ledger: bool) -> Any:
+def ledger_argument(metadata: Metadata, ledger: str | Path | None, no_ledger: bool) -> Any:
     """The ``ledger=`` argument of :func:`dpsql.connect` for ``--ledger``/``--no-ledger``.
 
     Mirrors the driver's rule with the command line's words: a ledger must be named (in the
-    metadata or with ``--ledger``) unless ``--no-ledger`` is given; UsageError otherwise, and
-    for ``--no-ledger`` with a ledger named anywhere.
+    metadata, with ``--ledger`` or, failing both, ``$DPSQL_LEDGER``) unless ``--no-ledger`` is
+    given; UsageError otherwise, and for ``--no-ledger`` with a ledger named on the command
+    line or in the metadata (``$DPSQL_LEDGER`` is only a default: ``--no-ledger`` overrides it).
     """
+    from dpsql.cli.options import LEDGER_ENV, ledger_default
     from dpsql.dbapi import UNSET
 
     if no_ledger:
@@ -66,8 +69,11 @@ def ledger_argument(metadata: Metadata, ledger: Path | None, no_ledger: bool) ->
                 f"the metadata names the privacy ledger {metadata.ledger}, which every query "
                 "is charged to; drop --no-ledger")
         return None
-    if ledger is None and metadata.ledger is None:
+    if ledger is None and metadata.ledger is not None:
+        return UNSET  # the driver takes the metadata's (resolved relative to its file)
+    chosen = ledger_default(None if ledger is None else str(ledger), None)
+    if chosen is None:
         raise click.UsageError(
-            "no privacy ledger: name one in the metadata (`ledger:`), pass --ledger PATH, or "
-            "pass --no-ledger to run uncharged as the data owner")
-    return UNSET if ledger is None else str(ledger)
+            "no privacy ledger: name one in the metadata (`ledger:`), pass --ledger PATH, set "
+            f"${LEDGER_ENV}, or pass --no-ledger to run uncharged as the data owner")
+    return chosen

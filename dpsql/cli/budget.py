@@ -1,4 +1,4 @@
-"""`dpsql budget`: the data owner's view of the privacy-budget ledger (set, show, reset).
+"""`dpsql budget`: the data owner's view of the privacy-budget ledger (set, show, reset, list).
 
 Budgets are kept per (database, analyst); ``--database`` is the DuckDB file the analyst queries
 (its realpath is the key, see :func:`dpsql.accounting.database_identity`), or ``spark://NAME``;
@@ -7,46 +7,50 @@ without it the database is taken from the metadata (``-m M.yaml``), keyed as con
 silently keyed to ":memory:". The ledger is ``--ledger``, else the metadata's ``ledger:`` line
 (the ledger its connections charge), else ``$DPSQL_LEDGER``, else a usage error; a ``--ledger``
 other than the metadata's is a usage error too (the budget would sit in a ledger no connection
-reads). Ledger problems raise dpsql errors, which ``dpsql.cli.main.main`` prints as one line
-with exit status 1.
+reads). ``show`` for an analyst without a budget says so (not zeros); ``list`` prints every
+(database, analyst) budget of the ledger. In ``set``, ``-e/--epsilon`` and ``--delta`` are the
+analyst's totals (:func:`dpsql.cli.options.total_delta_option`: delta 0 unless granted); in
+every other command they are per-query amounts. Ledger problems raise dpsql errors, which
+``dpsql.cli.main.main`` prints as one line with exit status 1.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
-from dpsql.accounting import BudgetStatus, CompositionReport, Ledger
+from dpsql.accounting import BudgetStatus, CompositionReport, Ledger, database_identity
+from dpsql.cli.options import (
+    analyst_option,
+    database_option,
+    format_option,
+    ledger_option,
+    ledger_path,
+    metadata_option,
+    total_delta_option,
+    total_epsilon_option,
+)
 
 # The history is printed newest last; older entries are summarised so `show` stays readable.
 _TEXT_HISTORY_LIMIT = 20
 
-_ledger_option = click.option(
-    "--ledger",
-    type=click.Path(dir_okay=False),
-    help="Privacy ledger file (SQLite). Default: the -m metadata's ledger: line, else "
-    "$DPSQL_LEDGER.",
-)
-_analyst_option = click.option("--analyst", required=True, help="The analyst (principal).")
 
 
 def _database_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """--database, -m/--metadata and --backend: which database's budget (see the module)."""
+    """-d/--database, -m/--metadata and --backend: which database's budget (see the module)."""
     f = click.option("--backend", type=click.Choice(["duckdb", "spark"]), default="duckdb",
                      show_default=True, help="The backend the analyst's queries run on.")(f)
-    f = click.option("-m", "--metadata", type=click.Path(dir_okay=False),
-                     help="Take the database from this metadata file (when --database is not "
-                     "given).")(f)
-    return click.option(
-        "--database", help="The DuckDB database file the budget applies to (spark://NAME for "
-        "Spark; ':memory:' only if you mean it).")(f)
+    f = metadata_option(help="Take the database (when -d is not given) and the ledger (its "
+                        "ledger: line) from this metadata file.")(f)
+    return database_option(help="The DuckDB database file the budget applies to "
+                           "(spark://NAME for Spark; ':memory:' only if you mean it).")(f)
 
 
-def database_key(database: str | None, metadata: str | None, backend: str) -> str:
+def database_key(database: str | None, metadata: Path | None, backend: str) -> str:
     """The database identity a budget command acts on: ``database`` as connections key it,
     else the metadata's; a click.UsageError when neither names one (never ":memory:" by
     default)."""
@@ -72,33 +76,6 @@ def database_key(database: str | None, metadata: str | None, backend: str) -> st
     return identity
 
 
-def ledger_path(ledger: str | None, metadata: str | None) -> str:
-    """The ledger a budget command acts on (see the module): ``ledger``, else the metadata's
-    ``ledger:`` line, else ``$DPSQL_LEDGER``; a click.UsageError when none names one or
-    ``ledger`` is not the metadata's."""
-    named = None
-    if metadata is not None:
-        from dpsql.metadata import load_metadata
-
-        named = load_metadata(metadata).ledger
-
-    def real(path: str) -> str:  # as dpsql.dbapi.same_file compares them (not imported: slow)
-        return os.path.realpath(os.path.expanduser(path))
-
-    if ledger is not None:
-        if named is not None and real(named) != real(ledger):
-            raise click.UsageError(
-                f"the metadata {metadata} names the ledger {named}, which its connections "
-                f"charge; --ledger {ledger} is another file (omit --ledger, or pass that one)")
-        return ledger
-    chosen = named or os.environ.get("DPSQL_LEDGER")
-    if not chosen:
-        raise click.UsageError(
-            "name the privacy ledger: --ledger L.sqlite, a metadata file (-m M.yaml) with a "
-            "ledger: line, or $DPSQL_LEDGER")
-    return chosen
-
-
 def _open_unit_interval(ctx: click.Context, param: click.Parameter, value: float) -> float:
     if not 0 < value < 1:
         raise click.BadParameter("must be in (0, 1)")
@@ -111,15 +88,12 @@ def command() -> None:
 
 
 @command.command("set")
-@_ledger_option
-@_analyst_option
+@ledger_option()
+@analyst_option(required=True, help="The analyst granted the budget (default: $DPSQL_ANALYST).")
 @_database_options
-@click.option("--epsilon", type=click.FloatRange(min=0), required=True, help="Total epsilon.")
-@click.option(
-    "--delta", type=click.FloatRange(min=0, max=1), default=0.0, show_default=True,
-    help="Total delta.",
-)
-def set_budget(ledger: str | None, analyst: str, database: str | None, metadata: str | None,
+@total_epsilon_option()
+@total_delta_option()
+def set_budget(ledger: str | None, analyst: str, database: str | None, metadata: Path | None,
                backend: str, epsilon: float, delta: float) -> None:
     """Grant ANALYST a total (epsilon, delta) budget on DATABASE; earlier charges still count."""
     identity = database_key(database, metadata, backend)
@@ -207,22 +181,32 @@ def _status_text(
 
 
 @command.command("show")
-@_ledger_option
-@_analyst_option
+@ledger_option()
+@analyst_option(required=True, help="Whose budget (default: $DPSQL_ANALYST).")
 @_database_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.option(
     "--delta-prime", type=float, default=1e-6, show_default=True, callback=_open_unit_interval,
     help="Slack delta' for the advanced and KOV composition bounds.",
 )
-def show(ledger: str | None, analyst: str, database: str | None, metadata: str | None,
+def show(ledger: str | None, analyst: str, database: str | None, metadata: Path | None,
          backend: str, as_json: bool, delta_prime: float) -> None:
     """Show ANALYST's budget, spending, composition bounds and charge history on DATABASE
     (the charges that count; `dpsql audit log` shows refunded and reset ones too)."""
     identity = database_key(database, metadata, backend)
     ledger = ledger_path(ledger, metadata)
     with Ledger(ledger, create=False) as book:
+        granted = (database_identity(identity), analyst) in book.budgets()
         status = book.status(identity, analyst)
+    if not granted and not status.history:
+        # Not zeros: "no budget" (nothing may be spent) is not "a budget of 0, all spent".
+        if as_json:
+            click.echo(json.dumps({"ledger": ledger, "database": identity, "analyst": analyst,
+                                   "budget": None}, indent=2))
+        else:
+            click.echo(f"{analyst} has no budget on {identity} in {ledger}: every query is "
+                       f"refused; grant one with 'dpsql budget set -a {analyst} -e EPSILON'")
+        return
     report = status.composition(delta_prime)
     if as_json:
         payload = _status_json(ledger, identity, analyst, status, report)
@@ -232,11 +216,11 @@ def show(ledger: str | None, analyst: str, database: str | None, metadata: str |
 
 
 @command.command("reset")
-@_ledger_option
-@_analyst_option
+@ledger_option()
+@analyst_option(required=True, help="Whose spending (default: $DPSQL_ANALYST).")
 @_database_options
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-def reset(ledger: str | None, analyst: str, database: str | None, metadata: str | None,
+def reset(ledger: str | None, analyst: str, database: str | None, metadata: Path | None,
           backend: str, yes: bool) -> None:
     """Clear ANALYST's spending on DATABASE (the budget stays; the charges stay in the audit
     log, marked with this reset)."""
@@ -256,3 +240,33 @@ def reset(ledger: str | None, analyst: str, database: str | None, metadata: str 
         f"the audit log); remaining: epsilon {status.epsilon_remaining!r}, delta "
         f"{status.delta_remaining!r}"
     )
+
+
+@command.command("list")
+@ledger_option()
+@metadata_option(help="Take the ledger from this metadata file's ledger: line.")
+@database_option(help="Only budgets on this database (DuckDB file or spark://NAME).")
+@analyst_option(help="Only this analyst's budgets (default: $DPSQL_ANALYST, else all).")
+@format_option()
+def list_budgets(ledger: str | None, metadata: Path | None, database: str | None,
+                 analyst: str | None, fmt: str) -> None:
+    """List every analyst's budget on the ledger, per database: totals, spent, remaining."""
+    from dpsql.cli.output import render_rows
+
+    ledger = ledger_path(ledger, metadata)
+    wanted = None if database is None else database_identity(database)
+    rows = []
+    with Ledger(ledger, create=False) as book:
+        for db, who in book.budgets():
+            if (wanted is not None and db != wanted) or (analyst and who != analyst):
+                continue
+            st = book.status(db, who)
+            rows.append([db, who, st.epsilon_total, st.epsilon_spent, st.epsilon_remaining,
+                         st.delta_total, st.delta_spent, st.delta_remaining, len(st.history)])
+    if not rows and fmt == "table":
+        click.echo("no budgets" + (" matching the filters" if wanted or analyst else "")
+                   + f" in {ledger}; grant one with 'dpsql budget set'")
+        return
+    names = ["database", "analyst", "epsilon_total", "epsilon_spent", "epsilon_remaining",
+             "delta_total", "delta_spent", "delta_remaining", "charges"]
+    click.echo(render_rows(names, rows, fmt))

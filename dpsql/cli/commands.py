@@ -206,6 +206,13 @@ def _budget(shell: Shell, argument: str) -> None:
     else:
         total_eps = getattr(status, "epsilon_total", None)
         total_delta = getattr(status, "delta_total", None)
+        if total_eps == 0 and total_delta == 0 and not status.history:
+            # no budget (or one of zero): say so, as `dpsql budget show` does, not zeros
+            lines.append("budget:    none on this database: every query of private tables is "
+                         "refused; ask the data owner for one (dpsql budget set)")
+            lines.append(f"per query: epsilon {shell.epsilon:g}  delta {shell.delta:g}")
+            shell.echo("\n".join(lines))
+            return
         if total_eps is not None:
             lines.append(f"budget:    epsilon {total_eps:g}  delta {total_delta:g}")
         lines.append(f"spent:     epsilon {status.epsilon_spent:g}  delta "

@@ -8,26 +8,23 @@ from pathlib import Path
 import click
 
 from dpsql.cli.backend import backend_options, spark_argument
+from dpsql.cli.options import database_option, delta_option, epsilon_option, metadata_option
 from dpsql.errors import Error
 
 
 @click.command("explain")
-@click.option("--metadata", "-m", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Metadata YAML (ours or FLEX's schema.yaml).")
-@click.option("--epsilon", "-e", default=0.1, show_default=True, type=float,
-              help="Privacy budget of the query.")
-@click.option("--delta", default=1e-8, show_default=True, type=float,
-              help="Delta of the query (used only by smoothed releases).")
+@metadata_option(required=True, help="Metadata YAML (ours or FLEX's schema.yaml).")
+@epsilon_option(help="Epsilon the query would spend.")
+@delta_option(help="Delta the query would spend (used only by smoothed releases).")
 @click.option("--distance", "-k", default=0, show_default=True, type=click.IntRange(min=0),
               help="Report elastic_sensitivity at this distance k.")
-@click.option("--database", "-d", type=click.Path(dir_okay=False, path_type=Path),
-              help="DuckDB file (opened read-only) to take undeclared column types from, so "
+@database_option(help="DuckDB file (opened read-only) to take undeclared column types from, so "
                    "join key types are checked; without it they are listed as unchecked. With "
                    "--backend spark: the Spark catalog database.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
 @backend_options
 @click.argument("sql")
-def command(metadata: Path, epsilon: float, delta: float, distance: int, database: Path | None,
+def command(metadata: Path, epsilon: float, delta: float, distance: int, database: str | None,
             as_json: bool, backend: str, spark_master: str | None, sql: str) -> int:
     """Show how dpsql would protect SQL: sensitivities, smoothing and noise scales.
 

@@ -11,9 +11,13 @@ from typing import TYPE_CHECKING
 import click
 
 from dpsql.cli.backend import backend_options, spark_argument
+from dpsql.cli.options import database_option, ledger_option, metadata_option
 
 if TYPE_CHECKING:
     from dpsql.metadata import Table
+
+#: the ledger a draft's `ledger:` line names when `metadata build` is not given -l/--ledger
+DRAFT_LEDGER = "ledger.sqlite"
 
 # dpsql.metadata.build and dpsql.analysis.domains (DuckDB, sqlglot) are imported by the
 # commands that use them, so that `dpsql --help` does not load them.
@@ -25,8 +29,7 @@ def command() -> None:
 
 
 @command.command("build")
-@click.option(
-    "--database", "-d", type=click.Path(dir_okay=False, path_type=Path),
+@database_option(
     help="DuckDB database file to profile (opened read-only); with --backend spark, the Spark "
          "catalog database (default: the current one).",
 )
@@ -44,15 +47,14 @@ def command() -> None:
               help="Write the YAML here instead of standard output.")
 @click.option("--force", is_flag=True,
               help="Overwrite an existing --output (and --analyst-schema) file.")
-@click.option("--ledger", "-l", default="ledger.sqlite", show_default=True,
-              help="The privacy ledger the draft's `ledger:` line names, written as given "
-                   "(a relative path is relative to the metadata file).")
+@ledger_option(help="The privacy ledger the draft's `ledger:` line names, written as given (a "
+               "relative path is relative to the metadata file). Default: ledger.sqlite.")
 @click.option("--analyst-schema", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the analyst-facing schema here (no max frequencies, row counts, "
                    "paths); write it again with `metadata analyst-schema` after the review.")
 @backend_options
 def build(
-    database: Path | None,
+    database: str | None,
     tables: tuple[str, ...],
     sources: tuple[str, ...],
     public: tuple[str, ...],
@@ -60,7 +62,7 @@ def build(
     progress: bool,
     output: Path | None,
     force: bool,
-    ledger: str,
+    ledger: str | None,
     analyst_schema: Path | None,
     backend: str,
     spark_master: str | None,
@@ -74,6 +76,7 @@ def build(
         if target is not None and target.exists() and not force:
             # a reviewed file holds the owner's decisions; never clobber it silently
             raise click.ClickException(f"{target} exists; pass --force to overwrite it")
+    ledger = DRAFT_LEDGER if ledger is None else ledger
     if not ledger.strip():
         raise click.UsageError("--ledger is empty; name the ledger file (e.g. ledger.sqlite)")
     from dpsql.metadata import loads_metadata
@@ -84,11 +87,11 @@ def build(
             raise click.UsageError("missing --database FILE (the DuckDB database to profile)")
         if sources:
             raise click.UsageError("--source is for --backend spark; DuckDB reads --database")
-        text = build_metadata(database, list(tables) or None, public=public, progress=progress,
-                              domain_max=domain_max, ledger=ledger)
+        text = build_metadata(Path(database), list(tables) or None, public=public,
+                              progress=progress, domain_max=domain_max, ledger=ledger)
     else:
         spark_backend = spark_profiling_backend(
-            spark, database=str(database) if database is not None else None,
+            spark, database=database,
             sources=_parse_sources(sources), tables=tables)
         try:
             # the backend holds exactly the --source and --table tables: describe them all
@@ -160,8 +163,7 @@ def check(path: Path) -> None:
 
 
 @command.command("analyst-schema")
-@click.option("--metadata", "-m", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The owner's metadata file (ours or FLEX's).")
+@metadata_option(required=True, help="The owner's metadata file (ours or FLEX's).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the schema here instead of standard output.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --output file.")

@@ -1,4 +1,5 @@
-"""`dpsql audit -m M.yaml -d D.duckdb [-e EPS] [--neighbours N] "SQL"`: the owner's privacy audit.
+"""`dpsql audit -m M.yaml -d D.duckdb [-e EPS] [--delta D] [--neighbours N] "SQL"`: the owner's
+privacy audit.
 
 Runs :func:`dpsql.privacy_audit.audit` and prints what the samples prove: the neighbouring
 database used, the lower bounds on the max divergence and the Rényi divergences, and the
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+
+from dpsql.cli.options import database_option, delta_option, epsilon_option, metadata_option
 
 if TYPE_CHECKING:  # the audit (DuckDB, the engine) is imported when the command runs
     from dpsql.privacy_audit import AuditReport
@@ -49,16 +52,11 @@ def _text(report: AuditReport) -> str:
 
 
 @click.command("privacy")
-@click.option("--metadata", "-m", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The owner's metadata YAML.")
-@click.option("--database", "-d", required=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="DuckDB database file (copied once per neighbour tried: use a test database "
-                   "or a sample).")
-@click.option("--epsilon", "-e", default=1.0, show_default=True, type=float,
-              help="The epsilon each release claims.")
-@click.option("--delta", default=0.0, show_default=True, type=float,
-              help="The delta each release claims (needed by joins of private tables).")
+@metadata_option(required=True, help="The owner's metadata YAML.")
+@database_option(required=True, help="DuckDB database file (copied once per neighbour tried: "
+                 "use a test database or a sample).")
+@epsilon_option(help="The epsilon each release claims.")
+@delta_option(help="The delta each release claims (only joins of private tables use it).")
 @click.option("--neighbours", default=8, show_default=True, type=click.IntRange(min=1),
               help="How many neighbouring databases to try (the one moving the answer most is "
                    "audited).")
@@ -69,13 +67,15 @@ def _text(report: AuditReport) -> str:
               help="Confidence of the lower bounds.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.argument("sql")
-def privacy(metadata: Path, database: Path, epsilon: float, delta: float, neighbours: int,
+def privacy(metadata: Path, database: str, epsilon: float, delta: float, neighbours: int,
             runs: int, confidence: float, as_json: bool, sql: str) -> int:
     """Audit a query's privacy empirically (data owner): lower bounds, pass or fail."""
     from dpsql.metadata import load_metadata
     from dpsql.privacy_audit import audit
 
-    report = audit(database, load_metadata(metadata), sql, epsilon=epsilon, delta=delta,
+    if not Path(database).is_file():
+        raise click.BadParameter(f"no such file: {database}", param_hint="'-d' / '--database'")
+    report = audit(Path(database), load_metadata(metadata), sql, epsilon=epsilon, delta=delta,
                    neighbours=neighbours, runs=runs, confidence=confidence)
     if as_json:
         b = report.bounds

@@ -10,44 +10,47 @@ import click
 
 import dpsql
 from dpsql.cli.backend import backend_options, ledger_argument, no_ledger_option, spark_argument
-from dpsql.cli.output import FORMATS, release_line, render_rows
+from dpsql.cli.options import (
+    analyst_option,
+    analyst_required,
+    database_option,
+    delta_option,
+    epsilon_option,
+    format_option,
+    ledger_option,
+    metadata_option,
+)
+from dpsql.cli.output import release_line, render_rows
 from dpsql.errors import Error
 from dpsql.metadata import load_metadata
 
 
 @click.command("query")
-@click.option("--metadata", "-m", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Metadata YAML describing the reachable tables.")
-@click.option("--database", "-d", default=None, type=click.Path(dir_okay=False, path_type=Path),
-              help="DuckDB database file (default: in-memory, for CSV/Parquet-backed tables); "
-                   "with --backend spark, the Spark catalog database.")
-@click.option("--epsilon", "-e", required=True, type=float, help="Privacy budget to spend.")
-@click.option("--delta", default=0.0, show_default=True, type=float,
-              help="Delta to spend (needed by joins between private tables, e.g. 1e-8).")
-@click.option("--analyst", "-a", default="analyst", show_default=True,
-              help="Who is charged in the ledger.")
-@click.option("--ledger", "-l", default=None, type=click.Path(dir_okay=False, path_type=Path),
-              help="Privacy ledger (SQLite); the metadata's ledger always applies.")
+@metadata_option(required=True)
+@database_option()
+@epsilon_option(help="Epsilon the query spends.")
+@delta_option(help="Delta the query may spend (only joins between private tables use it).")
+@analyst_option(help="Who is charged in the ledger (default: $DPSQL_ANALYST); not needed "
+                "with --no-ledger.")
+@ledger_option()
 @no_ledger_option
-@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table",
-              show_default=True)
+@format_option()
 @backend_options
 @click.argument("sql")
-def command(metadata: Path, database: Path | None, epsilon: float, delta: float, analyst: str,
-            ledger: Path | None, no_ledger: bool, fmt: str, backend: str,
+def command(metadata: Path, database: str | None, epsilon: float, delta: float,
+            analyst: str | None, ledger: str | None, no_ledger: bool, fmt: str, backend: str,
             spark_master: str | None, sql: str) -> int:
     """Run SQL with differential privacy and print the noisy rows and the release record.
 
-    A privacy ledger is required (the metadata's `ledger:` or --ledger) unless the data
-    owner passes --no-ledger.
+    A privacy ledger is required (the metadata's `ledger:`, --ledger or $DPSQL_LEDGER) unless
+    the data owner passes --no-ledger; so is --analyst, the one charged.
     """
     spark = spark_argument(backend, spark_master)
-    # with Spark: a catalog database name, not a file
-    target = str(database) if backend == "spark" and database is not None else database
     try:
         md = load_metadata(metadata)
         ledger_arg = ledger_argument(md, ledger, no_ledger)
-        with dpsql.connect(target, md, analyst=analyst, ledger=ledger_arg, backend=backend,
+        who = analyst_required(analyst) if ledger_arg is not None else (analyst or "owner")
+        with dpsql.connect(database, md, analyst=who, ledger=ledger_arg, backend=backend,
                            spark=spark) as conn:
             cur = conn.cursor()
             cur.execute(sql, epsilon=epsilon, delta=delta)

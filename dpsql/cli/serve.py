@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import click
+
+from dpsql.cli.options import database_option, ledger_option, ledger_path, metadata_option
 
 
 def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
@@ -16,13 +19,11 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 
 
 @click.command("serve")
-@click.option("-m", "--metadata", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="The owner's metadata file.")
-@click.option("-d", "--database", type=click.Path(dir_okay=False),
-              help="The DuckDB database file (omit for tables backed by the metadata's "
-                   "sources; with --backend spark, the catalog database).")
-@click.option("--ledger", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="The privacy ledger (mandatory: every release is charged to it).")
+@metadata_option(required=True, help="The owner's metadata file.")
+@database_option(help="The DuckDB database file (omit for tables backed by the metadata's "
+                 "sources; with --backend spark, the catalog database).")
+@ledger_option(help="The privacy ledger every release is charged to (mandatory). Default: the "
+               "metadata's ledger: line, else $DPSQL_LEDGER.")
 @click.option("--listen", default="127.0.0.1:5433", show_default=True, callback=_listen,
               help="Address to listen on.")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False),
@@ -38,13 +39,18 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
               help="Failed logins from one address per minute before it is refused.")
 @click.option("--failed-login-delay", default=0.5, show_default=True,
               type=click.FloatRange(0, 10), help="Seconds a failed login waits before its error.")
-def command(metadata: str, database: str | None, ledger: str, listen: tuple[str, int],
+def command(metadata: Path, database: str | None, ledger: str | None, listen: tuple[str, int],
             tls_cert: str | None, tls_key: str | None, backend: str, spark_master: str | None,
             workers: int, max_failed_logins: int, failed_login_delay: float) -> None:
     """Serve analysts over the PostgreSQL protocol; they authenticate with SCRAM-SHA-256
     (add them with `dpsql analyst add`) and see only noisy releases."""
     from dpsql.server.app import Server
 
+    ledger = ledger_path(ledger, metadata)
+    if not Path(ledger).is_file():
+        raise click.BadParameter(f"no such ledger file: {ledger} (create it with 'dpsql "
+                                 "analyst add' or 'dpsql budget set')",
+                                 param_hint="'-l' / '--ledger'")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     spark = spark_master or ("local[2]" if backend == "spark" else None)
     server = Server(metadata, database, ledger, backend=backend, spark=spark,

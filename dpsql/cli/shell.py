@@ -6,8 +6,10 @@ editing (history, multi-line statements ended by ``;``, completion from the meta
 highlighting), result rendering (:mod:`dpsql.cli.output`) and backslash commands
 (:mod:`dpsql.cli.commands`).
 
-Batch mode: ``-e "SQL"`` or a script on standard input (when it is not a terminal) runs the
-statements and commands in order and stops with exit status 1 at the first error.
+Batch mode: ``-c "SQL"`` (psql's ``-c``; ``-e`` is epsilon, as in every dpsql command) or a
+script on standard input (when it is not a terminal) runs the statements and commands in order
+and stops with exit status 1 at the first error. The options shared with the other commands
+come from :mod:`dpsql.cli.options`.
 """
 
 from __future__ import annotations
@@ -24,15 +26,22 @@ import click
 import dpsql
 from dpsql.cli.backend import backend_options, ledger_argument, no_ledger_option, spark_argument
 from dpsql.cli.commands import COMMANDS, CommandError, QuitShell, run_command
-from dpsql.cli.output import FORMATS, release_line, render_rows, row_count
+from dpsql.cli.options import (
+    analyst_option,
+    analyst_required,
+    database_option,
+    delta_option,
+    epsilon_option,
+    format_option,
+    ledger_option,
+    metadata_option,
+)
+from dpsql.cli.output import release_line, render_rows, row_count
 from dpsql.cli.script import Statement, script_items, statement_complete
 from dpsql.errors import Error
 
 if TYPE_CHECKING:
     from dpsql.metadata import Metadata
-
-DEFAULT_EPSILON = 0.1
-DEFAULT_DELTA = 1e-8
 
 # ---------------------------------------------------------------------------------------------
 # The session
@@ -336,46 +345,54 @@ def history_file() -> Path:
 
 
 @click.command("shell")
-@click.argument("database", required=False, metavar="DATABASE|postgresql://USER@HOST:PORT/DB")
-@click.option("--metadata", "-m", type=click.Path(dir_okay=False, path_type=Path),
-              help="Metadata YAML describing the reachable tables (not needed with --demo).")
-@click.option("--analyst", "-a", help="Who is charged in the ledger (with --demo: demo).")
-@click.option("--ledger", "-l", type=click.Path(dir_okay=False, path_type=Path),
-              help="Privacy ledger (SQLite); the metadata's ledger always applies.")
+@click.argument("database_arg", required=False,
+                metavar="[DATABASE|postgresql://USER@HOST:PORT/DB]")
+@database_option(help="DuckDB database file, or a dpsql server's postgresql:// URL (the "
+                 "DATABASE argument does the same, as psql's dbname); with --backend spark, the "
+                 "Spark catalog database.")
+@metadata_option(help="Metadata YAML describing the reachable tables (not needed with --demo).")
+@analyst_option(help="Who is charged in the ledger (default: $DPSQL_ANALYST; with --demo: "
+                "demo).")
+@ledger_option()
 @no_ledger_option
-@click.option("--epsilon", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_EPSILON,
-              show_default=True, help="Epsilon each query spends (\\epsilon changes it).")
-@click.option("--delta", type=click.FloatRange(min=0, max=1, max_open=True),
-              default=DEFAULT_DELTA, show_default=True,
-              help="Delta each query may spend; only joins between private tables use it.")
-@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table",
-              show_default=True, help="How results are printed (\\format changes it).")
+@epsilon_option(help="Epsilon each query spends (\\epsilon changes it).")
+@delta_option(help="Delta each query may spend; only joins between private tables use it "
+              "(\\delta changes it).")
+@format_option(help="How results are printed (\\format changes it).")
 @click.option("--owner", is_flag=True,
               help="You own the data: enables \\explain (shows data-dependent values).")
 @click.option("--demo", is_flag=True,
               help="Use the demo shop (built on first use) as analyst 'demo'.")
-@click.option("--execute", "-e", "sql", metavar="SQL",
+@click.option("-c", "--command", "sql", metavar="SQL",
               help="Run SQL (statements and backslash commands) and exit; exit 1 on an error.")
+@click.option("--execute", "execute_sql", metavar="SQL", hidden=True,
+              help="Deprecated spelling of -c/--command.")
 @backend_options
-def command(database: str | Path | None, metadata: Path | None, analyst: str | None,
-            ledger: Path | None, no_ledger: bool, epsilon: float, delta: float, fmt: str,
-            owner: bool, demo: bool, sql: str | None, backend: str,
-            spark_master: str | None) -> int:
-    """Interactive SQL shell with differential privacy (batch mode with -e or a piped script).
+def command(database_arg: str | None, database: str | None, metadata: Path | None,
+            analyst: str | None, ledger: str | None, no_ledger: bool, epsilon: float,
+            delta: float, fmt: str, owner: bool, demo: bool, sql: str | None,
+            execute_sql: str | None, backend: str, spark_master: str | None) -> int:
+    """Interactive SQL shell with differential privacy (batch mode with -c or a piped script).
 
     SQL statements end with ';'. Results are noisy; each query spends the per-query epsilon
     from your budget, and a rejected query spends nothing. Type \\help for the commands.
-    A privacy ledger is required (the metadata's `ledger:` or --ledger) unless the data owner
-    passes --no-ledger. With a server URL the shell is a client of `dpsql serve`, which holds
-    the metadata and the ledger (pass only --epsilon/--delta/--format/-e).
+    A privacy ledger is required (the metadata's `ledger:`, --ledger or $DPSQL_LEDGER) unless
+    the data owner passes --no-ledger. With a server URL the shell is a client of `dpsql
+    serve`, which holds the metadata and the ledger (pass only -e/--delta/-f/-c).
     """
-    if isinstance(database, str) and database.startswith(("postgresql://", "postgres://")):
+    if execute_sql is not None:
+        if sql is not None:
+            raise click.UsageError("--execute is the old spelling of -c/--command; pass one")
+        click.echo("dpsql: --execute is deprecated; use -c/--command", err=True)
+        sql = execute_sql
+    if database_arg is not None and database is not None and database_arg != database:
+        raise click.UsageError(f"two databases: {database_arg} and -d {database}; pass one")
+    database = database if database is not None else database_arg
+    if database is not None and database.startswith(("postgresql://", "postgres://")):
         if metadata is not None or analyst or ledger is not None or no_ledger or owner or demo:
             raise click.UsageError("a server URL takes no --metadata, --analyst, --ledger, "
                                    "--no-ledger, --owner or --demo: the server holds them")
         return _remote_shell(database, epsilon, delta, fmt, sql)
-    if database is not None:
-        database = Path(database)
     if demo:
         if backend != "duckdb":
             raise click.UsageError("--demo is a DuckDB database; drop --backend spark")
@@ -387,17 +404,17 @@ def command(database: str | Path | None, metadata: Path | None, analyst: str | N
         if existing_demo() is None:
             click.echo("building the demo shop database (once)...", err=True)
         files = create_demo()
-        database, metadata = files.database, files.metadata
+        database, metadata = str(files.database), files.metadata
         analyst = analyst or DEMO_ANALYST
     if metadata is None:
         raise click.UsageError("missing --metadata M.yaml (or use --demo)")
-    if not analyst:
-        raise click.UsageError("missing --analyst NAME: the ledger charges queries to someone")
+    # as in `dpsql query`: the analyst is who is charged; uncharged, the owner runs it
+    analyst = (analyst or "owner") if no_ledger else analyst_required(analyst)
     spark = spark_argument(backend, spark_master)
     from dpsql.metadata import load_metadata
 
     md = load_metadata(metadata)
-    conn = dpsql.connect(str(database) if database is not None else None, md,
+    conn = dpsql.connect(database, md,
                          analyst=analyst, ledger=ledger_argument(md, ledger, no_ledger),
                          backend=backend, spark=spark)
     try:
@@ -410,8 +427,7 @@ def command(database: str | Path | None, metadata: Path | None, analyst: str | N
             except QuitShell:
                 return 0
             return 0 if ok else 1
-        where = conn.database if backend == "spark" else (
-            str(database) if database is not None else ":memory:")
+        where = conn.database if backend == "spark" else (database or ":memory:")
         click.echo(_banner(shell, where))
         return interact(shell, history_file())
     finally:

@@ -180,3 +180,17 @@ def test_real_process_add_from_stdin_and_list(ledger):
     assert [a["name"] for a in json.loads(listed.stdout)] == ["alice"]
     assert logs_in(account(ledger, "alice"), "hunter2")
     assert b"hunter2" not in Path(ledger).read_bytes()
+
+
+def test_the_ledger_comes_from_the_metadata_as_in_every_command(ledger, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "owned.yaml").write_text(
+        "ledger: owned.sqlite\ntables:\n  t:\n    columns:\n      x: {max_freq: 1}\n")
+    added = run("analyst", "add", "carol", "-m", "owned.yaml", "--password-stdin",
+                input="pw-carol\n")
+    assert added.exit_code == 0, added.output
+    assert account(str(tmp_path / "owned.sqlite"), "carol") is not None
+    listed = run("analyst", "list", "-m", "owned.yaml")
+    assert listed.output.startswith("carol")
+    other = CliRunner().invoke(cli, ["analyst", "list", "-m", "owned.yaml", "-l", ledger])
+    assert other.exit_code == 2 and "names the ledger" in other.output

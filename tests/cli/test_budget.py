@@ -166,3 +166,56 @@ def test_a_ledger_other_than_the_metadata_s_is_a_usage_error(ledger, tmp_path):
 def test_no_ledger_anywhere_is_a_usage_error(ledger):
     done = run("budget", "show", "--analyst", "alice", "--database", "shop.duckdb")
     assert done.exit_code == 2 and "name the privacy ledger: --ledger L.sqlite" in done.output
+
+
+# -- show without a budget, and list ------------------------------------------------------------
+
+
+def test_show_without_a_budget_says_so(ledger):
+    run("budget", "set", "-l", ledger, "-a", "alice", "-d", "shop.duckdb", "-e", "1")
+    done = run("budget", "show", "-l", ledger, "-a", "bob", "-d", "shop.duckdb")
+    assert done.exit_code == 0
+    assert done.output.startswith("bob has no budget on ")
+    assert "every query is refused" in done.output and "dpsql budget set -a bob" in done.output
+    assert "epsilon 0.0" not in done.output  # no zeros pretending to be a budget
+    shown = json.loads(run("budget", "show", "-l", ledger, "-a", "bob", "-d", "shop.duckdb",
+                           "--json").output)
+    assert shown["budget"] is None and shown["analyst"] == "bob"
+    # a budget of zero is a budget: shown as one
+    run("budget", "set", "-l", ledger, "-a", "bob", "-d", "shop.duckdb", "-e", "0")
+    zero = run("budget", "show", "-l", ledger, "-a", "bob", "-d", "shop.duckdb")
+    assert "budget:    epsilon 0.0  delta 0.0" in zero.output
+
+
+def test_list_every_budget_per_database(ledger):
+    run("budget", "set", "-l", ledger, "-a", "bob", "-d", "shop.duckdb", "-e", "2",
+        "--delta", "1e-6")
+    run("budget", "set", "-l", ledger, "-a", "alice", "-d", "shop.duckdb", "-e", "1")
+    run("budget", "set", "-l", ledger, "-a", "alice", "-d", "other.duckdb", "-e", "3")
+    with Ledger(ledger) as book:
+        book.charge("shop.duckdb", "alice", fingerprint="q", epsilon=0.25, delta=0.0,
+                    mechanism="laplace")
+    done = run("budget", "list", "-l", ledger, "-f", "json")
+    assert done.exit_code == 0, done.output
+    rows = json.loads(done.output)
+    shop, other = database_identity("shop.duckdb"), database_identity("other.duckdb")
+    assert [(r["database"], r["analyst"]) for r in rows] == sorted(
+        [(shop, "bob"), (shop, "alice"), (other, "alice")])
+    alice = next(r for r in rows if (r["database"], r["analyst"]) == (shop, "alice"))
+    assert (alice["epsilon_total"], alice["epsilon_spent"], alice["epsilon_remaining"],
+            alice["charges"]) == (1.0, 0.25, 0.75, 1)
+    bob = next(r for r in rows if r["analyst"] == "bob")
+    assert bob["delta_total"] == 1e-6
+    only = run("budget", "list", "-l", ledger, "-a", "alice", "-d", "other.duckdb", "-f", "csv")
+    assert only.output.splitlines()[1].startswith(f"{other},alice,3.0,0.0,3.0")
+    assert len(only.output.splitlines()) == 2
+    table = run("budget", "list", "-l", ledger)
+    assert table.output.split("\n")[0].split()[:2] == ["database", "analyst"]
+
+
+def test_list_on_a_ledger_without_budgets(ledger):
+    with Ledger(ledger):
+        pass
+    done = run("budget", "list", "-l", ledger)
+    assert done.exit_code == 0 and done.output.startswith("no budgets in ")
+    assert run("budget", "list", "-l", ledger, "-f", "json").output.strip() == "[]"

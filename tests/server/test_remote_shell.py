@@ -19,7 +19,7 @@ def test_batch_remote_shell_queries_describes_and_reports_the_budget(
         server: ServerProcess) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "dpsql.cli.main", "shell", server.url("bob"), "--epsilon", "0.3",
-         "-e", "SELECT status, COUNT(*) AS n FROM orders GROUP BY status;\n\\d orders\n\\tables"],
+         "-c", "SELECT status, COUNT(*) AS n FROM orders GROUP BY status;\n\\d orders\n\\tables"],
         capture_output=True, text=True, env=_env(), timeout=120)
     assert out.returncode == 0, out.stderr
     assert "shipped" in out.stdout and "returned" in out.stdout
@@ -32,7 +32,7 @@ def test_batch_remote_shell_queries_describes_and_reports_the_budget(
 def test_remote_shell_refuses_owner_flags(server: ServerProcess) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "dpsql.cli.main", "shell", server.url(), "-m", "x.yaml",
-         "-e", "SELECT 1"], capture_output=True, text=True, env=_env(), timeout=60)
+         "-c", "SELECT 1"], capture_output=True, text=True, env=_env(), timeout=60)
     assert out.returncode != 0
     assert "server URL takes no --metadata" in out.stderr
 

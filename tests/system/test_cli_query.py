@@ -96,3 +96,20 @@ def test_ledger_charges_and_refuses_overspending(tmp_path, run, metadata):
     assert code == 1 and "BudgetExhausted" not in err and "budget" in err.lower()
     with Ledger(ledger_path) as ledger:
         assert ledger.status(identity(metadata), "ann").epsilon_spent == 0.6
+
+
+def test_ledger_from_the_environment_and_analyst_required(tmp_path, run, metadata, monkeypatch):
+    ledger_path = tmp_path / "env.sqlite"
+    with Ledger(ledger_path) as ledger:
+        ledger.set_budget(identity(metadata), "eve", 1.0, 0.0)
+    monkeypatch.setenv("DPSQL_LEDGER", str(ledger_path))
+    code, _, err = run("SELECT COUNT(*) FROM people", no_ledger=False)
+    assert code == 2 and "missing --analyst NAME" in err  # who would be charged?
+    monkeypatch.setenv("DPSQL_ANALYST", "eve")
+    code, _, err = run("SELECT COUNT(*) FROM people", no_ledger=False)  # -e 0.1 by default
+    assert code == 0, err
+    assert "spent epsilon=0.1 delta=0" in err
+    with Ledger(ledger_path) as ledger:
+        assert ledger.status(identity(metadata), "eve").epsilon_spent == 0.1
+    # --no-ledger still overrides the environment's default
+    assert run("SELECT COUNT(*) FROM people")[0] == 0

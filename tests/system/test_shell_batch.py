@@ -1,4 +1,4 @@
-"""`dpsql shell` in batch mode (-e and scripts on standard input), run as a real process on a
+"""`dpsql shell` in batch mode (-c and scripts on standard input), run as a real process on a
 small demo shop: every backslash command, exit statuses, error lines, and the budget."""
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def spent(shop: DemoFiles) -> tuple[float, float, int]:
 
 
 def test_execute_option_prints_table_and_release_line(shop: DemoFiles, sh: ShellRunner) -> None:
-    proc = sh("-e", "SELECT COUNT(*) AS n FROM orders")
+    proc = sh("-c", "SELECT COUNT(*) AS n FROM orders")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].strip() == "n" and set(lines[1]) == {"-"}
@@ -149,7 +149,7 @@ def test_rejected_query_spends_nothing(shop: DemoFiles, sh: ShellRunner) -> None
                 "SELECT country, COUNT(*) FROM customers c JOIN orders o "
                 "ON o.customer_id < c.customer_id GROUP BY country",  # non-equijoin
                 "DELETE FROM orders"):
-        proc = sh("-e", sql)
+        proc = sh("-c", sql)
         assert proc.returncode == 1
         assert proc.stderr.startswith("error: ") and proc.stdout == ""
     assert spent(shop) == (0.0, 0.0, 0)
@@ -160,10 +160,10 @@ def test_parse_error_reports_its_position_in_the_script(shop: DemoFiles, sh: She
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: SQL syntax error")
     assert "(line 4, column " in proc.stderr  # line 2 of a statement starting on line 3
-    proc = sh("-e", "SELECT COUNT(*) FROM orders WHERE")
+    proc = sh("-c", "SELECT COUNT(*) FROM orders WHERE")
     assert "(line 1, column " in proc.stderr
     # psql's two lines: the statement's line, and a caret under the offending token
-    proc = sh("-e", "SELECT COUNT(*) FROM orders o WHRE o.status = 'new'")
+    proc = sh("-c", "SELECT COUNT(*) FROM orders o WHRE o.status = 'new'")
     assert proc.stderr.splitlines() == [
         "error: SQL syntax error: unexpected 'WHRE'; did you mean WHERE instead of WHRE? "
         "(line 1, column 31)",
@@ -173,15 +173,15 @@ def test_parse_error_reports_its_position_in_the_script(shop: DemoFiles, sh: She
 
 
 def test_budget_exhausted_is_one_line_and_spends_nothing(shop: DemoFiles, sh: ShellRunner) -> None:
-    proc = sh("--epsilon", "11", "-e", "SELECT COUNT(*) FROM orders")
+    proc = sh("--epsilon", "11", "-c", "SELECT COUNT(*) FROM orders")
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: ") and len(proc.stderr.splitlines()) == 1
     assert spent(shop) == (0.0, 0.0, 0)
 
 
 def test_repeated_query_is_cached_and_free(shop: DemoFiles, sh: ShellRunner) -> None:
-    first = sh("-e", "SELECT COUNT(*) AS n FROM orders")
-    second = sh("-e", "SELECT COUNT(*) AS n FROM orders")
+    first = sh("-c", "SELECT COUNT(*) AS n FROM orders")
+    second = sh("-c", "SELECT COUNT(*) AS n FROM orders")
     assert first.stdout.splitlines()[2] == second.stdout.splitlines()[2]  # same noisy answer
     assert second.stderr.splitlines()[1].startswith("cached answer, spent nothing")
     assert spent(shop)[2] == 1
@@ -191,7 +191,7 @@ def test_repeated_query_is_cached_and_free(shop: DemoFiles, sh: ShellRunner) -> 
 
 
 def test_tables_lists_public_and_private(shop: DemoFiles, sh: ShellRunner) -> None:
-    proc = sh("-e", "\\tables")
+    proc = sh("-c", "\\tables")
     assert proc.returncode == 0
     rows = {line.split()[0]: line.split()[1] for line in proc.stdout.splitlines()[2:]}
     assert rows == {"customers": "private", "orders": "private", "products": "public",
@@ -199,7 +199,7 @@ def test_tables_lists_public_and_private(shop: DemoFiles, sh: ShellRunner) -> No
 
 
 def test_describe_shows_policy_never_max_frequencies(shop: DemoFiles, sh: ShellRunner) -> None:
-    proc = sh("-e", "\\describe orders")
+    proc = sh("-c", "\\describe orders")
     assert proc.returncode == 0
     lines = proc.stdout.splitlines()
     assert lines[0] == "orders (private table: only noisy aggregates are released)"
@@ -214,21 +214,21 @@ def test_describe_shows_policy_never_max_frequencies(shop: DemoFiles, sh: ShellR
     md = load_metadata(shop.metadata)
     assert md.table("orders").column("customer_id").max_freq is not None
     assert "freq" not in proc.stdout.lower() and "rows" not in proc.stdout.lower()
-    public = sh("-e", "\\d products")
+    public = sh("-c", "\\d products")
     assert public.stdout.startswith("products (public table")
     assert "its own values" in public.stdout
 
 
 def test_describe_unknown_table_is_an_error(shop: DemoFiles, sh: ShellRunner) -> None:
-    proc = sh("-e", "\\describe order")
+    proc = sh("-c", "\\describe order")
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: table 'order' is not declared in the metadata; "
                                   "declared tables: customers, orders")
-    assert sh("-e", "\\describe").returncode == 1
+    assert sh("-c", "\\describe").returncode == 1
 
 
 def test_budget_command(shop: DemoFiles, sh: ShellRunner) -> None:
-    proc = sh("-e", "SELECT COUNT(*) FROM orders;\n\\budget\n")
+    proc = sh("-c", "SELECT COUNT(*) FROM orders;\n\\budget\n")
     assert proc.returncode == 0
     tail = proc.stdout.splitlines()[-5:]
     assert tail == [
@@ -240,32 +240,43 @@ def test_budget_command(shop: DemoFiles, sh: ShellRunner) -> None:
     ]
 
 
+def test_budget_command_without_a_budget_says_so(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("-a", "nobody", "-c", "\\budget")
+    assert proc.returncode == 0
+    assert proc.stdout.splitlines()[:2] == [
+        "analyst:   nobody",
+        "budget:    none on this database: every query of private tables is refused; ask the "
+        "data owner for one (dpsql budget set)",
+    ]
+    assert "spent:" not in proc.stdout
+
+
 def test_epsilon_command_sets_the_per_query_spend(shop: DemoFiles, sh: ShellRunner) -> None:
-    proc = sh("-e", "\\epsilon 0.25\nSELECT COUNT(*) FROM orders;\n\\epsilon\n")
+    proc = sh("-c", "\\epsilon 0.25\nSELECT COUNT(*) FROM orders;\n\\epsilon\n")
     assert proc.returncode == 0
     assert "epsilon per query: 0.25" in proc.stdout
     assert "spent epsilon=0.25 delta=0" in proc.stderr
     assert spent(shop)[0] == 0.25
     for bad in ("0", "-1", "abc", "nan"):
-        proc = sh("-e", f"\\epsilon {bad}")
+        proc = sh("-c", f"\\epsilon {bad}")
         assert proc.returncode == 1 and proc.stderr.startswith("error: epsilon must be")
 
 
 def test_delta_command_enables_joins_of_private_tables(shop: DemoFiles, sh: ShellRunner) -> None:
-    proc = sh("-e", f"\\delta 0\n{JOIN};\n")
+    proc = sh("-c", f"\\delta 0\n{JOIN};\n")
     assert proc.returncode == 1
     assert "needs delta > 0" in proc.stderr
-    proc = sh("-e", f"\\delta 1e-7\n{JOIN};\n")
+    proc = sh("-c", f"\\delta 1e-7\n{JOIN};\n")
     assert proc.returncode == 0, proc.stderr
     assert "delta per query: 1e-07" in proc.stdout
     assert "spent epsilon=0.1 delta=1e-07" in proc.stderr
     assert "95% interval" not in proc.stderr  # smoothed: its error bar would depend on the data
     assert spent(shop) == (0.1, 1e-7, 1)
-    assert sh("-e", "\\delta 1").returncode == 1
+    assert sh("-c", "\\delta 1").returncode == 1
 
 
 def test_format_command(shop: DemoFiles, sh: ShellRunner) -> None:
-    proc = sh("-e", "\\format csv\nSELECT status, COUNT(*) AS n FROM orders "
+    proc = sh("-c", "\\format csv\nSELECT status, COUNT(*) AS n FROM orders "
               "GROUP BY status ORDER BY status;\n")
     assert proc.returncode == 0
     lines = proc.stdout.splitlines()
@@ -274,20 +285,20 @@ def test_format_command(shop: DemoFiles, sh: ShellRunner) -> None:
     assert [line.split(",")[0] for line in lines[2:]] == sorted(
         ["cancelled", "delivered", "processing", "returned", "shipped"])
     assert proc.stderr.startswith("(5 rows)\nspent epsilon=0.1")  # data alone on stdout
-    proc = sh("-e", "\\format json\nSELECT COUNT(*) AS n FROM orders;\n")
+    proc = sh("-c", "\\format json\nSELECT COUNT(*) AS n FROM orders;\n")
     data = json.loads(proc.stdout.splitlines()[1])
     assert list(data[0]) == ["n"]
-    bad = sh("-e", "\\format xml")
+    bad = sh("-c", "\\format xml")
     assert bad.returncode == 1 and "use one of table, csv, json" in bad.stderr
 
 
 def test_format_option(shop: DemoFiles, sh: ShellRunner) -> None:
-    proc = sh("-f", "csv", "-e", "SELECT COUNT(*) AS n FROM orders")
+    proc = sh("-f", "csv", "-c", "SELECT COUNT(*) AS n FROM orders")
     assert proc.stdout.splitlines()[0] == "n"
 
 
 def test_explain_is_refused_without_owner(shop: DemoFiles, sh: ShellRunner) -> None:
-    proc = sh("-e", f"\\explain {JOIN}")
+    proc = sh("-c", f"\\explain {JOIN}")
     assert proc.returncode == 1
     assert proc.stdout == ""
     assert proc.stderr.startswith("error: \\explain is for the data owner only")
@@ -296,7 +307,7 @@ def test_explain_is_refused_without_owner(shop: DemoFiles, sh: ShellRunner) -> N
 
 def test_explain_works_for_the_owner(shop: DemoFiles, sh: ShellRunner) -> None:
     mf = load_metadata(shop.metadata).table("orders").column("customer_id").max_freq
-    proc = sh("-e", f"\\explain {JOIN};", owner=True)
+    proc = sh("-c", f"\\explain {JOIN};", owner=True)
     assert proc.returncode == 0, proc.stderr
     assert f"mf_k(o.customer_id) = ({mf}+k)" in proc.stdout
     assert "smoothed: beta" in proc.stdout and "Laplace scale 2S/epsilon" in proc.stdout
@@ -314,18 +325,18 @@ def test_explain_checks_key_types_the_metadata_leaves_out(shop: DemoFiles,
         for key, t in md.tables.items()})
     shop.metadata.write_text(dump_metadata(untyped), encoding="utf-8")
     assert load_metadata(shop.metadata).table("orders").column("customer_id").type is None
-    proc = sh("-e", f"\\explain {JOIN};", owner=True)
+    proc = sh("-c", f"\\explain {JOIN};", owner=True)
     assert proc.returncode == 0, proc.stderr
     assert "mf_k(o.customer_id)" in proc.stdout
     assert "NOT checked" not in proc.stdout
 
 
 def test_help_lists_every_command(shop: DemoFiles, sh: ShellRunner) -> None:
-    proc = sh("-e", "\\help")
+    proc = sh("-c", "\\help")
     assert proc.returncode == 0
     for command in COMMANDS:
         assert command.usage in proc.stdout
-    one = sh("-e", "\\help describe")
+    one = sh("-c", "\\help describe")
     assert one.stdout.startswith("\\describe TABLE\n  Columns of TABLE")
 
 
@@ -346,7 +357,7 @@ def test_quit_ends_the_script_successfully(shop: DemoFiles, sh: ShellRunner) -> 
 
 
 def test_unknown_command_suggests_one(shop: DemoFiles, sh: ShellRunner) -> None:
-    proc = sh("-e", "\\budgte")
+    proc = sh("-c", "\\budgte")
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: unknown command \\budgte; did you mean \\budget?")
 
@@ -356,18 +367,23 @@ def test_unknown_command_suggests_one(shop: DemoFiles, sh: ShellRunner) -> None:
 
 def test_usage_errors(shop: DemoFiles, capsys: pytest.CaptureFixture[str]) -> None:
     def usage(*args: str) -> str:
-        assert main(["shell", *args, "-e", "\\q"]) == 2
+        assert main(["shell", *args, "-c", "\\q"]) == 2
         return capsys.readouterr().err
 
     assert "missing --metadata" in usage(str(shop.database), "-a", "x")
     assert "missing --analyst" in usage(str(shop.database), "-m", str(shop.metadata))
     assert "--demo chooses" in usage("--demo", "-m", str(shop.metadata))
+    assert "two databases" in usage(str(shop.database), "-d", "other.duckdb", "-m",
+                                    str(shop.metadata), "-a", "x")
+    # -d is the positional DATABASE's option spelling (as in every other command)
+    assert main(["shell", "-d", str(shop.database), "-m", str(shop.metadata), "-a", "x",
+                 "-c", "\\q"]) == 0
 
 
 def test_another_ledger_than_the_metadata_s_is_refused(
     shop: DemoFiles, sh: ShellRunner, tmp_path: Path
 ) -> None:
-    proc = sh("--ledger", str(tmp_path / "other.sqlite"), "-e", "\\q")
+    proc = sh("--ledger", str(tmp_path / "other.sqlite"), "-c", "\\q")
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: the metadata") and "cannot replace it" in proc.stderr
 
@@ -378,14 +394,14 @@ def test_no_ledger_is_refused_unless_chosen(
     plain = tmp_path / "no-ledger.yaml"
     plain.write_text(dump_metadata(dataclasses.replace(load_metadata(shop.metadata), ledger=None)))
     base = ["shell", str(shop.database), "-m", str(plain), "-a", "x", "-f", "csv"]
-    assert main([*base, "-e", "SELECT COUNT(*) AS n FROM customers;"]) == 2
+    assert main([*base, "-c", "SELECT COUNT(*) AS n FROM customers;"]) == 2
     err = capsys.readouterr().err
     assert "no privacy ledger" in err and "--no-ledger" in err
-    assert main([*base, "--no-ledger", "-e", "SELECT COUNT(*) AS n FROM customers;"]) == 0
+    assert main([*base, "--no-ledger", "-c", "SELECT COUNT(*) AS n FROM customers;"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == "n"
     # --no-ledger cannot bypass the metadata's ledger
     assert main(["shell", str(shop.database), "-m", str(shop.metadata), "-a", "x",
-                 "--no-ledger", "-e", "\\q"]) == 2
+                 "--no-ledger", "-c", "\\q"]) == 2
     assert "drop --no-ledger" in capsys.readouterr().err
 
 
@@ -393,13 +409,13 @@ def test_demo_option_uses_the_demo_files(
     shop: DemoFiles, sh: ShellRunner, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # ``sh`` set $DPSQL_HOME to the folder holding ``demo/``: --demo must find and reuse it
-    assert main(["shell", "--demo", "-e", "SELECT COUNT(*) AS n FROM customers"]) == 0
+    assert main(["shell", "--demo", "-c", "SELECT COUNT(*) AS n FROM customers"]) == 0
     assert capsys.readouterr().out.splitlines()[0].strip() == "n"
     assert spent(shop) == (0.1, 0.0, 1)  # charged to analyst demo in the demo ledger
 
 
 def test_expanded_display(shop: DemoFiles, sh: ShellRunner) -> None:
-    proc = sh("-e", "\\x\nSELECT status, COUNT(*) AS n FROM orders GROUP BY status ORDER BY "
+    proc = sh("-c", "\\x\nSELECT status, COUNT(*) AS n FROM orders GROUP BY status ORDER BY "
               "status;\n\\x off\n")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -407,12 +423,12 @@ def test_expanded_display(shop: DemoFiles, sh: ShellRunner) -> None:
     assert lines[1] == "-[ RECORD 1 ]"
     assert lines[2] == "status | cancelled" and lines[3].startswith("n      | ")
     assert lines.count("-[ RECORD 5 ]") == 1
-    assert sh("-e", "\\x maybe").stderr.startswith("error: \\x takes on or off")
+    assert sh("-c", "\\x maybe").stderr.startswith("error: \\x takes on or off")
 
 
 def test_output_to_a_file(shop: DemoFiles, sh: ShellRunner, tmp_path: Path) -> None:
     target = tmp_path / "results.txt"
-    proc = sh("-e", f"\\o {target}\nSELECT COUNT(*) AS n FROM orders;\n\\o\n"
+    proc = sh("-c", f"\\o {target}\nSELECT COUNT(*) AS n FROM orders;\n\\o\n"
               "SELECT COUNT(*) AS m FROM customers;\n")
     assert proc.returncode == 0, proc.stderr
     written = target.read_text().splitlines()
@@ -420,10 +436,10 @@ def test_output_to_a_file(shop: DemoFiles, sh: ShellRunner, tmp_path: Path) -> N
     assert f"results are appended to {target}" in proc.stdout
     assert "m" in proc.stdout.splitlines()[-3] and " n" not in proc.stdout
     assert proc.stderr.count("spent epsilon=0.1") == 2  # footers stay on the terminal
-    bad = sh("-e", f"\\o {tmp_path / 'no' / 'such' / 'dir.txt'}")
+    bad = sh("-c", f"\\o {tmp_path / 'no' / 'such' / 'dir.txt'}")
     assert bad.returncode == 1 and bad.stderr.startswith("error: cannot write")
 
 
 def test_pager_command(shop: DemoFiles, sh: ShellRunner) -> None:
-    proc = sh("-e", "\\pager\n\\pager on\n")
+    proc = sh("-c", "\\pager\n\\pager on\n")
     assert proc.stdout.splitlines() == ["pager is off", "pager is on"]

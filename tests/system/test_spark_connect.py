@@ -113,7 +113,7 @@ def test_shell_on_spark(shop, spark, capsys):
     _, _, metadata_file, _ = shop
     code = main(["shell", "-m", str(metadata_file), "-a", "carol", "--no-ledger", "--epsilon", "1",
                  "--backend", "spark", "--spark-master", "local[2]", "-f", "csv",
-                 "-e", "SELECT status, COUNT(*) AS n FROM orders GROUP BY status;"])
+                 "-c", "SELECT status, COUNT(*) AS n FROM orders GROUP BY status;"])
     out = capsys.readouterr().out
     assert code == 0, out
     rows = [line.split(",") for line in out.splitlines()]
@@ -123,7 +123,7 @@ def test_shell_on_spark(shop, spark, capsys):
 
 def test_shell_demo_is_duckdb_only(capsys):
     code = main(["shell", "--demo", "--backend", "spark", "--spark-master", "local[2]",
-                 "-e", "\\q"])
+                 "-c", "\\q"])
     assert code == 2 and "--demo is a DuckDB database" in capsys.readouterr().err
 
 
