@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 import dpsql
+from dpsql.budget import CALIBRATIONS, MECHANISMS
 from dpsql.cli.backend import backend_options, ledger_argument, no_ledger_option, spark_argument
 from dpsql.cli.output import FORMATS, release_line, render_rows
 from dpsql.errors import Error
@@ -24,6 +25,13 @@ from dpsql.metadata import load_metadata
 @click.option("--epsilon", "-e", required=True, type=float, help="Privacy budget to spend.")
 @click.option("--delta", default=0.0, show_default=True, type=float,
               help="Delta to spend (needed by joins between private tables, e.g. 1e-8).")
+@click.option("--mechanism", type=click.Choice(MECHANISMS), default="laplace", show_default=True,
+              help="Noise: Laplace, or Gaussian (needs --delta > 0; not for joins of private "
+                   "tables).")
+@click.option("--calibration", type=click.Choice(CALIBRATIONS), default="analytic",
+              show_default=True,
+              help="Gaussian sigma: the exact (analytic) accountant, or the classical formula "
+                   "(epsilon < 1 only).")
 @click.option("--analyst", "-a", default="analyst", show_default=True,
               help="Who is charged in the ledger.")
 @click.option("--ledger", "-l", default=None, type=click.Path(dir_okay=False, path_type=Path),
@@ -33,7 +41,8 @@ from dpsql.metadata import load_metadata
               show_default=True)
 @backend_options
 @click.argument("sql")
-def command(metadata: Path, database: Path | None, epsilon: float, delta: float, analyst: str,
+def command(metadata: Path, database: Path | None, epsilon: float, delta: float,
+            mechanism: str, calibration: str, analyst: str,
             ledger: Path | None, no_ledger: bool, fmt: str, backend: str,
             spark_master: str | None, sql: str) -> int:
     """Run SQL with differential privacy and print the noisy rows and the release record.
@@ -50,7 +59,8 @@ def command(metadata: Path, database: Path | None, epsilon: float, delta: float,
         with dpsql.connect(target, md, analyst=analyst, ledger=ledger_arg, backend=backend,
                            spark=spark) as conn:
             cur = conn.cursor()
-            cur.execute(sql, epsilon=epsilon, delta=delta)
+            cur.execute(sql, epsilon=epsilon, delta=delta, mechanism=mechanism,
+                        calibration=calibration)
             names = [d[0] for d in cur.description or ()]
             rows = cur.fetchall()
             release = cur.release

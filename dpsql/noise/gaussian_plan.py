@@ -11,8 +11,8 @@ N_Z(0, sigma^2) (:mod:`dpsql.noise.gaussian`) instead of discrete Laplace noise:
   L2 norm is at most ``S * 2S = 2 S^2``: ``l2_squared = 2 S^2, linf = S`` -- sqrt(2) S in L2
   where Laplace pays 2S in L1.
 * **sums**: snapped to a power-of-two grid g as :func:`dpsql.noise.mechanisms.release_sums`
-  does, then g times N_Z(0, sigma^2). The grid depends on the sensitivity, epsilon and delta
-  alone (public). A bin moving by at most D (real) moves its snapped value by at most
+  does, then g times N_Z(0, sigma^2). The grid depends on the sensitivity alone (public).
+  A bin moving by at most D (real) moves its snapped value by at most
   ``ceil(D/g) <= ceil(D/g) + 1 = L`` steps; a histogram moves at most ``2S = ES/w`` bins
   (w the bounds' width) by a total of at most ES/g + 2S steps, so its squared L2 norm in
   steps is at most ``L * ceil(ES/g + ES/w)``.
@@ -34,9 +34,9 @@ from dpsql.analysis.elastic import Measurement
 from dpsql.errors import NotSupportedError
 from dpsql.noise import gaussian, mechanisms
 
-#: a Gaussian sum's grid: sigma / g lies in (2^(BITS-1), 2^BITS] (before the + 1 step slack),
-#: so snapping errs by at most 2^-BITS sigma, and the accountant's arrays stay small
-GAUSSIAN_SUM_GRID_BITS = 10
+#: a Gaussian sum's grid: a bin's sensitivity spans (2^(BITS-1), 2^BITS] grid steps
+#: (:func:`sum_grid`)
+GAUSSIAN_SUM_GRID_BITS = 8
 
 
 def check_gaussian(private: Sequence[Measurement], epsilon: float, delta: float,
@@ -109,13 +109,17 @@ def count_sigma(es: float, grouped: bool, epsilon: float, delta: float,
     return sigma, l2_squared, linf
 
 
-def sum_grid(es: float, grouped: bool, epsilon: float, delta: float) -> float:
-    """The public power-of-two grid of a Gaussian SUM: ``2^(BITS)`` steps per continuous
-    analytic sigma (of L2 sensitivity ES/sqrt(2) grouped, ES scalar). Public inputs only."""
-    l2 = es / math.sqrt(2.0) if grouped else es
-    # the continuous calibration scales linearly with the sensitivity
-    sigma = l2 * gaussian.analytic_sigma(1.0, epsilon, delta)
-    return mechanisms.sum_granularity(sigma) * 2.0 ** (
+def sum_grid(es: float, grouped: bool) -> float:
+    """The public power-of-two grid of a Gaussian SUM: ``2^(ceil(log2 D) - BITS)``, D the
+    per-bin sensitivity (ES/2 grouped, ES scalar), so one bin moves by ``ceil(D/g) + 1`` in
+    ``(2^(BITS-1) + 1, 2^BITS + 1]`` steps: the + 1 raises sigma by at most 2^-(BITS-1)
+    relatively, and snapping errs by at most ``g/2 <= D 2^-BITS``. Tying the grid to D rather
+    than to sigma keeps that overhead small at every epsilon (sigma is about D/epsilon), and
+    keeps sigma in steps near 2^BITS / epsilon, which bounds the exact accountant's work.
+    Public inputs only."""
+    per_bin = es / 2.0 if grouped else es
+    # sum_granularity(x) = 2^(ceil(log2 x) - SUM_GRID_BITS)
+    return mechanisms.sum_granularity(per_bin) * 2.0 ** (
         mechanisms.SUM_GRID_BITS - GAUSSIAN_SUM_GRID_BITS)
 
 
@@ -126,12 +130,13 @@ def sum_sigma(es: float, width: float, grouped: bool, epsilon: float, delta: flo
     Precondition: ``es`` finite > 0 is ES(0) of the sum, ``width`` = max(u,0) - min(l,0) > 0 of
     its clamp bounds (ES = 2 S width per bin when ``grouped``, S width otherwise).
     """
-    g = sum_grid(es, grouped, epsilon, delta)
+    g = sum_grid(es, grouped)
     per_bin = es / 2.0 if grouped else es
     linf = math.ceil(per_bin / g) + 1
     if grouped:
-        # at most ES/w = 2S bins change (1e-9 up: ES/w is a float quotient of 2 S w by w)
-        bins = math.ceil(es / width * (1.0 + 1e-9))
+        # at most 2S = ES/w rows change, each in one bin: at most floor(ES/w) bins change
+        # (1e-9 up: ES/w is a float quotient of 2 S w by w, maybe a hair below 2S)
+        bins = math.floor(es / width * (1.0 + 1e-9))
         l2_squared = max(linf * math.ceil(es / g + bins), linf * linf)
     else:
         l2_squared = linf * linf
