@@ -341,7 +341,7 @@ def test_psycopg_set_and_show_the_gaussian_mechanism(server: ServerProcess) -> N
         conn.execute("SELECT COUNT(*) FROM orders WHERE quantity = 7").fetchone()
         assert '"mechanism": "discrete_gaussian"' in (details[-1] or "")
         assert '"calibration": "classical"' in (details[-1] or "")
-        with pytest.raises(psycopg.Error, match="dpsql.mechanism must be 'laplace' or"):
+        with pytest.raises(psycopg.Error, match=r"dpsql\.mechanism must be 'laplace' or"):
             conn.execute("SET dpsql.mechanism = 'uniform'")
         conn.execute("RESET dpsql.mechanism")
         assert conn.execute("SHOW dpsql.mechanism").fetchone() == ("laplace",)

@@ -96,3 +96,18 @@ def test_ledger_charges_and_refuses_overspending(tmp_path, run, metadata):
     assert code == 1 and "BudgetExhausted" not in err and "budget" in err.lower()
     with Ledger(ledger_path) as ledger:
         assert ledger.status(identity(metadata), "ann").epsilon_spent == 0.6
+
+
+def test_mechanism_option_releases_gaussian_noise(run):
+    code, out, err = run("-e", "1", "--delta", "1e-6", "--mechanism", "gaussian", "-f", "json",
+                         "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex")
+    assert code == 0, err
+    release = json.loads(out)["release"]
+    assert release["mechanism"] == "discrete_gaussian" and release["delta"] == 1e-6
+    assert release["columns"][1]["calibration"] == "analytic"
+    code, out, err = run("-e", "1", "--mechanism", "gaussian", "-f", "json",
+                         "SELECT COUNT(*) FROM people")
+    assert code == 1 and "needs delta > 0" in out
+    code, out, err = run("-e", "1", "--delta", "1e-6", "--mechanism", "gaussian",
+                         "--calibration", "classical", "SELECT COUNT(*) FROM people")
+    assert code != 0 and "epsilon < 1" in err
