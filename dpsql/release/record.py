@@ -108,10 +108,10 @@ def _post_processing(parts: list[NoisePlan]) -> str | None:
     return None
 
 
-def _gaussian_accuracy(p: NoisePlan, n_bins: int,
-                       bare: bool) -> tuple[float | None, dict[str, Any]]:
-    """(95% half-width over all bins or None, the Gaussian record fields) of a pure Gaussian
-    measurement. The noise is g N_Z(0, sigma^2) (g = 1 for counts): sigma^2-subgaussian
+def _gaussian_accuracy(p: NoisePlan, n_bins: int) -> tuple[float, dict[str, Any]]:
+    """(95% half-width over all bins, the Gaussian record fields) of a column that is one bare
+    pure Gaussian measurement (for any other column sigma is not the column's own, so only the
+    calibration is recorded). The noise is g N_Z(0, sigma^2) (g = 1 for counts): sigma^2-subgaussian
     (:func:`dpsql.noise.gaussian.gaussian_half_width`), plus at most g/2 of snapping for sums;
     an integer count's error needs no rounding term."""
     sigma = p.scale  # sigma in value units (sigma * grid for sums)
@@ -121,8 +121,6 @@ def _gaussian_accuracy(p: NoisePlan, n_bins: int,
         "calibration": p.calibration, "sigma": sigma,
         "accuracy_alpha": gaussian.gaussian_half_width(sigma, CONFIDENCE) + snap,
         "accuracy_beta": round(beta, 12)}
-    if not bare:
-        return None, fields
     return gaussian.gaussian_half_width(sigma, CONFIDENCE, cells=max(n_bins, 1)) + snap, fields
 
 
@@ -147,13 +145,16 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
         gauss: dict[str, Any] = {}
         if single and parts[0].scale == 0:
             width = 0.0  # public data only: released exactly
-        elif single and parts[0].sigma is not None:
-            width, gauss = _gaussian_accuracy(parts[0], n_bins, col.bare_aggregate)
+        elif single and parts[0].sigma is not None and col.bare_aggregate:
+            width, gauss = _gaussian_accuracy(parts[0], n_bins)
         elif single and col.bare_aggregate:
             p = parts[0]
             width = mechanisms.laplace_half_width(p.scale, CONFIDENCE, cells=max(n_bins, 1))
             # discrete counts: integer error <= alpha + 1/2; sums: <= alpha + grid step
             width += 0.5 if p.measurement.integer else (p.granularity or 0.0)
+        calibrations = sorted({p.calibration for p in parts if p.calibration})
+        if calibrations and not gauss:  # AVG, arithmetic: sigma is not the column's
+            gauss = {"calibration": "+".join(calibrations)}
         out.append(ColumnRelease(col.name, mech, math.fsum(p.epsilon for p in parts),
                                  math.fsum(p.delta for p in parts), width,
                                  _post_processing(parts), **gauss))
