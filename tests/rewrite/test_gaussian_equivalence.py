@@ -36,7 +36,11 @@ def engine(shop, make_backend):
 
 
 @pytest.mark.parametrize(("sql", "params"), QUERIES)
-def test_noise_off_gaussian_answer_is_the_analysts_sql(engine, reference, sql, params):
+def test_noise_off_gaussian_answer_is_the_analysts_sql(engine, reference, backend_name, sql,
+                                                       params):
+    if backend_name == "spark" and sql != QUERIES[1][0]:
+        pytest.skip("on Spark one case (counts and sums, grouped): the exact read is shared "
+                    "with the Laplace path, which tests/backends/test_spark.py covers")
     result = engine.run(sql, list(params), epsilon=EPSILON, delta=DELTA, mechanism="gaussian")
     assert "gaussian" in result.release.mechanism and "laplace" not in result.release.mechanism
     plans = plan_noise(engine.prepare(sql).analysis, Budget(EPSILON, DELTA, "gaussian"))
