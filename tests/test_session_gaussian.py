@@ -146,3 +146,20 @@ def test_connection_default_and_per_query_override(database):
     with pytest.raises(ProgrammingError, match="mechanism"):
         dpsql.connect(str(database), loads_metadata(METADATA), analyst="a", ledger=None,
                       mechanism="laplacian")
+
+
+def test_a_query_of_several_releases_splits_epsilon_and_delta(make_session):
+    session = make_session(ZeroNoise())
+    sql = ("WITH t AS (SELECT day, COUNT(*) AS n FROM visits GROUP BY day) "
+           "SELECT day, n FROM t WHERE n > (SELECT COUNT(*) FROM visits) / 10")
+    result = session.run(sql, epsilon=1.0, delta=1e-6, mechanism="gaussian")
+    by_name = {c.name: c for c in result.release.columns}
+    scalar, bins = by_name["subquery1._col_0"], by_name["t.n"]
+    assert (scalar.epsilon, scalar.delta, bins.epsilon, bins.delta) == (0.5, 5e-7, 0.5, 5e-7)
+    assert scalar.sigma == gaussian.discrete_sigma(1, 1, 0.5, 5e-7)
+    assert bins.sigma == gaussian.discrete_sigma(2, 1, 0.5, 5e-7)
+    (charge,) = charged(session)
+    assert (charge.epsilon, charge.delta) == (1.0, 1e-6)
+    with pytest.raises(NotSupportedError, match="delta > 0"):
+        session.run(sql, epsilon=1.0, delta=0.0, mechanism="gaussian")
+    assert len(charged(session)) == 1
