@@ -70,12 +70,14 @@ class Cursor:
 
     def execute(
         self, sql: str, parameters: Params = None, *, epsilon: float | None = None,
-        delta: float | None = None,
+        delta: float | None = None, mechanism: str | None = None,
+        calibration: str | None = None,
     ) -> Cursor:
         """Answer ``sql`` privately; returns this cursor.
 
         Preconditions: ``parameters`` is a sequence matching the ``?`` markers (qmark style);
-        an epsilon comes from this call or from :func:`connect`.
+        an epsilon comes from this call or from :func:`connect`; ``mechanism`` ('laplace' or
+        'gaussian') and ``calibration`` ('analytic' or 'classical') override the connection's.
         Guarantees: with a ledger, either the cached answer of an identical earlier request on
         the same data version and metadata is returned (``release.cached``; nothing charged),
         or exactly the release's (epsilon,
@@ -90,9 +92,12 @@ class Cursor:
         conn = self.connection
         eps = conn.epsilon if epsilon is None else epsilon
         dlt = conn.delta if delta is None else delta
+        mech = conn.mechanism if mechanism is None else mechanism
+        cal = conn.calibration if calibration is None else calibration
         params = _check_params(parameters)
         try:
-            result = conn._session.run(sql, params, epsilon=eps, delta=dlt)
+            result = conn._session.run(sql, params, epsilon=eps, delta=dlt, mechanism=mech,
+                                       calibration=cal)
         except Error:
             raise
         except Exception as exc:

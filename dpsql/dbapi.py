@@ -116,6 +116,8 @@ def connect(
     delta: float | None = None,
     backend: str = "duckdb",
     spark: Any = None,
+    mechanism: str | None = None,
+    calibration: str | None = None,
 ) -> Connection:
     """Open a private, read-only connection to a DuckDB database (or to tables in Spark).
 
@@ -125,7 +127,9 @@ def connect(
     charged in the ledger; ``ledger`` is the path of an existing ledger file (create it with
     ``dpsql budget set``), or None to run uncharged as the data owner (omitted: the
     metadata's ledger); ``epsilon``/``delta`` are the default per-query budget
-    (``Cursor.execute`` may override them; delta defaults to 0).
+    (``Cursor.execute`` may override them; delta defaults to 0); ``mechanism`` is the default
+    noise, 'laplace' (the default) or 'gaussian' (needs delta > 0; pure releases only), and
+    ``calibration`` the Gaussian's, 'analytic' (the default) or 'classical' (epsilon < 1).
 
     ``backend="spark"`` computes the exact aggregates with Spark SQL (:mod:`dpsql.backends.spark`,
     the ``spark`` extra): ``spark`` is then a SparkSession or a master URL (``local[2]``,
@@ -153,13 +157,15 @@ def connect(
             raise ProgrammingError(
                 "a server URL takes no metadata, analyst or ledger: the server holds them and "
                 "the URL's user is the analyst")
-        return RemoteConnection(str(database), epsilon=epsilon, delta=delta)  # type: ignore[return-value]
+        return RemoteConnection(str(database), epsilon=epsilon, delta=delta,  # type: ignore[return-value]
+                                mechanism=mechanism, calibration=calibration)
     if metadata is None or analyst is None:
         raise ProgrammingError(
             "dpsql.connect(database, metadata, analyst=...) needs the metadata file and the "
             "analyst's name (or a server URL: dpsql.connect('postgresql://alice@host/db'))")
     return Connection(database, metadata, analyst=analyst, ledger=ledger, epsilon=epsilon,
-                      delta=delta, backend=backend, spark=spark)
+                      delta=delta, backend=backend, spark=spark, mechanism=mechanism,
+                      calibration=calibration)
 
 
 class Connection:
@@ -176,11 +182,14 @@ class Connection:
         delta: float | None = None,
         backend: str = "duckdb",
         spark: Any = None,
+        mechanism: str | None = None,
+        calibration: str | None = None,
     ) -> None:
         if not isinstance(analyst, str) or not analyst.strip():
             raise ProgrammingError("analyst must be a non-empty string: pass analyst='name'")
         # the defaults are validated here, once; a per-query override when it arrives
-        Budget(1.0 if epsilon is None else epsilon, 0.0 if delta is None else delta)
+        Budget(1.0 if epsilon is None else epsilon, 0.0 if delta is None else delta,
+               mechanism or "laplace", calibration or "analytic")
         md = metadata if isinstance(metadata, Metadata) else load_metadata(metadata)
         ledger_path = self._choose_ledger(md, ledger)
 
@@ -188,6 +197,9 @@ class Connection:
         #: default per-query budget (execute(..., epsilon=, delta=) overrides it)
         self.epsilon = None if epsilon is None else float(epsilon)
         self.delta = 0.0 if delta is None else float(delta)
+        #: default noise mechanism and Gaussian calibration (execute(..., mechanism=) overrides)
+        self.mechanism = mechanism or "laplace"
+        self.calibration = calibration or "analytic"
         self.metadata = md
         #: the key under which the ledger keeps this database's budgets and cached answers
         self.database = ledger_identity(backend, database, md)
@@ -299,10 +311,12 @@ class Connection:
 
     def execute(
         self, sql: str, parameters: Params = None, *, epsilon: float | None = None,
-        delta: float | None = None,
+        delta: float | None = None, mechanism: str | None = None,
+        calibration: str | None = None,
     ) -> Cursor:
         """Shortcut (as in sqlite3/DuckDB): a new cursor, executed; returns that cursor."""
-        return self.cursor().execute(sql, parameters, epsilon=epsilon, delta=delta)
+        return self.cursor().execute(sql, parameters, epsilon=epsilon, delta=delta,
+                                     mechanism=mechanism, calibration=calibration)
 
     @property
     def budget(self) -> BudgetStatus:

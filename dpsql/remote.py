@@ -74,7 +74,8 @@ class RemoteConnection:
     """A PEP 249 connection to a dpsql server (see module docstring)."""
 
     def __init__(self, url: str, *, password: str | None = None, epsilon: float | None = None,
-                 delta: float | None = None, sslmode: str | None = None) -> None:
+                 delta: float | None = None, sslmode: str | None = None,
+                 mechanism: str | None = None, calibration: str | None = None) -> None:
         import psycopg
 
         kwargs: dict[str, Any] = {"autocommit": True}
@@ -91,7 +92,9 @@ class RemoteConnection:
         self._notices: list[str | None] = []
         self._conn.add_notice_handler(lambda diag: self._notices.append(diag.message_detail))
         self.epsilon, self.delta = epsilon, delta
-        self._sent: tuple[float | None, float | None] = (None, None)
+        #: default noise mechanism and calibration (None: the server's default)
+        self.mechanism, self.calibration = mechanism, calibration
+        self._sent: tuple[Any, ...] = (None, None, None, None)
 
     def _check_open(self) -> None:
         if self._conn.closed:
@@ -102,18 +105,29 @@ class RemoteConnection:
         return RemoteCursor(self)
 
     def execute(self, sql: str, parameters: Sequence[Any] | None = None, *,
-                epsilon: float | None = None, delta: float | None = None) -> RemoteCursor:
-        return self.cursor().execute(sql, parameters, epsilon=epsilon, delta=delta)
+                epsilon: float | None = None, delta: float | None = None,
+                mechanism: str | None = None, calibration: str | None = None) -> RemoteCursor:
+        return self.cursor().execute(sql, parameters, epsilon=epsilon, delta=delta,
+                                     mechanism=mechanism, calibration=calibration)
 
-    def _budget(self, epsilon: float | None, delta: float | None) -> None:
-        """Send the per-query (epsilon, delta) as session settings when they change."""
+    def _budget(self, epsilon: float | None, delta: float | None,
+                mechanism: str | None = None, calibration: str | None = None) -> None:
+        """Send the per-query (epsilon, delta, mechanism, calibration) as session settings
+        when they change."""
         wanted = (self.epsilon if epsilon is None else epsilon,
-                  self.delta if delta is None else delta)
+                  self.delta if delta is None else delta,
+                  self.mechanism if mechanism is None else mechanism,
+                  self.calibration if calibration is None else calibration)
         if wanted == self._sent:
             return
+        from dpsql.budget import check_mechanism
+
+        check_mechanism(wanted[2] or "laplace", wanted[3] or "analytic")
         with self._conn.cursor() as cur:
-            for name, value in zip(("epsilon", "delta"), wanted, strict=True):
+            for name, value in zip(("epsilon", "delta"), wanted[:2], strict=True):
                 cur.execute(f"SET dpsql.{name} = {'DEFAULT' if value is None else float(value)!r}")
+            for name, choice in zip(("mechanism", "calibration"), wanted[2:], strict=True):
+                cur.execute(f"SET dpsql.{name} = {'DEFAULT' if choice is None else repr(choice)}")
         self._sent = wanted
 
     @property
@@ -195,13 +209,14 @@ class RemoteCursor:
         return int(self._cur.rowcount)
 
     def execute(self, sql: str, parameters: Sequence[Any] | None = None, *,
-                epsilon: float | None = None, delta: float | None = None) -> RemoteCursor:
+                epsilon: float | None = None, delta: float | None = None,
+                mechanism: str | None = None, calibration: str | None = None) -> RemoteCursor:
         import psycopg
 
         conn = self.connection
         conn._check_open()
         try:
-            conn._budget(epsilon, delta)
+            conn._budget(epsilon, delta, mechanism, calibration)
             conn._notices.clear()
             if parameters:
                 self._cur.execute(_qmark_to_pyformat(sql), list(parameters))

@@ -200,10 +200,12 @@ class Session:
     # -- steps 1-10 -----------------------------------------------------------------------
 
     def run(self, sql: str, params: Sequence[Any] | None = None, *,
-            epsilon: float | None = None, delta: float | None = 0.0) -> Result:
+            epsilon: float | None = None, delta: float | None = 0.0,
+            mechanism: str | None = None, calibration: str | None = None) -> Result:
         """Answer ``sql`` privately (module contract). ``epsilon`` may be None only for a
-        query that reads public tables only."""
-        budget = Budget.of(epsilon, delta)
+        query that reads public tables only; ``mechanism`` 'laplace' (None: the default) or
+        'gaussian', ``calibration`` 'analytic' (None: the default) or 'classical'."""
+        budget = Budget.of(epsilon, delta, mechanism=mechanism, calibration=calibration)
         prepared = self.prepare(sql)
         if isinstance(prepared, PreparedBlocks):
             return self._run_blocks(prepared, sql, params, budget)
@@ -216,7 +218,7 @@ class Session:
         key = None
         if self.ledger is not None:
             key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
-                            scope=self.cache_scope)
+                            scope=self._scope(budget))
             cached = self._cached(key, sql, values, budget)
             if cached is not None:
                 return cached
@@ -246,7 +248,7 @@ class Session:
         if self.ledger is not None and not prepared.public:
             assert budget is not None
             key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
-                            scope=self.cache_scope)
+                            scope=self._scope(budget))
             cached = self._cached(key, sql, values, budget)
             if cached is not None:
                 return cached
@@ -267,6 +269,13 @@ class Session:
             record, values, charge, sql if charge is not None else None, key,
             lambda drawn: compute_blocks(self.backend, self._post, prepared, values, plans,
                                          domains, self._sampler, drawn, public))
+
+    def _scope(self, budget: Budget) -> str:
+        """The answer-cache scope of a request: a Gaussian answer is cached apart from a
+        Laplace one (and per calibration), so a repeat's record names the mechanism it used."""
+        if budget.mechanism == "laplace":
+            return self.cache_scope
+        return f"{self.cache_scope}:{budget.mechanism}:{budget.calibration}"
 
     def _check_binds(self, compiled: CompiledPlan, values: list[Any]) -> None:
         """The backend's binder on the exact query, once per query text and parameter types

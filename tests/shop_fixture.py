@@ -63,6 +63,10 @@ class ZeroNoise:
         self.sizes.append(size)
         return np.zeros(size, dtype=np.int64)
 
+    def discrete_gaussian(self, sigma: float, size: int) -> np.ndarray:
+        """The same for the Gaussian path (dpsql.noise.gaussian_release)."""
+        return self.discrete_laplace(sigma, size)
+
 
 @dataclass(frozen=True)
 class Shop:

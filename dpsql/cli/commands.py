@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dpsql.budget import MECHANISMS
 from dpsql.cli.output import FORMATS
 from dpsql.errors import Error
 
@@ -255,6 +256,18 @@ def _delta(shell: Shell, argument: str) -> None:
             raise CommandError(f"delta must be in [0, 1), got {argument}")
         shell.delta = value
     shell.echo(f"delta per query: {shell.delta:g}")
+
+
+@COMMANDS.register("\\mechanism", "\\mechanism [laplace|gaussian]",
+                   "Show or set the noise of each following query: Laplace (the default) or "
+                   "Gaussian (needs delta > 0; not for joins of private tables).")
+def _mechanism(shell: Shell, argument: str) -> None:
+    if argument:
+        if argument.lower() not in MECHANISMS:
+            raise CommandError(f"unknown mechanism {argument!r}; use one of "
+                               f"{', '.join(MECHANISMS)}")
+        shell.mechanism = argument.lower()
+    shell.echo(f"mechanism: {shell.mechanism}")
 
 
 @COMMANDS.register("\\format", "\\format [table|csv|json]",

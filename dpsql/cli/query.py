@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 import dpsql
+from dpsql.budget import CALIBRATIONS, MECHANISMS
 from dpsql.cli.backend import backend_options, ledger_argument, no_ledger_option, spark_argument
 from dpsql.cli.options import (
     analyst_option,
@@ -32,13 +33,21 @@ from dpsql.metadata import load_metadata
 @delta_option(help="Delta the query may spend (only joins between private tables use it).")
 @analyst_option(help="Who is charged in the ledger (default: $DPSQL_ANALYST); not needed "
                 "with --no-ledger.")
+@click.option("--mechanism", type=click.Choice(MECHANISMS), default="laplace", show_default=True,
+              help="Noise: Laplace, or Gaussian (needs --delta > 0; not for joins of private "
+                   "tables).")
+@click.option("--calibration", type=click.Choice(CALIBRATIONS), default="analytic",
+              show_default=True,
+              help="Gaussian sigma: the exact (analytic) accountant, or the classical formula "
+                   "(epsilon < 1 only).")
 @ledger_option()
 @no_ledger_option
 @format_option()
 @backend_options
 @click.argument("sql")
 def command(metadata: Path, database: str | None, epsilon: float, delta: float,
-            analyst: str | None, ledger: str | None, no_ledger: bool, fmt: str, backend: str,
+            mechanism: str, calibration: str, analyst: str | None, ledger: str | None,
+            no_ledger: bool, fmt: str, backend: str,
             spark_master: str | None, sql: str) -> int:
     """Run SQL with differential privacy and print the noisy rows and the release record.
 
@@ -53,7 +62,8 @@ def command(metadata: Path, database: str | None, epsilon: float, delta: float,
         with dpsql.connect(database, md, analyst=who, ledger=ledger_arg, backend=backend,
                            spark=spark) as conn:
             cur = conn.cursor()
-            cur.execute(sql, epsilon=epsilon, delta=delta)
+            cur.execute(sql, epsilon=epsilon, delta=delta, mechanism=mechanism,
+                        calibration=calibration)
             names = [d[0] for d in cur.description or ()]
             rows = cur.fetchall()
             release = cur.release

@@ -60,6 +60,8 @@ class Shell:
         self.analyst = analyst
         self.epsilon = epsilon
         self.delta = delta
+        #: the noise mechanism of each query (\mechanism changes it)
+        self.mechanism = "laplace"
         self.owner = owner
         self.fmt = fmt
         #: a terminal session: results taller than the screen go through the pager
@@ -105,7 +107,7 @@ class Shell:
         """Run one SQL statement through the driver and print rows and the release line."""
         cur = self.conn.cursor()
         try:
-            cur.execute(sql, epsilon=self.epsilon, delta=self.delta)
+            cur.execute(sql, epsilon=self.epsilon, delta=self.delta, mechanism=self.mechanism)
             names = [d[0] for d in cur.description]
             rows = cur.fetchall()
             release = cur.release

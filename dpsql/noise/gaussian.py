@@ -170,11 +170,32 @@ def discrete_delta(sigma: float, sensitivity: int, epsilon: float) -> float:
     log_z = _log_normaliser(sigma) - 1e-12
     band = np.arange(lower, upper, dtype=np.float64)
     positive = float(np.sum(np.exp(-band * band / (2.0 * s2) - log_z)))
-    # the subtracted tail, summed while its terms matter (any truncation keeps an upper bound)
-    width = int(min(12.0 * sigma + 2.0, 1e7))
-    tail_x = np.arange(upper, upper + width, dtype=np.float64)
-    tail = float(np.sum(np.exp(-tail_x * tail_x / (2.0 * s2) - log_z - 1e-12)))
+    if 12.0 * sigma > _TAIL_TERMS:
+        tail = _tail_integral(upper, sigma, log_z)
+    else:
+        # the subtracted tail, summed while its terms matter (any truncation keeps an upper
+        # bound)
+        tail_x = np.arange(upper, upper + int(12.0 * sigma + 2.0), dtype=np.float64)
+        tail = float(np.sum(np.exp(-tail_x * tail_x / (2.0 * s2) - log_z - 1e-12)))
     return max(0.0, min(1.0, positive - math.expm1(epsilon) * tail * (1.0 - 1e-12)))
+
+
+#: beyond this many terms, :func:`discrete_delta` bounds the subtracted tail by an integral
+_TAIL_TERMS = 2**16
+
+
+def _tail_integral(upper: int, sigma: float, log_z: float) -> float:
+    """A lower bound on ``sum_{x >= upper} exp(-x^2 / 2 sigma^2) / Z`` for ``upper >= 1``.
+
+    The summand decreases on ``[upper, inf)``, so the sum is at least the integral
+    ``sigma sqrt(pi/2) erfc(upper / (sigma sqrt 2))``; the factor 1 - 1e-9 absorbs erfc's and
+    exp's rounding. A lower bound on the *subtracted* term keeps :func:`discrete_delta` an upper
+    bound, at a cost below the largest term exp(-upper^2 / 2 sigma^2) / Z -- negligible at the
+    large sigma (> 2^16 / 12) where it replaces summing that many terms.
+    """
+    assert upper >= 1
+    integral = sigma * math.sqrt(math.pi / 2.0) * math.erfc(upper / (sigma * _SQRT2))
+    return integral * math.exp(-log_z) * (1.0 - 1e-9)
 
 
 def zcdp_delta(rho: float, epsilon: float) -> float:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from dpsql.analysis.elastic import Measurement, QueryAnalysis
 from dpsql.budget import Budget, missing_epsilon
 from dpsql.errors import NotSupportedError
-from dpsql.noise import mechanisms
+from dpsql.noise import gaussian_plan, mechanisms
 from dpsql.noise.smooth import Smoothed, smooth
 
 
@@ -36,6 +36,12 @@ class NoisePlan:
     #: smoothed only: the public interval every exact value is clamped into before noise
     #: (:func:`_smoothed_plan`); it depends on epsilon and the bounds alone
     window: tuple[float, float] | None = None
+    #: Gaussian only (dpsql.noise.gaussian_plan): the discrete Gaussian's sigma, in grid steps
+    #: for a SUM (its noise is granularity * N_Z(0, sigma^2)); ``scale`` is then sigma in
+    #: value units. Public: pure releases only
+    sigma: float | None = None
+    #: Gaussian only: "analytic" or "classical"
+    calibration: str | None = None
 
     @property
     def pure(self) -> bool:
@@ -62,12 +68,16 @@ def plan_noise(
     Basic composition: the private measurements' epsilons sum to ``budget.epsilon``; delta is
     split over the smoothed ones only (pure releases need none), so the deltas sum to at most
     ``budget.delta``. Public measurements get (0, 0) and scale 0. ``budget`` may be None only
-    for a public query (:func:`is_public_query`).
+    for a public query (:func:`is_public_query`). With ``budget.mechanism == 'gaussian'``,
+    every private measurement gets (epsilon/n, delta/n) and discrete Gaussian noise
+    (:func:`_gaussian_plans`).
     """
     private = [m for m in analysis.measurements if not is_public(m)]
     if private and budget is None:
         raise missing_epsilon()
     epsilon, delta = (budget.epsilon, budget.delta) if budget is not None else (0.0, 0.0)
+    if budget is not None and budget.mechanism == "gaussian":
+        return _gaussian_plans(analysis, private, budget, distance)
     smoothed_ms = [m for m in private if m.sensitivity.depends_on_k]
     if smoothed_ms and delta <= 0:
         raise NotSupportedError(
@@ -90,6 +100,39 @@ def plan_noise(
             plan = _pure_plan(m, eps_each, es_at)
             _check_finite(plan.scale, "noise scale")
         plans.append(plan)
+    return tuple(plans)
+
+
+def _gaussian_plans(analysis: QueryAnalysis, private: list[Measurement], budget: Budget,
+                    distance: int) -> tuple[NoisePlan, ...]:
+    """:func:`plan_noise` for ``mechanism='gaussian'`` (dpsql.noise.gaussian_plan): every
+    private measurement gets (epsilon/n, delta/n) by basic composition, and discrete Gaussian
+    noise certified for that share; refusals (delta 0, smoothed releases, classical with
+    epsilon >= 1) depend on the SQL, the metadata and the budget alone."""
+    n = len(private)
+    eps_each = budget.epsilon / n if n else 0.0
+    delta_each = budget.delta / n if n else 0.0
+    gaussian_plan.check_gaussian(private, eps_each, budget.delta, budget.calibration)
+    grouped = bool(analysis.group_keys)
+    cal = budget.calibration
+    plans = []
+    for m in analysis.measurements:
+        es_at = m.sensitivity.at(distance)
+        if is_public(m):
+            plans.append(NoisePlan(m, 0.0, 0.0, es_at, None, 0.0))
+            continue
+        es = m.sensitivity.at(0)
+        _check_finite(es, "elastic sensitivity")
+        if m.function == "COUNT":
+            sigma = gaussian_plan.count_sigma(es, grouped, eps_each, delta_each, cal)[0]
+            plans.append(NoisePlan(m, eps_each, delta_each, es_at, None, sigma,
+                                   sigma=sigma, calibration=cal))
+            continue
+        assert m.bounds is not None
+        width = max(m.bounds[1], 0.0) - min(m.bounds[0], 0.0)
+        steps, g, _, _ = gaussian_plan.sum_sigma(es, width, grouped, eps_each, delta_each, cal)
+        plans.append(NoisePlan(m, eps_each, delta_each, es_at, None, steps * g, g,
+                               sigma=steps, calibration=cal))
     return tuple(plans)
 
 
@@ -193,13 +236,16 @@ def split_budget(analyses: Sequence[QueryAnalysis],
     Guarantee: every private measurement of every release gets the same epsilon,
     ``budget.epsilon / N`` over all N private measurements, as if they were one query's
     (:func:`plan_noise` then splits each share evenly inside its release); delta goes to the
-    releases with smoothed measurements, in proportion to how many each has. The shares' sums
+    releases with smoothed measurements (Gaussian: every private measurement), in proportion
+    to how many each has; each share keeps the budget's mechanism. The shares' sums
     are the budget's (up to rounding); a release of public measurements only gets None (it is
     exact and free). Depends on the SQL, the public metadata and the budget alone.
     """
     private = [sum(1 for m in a.measurements if not is_public(m)) for a in analyses]
     smoothed = [sum(1 for m in a.measurements if not is_public(m) and m.sensitivity.depends_on_k)
                 for a in analyses]
+    if budget is not None and budget.mechanism == "gaussian":
+        smoothed = private  # every Gaussian measurement needs a share of delta
     n, s = sum(private), sum(smoothed)
     if n and budget is None:
         raise missing_epsilon()
@@ -208,5 +254,6 @@ def split_budget(analyses: Sequence[QueryAnalysis],
         if not p or budget is None:
             out.append(None)
             continue
-        out.append(Budget(budget.epsilon * p / n, budget.delta * sm / s if s else 0.0))
+        out.append(Budget(budget.epsilon * p / n, budget.delta * sm / s if s else 0.0,
+                          budget.mechanism, budget.calibration))
     return tuple(out)

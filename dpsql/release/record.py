@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from dpsql.analysis.aggregates import CENTRED_SQUARES
-from dpsql.noise import mechanisms
+from dpsql.noise import gaussian, mechanisms
 from dpsql.noise.plan import NoisePlan
 
 CONFIDENCE = 0.95
@@ -34,6 +34,13 @@ class ColumnRelease:
     #: how the column is computed from its noisy measurements, when that is not plain
     #: arithmetic the analyst wrote (the variance family: dpsql.analysis.aggregates)
     post_processing: str | None = None
+    #: Gaussian columns (a single pure measurement): the calibration ("analytic" or
+    #: "classical"), sigma in value units (public: pure releases only), and seed 003's
+    #: (alpha, beta)-accuracy of one value: P[|noise| > alpha] <= beta, beta = 0.05
+    calibration: str | None = None
+    sigma: float | None = None
+    accuracy_alpha: float | None = None
+    accuracy_beta: float | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,8 @@ def mechanism_name(plan: NoisePlan) -> str:
     """The ledger's name for how ``plan`` releases its measurement."""
     if plan.scale == 0 and plan.pure:
         return EXACT
+    if plan.sigma is not None:
+        return "discrete_gaussian" if plan.measurement.integer else "snapped_gaussian"
     kind = "discrete_laplace" if plan.measurement.function == "COUNT" else "snapped_laplace"
     return kind if plan.pure else f"smoothed_{kind}"
 
@@ -99,13 +108,30 @@ def _post_processing(parts: list[NoisePlan]) -> str | None:
     return None
 
 
+def _gaussian_accuracy(p: NoisePlan, n_bins: int) -> tuple[float, dict[str, Any]]:
+    """(95% half-width over all bins, the Gaussian record fields) of a column that is one bare
+    pure Gaussian measurement (for any other column sigma is not the column's own, so only the
+    calibration is recorded). The noise is g N_Z(0, sigma^2) (g = 1 for counts): sigma^2-subgaussian
+    (:func:`dpsql.noise.gaussian.gaussian_half_width`), plus at most g/2 of snapping for sums;
+    an integer count's error needs no rounding term."""
+    sigma = p.scale  # sigma in value units (sigma * grid for sums)
+    snap = 0.0 if p.measurement.integer else (p.granularity or 0.0) / 2.0
+    beta = 1.0 - CONFIDENCE
+    fields: dict[str, Any] = {
+        "calibration": p.calibration, "sigma": sigma,
+        "accuracy_alpha": gaussian.gaussian_half_width(sigma, CONFIDENCE) + snap,
+        "accuracy_beta": round(beta, 12)}
+    return gaussian.gaussian_half_width(sigma, CONFIDENCE, cells=max(n_bins, 1)) + snap, fields
+
+
 def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ...],
                    fingerprint: str, n_bins: int) -> Release:
     """The record of releasing ``plans`` over ``n_bins`` bins.
 
     Guarantee: its (epsilon, delta) is the basic-composition sum over the measurements, which
     is what the ledger charges; a 95% half-width is given only for a column that is a single
-    pure measurement (for a smoothed one it would reveal the data-dependent scale).
+    pure measurement (for a smoothed one it would reveal the data-dependent scale); a
+    Gaussian one also records its calibration, sigma and (alpha, beta)-accuracy.
     """
     out = []
     for col in columns:
@@ -116,16 +142,22 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
         mech = "+".join(sorted({mechanism_name(p) for p in parts}))
         width = None
         single = len(parts) == 1 and parts[0].pure
+        gauss: dict[str, Any] = {}
         if single and parts[0].scale == 0:
             width = 0.0  # public data only: released exactly
+        elif single and parts[0].sigma is not None and col.bare_aggregate:
+            width, gauss = _gaussian_accuracy(parts[0], n_bins)
         elif single and col.bare_aggregate:
             p = parts[0]
             width = mechanisms.laplace_half_width(p.scale, CONFIDENCE, cells=max(n_bins, 1))
             # discrete counts: integer error <= alpha + 1/2; sums: <= alpha + grid step
             width += 0.5 if p.measurement.integer else (p.granularity or 0.0)
+        calibrations = sorted({p.calibration for p in parts if p.calibration})
+        if calibrations and not gauss:  # AVG, arithmetic: sigma is not the column's
+            gauss = {"calibration": "+".join(calibrations)}
         out.append(ColumnRelease(col.name, mech, math.fsum(p.epsilon for p in parts),
                                  math.fsum(p.delta for p in parts), width,
-                                 _post_processing(parts)))
+                                 _post_processing(parts), **gauss))
     return Release(
         epsilon=math.fsum(p.epsilon for p in plans),
         delta=math.fsum(p.delta for p in plans),

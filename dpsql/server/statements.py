@@ -9,7 +9,9 @@ data), a catalog query (answered by the shadow schema: no data, see
 * the query may name only the tables the owner granted (checked on the analysed query, before
   anything is charged);
 * epsilon/delta come from ``SET dpsql.epsilon`` / ``SET dpsql.delta`` or the analyst's
-  defaults, and may not exceed the owner's per-query caps (refused before the charge).
+  defaults, and may not exceed the owner's per-query caps (refused before the charge);
+* the noise comes from ``SET dpsql.mechanism`` ('laplace', the default, or 'gaussian') and
+  ``SET dpsql.calibration`` ('analytic', the default, or 'classical').
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from sqlglot import exp
 
 from dpsql.accounting.analysts import AnalystAccount
 from dpsql.analysis.hygiene import check_size
+from dpsql.budget import CALIBRATIONS, MECHANISMS
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.release.record import Release
 from dpsql.server.cancel import CancellableBackend
@@ -137,7 +140,9 @@ class StatementRunner:
                 f"permission denied for table {', '.join(denied)}: the data owner has not "
                 f"granted analyst {self.analyst!r} access to it")
         epsilon, delta = self.budget()
-        result = self.session.run(text, values, epsilon=epsilon, delta=delta)
+        result = self.session.run(text, values, epsilon=epsilon, delta=delta,
+                                  mechanism=self.settings.get("dpsql.mechanism"),
+                                  calibration=self.settings.get("dpsql.calibration"))
         return Answer(f"SELECT {len(result.rows)}", result.names, result.types, result.rows,
                       result.release, release_notice(result.release))
 
@@ -177,6 +182,8 @@ class StatementRunner:
                        else self.account.default_delta)
             return Answer("SHOW", (name,), ("VARCHAR",), [("" if default is None
                                                            else repr(default),)])
+        if name in _NOISE_SETTINGS and name not in self.settings:
+            return Answer("SHOW", (name,), ("VARCHAR",), [(_NOISE_SETTINGS[name][0],)])
         if name not in self.settings:
             raise ProgrammingError(f'unrecognized configuration parameter "{name}"')
         return Answer("SHOW", (name.split()[-1],), ("VARCHAR",), [(self.settings[name],)])
@@ -192,10 +199,18 @@ class StatementRunner:
                     raise ProgrammingError(f"dpsql.delta must be a number in [0, 1), got {value!r}")
             else:
                 value = None
+        elif name in _NOISE_SETTINGS:
+            if value is not None and value.lower() != "default":
+                value = value.strip().strip("'\"").lower()
+                if value not in _NOISE_SETTINGS[name]:
+                    choices = " or ".join(repr(c) for c in _NOISE_SETTINGS[name])
+                    raise ProgrammingError(f"{name} must be {choices}, got {value!r}")
+            else:
+                value = None
         elif name.startswith("dpsql."):
             raise ProgrammingError(
-                f'unrecognized configuration parameter "{name}": dpsql has dpsql.epsilon '
-                "and dpsql.delta")
+                f'unrecognized configuration parameter "{name}": dpsql has dpsql.epsilon, '
+                "dpsql.delta, dpsql.mechanism and dpsql.calibration")
         if value is None:
             if name in DEFAULT_SETTINGS:
                 self.settings[name] = DEFAULT_SETTINGS[name]
@@ -228,6 +243,11 @@ class StatementRunner:
     def close(self) -> None:
         if self._catalog is not None:
             self._catalog.close()
+
+
+#: the noise settings (SET dpsql.mechanism / dpsql.calibration): their choices, default first
+_NOISE_SETTINGS: dict[str, tuple[str, ...]] = {
+    "dpsql.mechanism": MECHANISMS, "dpsql.calibration": CALIBRATIONS}
 
 
 def release_notice(release: Release) -> tuple[str, str]:

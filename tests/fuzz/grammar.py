@@ -44,6 +44,8 @@ PARAMS: list[Any] = ["x", "", "1", "true", 0, 1, -(2**63), 2**63 - 1, 1e308, Non
 class Query:
     sql: str
     params: list[Any] = field(default_factory=list)
+    #: the noise the analyst chose (issue #18): its refusals must not depend on data either
+    mechanism: str = "laplace"
 
 
 def _col(draw, alias: str = "t", kinds: tuple[str, ...] | None = None) -> tuple[str, str]:
@@ -324,4 +326,4 @@ def queries(draw) -> Query:
         sql = _post_processing(draw, sql, group, len(aggregates), params)
     # qmark order follows the text; _value appended in generation order, which is text order
     # except inside the WITH (generated first, also first in the text)
-    return Query(sql, params)
+    return Query(sql, params, draw(st.sampled_from(["laplace", "laplace", "gaussian"])))

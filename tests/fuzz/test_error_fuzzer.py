@@ -55,7 +55,8 @@ def engines(tmp_path_factory):
 def outcome(engine: Session, query: Query, epsilon: float) -> tuple[str, object]:
     """("ok", the released group labels) or (error class, message): what may not differ."""
     try:
-        result = engine.run(query.sql, list(query.params), epsilon=epsilon, delta=1e-6)
+        result = engine.run(query.sql, list(query.params), epsilon=epsilon, delta=1e-6,
+                            mechanism=query.mechanism)
     except Error as err:
         return type(err).__name__, str(err)
     # the grammar puts the group key first; its labels come from the declared domain alone

@@ -9,7 +9,8 @@ top of joins, self-joins, LEFT / RIGHT / FULL joins (kept or null-extended side)
 derived tables, UNION ALL, grouped subqueries and IN / EXISTS / NOT IN subqueries, released
 as a count, a distinct count, a filtered count, a sum of a clamped expression (issue #15) or a
 histogram (over a.x, a function of it, a CASE bucket, or such a key computed in a derived
-table).
+table). For a pure release it also checks the Gaussian plan's integer move (linf, l2^2; sums
+snapped on its grid).
 A failure prints the query, the database, the neighbour and both answers: a privacy bug.
 """
 
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 
 from dpsql.analysis.elastic import analyze
 from dpsql.errors import Error
+from tests.bruteforce.test_gaussian import _steps
 from tests.bruteforce.test_soundness import (
     _fmt,
     _tol,
@@ -123,6 +125,23 @@ def grammar_queries(draw) -> tuple[str, bool]:
     return f"SELECT {aggregate} FROM {source}{where}", False
 
 
+def _gaussian_limits(analysis) -> tuple[int, int, float | None] | None:
+    """(linf, l2^2, grid) of the Gaussian plan of a pure release, None for a smoothed one."""
+    from dpsql.noise import gaussian_plan
+
+    m = analysis.measurements[0]
+    es = m.sensitivity.at(0)
+    if m.sensitivity.depends_on_k or es == 0:
+        return None
+    grouped = bool(analysis.group_keys)
+    if m.function == "COUNT":
+        _, l2, linf = gaussian_plan.count_sigma(es, grouped, 1.0, 1e-6, "analytic")
+        return linf, l2, None
+    width = max(m.bounds[1], 0.0) - min(m.bounds[0], 0.0)
+    _, g, l2, linf = gaussian_plan.sum_sigma(es, width, grouped, 1.0, 1e-6, "analytic")
+    return linf, l2, g
+
+
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(query=grammar_queries(), db=databases(hi=4))
@@ -138,11 +157,19 @@ def test_local_sensitivity_at_most_es0_over_the_grammar(query, db):
     others = list(neighbours(db, PRIVATE))
     # D and every neighbour, each evaluated on its own, in one DuckDB statement
     base, *answers = run_all(sql, [db, *(other for _, other in others)], histogram=histogram)
+    gaussian = _gaussian_limits(analysis)
     for (what, _), answer in zip(others, answers, strict=True):
         per_bin, l1 = change(base, answer)
         assert per_bin <= _tol(es0) and l1 <= _tol(es0), (
             f"PRIVACY BUG: {sql}\n  D = {_fmt(db)}\n  neighbour: {what}\n"
             f"  q(D) = {base}, q(D') = {answer}: change {per_bin} (L1 {l1}) > ES(0) = {es0}")
+        if gaussian is not None:  # the Gaussian's integer move (dpsql.noise.gaussian_plan)
+            linf, l2, grid = gaussian
+            for offset in (0.0, 0.5) if grid else (0.0,):
+                t = _steps(base, answer, grid, offset)
+                assert max(map(abs, t), default=0) <= linf and sum(x * x for x in t) <= l2, (
+                    f"PRIVACY BUG (Gaussian): {sql}\n  D = {_fmt(db)}\n  neighbour: {what}\n"
+                    f"  steps {t} exceed linf {linf} / l2^2 {l2} (grid {grid})")
 
 
 @settings(max_examples=max(EXAMPLES // 4, 5), deadline=None, derandomize=True,

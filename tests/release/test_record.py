@@ -102,3 +102,25 @@ def test_a_filtered_count_has_the_half_width_of_a_count():
     filtered, _ = _record("SELECT COUNT(*) FILTER (WHERE t.v > 0) AS n FROM t", BOTH,
                           Budget(1.0, 0.0))
     assert filtered.columns[0].half_width_95 == plain.columns[0].half_width_95 is not None
+
+
+def test_a_gaussian_column_records_calibration_sigma_and_accuracy():
+    from dpsql.noise.gaussian import gaussian_half_width
+
+    sql = "SELECT COUNT(*) AS n, SUM(v) AS s, AVG(v) AS a, COUNT(*) * 2 AS d FROM t"
+    record, plans = _record(sql, BOTH, Budget(1.0, 1e-6, "gaussian", "classical"), n_bins=3)
+    count, total = plans[0], plans[1]
+    n, s, a, d = record.columns
+    assert record.mechanism == "discrete_gaussian+snapped_gaussian"
+    assert (n.mechanism, n.calibration, n.sigma) == ("discrete_gaussian", "classical",
+                                                     count.sigma)
+    assert n.accuracy_alpha == gaussian_half_width(count.sigma) and n.accuracy_beta == 0.05
+    assert n.half_width_95 == gaussian_half_width(count.sigma, CONFIDENCE, cells=3)
+    # a sum: sigma in value units, plus half a grid step of snapping
+    assert total.granularity is not None and s.sigma == total.sigma * total.granularity
+    assert s.accuracy_alpha == gaussian_half_width(s.sigma) + total.granularity / 2
+    # AVG and arithmetic: the calibration, but no sigma or accuracy that is not the column's
+    for col in (a, d):
+        assert col.calibration == "classical"
+        assert col.sigma is col.accuracy_alpha is col.half_width_95 is None
+    assert (record.epsilon, record.delta) == (1.0, 1e-6)

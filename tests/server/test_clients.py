@@ -318,3 +318,43 @@ def test_describe_statement_reads_no_data_and_charges_nothing(server: ServerProc
     for name in names:
         assert name.encode() + b"\0" in description.body
     assert _charges(server, "alice") == before
+
+
+def test_psycopg_set_and_show_the_gaussian_mechanism(server: ServerProcess) -> None:
+    before = _charges(server, "alice")
+    details: list[str | None] = []
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: details.append(d.message_detail))
+        assert conn.execute("SHOW dpsql.mechanism").fetchone() == ("laplace",)
+        assert conn.execute("SHOW dpsql.calibration").fetchone() == ("analytic",)
+        conn.execute("SET dpsql.epsilon = 0.2")
+        conn.execute("SET dpsql.mechanism = 'gaussian'")
+        assert conn.execute("SHOW dpsql.mechanism").fetchone() == ("gaussian",)
+        # delta 0 is refused before the charge, with the fix
+        conn.execute("SET dpsql.delta = 0")
+        with pytest.raises(psycopg.Error, match="needs delta > 0") as info:
+            conn.execute("SELECT COUNT(*) FROM orders WHERE quantity = 7")
+        assert info.value.sqlstate == "0A000"
+        assert _charges(server, "alice") == before
+        conn.execute("SET dpsql.delta = 1e-7")
+        conn.execute("SET dpsql.calibration TO classical")
+        conn.execute("SELECT COUNT(*) FROM orders WHERE quantity = 7").fetchone()
+        assert '"mechanism": "discrete_gaussian"' in (details[-1] or "")
+        assert '"calibration": "classical"' in (details[-1] or "")
+        with pytest.raises(psycopg.Error, match=r"dpsql\.mechanism must be 'laplace' or"):
+            conn.execute("SET dpsql.mechanism = 'uniform'")
+        conn.execute("RESET dpsql.mechanism")
+        assert conn.execute("SHOW dpsql.mechanism").fetchone() == ("laplace",)
+    assert _charges(server, "alice") == before + 1
+    with Ledger(server.ledger, create=False) as ledger:
+        last = ledger.status(server.database_id, "alice").history[-1]
+    assert last.mechanism == "discrete_gaussian" and last.delta == pytest.approx(1e-7)
+
+
+def test_remote_driver_passes_the_mechanism(server: ServerProcess) -> None:
+    with dpsql.connect(server.url(), epsilon=0.2, delta=1e-7, mechanism="gaussian") as conn:
+        cur = conn.cursor()
+        cur.execute("SELECT COUNT(*) AS n FROM orders WHERE quantity = 8")
+        assert cur.release is not None and cur.release.mechanism == "discrete_gaussian"
+        cur.execute("SELECT COUNT(*) AS n FROM orders WHERE quantity = 8", mechanism="laplace")
+        assert cur.release is not None and cur.release.mechanism == "discrete_laplace"

@@ -113,3 +113,18 @@ def test_ledger_from_the_environment_and_analyst_required(tmp_path, run, metadat
         assert ledger.status(identity(metadata), "eve").epsilon_spent == 0.1
     # --no-ledger still overrides the environment's default
     assert run("SELECT COUNT(*) FROM people")[0] == 0
+
+
+def test_mechanism_option_releases_gaussian_noise(run):
+    code, out, err = run("-e", "1", "--delta", "1e-6", "--mechanism", "gaussian", "-f", "json",
+                         "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex")
+    assert code == 0, err
+    release = json.loads(out)["release"]
+    assert release["mechanism"] == "discrete_gaussian" and release["delta"] == 1e-6
+    assert release["columns"][1]["calibration"] == "analytic"
+    code, out, err = run("-e", "1", "--delta", "0", "--mechanism", "gaussian", "-f", "json",
+                         "SELECT COUNT(*) FROM people")
+    assert code == 1 and "needs delta > 0" in out
+    code, out, err = run("-e", "1", "--delta", "1e-6", "--mechanism", "gaussian",
+                         "--calibration", "classical", "SELECT COUNT(*) FROM people")
+    assert code != 0 and "epsilon < 1" in err

@@ -275,6 +275,23 @@ def test_delta_command_enables_joins_of_private_tables(shop: DemoFiles, sh: Shel
     assert sh("-c", "\\delta 1").returncode == 1
 
 
+def test_mechanism_command_switches_to_the_gaussian(shop: DemoFiles, sh: ShellRunner) -> None:
+    proc = sh("-e", "\\mechanism\n\\mechanism gaussian\n\\delta 1e-7\n"
+              "SELECT COUNT(*) FROM orders;\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "mechanism: laplace" in proc.stdout and "mechanism: gaussian" in proc.stdout
+    assert "spent epsilon=0.1 delta=1e-07" in proc.stderr
+    with Ledger(shop.ledger) as ledger:
+        (charge,) = ledger.status(database_identity(shop.database), "demo").history
+    assert charge.mechanism == "discrete_gaussian"
+    # a join of private tables is refused for the Gaussian, before the charge
+    proc = sh("-e", f"\\mechanism gaussian\n\\delta 1e-7\n{JOIN};\n")
+    assert proc.returncode == 1 and "mechanism='laplace'" in proc.stderr
+    assert spent(shop)[2] == 1
+    proc = sh("-e", "\\mechanism uniform")
+    assert proc.returncode == 1 and proc.stderr.startswith("error: unknown mechanism")
+
+
 def test_format_command(shop: DemoFiles, sh: ShellRunner) -> None:
     proc = sh("-c", "\\format csv\nSELECT status, COUNT(*) AS n FROM orders "
               "GROUP BY status ORDER BY status;\n")
