@@ -276,7 +276,7 @@ def test_delta_command_enables_joins_of_private_tables(shop: DemoFiles, sh: Shel
 
 
 def test_mechanism_command_switches_to_the_gaussian(shop: DemoFiles, sh: ShellRunner) -> None:
-    proc = sh("-e", "\\mechanism\n\\mechanism gaussian\n\\delta 1e-7\n"
+    proc = sh("-c", "\\mechanism\n\\mechanism gaussian\n\\delta 1e-7\n"
               "SELECT COUNT(*) FROM orders;\n")
     assert proc.returncode == 0, proc.stderr
     assert "mechanism: laplace" in proc.stdout and "mechanism: gaussian" in proc.stdout
@@ -285,10 +285,10 @@ def test_mechanism_command_switches_to_the_gaussian(shop: DemoFiles, sh: ShellRu
         (charge,) = ledger.status(database_identity(shop.database), "demo").history
     assert charge.mechanism == "discrete_gaussian"
     # a join of private tables is refused for the Gaussian, before the charge
-    proc = sh("-e", f"\\mechanism gaussian\n\\delta 1e-7\n{JOIN};\n")
+    proc = sh("-c", f"\\mechanism gaussian\n\\delta 1e-7\n{JOIN};\n")
     assert proc.returncode == 1 and "mechanism='laplace'" in proc.stderr
     assert spent(shop)[2] == 1
-    proc = sh("-e", "\\mechanism uniform")
+    proc = sh("-c", "\\mechanism uniform")
     assert proc.returncode == 1 and proc.stderr.startswith("error: unknown mechanism")
 
 
