@@ -6,6 +6,8 @@ post-processing query (a HAVING, an outer query over release blocks, a two-phase
 expression) is bound by DuckDB only after the charge and after the noise is drawn, so a pure
 type error there (BIGINT compared with DATE, BIGINT cast to DATE) stands charged although its
 occurrence depends on no data and no noise: the analyst pays epsilon and receives nothing.
+dpsql.execute.post_check now binds the post-processing SQL over empty tables before the
+charge; a cast DuckDB only rejects when it casts a value (BIGINT -> DATE) still gets through.
 
 Not a privacy leak (the error is the same on every database), but a charge for a refusal.
 """
@@ -34,27 +36,72 @@ tables:
 """)
 
 #: each fails in DuckDB's binder on types alone, whatever the data and the noise
-TYPE_ERRORS = (
+BINDER_ERRORS = (
     # one release, HAVING over a noisy count
     "SELECT k, COUNT(*) FROM t GROUP BY k HAVING COUNT(*) > DATE '2020-01-01'",
-    # one release, arithmetic over a noisy count
-    "SELECT CAST(COUNT(*) AS DATE) FROM t",
     # a release block, then post-processing outside it
     "WITH q AS (SELECT k, COUNT(*) AS c FROM t GROUP BY k) "
     "SELECT k FROM q WHERE c > DATE '2020-01-01'",
-    # two phases: the scalar block's own post-processing
+    # two phases: the final query's HAVING
+    "SELECT k, COUNT(*) FROM t WHERE n > (SELECT AVG(n) FROM t) GROUP BY k "
+    "HAVING COUNT(*) > DATE '2020-01-01'",
+)
+
+#: each fails on every value DuckDB casts, but only when it casts one (not in the binder):
+#: the pre-charge check over empty tables does not see it (not fixed; see the report)
+EXECUTION_TYPE_ERRORS = (
+    "SELECT CAST(COUNT(*) AS DATE) FROM t",
     "SELECT COUNT(*) FROM t WHERE n > (SELECT CAST(COUNT(*) AS DATE) FROM t)",
 )
 
+#: post-processing that can fail only on some noisy values (a count of 0): still answered
+VALUE_DEPENDENT = (
+    "SELECT k, 10 // COUNT(*) FROM t GROUP BY k",
+    "WITH q AS (SELECT k, COUNT(*) AS c FROM t GROUP BY k) SELECT k, 10 % c FROM q",
+    "SELECT k, COUNT(*) FROM t WHERE n > (SELECT AVG(n) FROM t) - 5 GROUP BY k "
+    "HAVING 10 // COUNT(*) >= 0",
+)
 
-@pytest.mark.parametrize("sql", TYPE_ERRORS)
-def test_a_type_error_in_post_processing_is_refused_before_the_charge(tmp_path: Path,
-                                                                      sql: str) -> None:
+
+def _session(tmp_path: Path):
     db = write_database(tmp_path / "d.duckdb", SCHEMA, ROWS)
-    session = ledger_session(METADATA, DuckDBBackend(db, METADATA),
-                             open_ledger(tmp_path / "ledger.db"), sampler=ZeroNoise())
+    return ledger_session(METADATA, DuckDBBackend(db, METADATA),
+                          open_ledger(tmp_path / "ledger.db"), sampler=ZeroNoise())
+
+
+def _refused_uncharged(tmp_path: Path, sql: str) -> None:
+    session = _session(tmp_path)
     with pytest.raises(Error) as err:
         session.run(sql, epsilon=1.0, delta=1e-6)
     assert charged(session) == [], (
         f"{sql}\nrefused with {type(err.value).__name__}: {err.value}\n"
         f"but charged {[c.epsilon for c in charged(session)]}")
+
+
+@pytest.mark.parametrize("sql", BINDER_ERRORS)
+def test_a_binder_error_in_post_processing_is_refused_before_the_charge(tmp_path: Path,
+                                                                        sql: str) -> None:
+    _refused_uncharged(tmp_path, sql)
+
+
+@pytest.mark.parametrize("sql", EXECUTION_TYPE_ERRORS)
+def test_an_impossible_cast_in_post_processing_is_refused_before_the_charge(
+        tmp_path: Path, sql: str) -> None:
+    _refused_uncharged(tmp_path, sql)
+
+
+@pytest.mark.parametrize("sql", VALUE_DEPENDENT)
+def test_post_processing_that_fails_only_on_some_values_is_not_refused(tmp_path: Path,
+                                                                       sql: str) -> None:
+    session = _session(tmp_path)
+    result = session.run(sql, epsilon=1.0, delta=1e-6)
+    assert result.rows and len(charged(session)) == 1
+
+
+def test_a_refusal_is_not_remembered_as_a_pass(tmp_path: Path) -> None:
+    """The pre-charge check is memoised per query: a refused query must be refused again."""
+    session = _session(tmp_path)
+    for _ in range(2):
+        with pytest.raises(Error):
+            session.run(BINDER_ERRORS[0], epsilon=1.0, delta=1e-6)
+    assert charged(session) == []
