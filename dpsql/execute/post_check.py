@@ -7,13 +7,17 @@ may depend on the noise. A *type* error (``HAVING COUNT(*) > DATE '2020-01-01'``
 AS DATE)``) depends on neither the data nor the noise, only on the SQL and the column types.
 :func:`check_rows` and :func:`check_tables` run the very post-processing SQL over EMPTY tables
 of the same column types, before the charge: DuckDB's binder (and its folding of constants)
-refuses such a query there, and nothing is charged.
+refuses such a query there, and nothing is charged. A cast DuckDB has no implementation for
+(BIGINT to DATE) binds, and fails only when it casts a value: a second run over ONE row (the
+first bin, every measurement 0) refuses that error alone; any other error there depends on the
+values (``10 // COUNT(*)`` at 0) and is left to the release.
 
 Contract: they read no private data and no noisy value. The tables' column types come from the
 domains (public, read before the charge: the same values the release registers), and a
 measurement's type from its function (COUNT: BIGINT, else DOUBLE, as dpsql.noise.apply makes
 them). Over empty tables a query can only fail in binding or on constants, which depend on the
-SQL, the parameters' values (public) and those types: the refusal depends on nothing private.
+SQL, the parameters' values (public) and those types; the one-row run reads public domain
+values and zeros: the refusal depends on nothing private.
 Scalar blocks bound as parameters are checked with the placeholder value the session's binder
 check uses (0.0).
 """
@@ -44,9 +48,22 @@ def measurement_dtypes(functions: Sequence[str]) -> list[type]:
     return [np.int64 if f == "COUNT" else np.float64 for f in functions]
 
 
-def _create_empty_noisy(cur: duckdb.DuckDBPyConnection, domains: Domains,
-                        dtypes: Sequence[type], name: str = NOISY_TABLE) -> None:
-    """``name`` as an empty temporary table with the columns the release registers."""
+#: the two runs: over empty tables (any error refuses), then over one row (only
+#: :func:`_types_only` errors refuse)
+_RUNS = (0, 1)
+
+
+def _types_only(err: duckdb.Error) -> bool:
+    """An error DuckDB raises on every value of the types involved: a cast it has no
+    implementation for."""
+    return isinstance(err, duckdb.ConversionException) and \
+        "Unimplemented type for cast" in str(err)
+
+
+def _create_noisy(cur: duckdb.DuckDBPyConnection, domains: Domains, dtypes: Sequence[type],
+                  rows: int) -> None:
+    """NOISY_TABLE as a temporary table with the columns the release registers and ``rows``
+    (0 or 1) of them: the first bin, every measurement 0."""
     bins = Bins(domains.types, [], domains.n_bins, domains.values)
     n = min(domains.n_bins, _SAMPLE_BINS) if domains.values else 1
     order = np.arange(n, dtype=np.intp)
@@ -55,7 +72,7 @@ def _create_empty_noisy(cur: duckdb.DuckDBPyConnection, domains: Domains,
     sample.update({f"__m{j}": np.zeros(n, dtype=d) for j, d in enumerate(dtypes)})
     cur.register(_SAMPLE, sample)
     try:
-        cur.execute(f"CREATE TEMP TABLE {name} AS SELECT * FROM {_SAMPLE} LIMIT 0")
+        cur.execute(f"CREATE TEMP TABLE {NOISY_TABLE} AS SELECT * FROM {_SAMPLE} LIMIT {rows}")
     finally:
         cur.unregister(_SAMPLE)
 
@@ -69,51 +86,70 @@ def _refusal(err: duckdb.Error) -> ProgrammingError:
 
 def check_rows(cur: duckdb.DuckDBPyConnection, sql: str, positions: tuple[int, ...],
                params: Sequence[Any], domains: Domains, dtypes: Sequence[type]) -> None:
-    """Run one release's post-processing ``sql`` over an empty noisy table (module contract);
-    raises ``ProgrammingError`` where it cannot run. Closes ``cur``."""
+    """Run one release's post-processing ``sql`` over its noisy table, empty then with one row
+    (module contract); raises ``ProgrammingError`` where it cannot run. Closes ``cur``."""
     try:
-        _create_empty_noisy(cur, domains, dtypes)
-        cur.execute(sql, bind_params(positions, params)).fetchall()
-    except duckdb.Error as err:
-        raise _refusal(err) from None
+        for rows in _RUNS:
+            try:
+                _create_noisy(cur, domains, dtypes, rows)
+                cur.execute(sql, bind_params(positions, params)).fetchall()
+            except duckdb.Error as err:
+                if rows == 0 or _types_only(err):
+                    raise _refusal(err) from None
+            finally:
+                with suppress(duckdb.Error):
+                    cur.execute(f"DROP TABLE IF EXISTS {NOISY_TABLE}")
     finally:
-        with suppress(duckdb.Error):
-            cur.execute(f"DROP TABLE IF EXISTS {NOISY_TABLE}")
         cur.close()
 
 
-def check_tables(cur: duckdb.DuckDBPyConnection,
-                 blocks: Sequence[tuple[str, tuple[str, tuple[int, ...]], Domains,
-                                        Sequence[type]]],
+PublicRows = tuple[str, tuple[str, ...], tuple[str | None, ...], list[tuple[Any, ...]]]
+BlockTable = tuple[str, tuple[str, tuple[int, ...]], Domains, Sequence[type]]
+
+
+def check_tables(cur: duckdb.DuckDBPyConnection, blocks: Sequence[BlockTable],
                  params: Sequence[Any], sql: str, positions: tuple[int, ...],
-                 public: Sequence[tuple[str, tuple[str, ...], tuple[str | None, ...],
-                                        list[tuple[Any, ...]]]] = ()) -> None:
-    """Blocks, then post-processing: each block's table (its own post-processing over an empty
+                 public: Sequence[PublicRows] = ()) -> None:
+    """Blocks, then post-processing: each block's table (its own post-processing over its
     noisy table), the public tables the query reads (their rows, public, read before the
-    charge, typed as the release types them; the tables left empty), then ``sql`` over them
-    (module contract). Closes ``cur``."""
+    charge, typed as the release types them), then ``sql`` over them; empty tables, then one
+    row each (module contract). Closes ``cur``."""
+    try:
+        for rows in _RUNS:
+            try:
+                _run_tables(cur, blocks, params, sql, positions, public, rows)
+            except duckdb.Error as err:
+                if rows == 0 or _types_only(err):
+                    raise _refusal(err) from None
+    finally:
+        cur.close()
+
+
+def _run_tables(cur: duckdb.DuckDBPyConnection, blocks: Sequence[BlockTable],
+                params: Sequence[Any], sql: str, positions: tuple[int, ...],
+                public: Sequence[PublicRows], rows: int) -> None:
     created: list[str] = []
     try:
-        for name, columns, declared, rows in public:
+        for name, columns, declared, values in public:
             cur.register(_SAMPLE, {f"__c{i}": c for i, c in
-                                   enumerate(columns_of(rows, len(columns)))})
+                                   enumerate(columns_of(values, len(columns)))})
             select = ", ".join(
                 f'CAST(__c{i} AS {t}) AS "{c}"' if t else f'__c{i} AS "{c}"'
                 for i, (c, t) in enumerate(zip(columns, declared, strict=True)))
             created.append(name)
-            cur.execute(f'CREATE TEMP TABLE "{name}" AS SELECT {select} FROM {_SAMPLE} LIMIT 0')
-            cur.unregister(_SAMPLE)
+            try:
+                cur.execute(f'CREATE TEMP TABLE "{name}" AS SELECT {select} FROM {_SAMPLE} '
+                            f"LIMIT {rows}")
+            finally:
+                cur.unregister(_SAMPLE)
         for table, (block_sql, block_params), domains, dtypes in blocks:
-            _create_empty_noisy(cur, domains, dtypes)
+            _create_noisy(cur, domains, dtypes, rows)
             created.append(table)
             cur.execute(f"CREATE TEMP TABLE {table} AS {block_sql}",
                         bind_params(block_params, params))
             cur.execute(f"DROP TABLE {NOISY_TABLE}")
         cur.execute(sql, bind_params(positions, params)).fetchall()
-    except duckdb.Error as err:
-        raise _refusal(err) from None
     finally:
         for name in [*created, NOISY_TABLE]:
             with suppress(duckdb.Error):
                 cur.execute(f'DROP TABLE IF EXISTS "{name}"')
-        cur.close()

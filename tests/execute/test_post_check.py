@@ -35,6 +35,16 @@ def test_a_query_that_fails_only_on_some_values_passes(post):
                [], DOMAINS, [np.int64])
 
 
+def test_a_cast_without_implementation_is_refused_on_one_row(post):
+    with pytest.raises(ProgrammingError, match="Unimplemented type for cast"):
+        check_rows(post.cursor(), "SELECT CAST(__m0 AS DATE) FROM __noisy", (), [], DOMAINS,
+                   [np.int64])
+    with pytest.raises(ProgrammingError, match="Unimplemented type for cast"):
+        check_tables(post.cursor(),
+                     [("__b0", ("SELECT __m0 AS c FROM __noisy", ()), DOMAINS, [np.int64])],
+                     [], "SELECT CAST(c AS DATE) FROM __b0", ())
+
+
 def test_keys_keep_their_type(post):
     # VARCHAR keys: comparing them with a string binds, with a number needs no cast either
     check_rows(post.cursor(), "SELECT upper(__k0) FROM __noisy", (), [], DOMAINS,

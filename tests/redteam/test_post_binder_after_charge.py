@@ -6,8 +6,9 @@ post-processing query (a HAVING, an outer query over release blocks, a two-phase
 expression) is bound by DuckDB only after the charge and after the noise is drawn, so a pure
 type error there (BIGINT compared with DATE, BIGINT cast to DATE) stands charged although its
 occurrence depends on no data and no noise: the analyst pays epsilon and receives nothing.
-dpsql.execute.post_check now binds the post-processing SQL over empty tables before the
-charge; a cast DuckDB only rejects when it casts a value (BIGINT -> DATE) still gets through.
+dpsql.execute.post_check now runs the post-processing SQL over empty tables before the charge
+(binder errors), then over one row (a cast DuckDB has no implementation for, BIGINT -> DATE,
+fails only when it casts a value).
 
 Not a privacy leak (the error is the same on every database), but a charge for a refusal.
 """
@@ -47,8 +48,7 @@ BINDER_ERRORS = (
     "HAVING COUNT(*) > DATE '2020-01-01'",
 )
 
-#: each fails on every value DuckDB casts, but only when it casts one (not in the binder):
-#: the pre-charge check over empty tables does not see it (not fixed; see the report)
+#: each fails on every value DuckDB casts, but only when it casts one (not in the binder)
 EXECUTION_TYPE_ERRORS = (
     "SELECT CAST(COUNT(*) AS DATE) FROM t",
     "SELECT COUNT(*) FROM t WHERE n > (SELECT CAST(COUNT(*) AS DATE) FROM t)",
