@@ -50,11 +50,12 @@ from dpsql.backends.stored import StoredFacts
 from dpsql.backends.types import fill_column_types
 from dpsql.budget import Budget, missing_epsilon
 from dpsql.errors import OperationalError, ProgrammingError, QueryCancelledError
-from dpsql.execute.blocks import PreparedBlocks, prepare_blocks, read_public
+from dpsql.execute.blocks import PreparedBlocks, check_post, prepare_blocks, read_public
 from dpsql.execute.blocks import compute as compute_blocks
 from dpsql.execute.exact import CompiledPlan, compile_plan, read_bins, read_domains
 from dpsql.execute.layout import Domains
 from dpsql.execute.post import PostProcessor, Rows, gc_paused
+from dpsql.execute.post_check import check_rows, measurement_dtypes
 from dpsql.metadata import Metadata
 from dpsql.metadata.digest import metadata_digest
 from dpsql.noise import mechanisms
@@ -162,6 +163,8 @@ class Session:
         self._prepared: OrderedDict[str, AnyPrepared] = OrderedDict()
         #: (compiled exact SQL, parameter types) the backend's binder accepted
         self._bound: dict[tuple[str, tuple[str, ...]], None] = {}
+        #: (post-processing, parameter types) dpsql.execute.post_check passed
+        self._post_checked: dict[tuple[tuple[str, ...], tuple[str, ...]], None] = {}
         self._cache_size = cache_size
         self._stored = StoredFacts(backend)
         self._post = PostProcessor()
@@ -226,6 +229,15 @@ class Session:
         domains = read_domains(self.backend, prepared.compiled, values)
         if self.ledger is not None:
             self._check_binds(prepared.compiled, values)
+            plan = prepared.plan
+            post_sql = plan.post_sql
+            if post_sql is not None:
+                functions = [p.measurement.function for p in plans]
+                dtypes = measurement_dtypes(functions)
+                self._check_post_once(
+                    (post_sql, *domains.types, *functions), values,
+                    lambda: check_rows(self._post.cursor(), post_sql, plan.post_params, values,
+                                       domains, dtypes))
         # the answer is cached in the audit write's transaction (step 10 with step 9's record)
         return self._release(prepared, values, plans, domains, charge=self.ledger, sql=sql,
                              cache_key=key)
@@ -261,6 +273,9 @@ class Session:
         if charge is not None:
             for p in parts:
                 self._check_binds(p.compiled, checked)
+            self._check_post_once(
+                (prepared.fingerprint, *(t for d in domains for t in d.types)), checked,
+                lambda: check_post(self._post, prepared, checked, domains, public))
         record = combined_record(
             [(p.label, p.columns, pl, d.n_bins) for p, pl, d in zip(parts, plans, domains,
                                                                      strict=True)],
@@ -289,6 +304,19 @@ class Session:
         self._bound[key] = None
         if len(self._bound) > self._cache_size:
             self._bound.pop(next(iter(self._bound)))
+
+    def _check_post_once(self, what: tuple[str, ...], values: list[Any],
+                         check: Callable[[], None]) -> None:
+        """Run ``check`` (dpsql.execute.post_check) unless the post-processing ``what`` (its
+        SQL and the domains' types) already passed it with parameters of these types: its
+        outcome depends on nothing else. Only a pass is remembered."""
+        key = (what, tuple(type(v).__name__ for v in values))
+        if key in self._post_checked:
+            return
+        check()
+        self._post_checked[key] = None
+        if len(self._post_checked) > self._cache_size:
+            self._post_checked.pop(next(iter(self._post_checked)))
 
     def _release(self, prepared: Prepared, values: list[Any], plans: tuple[NoisePlan, ...],
                  domains: Domains, *, charge: Ledger | None, sql: str | None = None,

@@ -35,6 +35,7 @@ from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.execute.exact import CompiledPlan, compile_plan, read_bins
 from dpsql.execute.layout import Bins, Domains
 from dpsql.execute.post import PostProcessor, Rows
+from dpsql.execute.post_check import check_rows, check_tables, measurement_dtypes
 from dpsql.metadata import Metadata
 from dpsql.noise import mechanisms
 from dpsql.noise.apply import noisy_values
@@ -169,6 +170,25 @@ def read_public(backend: Backend, prepared: PreparedBlocks) -> list[PublicRows]:
         rows, _ = backend.execute(read.compiled, {})
         out.append((read.table, read.columns, read.types, rows))
     return out
+
+
+def check_post(post: PostProcessor, prepared: PreparedBlocks, checked: list[Any],
+               domains: Sequence[Domains], public: Sequence[PublicRows] = ()) -> None:
+    """Before the charge: every release's post-processing SQL, and the analyst's query over the
+    blocks, bound over empty tables of their types (dpsql.execute.post_check; ``checked``: the
+    parameters with each scalar as 0.0, as the binder check uses them)."""
+    tables = []
+    for part, d in zip(prepared.parts, domains, strict=True):
+        dtypes = measurement_dtypes([m.function for m in part.analysis.measurements])
+        if part.table is not None:
+            tables.append((part.table, _post_sql(part), d, dtypes))
+        elif part.compiled.plan.post_sql is not None:
+            plan = part.compiled.plan
+            check_rows(post.cursor(), part.compiled.plan.post_sql, plan.post_params, checked, d,
+                       dtypes)
+    if prepared.post_sql is not None:
+        check_tables(post.cursor(), tables, checked, prepared.post_sql, prepared.post_params,
+                     public)
 
 
 def compute(backend: Backend, post: PostProcessor, prepared: PreparedBlocks,

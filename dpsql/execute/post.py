@@ -41,6 +41,10 @@ class PostProcessor:
             self._db = con
         return self._db
 
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor of the post-processing DuckDB (dpsql.execute.post_check binds there)."""
+        return self._connection().cursor()
+
     def rows(self, plan: ExecutionPlan, bins: Bins, noisy: list[np.ndarray],
              params: Sequence[Any], post_sql: Callable[[], tuple[str, tuple[int, ...]]]) -> Rows:
         """The analyst's result: names, type names, rows. ``post_sql`` builds the SQL to fall

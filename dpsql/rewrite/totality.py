@@ -140,6 +140,11 @@ def make_total(node: exp.Expression, column_kind: ColumnKind = _unknown_kinds, *
     if isinstance(node, exp.Paren):
         node.set("this", make_total(node.this, column_kind, condition=condition))
         return node
+    if isinstance(node, exp.Distinct):
+        # COUNT(DISTINCT x): TRY around the DISTINCT node would read as COUNT(TRY(x)) and
+        # count duplicates; each value is made total inside it instead
+        node.set("expressions", [make_total(e, column_kind) for e in node.expressions])
+        return node
     if isinstance(node, (exp.Connector, exp.Not)):
         for key, child in list(node.args.items()):
             if isinstance(child, exp.Expression):

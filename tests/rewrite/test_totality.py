@@ -264,3 +264,15 @@ def test_a_negated_column_can_fail_and_a_negated_literal_cannot():
     assert can_fail(sqlglot.parse_one("-t.a"), lambda _c: None)
     assert not can_fail(sqlglot.parse_one("-1"), lambda _c: None)
     assert make_total(sqlglot.parse_one("-t.a")).sql(dialect="duckdb") == "TRY(-t.a)"
+
+
+def test_count_distinct_keeps_its_distinct_outside_try():
+    """TRY around the DISTINCT node reads as COUNT(TRY(x)) in DuckDB, which counts duplicates
+    (tests/redteam/test_count_distinct_expression.py): the value inside is made total."""
+    import sqlglot
+
+    from dpsql.rewrite.totality import make_total
+
+    node = make_total(sqlglot.parse_one("SELECT COUNT(DISTINCT a * b) FROM t", read="duckdb")
+                      .expressions[0])
+    assert node.sql(dialect="duckdb") == "COUNT(DISTINCT TRY(a * b))"
