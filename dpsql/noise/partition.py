@@ -101,15 +101,20 @@ def threshold(stability: int, epsilon: float, delta: float) -> int:
     """The least integer tau >= 1 with ``S (1 + e^eps) P(Z >= tau) <= delta``, Z discrete
     Laplace of scale 2S/eps (module docstring). Depends on its arguments alone.
 
-    Precondition: S >= 1, eps > 0, 0 < delta < 1."""
+    Precondition: S >= 1, eps > 0, 0 < delta < 1. In logarithms (no overflow at any eps):
+    for tau >= 1, ln P(Z >= tau) = -tau/b - ln(1 + p)."""
     scale = 2.0 * stability / epsilon
-    p = math.exp(-1.0 / scale)
-    factor = stability * (1.0 + math.exp(epsilon))
-    # p^tau / (1 + p) <= delta / factor  <=>  tau >= ln(delta (1 + p) / factor) / ln p
-    tau = max(1, math.ceil(math.log(delta * (1.0 + p) / factor) / math.log(p)))
-    while tau > 1 and factor * tail(tau - 1, scale) <= delta:  # rounding: the least one
+    log_p = -1.0 / scale
+    log_factor = math.log(stability) + epsilon + math.log1p(math.exp(-epsilon))
+    log_delta = math.log(delta)
+
+    def meets(tau: int) -> bool:
+        return log_factor + tau * log_p - math.log1p(math.exp(log_p)) <= log_delta
+
+    tau = max(1, math.ceil((log_factor - math.log1p(math.exp(log_p)) - log_delta) * scale))
+    while tau > 1 and meets(tau - 1):  # rounding: the least one
         tau -= 1
-    while factor * tail(tau, scale) > delta:
+    while not meets(tau):
         tau += 1
     return tau
 
