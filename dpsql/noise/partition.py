@@ -52,6 +52,7 @@ __all__ = [
     "EXPLAIN_SIZES",
     "MAX_KEPT",
     "SelectionPlan",
+    "describe",
     "keep_probability",
     "plan_selection",
     "plan_with_selection",
@@ -119,6 +120,19 @@ def threshold(stability: int, epsilon: float, delta: float) -> int:
     return tau
 
 
+def describe(plan: SelectionPlan) -> dict[str, object]:
+    """The selection's public parameters and its retention curve (``dpsql explain``)."""
+    return {
+        "mechanism": "laplace_thresholding",
+        "epsilon": plan.epsilon,
+        "delta": plan.delta,
+        "stability": plan.stability,
+        "noise_scale": plan.scale,
+        "threshold": plan.threshold,
+        "keep_probability": {n: plan.keep_probability(n) for n in EXPLAIN_SIZES},
+    }
+
+
 def split(budget: Budget, n_private: int) -> tuple[Budget, Budget]:
     """(the selection's share, the aggregates' share) of ``budget``: the selection counts as
     one more measurement in the even split of epsilon (eps / (1 + n) to it), and takes all of
@@ -173,8 +187,8 @@ def select(counts: np.ndarray, plan: SelectionPlan,
     return kept
 
 
-def plan_with_selection(analysis: QueryAnalysis,
-                        budget: Budget | None) -> tuple[tuple[NoisePlan, ...], SelectionPlan]:
+def plan_with_selection(analysis: QueryAnalysis, budget: Budget | None, *, distance: int = 0
+                        ) -> tuple[tuple[NoisePlan, ...], SelectionPlan]:
     """The noise plans of ``analysis``'s measurements and its selection plan, for a query with
     a partition-selected key: the selection takes its :func:`split` share, the measurements
     split the rest as :func:`dpsql.noise.plan.plan_noise` does. The shares sum to ``budget``
@@ -185,5 +199,5 @@ def plan_with_selection(analysis: QueryAnalysis,
         raise missing_epsilon()
     n_private = sum(1 for m in analysis.measurements if not is_public(m))
     share, rest = split(budget, n_private)
-    return (plan_noise(analysis, rest),
+    return (plan_noise(analysis, rest, distance=distance),
             plan_selection(analysis.selection_stability, share))
