@@ -283,8 +283,11 @@ def queries(draw) -> Query:
         aggregates.append(_computed_aggregate(draw, extra, alias))
         # the SELECT list comes after a WITH but before any other source in the text
         params[len(params) if source.startswith("__WITH__") else 0:0] = extra
-    # h: integer domain values on a VARCHAR column (class 9); pid: a scanned table domain
-    group = draw(st.sampled_from([None, "g", "pid", "pid", "h", "computed", "computed"]))
+    # h: integer domain values on a VARCHAR column (class 9); pid: a scanned table domain;
+    # s: no domain, groups by partition selection (issue #16; ck: the same under a NOCASE
+    # collation, refused)
+    group = draw(st.sampled_from([None, "g", "pid", "pid", "h", "computed", "computed", "s",
+                                  "ck"]))
     by = None
     if group == "computed":
         group, by = _computed_key(draw, alias)
