@@ -57,6 +57,7 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
                    metadata: Metadata) -> QueryAnalysis:
     """The measurements, group keys and output columns of the top-level SELECT ``query``,
     which aggregates over ``rel`` (its FROM / WHERE relation)."""
+    _distinct_as_group(query, rel, metadata)
     keys = list(query.args["group"].expressions) if query.args.get("group") else []
     group_keys = _group_keys(keys, rel, metadata)
     selection_stability = _selection_stability(group_keys, rel)
@@ -156,7 +157,8 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
             if in_same_select(agg, node):
                 aggregate_measurements(agg)
         _check_over_keys_or_aggs(node, key_sql, clause.upper(), {c.name for c in columns})
-    if not measurements:
+    if not measurements and selection_stability is None:
+        # (a key-only GROUP BY over partition-selected keys releases the selected keys)
         raise UnsupportedQueryError(
             "the query releases no aggregate: dpsql answers COUNT / SUM / AVG queries, never "
             "raw rows; wrap the columns in an aggregate or GROUP BY them and COUNT(*)"
@@ -171,6 +173,29 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
         unchecked_key_types=tuple(analyzer.unchecked),
         selection_stability=selection_stability,
     )
+
+
+def _distinct_as_group(query: exp.Select, rel: Relation, metadata: Metadata) -> None:
+    """``SELECT DISTINCT k1, k2 FROM ...`` over partition-selected columns (no aggregate, no
+    GROUP BY) is ``SELECT k1, k2 FROM ... GROUP BY k1, k2``: the same rows in SQL, and a
+    key-only GROUP BY releases the keys the selection keeps. Rewritten in place (the exact
+    query and the fingerprint then read the GROUP BY form); anything else is left as written."""
+    distinct = query.args.get("distinct")
+    if distinct is None or distinct.args.get("on") is not None or query.args.get("group"):
+        return
+    columns = []
+    for item in query.expressions:
+        inner = item.this if isinstance(item, exp.Alias) else item
+        facts = (rel.columns.get((inner.table, inner.name)) if isinstance(inner, exp.Column)
+                 else None)
+        if facts is None or facts.origin is None:
+            return
+        column = metadata.table(facts.origin[0]).column(facts.origin[1])
+        if not column.partition_selection or column.domain is not None:
+            return
+        columns.append(inner)
+    query.set("group", exp.Group(expressions=[copy_tree(c) for c in columns]))
+    query.set("distinct", None)
 
 
 def _selection_stability(keys: list[GroupKey], rel: Relation) -> float | None:

@@ -323,6 +323,10 @@ def queries(draw) -> Query:
     sql = f"{with_}SELECT {select} FROM {source}{where}"
     if group:
         sql += f" GROUP BY {by or group}"
+    if (group and group.endswith((".s", ".ck")) and not block and "?" not in select
+            and draw(st.integers(0, 3)) == 0):
+        # key-only releases of partition-selected keys (issue #16): the selected keys alone
+        sql = f"{with_}SELECT DISTINCT {group} FROM {source}{where}"
     if block:
         sql = _post_processing(draw, sql, group, len(aggregates), params)
     # qmark order follows the text; _value appended in generation order, which is text order
