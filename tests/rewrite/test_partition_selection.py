@@ -94,6 +94,10 @@ CASES = [
      "ORDER BY n DESC LIMIT 2",
      "SELECT city, COUNT(*) AS n FROM ev GROUP BY city HAVING COUNT(*) >= {tau} "
      "AND COUNT(*) > 20 ORDER BY n DESC LIMIT 2", 1, 1, True),
+    ("ordered_by_two_keys", "SELECT city, kind, COUNT(*) AS n FROM ev GROUP BY city, kind "
+     "ORDER BY city DESC, kind",
+     "SELECT city, kind, COUNT(*) FROM ev WHERE kind IN ('a', 'b') GROUP BY city, kind "
+     "HAVING COUNT(*) >= {tau} ORDER BY city DESC, kind", 1, 1, True),
     ("null_key", "SELECT tag, COUNT(*) AS n FROM ev GROUP BY tag",
      "SELECT tag, COUNT(*) FROM ev GROUP BY tag HAVING COUNT(*) >= {tau}", 1, 1, False),
     ("key_only", "SELECT city FROM ev WHERE amount > 5 GROUP BY city",
