@@ -138,7 +138,10 @@ def split(budget: Budget, n_private: int) -> tuple[Budget, Budget]:
     one more measurement in the even split of epsilon (eps / (1 + n) to it), and takes all of
     delta (the aggregates of a constant-stability relation are pure).
 
-    Refuses delta = 0 (no threshold makes a data-derived group set epsilon-DP)."""
+    With no private measurement (a key-only release) the selection gets all of epsilon and
+    the second share is unused (no measurement draws on it; the record charges the plans'
+    epsilons only). Refuses delta = 0 (no threshold makes a data-derived group set
+    epsilon-DP)."""
     if budget.delta <= 0:
         raise NotSupportedError(
             "this query groups by a column without a declared domain (partition_selection), "
