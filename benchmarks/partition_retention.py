@@ -4,8 +4,9 @@ dpsql.noise.partition.select with the production sampler.
 
     python -m benchmarks.partition_retention [--draws 100000] [--out benchmarks/results]
 
-Rows: dpsql's selection with the whole epsilon (a selection that is the only release) and with
-the share a GROUP BY ... COUNT(*) gives it (epsilon/2); and, as the issue's reference, the
+Rows: dpsql's selection with the whole epsilon (a key-only release, or GROUP BY ... COUNT(*),
+whose COUNT is the selection's own noisy count) and with the share one other aggregate leaves
+it (epsilon/2, e.g. GROUP BY ... SUM(x)); and, as the issue's reference, the
 optimal mechanism of Desfontaines et al. (PoPETs 2022) for one touched group per change
 (add/remove-one-user neighbours, C = 1), which dpsql's change-one-row neighbours (C = 2: a row
 leaves one group and joins another) cannot use as is. Writes partition-retention.json.
@@ -45,8 +46,9 @@ def _first(curve: dict[int, float], level: float) -> int | None:
 
 def run(draws: int) -> dict:
     rows = {}
-    for label, share in (("dpsql, selection alone (eps 1)", EPSILON),
-                         ("dpsql, GROUP BY + COUNT(*) (selection eps 0.5)", EPSILON / 2)):
+    for label, share in (("dpsql, GROUP BY + COUNT(*) or key-only (selection eps 1)", EPSILON),
+                         ("dpsql, GROUP BY + one other aggregate (selection eps 0.5)",
+                          EPSILON / 2)):
         plan = plan_selection(1.0, Budget(share, DELTA))
         exact = {n: plan.keep_probability(n) for n in SIZES}
         sampled = {}

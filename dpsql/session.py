@@ -65,7 +65,7 @@ from dpsql.metadata import Metadata
 from dpsql.metadata.digest import metadata_digest
 from dpsql.noise import mechanisms
 from dpsql.noise.apply import noisy_values
-from dpsql.noise.partition import SelectionPlan, plan_with_selection, select
+from dpsql.noise.partition import SelectionPlan, plan_with_selection, select_noisy
 from dpsql.noise.plan import NoisePlan, is_public_query, plan_noise, split_budget
 from dpsql.release.cache import Uncacheable, cache_key, dump_payload, load_payload
 from dpsql.release.record import (
@@ -309,14 +309,17 @@ class Session:
         plan = prepared.plan
 
         def compute(drawn: Callable[[], None]) -> Rows:
+            counts = None
             if selection is not None:
                 groups = read_groups(self.backend, prepared.compiled, values)
                 drawn()
-                bins = selected_bins(groups, select(groups.counts, selection, self._sampler))
+                kept, counts = select_noisy(groups.counts, selection, self._sampler)
+                bins = selected_bins(groups, kept)
             else:
                 bins = read_bins(self.backend, prepared.compiled, values, domains)
                 drawn()
-            noisy = [noisy_values(bins.exact[j], plans[j], self._sampler)
+            noisy = [counts if selection is not None and j == selection.shared and
+                     counts is not None else noisy_values(bins.exact[j], plans[j], self._sampler)
                      for j in range(plan.n_measurements)]
             return self._post.rows(plan, bins, noisy, values,
                                    lambda: post_processing_sql(prepared.analysis))

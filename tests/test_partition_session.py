@@ -53,7 +53,8 @@ def test_one_charge_of_the_whole_budget_audited_and_cached(backend, tmp_path):
         (charge,) = charged(session)
         assert charge.epsilon == pytest.approx(0.9) and charge.delta == pytest.approx(1e-6)
         rel = result.release
-        assert rel.selection_epsilon == pytest.approx(0.3) and rel.selection_delta == 1e-6
+        # the COUNT(*) shares the selection's noisy counts: one share of 0.9 / 2, charged once
+        assert rel.selection_epsilon == pytest.approx(0.45) and rel.selection_delta == 1e-6
         assert rel.selection_threshold is not None and rel.selection_threshold > 1
         (entry,) = ledger.audit()
         assert entry.released["rows"] == [list(r) for r in result.rows]
@@ -83,5 +84,30 @@ def test_production_noise_keeps_big_groups_and_never_invents_one(backend):
     for _ in range(20):
         rows = session.run(SQL, epsilon=1.0, delta=1e-6).rows
         assert {r[0] for r in rows} <= {"big", "also", "rare"}
-        # tau 85 at eps 1/3, scale 6: a group of 200 is dropped w.p. < e^-19
+        # tau 30 at eps 1/2, scale 4: a group of 200 is dropped w.p. < e^-40
         assert {"big", "also"} <= {r[0] for r in rows}
+
+
+class PlusThree:
+    """Noise +3 on every draw, recording each request's size."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def discrete_laplace(self, scale: float, size: int):
+        import numpy as np
+
+        self.sizes.append(size)
+        return np.full(size, 3, dtype=np.int64)
+
+
+def test_the_count_released_is_the_selections_noisy_count(backend):
+    """COUNT(*) shares the selection's draw: one draw over every group (3 here) for both,
+    then one for the SUM over the kept groups; the released count is the thresholded one."""
+    from dpsql.session import Session
+
+    sampler = PlusThree()
+    result = Session(METADATA, backend, sampler=sampler).run(SQL, epsilon=1.0, delta=1e-6)
+    assert [r[:2] for r in result.rows] == [("also", 203), ("big", 203)]
+    assert sampler.sizes[0] == 3  # the selection: every non-empty group, 'rare' included
+    assert len(sampler.sizes) == 2  # and the SUM's draw (over the kept groups); no other

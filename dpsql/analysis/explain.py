@@ -86,7 +86,8 @@ def explain_report(
     }
     if selection is not None:
         report["partition_selection"] = describe(selection)
-        report["epsilon"] += selection.epsilon
+        if selection.shared is None:  # else its epsilon is the shared COUNT(*)'s
+            report["epsilon"] += selection.epsilon
         report["delta"] += selection.delta
     return report
 
@@ -184,8 +185,9 @@ def _selection_lines(plan: SelectionPlan) -> list[str]:
     return [
         "", "partition selection (a group is released iff its row count + discrete Laplace "
         "noise >= tau; dpsql/noise/partition.py):",
-        f"  share: epsilon {plan.epsilon:g}, delta {plan.delta:g} (one share of the even "
-        "split, and all of delta)",
+        f"  share: epsilon {plan.epsilon:g}, delta {plan.delta:g} "
+        + ("(the COUNT(*)'s share: its noisy counts are the selection's; and all of delta)"
+           if plan.shared is not None else "(one share of the even split, and all of delta)"),
         f"  stability S = {plan.stability}: one change moves at most {plan.stability} row(s), "
         f"touching at most {2 * plan.stability} groups",
         f"  noise scale 2S/epsilon = {plan.scale:.6g}, threshold tau = {plan.threshold}",

@@ -27,6 +27,12 @@ P[M(D) in O] <= P[N(D) in O] + S P(Z >= tau) <= e^eps (P[M(D') in O] + S P(Z >= 
 groups are noised afterwards with the rest of the budget (adaptive basic composition: over a
 fixed set of groups they are the usual histogram release).
 
+Budget (:func:`plan_with_selection`): a ``COUNT(*)`` measurement of the same groups
+(:func:`shared_count`) is released as the selection's own noisy counts, which the proof above
+covers (N releases them too), so the selection takes that COUNT's share of the even split and
+is charged once; without one, the selection is one more share (:func:`split`). All of delta
+is the selection's.
+
 Why not the optimal mechanism of Desfontaines et al. (PoPETs 2022): it is optimal when one
 change touches one group; here one change touches 2S groups (one row leaves a group and joins
 another), where it is applied per group at (epsilon/2S, delta') and composed, and at S = 1 its
@@ -41,6 +47,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from sqlglot import exp
 
 from dpsql.analysis.elastic import QueryAnalysis
 from dpsql.budget import Budget, missing_epsilon
@@ -57,6 +64,8 @@ __all__ = [
     "plan_selection",
     "plan_with_selection",
     "select",
+    "select_noisy",
+    "shared_count",
     "split",
     "threshold",
 ]
@@ -78,6 +87,9 @@ class SelectionPlan:
     stability: int  # S: the most rows of the grouped relation one change of a row moves
     scale: float  # b = 2S / epsilon
     threshold: int  # tau
+    #: the index of the COUNT(*) measurement whose noisy values ARE the selection's noisy
+    #: counts (:func:`shared_count`): its epsilon is the selection's, charged once
+    shared: int | None = None
 
     def keep_probability(self, n: int) -> float:
         """P(a group of ``n`` rows is kept) = P(n + Z >= tau)."""
@@ -124,6 +136,7 @@ def describe(plan: SelectionPlan) -> dict[str, object]:
     """The selection's public parameters and its retention curve (``dpsql explain``)."""
     return {
         "mechanism": "laplace_thresholding",
+        "shares_count_measurement": plan.shared,
         "epsilon": plan.epsilon,
         "delta": plan.delta,
         "stability": plan.stability,
@@ -153,8 +166,10 @@ def split(budget: Budget, n_private: int) -> tuple[Budget, Budget]:
     return Budget(share, budget.delta), Budget(rest if rest > 0 else share, 0.0)
 
 
-def plan_selection(stability: float, budget: Budget) -> SelectionPlan:
-    """The selection at ``budget`` (its share) for a relation of constant stability S.
+def plan_selection(stability: float, budget: Budget, *, shared: int | None = None
+                   ) -> SelectionPlan:
+    """The selection at ``budget`` (its share) for a relation of constant stability S
+    (``shared``: the COUNT(*) measurement it shares its noisy counts with).
 
     Refusals depend on S (the SQL and public metadata) and the budget alone."""
     s = math.ceil(stability)
@@ -168,26 +183,34 @@ def plan_selection(stability: float, budget: Budget) -> SelectionPlan:
             "the noise the group selection needs is too large to release anything useful: "
             "raise epsilon")
     return SelectionPlan(budget.epsilon, budget.delta, s, scale,
-                         threshold(s, budget.epsilon, budget.delta))
+                         threshold(s, budget.epsilon, budget.delta), shared)
 
 
 def select(counts: np.ndarray, plan: SelectionPlan,
            sampler: mechanisms.Sampler | None = None) -> np.ndarray:
-    """Indices of the kept groups, given each non-empty group's exact row count (the groups
-    in a fixed order that does not depend on the noise).
+    """Indices of the kept groups (:func:`select_noisy`)."""
+    return select_noisy(counts, plan, sampler)[0]
+
+
+def select_noisy(counts: np.ndarray, plan: SelectionPlan,
+                 sampler: mechanisms.Sampler | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(indices of the kept groups, their noisy counts), given each non-empty group's exact
+    row count (the groups in a fixed order that does not depend on the noise).
 
     Guarantee: a group is kept iff ``count + Z >= tau`` (fresh noise per group, the secure
     sampler unless a test passes ``sampler``); at most MAX_KEPT indices, those of largest
-    noisy count, in ascending order."""
+    noisy count, in ascending order. The noisy counts of kept groups are what the module's
+    proof releases (N outputs them too), so a COUNT(*) of the same groups may be released as
+    them (``plan.shared``)."""
     counts = np.asarray(counts, dtype=np.int64)
     if not len(counts):
-        return np.zeros(0, dtype=np.intp)
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.int64)
     noisy = mechanisms.release_counts(counts, plan.scale, sampler=sampler)
     kept = np.flatnonzero(noisy >= plan.threshold)
     if len(kept) > MAX_KEPT:
         top = np.argsort(-noisy[kept], kind="stable")[:MAX_KEPT]
         kept = np.sort(kept[top])
-    return kept
+    return kept, noisy[kept]
 
 
 def plan_with_selection(analysis: QueryAnalysis, budget: Budget | None, *, distance: int = 0
@@ -202,5 +225,29 @@ def plan_with_selection(analysis: QueryAnalysis, budget: Budget | None, *, dista
         raise missing_epsilon()
     n_private = sum(1 for m in analysis.measurements if not is_public(m))
     share, rest = split(budget, n_private)
+    j = shared_count(analysis)
+    if j is not None:
+        # the COUNT(*)'s noisy values are the selection's: the even split over the
+        # measurements alone, the selection taking the COUNT(*)'s share (and all of delta)
+        plans = plan_noise(analysis, Budget(budget.epsilon, 0.0), distance=distance)
+        selection = plan_selection(analysis.selection_stability,
+                                   Budget(plans[j].epsilon, budget.delta), shared=j)
+        if math.isclose(selection.scale, plans[j].scale, rel_tol=1e-12):
+            return plans, selection
     return (plan_noise(analysis, rest, distance=distance),
             plan_selection(analysis.selection_stability, share))
+
+
+def shared_count(analysis: QueryAnalysis) -> int | None:
+    """The index of a ``COUNT(*)`` measurement (no FILTER, no DISTINCT) of ES(k) = 2S at every
+    k: its exact value in each group is the group's row count, the selection's count, so its
+    noisy release can be the selection's noisy count (one draw, one epsilon). None if none."""
+    s = analysis.selection_stability
+    for m in analysis.measurements:
+        node = m.node
+        if (m.function == "COUNT" and isinstance(node, exp.Count)
+                and isinstance(node.this, exp.Star) and not node.args.get("distinct")
+                and not m.sensitivity.depends_on_k and s is not None
+                and m.sensitivity.at(0) == 2 * math.ceil(s)):
+            return m.index
+    return None

@@ -148,8 +148,11 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
             columns=tuple(out),
             fingerprint=fingerprint,
         )
+    # a selection sharing a COUNT(*)'s noisy values spends that COUNT's epsilon (counted in
+    # the plans), once; its delta is its own
+    own_epsilon = 0.0 if selection.shared is not None else selection.epsilon
     return Release(
-        epsilon=math.fsum([selection.epsilon, *(p.epsilon for p in plans)]),
+        epsilon=math.fsum([own_epsilon, *(p.epsilon for p in plans)]),
         delta=math.fsum([selection.delta, *(p.delta for p in plans)]),
         mechanism="+".join(sorted(mechanisms_used | {PARTITION_SELECTION})),
         columns=tuple(out),

@@ -72,8 +72,11 @@ def reference(events):
     con.close()
 
 
-def _tau(n_measurements: int, stability: int = 1) -> int:
-    share = EPSILON / (1 + n_measurements)
+def _tau(sql: str, n_measurements: int, stability: int = 1) -> int:
+    """The threshold the documented split gives: with a COUNT(*) in the query the selection
+    shares its noisy counts and its share eps/n; else it is one more share, eps/(1 + n)."""
+    shares_count = "COUNT(*)" in sql
+    share = EPSILON / (n_measurements if shares_count else 1 + n_measurements)
     return threshold(stability, share, DELTA)
 
 
@@ -120,7 +123,7 @@ def test_zero_noise_answer_is_the_sql_over_the_groups_above_tau(
         engine, reference, backend_name, case, sql, ref, n_meas, stability, ordered):
     if backend_name == "spark" and case not in ON_SPARK:
         pytest.skip("covered on DuckDB; Spark runs one case per kind (ON_SPARK)")
-    tau = _tau(n_meas, stability)
+    tau = _tau(sql, n_meas, stability)
     result = engine.run(sql, epsilon=EPSILON, delta=DELTA)
     assert result.release.selection_threshold == tau
     want = reference.execute(ref.format(tau=tau)).fetchall()
@@ -151,10 +154,17 @@ def test_record_charges_selection_and_aggregates(engine, backend_name):
     rel = result.release
     assert rel.epsilon == pytest.approx(EPSILON)
     assert rel.delta == DELTA
-    assert rel.selection_epsilon == pytest.approx(EPSILON / 3)
+    # the selection shares the COUNT(*)'s noisy counts and its share, eps/2: charged once
+    assert rel.selection_epsilon == pytest.approx(EPSILON / 2)
+    assert rel.columns[1].epsilon == pytest.approx(EPSILON / 2)
     assert rel.selection_delta == DELTA
     assert "partition_selection" in rel.mechanism
-    assert rel.selection_threshold == plan_selection(1.0, Budget(EPSILON / 3, DELTA)).threshold
+    assert rel.selection_threshold == plan_selection(1.0, Budget(EPSILON / 2, DELTA)).threshold
+    # without a COUNT(*) the selection is one more share: eps/3 here
+    rel = engine.run("SELECT city, SUM(amount), COUNT(amount) FROM ev GROUP BY city",
+                     epsilon=EPSILON, delta=DELTA).release
+    assert rel.epsilon == pytest.approx(EPSILON)
+    assert rel.selection_epsilon == pytest.approx(EPSILON / 3)
 
 
 @pytest.mark.parametrize(("sql", "error", "match"), [
