@@ -186,3 +186,51 @@ def test_select_caps_the_kept_groups_by_a_public_limit(monkeypatch):
 def test_a_huge_scale_is_refused():
     with pytest.raises(NotSupportedError, match="raise epsilon"):
         plan_selection(1.0, Budget(1e-12, 1e-6))
+
+
+def _released_law(counts: dict[str, int], tau: int, scale: float, width: int = 30):
+    """Per group the law of what is released when the COUNT(*) is the selection's noisy
+    count: dropped, the noisy value v in [tau, tau + width), or 'beyond' (the rest of the tail,
+    one outcome: coarsening only lowers the divergence, and its mass is tiny)."""
+    laws = {}
+    for g, c in counts.items():
+        if c <= 0:
+            continue
+        law = {"drop": 1.0 - keep_probability(c, tau, scale),
+               "beyond": tail(tau + width - c, scale)}
+        for v in range(tau, tau + width):
+            law[v] = _pmf(v - c, scale)
+        laws[g] = law
+    return laws
+
+
+def _joint_hockey_stick(laws_d, laws_e, epsilon: float) -> float:
+    """sum over joint outcomes of max(0, P_D - e^eps P_D'), groups independent; a group absent
+    on one side is 'drop' there with probability 1."""
+    groups = sorted(set(laws_d) | set(laws_e))
+    absent = {"drop": 1.0}
+    per = [(laws_d.get(g, absent), laws_e.get(g, absent)) for g in groups]
+    outcomes = [sorted(set(a) | set(b), key=str) for a, b in per]
+    total = []
+    for combo in itertools.product(*outcomes):
+        p = math.prod(a.get(o, 0.0) for (a, _), o in zip(per, combo, strict=True))
+        q = math.prod(b.get(o, 0.0) for (_, b), o in zip(per, combo, strict=True))
+        total.append(max(0.0, p - math.exp(epsilon) * q))
+    return math.fsum(total)
+
+
+def test_releasing_the_noisy_counts_of_kept_groups_is_epsilon_delta():
+    """The shared COUNT(*) (plan_with_selection): kept groups' noisy counts are released too;
+    exact over every one-row change of small databases around tau, both directions."""
+    epsilon, delta = 1.0, 1e-2
+    tau, scale = threshold(1, epsilon, delta), 2.0
+    worst = 0.0
+    for base in ({"a": tau - 1, "b": 1}, {"a": tau, "b": tau + 2}):
+        rows = _rows(base)
+        seen = {tuple(sorted(_counts(o).items())) for o in _neighbours(rows, ["a", "b", "c"], 1)}
+        for other in seen:
+            d, e = (_released_law(_counts(rows), tau, scale, 15),
+                    _released_law(dict(other), tau, scale, 15))
+            worst = max(worst, _joint_hockey_stick(d, e, epsilon),
+                        _joint_hockey_stick(e, d, epsilon))
+    assert 0 < worst <= delta * (1 + 1e-9)
