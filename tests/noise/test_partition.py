@@ -234,3 +234,9 @@ def test_releasing_the_noisy_counts_of_kept_groups_is_epsilon_delta():
             worst = max(worst, _joint_hockey_stick(d, e, epsilon),
                         _joint_hockey_stick(e, d, epsilon))
     assert 0 < worst <= delta * (1 + 1e-9)
+
+
+def test_releasing_noisy_counts_at_half_the_threshold_breaks_delta():
+    tau = threshold(1, 1.0, 1e-2) // 2
+    d, e = _released_law({"a": 1}, tau, 2.0, 15), _released_law({"b": 1}, tau, 2.0, 15)
+    assert _joint_hockey_stick(d, e, 1.0) > 1e-2
