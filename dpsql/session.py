@@ -52,14 +52,21 @@ from dpsql.budget import Budget, missing_epsilon
 from dpsql.errors import OperationalError, ProgrammingError, QueryCancelledError
 from dpsql.execute.blocks import PreparedBlocks, check_post, prepare_blocks, read_public
 from dpsql.execute.blocks import compute as compute_blocks
-from dpsql.execute.exact import CompiledPlan, compile_plan, read_bins, read_domains
-from dpsql.execute.layout import Domains
+from dpsql.execute.exact import (
+    CompiledPlan,
+    compile_plan,
+    read_bins,
+    read_domains,
+    read_groups,
+)
+from dpsql.execute.layout import Domains, selected_bins
 from dpsql.execute.post import PostProcessor, Rows, gc_paused
 from dpsql.execute.post_check import check_rows, measurement_dtypes
 from dpsql.metadata import Metadata
 from dpsql.metadata.digest import metadata_digest
 from dpsql.noise import mechanisms
 from dpsql.noise.apply import noisy_values
+from dpsql.noise.partition import SelectionPlan, plan_with_selection, select_noisy
 from dpsql.noise.plan import NoisePlan, is_public_query, plan_noise, split_budget
 from dpsql.release.cache import Uncacheable, cache_key, dump_payload, load_payload
 from dpsql.release.record import (
@@ -225,7 +232,11 @@ class Session:
             cached = self._cached(key, sql, values, budget)
             if cached is not None:
                 return cached
-        plans = plan_noise(prepared.analysis, budget)
+        selection = None
+        if prepared.plan.selected:  # groups from the data: DP partition selection
+            plans, selection = plan_with_selection(prepared.analysis, budget)
+        else:
+            plans = plan_noise(prepared.analysis, budget)
         domains = read_domains(self.backend, prepared.compiled, values)
         if self.ledger is not None:
             self._check_binds(prepared.compiled, values)
@@ -240,7 +251,7 @@ class Session:
                                        domains, dtypes))
         # the answer is cached in the audit write's transaction (step 10 with step 9's record)
         return self._release(prepared, values, plans, domains, charge=self.ledger, sql=sql,
-                             cache_key=key)
+                             cache_key=key, selection=selection)
 
     def _run_blocks(self, prepared: PreparedBlocks, sql: str, params: Sequence[Any] | None,
                     budget: Budget | None) -> Result:
@@ -320,21 +331,32 @@ class Session:
 
     def _release(self, prepared: Prepared, values: list[Any], plans: tuple[NoisePlan, ...],
                  domains: Domains, *, charge: Ledger | None, sql: str | None = None,
-                 cache_key: str | None = None) -> Result:
+                 cache_key: str | None = None, selection: SelectionPlan | None = None
+                 ) -> Result:
         """Steps 8-9: record, charge (when ``charge`` is a ledger; the audit log gets ``sql``
         and the parameters), read the exact values, noise, post-process, and record the
         released rows in the audit log. Refunded: a failed or cancelled exact read, and a
         cancellation at any later point before the rows are recorded (nothing is shown).
         Charged: any error once noise is drawn, including a failure to record the rows (the
         answer is then withheld). With ``cache_key`` the answer is cached in the same
-        transaction as its audit record."""
-        record = release_record(prepared.columns, plans, prepared.fingerprint, domains.n_bins)
+        transaction as its audit record. With ``selection`` the groups come from the data and
+        only those the noisy selection keeps are noised and released (dpsql.noise.partition)."""
+        record = release_record(prepared.columns, plans, prepared.fingerprint, domains.n_bins,
+                                selection)
         plan = prepared.plan
 
         def compute(drawn: Callable[[], None]) -> Rows:
-            bins = read_bins(self.backend, prepared.compiled, values, domains)
-            drawn()
-            noisy = [noisy_values(bins.exact[j], plans[j], self._sampler)
+            counts = None
+            if selection is not None:
+                groups = read_groups(self.backend, prepared.compiled, values)
+                drawn()
+                kept, counts = select_noisy(groups.counts, selection, self._sampler)
+                bins = selected_bins(groups, kept)
+            else:
+                bins = read_bins(self.backend, prepared.compiled, values, domains)
+                drawn()
+            noisy = [counts if selection is not None and j == selection.shared and
+                     counts is not None else noisy_values(bins.exact[j], plans[j], self._sampler)
                      for j in range(plan.n_measurements)]
             return self._post.rows(plan, bins, noisy, values,
                                    lambda: post_processing_sql(prepared.analysis))

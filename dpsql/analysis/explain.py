@@ -20,6 +20,7 @@ from dpsql.analysis.model import Derivation, QueryAnalysis
 from dpsql.analysis.parse import DIALECT
 from dpsql.budget import Budget
 from dpsql.metadata import Metadata
+from dpsql.noise.partition import EXPLAIN_SIZES, SelectionPlan, describe, plan_with_selection
 from dpsql.noise.plan import NoisePlan, plan_noise
 
 
@@ -50,7 +51,7 @@ def explain_report(
     analysis: QueryAnalysis, epsilon: float, delta: float, distance: int = 0
 ) -> dict[str, Any]:
     """The JSON report of an analysed query (see :func:`explain`)."""
-    plans = plan_noise(analysis, Budget(epsilon, delta), distance=distance)
+    plans, selection = _plans(analysis, Budget(epsilon, delta), distance)
     columns: list[dict[str, Any]] = []
     for col in analysis.columns:
         if col.kind != "aggregate":
@@ -75,7 +76,7 @@ def explain_report(
                 "components": [_plan_json(p) for p in parts],
             })
         columns.append(entry)
-    return {
+    report: dict[str, Any] = {
         "columns": columns,
         "measurements": [_plan_json(p) for p in plans],
         "epsilon": sum(p.epsilon for p in plans),
@@ -83,6 +84,20 @@ def explain_report(
         "distance": distance,
         "unchecked_key_types": list(analysis.unchecked_key_types),
     }
+    if selection is not None:
+        report["partition_selection"] = describe(selection)
+        if selection.shared is None:  # else its epsilon is the shared COUNT(*)'s
+            report["epsilon"] += selection.epsilon
+        report["delta"] += selection.delta
+    return report
+
+
+def _plans(analysis: QueryAnalysis, budget: Budget, distance: int
+           ) -> tuple[tuple[NoisePlan, ...], SelectionPlan | None]:
+    """The noise plans, and the partition selection's plan when a key has no domain."""
+    if analysis.partition_selection:
+        return plan_with_selection(analysis, budget, distance=distance)
+    return plan_noise(analysis, budget, distance=distance), None
 
 
 def explain(
@@ -115,7 +130,7 @@ def explain_text(
     each measurement's ES, smoothing scan, S and noise scale."""
     md = _load(metadata)
     analysis = analyze(sql, md, allow_unknown_key_types=True)
-    plans = plan_noise(analysis, Budget(epsilon, delta), distance=distance)
+    plans, selection = _plans(analysis, Budget(epsilon, delta), distance)
     lines = ["query (qualified):", "  " + analysis.query.sql(dialect=DIALECT), "",
              "relational tree (S(k): stability at distance k):"]
     _tree_lines(analysis.tree, 1, distance, lines)
@@ -136,8 +151,13 @@ def explain_text(
             src = f"{d.table}.{d.column}" if d.table else f"{len(d.values or ())} listed values"
             if key.derived_domain is not None:
                 src = f"derived: {key.derived_domain.label}"
+            if key.partition:
+                src = "none: groups from the data, by partition selection (below)"
             lines.append(f"  {key.node.sql(dialect=DIALECT)}: domain {src}")
-    lines += ["", f"measurements (epsilon {epsilon:g}, delta {delta:g} split evenly):"]
+    if selection is not None:
+        lines += _selection_lines(selection)
+    lines += ["", f"measurements (epsilon {epsilon:g}, delta {delta:g} split evenly"
+              + (", after the selection's share" if selection is not None else "") + "):"]
     for p in plans:
         m = p.measurement
         lines.append(f"  {m.label}")
@@ -158,6 +178,21 @@ def explain_text(
                 f"(epsilon {p.epsilon:g}, delta 0)"
             )
     return "\n".join(lines)
+
+
+def _selection_lines(plan: SelectionPlan) -> list[str]:
+    curve = ", ".join(f"n={n}: {plan.keep_probability(n):.3g}" for n in EXPLAIN_SIZES)
+    return [
+        "", "partition selection (a group is released iff its row count + discrete Laplace "
+        "noise >= tau; dpsql/noise/partition.py):",
+        f"  share: epsilon {plan.epsilon:g}, delta {plan.delta:g} "
+        + ("(the COUNT(*)'s share: its noisy counts are the selection's; and all of delta)"
+           if plan.shared is not None else "(one share of the even split, and all of delta)"),
+        f"  stability S = {plan.stability}: one change moves at most {plan.stability} row(s), "
+        f"touching at most {2 * plan.stability} groups",
+        f"  noise scale 2S/epsilon = {plan.scale:.6g}, threshold tau = {plan.threshold}",
+        f"  P(a group of n rows is kept): {curve}",
+    ]
 
 
 def _tree_lines(node: Derivation, depth: int, k: int, out: list[str]) -> None:

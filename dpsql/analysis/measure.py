@@ -57,8 +57,10 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
                    metadata: Metadata) -> QueryAnalysis:
     """The measurements, group keys and output columns of the top-level SELECT ``query``,
     which aggregates over ``rel`` (its FROM / WHERE relation)."""
+    _distinct_as_group(query, rel, metadata)
     keys = list(query.args["group"].expressions) if query.args.get("group") else []
     group_keys = _group_keys(keys, rel, metadata)
+    selection_stability = _selection_stability(group_keys, rel)
     grouped = bool(keys)
     check_filter(query.args.get("having"), "HAVING")
 
@@ -155,7 +157,8 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
             if in_same_select(agg, node):
                 aggregate_measurements(agg)
         _check_over_keys_or_aggs(node, key_sql, clause.upper(), {c.name for c in columns})
-    if not measurements:
+    if not measurements and selection_stability is None:
+        # (a key-only GROUP BY over partition-selected keys releases the selected keys)
         raise UnsupportedQueryError(
             "the query releases no aggregate: dpsql answers COUNT / SUM / AVG queries, never "
             "raw rows; wrap the columns in an aggregate or GROUP BY them and COUNT(*)"
@@ -168,7 +171,49 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
         group_keys=tuple(group_keys), tree=tree,
         max_frequencies_used=tuple(analyzer.used_mf),
         unchecked_key_types=tuple(analyzer.unchecked),
+        selection_stability=selection_stability,
     )
+
+
+def _distinct_as_group(query: exp.Select, rel: Relation, metadata: Metadata) -> None:
+    """``SELECT DISTINCT k1, k2 FROM ...`` over partition-selected columns (no aggregate, no
+    GROUP BY) is ``SELECT k1, k2 FROM ... GROUP BY k1, k2``: the same rows in SQL, and a
+    key-only GROUP BY releases the keys the selection keeps. Rewritten in place (the exact
+    query and the fingerprint then read the GROUP BY form); anything else is left as written."""
+    distinct = query.args.get("distinct")
+    if distinct is None or distinct.args.get("on") is not None or query.args.get("group"):
+        return
+    columns = []
+    for item in query.expressions:
+        inner = item.this if isinstance(item, exp.Alias) else item
+        facts = (rel.columns.get((inner.table, inner.name)) if isinstance(inner, exp.Column)
+                 else None)
+        if facts is None or facts.origin is None:
+            return
+        column = metadata.table(facts.origin[0]).column(facts.origin[1])
+        if not column.partition_selection or column.domain is not None:
+            return
+        columns.append(inner)
+    query.set("group", exp.Group(expressions=[copy_tree(c) for c in columns]))
+    query.set("distinct", None)
+
+
+def _selection_stability(keys: list[GroupKey], rel: Relation) -> float | None:
+    """The constant stability S partition selection needs (dpsql.noise.partition), or None
+    when no key is partition-selected. A k-dependent stability (a join of private tables) is
+    refused: the selection's delta bound counts the groups one change can empty or create,
+    which there depends on the data. Depends on the SQL and the public metadata alone."""
+    selected = [k for k in keys if k.partition]
+    if not selected:
+        return None
+    if rel.stability.depends_on_k:
+        raise ProtectedBinError(
+            f"GROUP BY {sql_text(selected[0].node)}: the column has no declared domain, and its "
+            "groups can be selected from the data only when the query reads one private table "
+            "(joins with public tables allowed); this query joins private tables: ask the owner "
+            "to declare the column's domain, or group by a column that has one"
+        )
+    return rel.stability.at(0)
 
 
 def _check_over_keys(node: exp.Expression, key_sql: dict[tuple[str, str] | str, int],
@@ -273,11 +318,16 @@ def _group_keys(keys: list[exp.Expression], rel: Relation, metadata: Metadata) -
         domain = column.domain
         if domain is None and table.public:
             domain = Domain(table=table.name, column=column.name)
+        if domain is None and column.partition_selection:
+            # no declared domain: bins from the data, by DP partition selection
+            out.append(GroupKey(i, key, Domain(), key.name, column.type, partition=True))
+            continue
         if domain is None:
             raise ProtectedBinError(
                 f"GROUP BY {origin[0]}.{origin[1]}: no domain is declared, so which bins exist "
                 "would depend on private data; the owner must declare domain: {values: [...]} "
-                "or domain: {table: <public table>, column: <column>}"
+                "or domain: {table: <public table>, column: <column>}, or mark it "
+                "partition_selection: true (groups released when enough rows share them)"
             )
         out.append(GroupKey(i, key, domain, key.name, column.type))
     return out

@@ -108,6 +108,9 @@ class GroupKey:
     #: the declared (or database-filled) type of the base column the key comes from
     type: str | None = None
     derived_domain: DerivedDomain | None = None
+    #: a column the owner marked ``partition_selection`` (no domain): its bins come from the
+    #: data and are released by DP partition selection (dpsql.noise.partition)
+    partition: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,4 +145,12 @@ class QueryAnalysis:
     max_frequencies_used: tuple[str, ...] = field(default=())
     #: key equalities whose types were unknown (only with allow_unknown_key_types=True)
     unchecked_key_types: tuple[str, ...] = field(default=())
+    #: with a partition-selected group key: the constant stability S of the grouped relation
+    #: (what the selection's threshold depends on); None without one
+    selection_stability: float | None = None
+
+    @property
+    def partition_selection(self) -> bool:
+        """Whether the released groups are chosen by DP partition selection."""
+        return self.selection_stability is not None
 

@@ -134,6 +134,13 @@ def prepare_blocks(request: BlockQuery, backend: Backend, metadata: Metadata,
     if request.final is not None:
         releases.append(("", None, request.final, None))
     for label, table, analysis, param in releases:
+        if analysis.partition_selection:
+            # one selection per request is what dpsql.noise.partition plans and proves
+            raise NotSupportedError(
+                "a GROUP BY key without a declared domain (partition_selection) is supported "
+                "only in a query that makes one release: move the grouped aggregate to the "
+                "outer SELECT, or ask the owner to declare the column's domain"
+            )
         plan = plan_execution(analysis, metadata, stored)
         if scalars & set(plan.domain_params):
             # the bins would be narrowed by a noisy value, and the bin count is checked before

@@ -8,9 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from dpsql.backends.base import Backend
 from dpsql.execute import layout
-from dpsql.execute.layout import Bins, Domains
+from dpsql.execute.layout import Bins, Domains, Groups
 from dpsql.rewrite.plan import ExecutionPlan
 
 
@@ -49,9 +51,23 @@ def read_bins(backend: Backend, compiled: CompiledPlan, params: Sequence[Any],
     return layout.read_bins(domains, plan.integer_measurements, columns)
 
 
+def read_groups(backend: Backend, compiled: CompiledPlan, params: Sequence[Any]) -> Groups:
+    """Every non-empty group of a plan with a partition-selected key, with its row count and
+    exact measurements (reads private data; the session selects among them by DP). Rows as
+    Python values, so key values come back exactly as stored (numpy would turn DECIMAL keys
+    into floats)."""
+    plan = compiled.plan
+    assert plan.selected
+    rows, types = backend.execute(compiled.exact, plan.exact_bindings(params))
+    return layout.read_groups(plan.n_keys, plan.integer_measurements, rows, types)
+
+
 def read_exact(backend: Backend, plan: ExecutionPlan | CompiledPlan,
                params: Sequence[Any] = ()) -> Bins:
     """Both reads, without noise: the exact bins of ``plan`` (owners' tools, tests and
     benchmarks; never an analyst's answer)."""
     compiled = plan if isinstance(plan, CompiledPlan) else compile_plan(backend, plan)
+    if compiled.plan.selected:  # every non-empty group, none selected away
+        groups = read_groups(backend, compiled, params)
+        return layout.selected_bins(groups, np.arange(len(groups.counts)))
     return read_bins(backend, compiled, params, read_domains(backend, compiled, params))

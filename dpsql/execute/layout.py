@@ -15,6 +15,12 @@ Without GROUP BY the exact query is the rewritten query itself: one row of measu
 
 Empty bins are not sent: :func:`read_bins` fills the product with exact zeros, so every bin of
 the declared domains gets noise whether or not data fell in it.
+
+With a partition-selected key (no declared domain, dpsql.noise.partition) there is no domain
+query and no product: the *groups query* (:func:`write_selected`) returns every non-empty group
+``(__k0.., __n, __m0..)``, its key values, its row count ``__n`` (what the selection thresholds)
+and its measurements, keys with a declared domain kept inside it; the session keeps the groups
+the noisy selection picks (:func:`selected_bins`), and only those are noised and released.
 """
 
 from __future__ import annotations
@@ -67,6 +73,61 @@ def write(inner_sql: str, domain_sqls: Sequence[str], n_measurements: int) -> Ex
                            for j in range(n))
         branches.append(f"SELECT {1 + i} AS __t, __d{i}.__o AS __i, {values} FROM __d{i}")
     return ExactSQL(bins, f"WITH {domains} " + " UNION ALL ".join(branches))
+
+
+def write_selected(inner_sql: str, domain_sqls: Sequence[str | None],
+                   n_measurements: int) -> ExactSQL:
+    """The groups query around ``inner_sql`` (selecting ``__k<i>``, ``__m<j>`` and the group's
+    row count ``__n``): one row per non-empty group, ordered by its keys; a key with a domain
+    relation in ``domain_sqls`` (None for a partition-selected key) keeps only groups whose
+    value is in that domain (a semi-join: a group appears at most once)."""
+    n = len(domain_sqls)
+    domains = [f"__d{i} AS ({sql})" for i, sql in enumerate(domain_sqls) if sql is not None]
+    conditions = [f"EXISTS (SELECT 1 FROM __d{i} WHERE __e.__k{i} IS NOT DISTINCT FROM "
+                  f"__d{i}.__v)" for i, sql in enumerate(domain_sqls) if sql is not None]
+    keys = ", ".join(f"__e.__k{i} AS __k{i}" for i in range(n))
+    measures = "".join(f", __e.__m{j} AS __m{j}" for j in range(n_measurements))
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    order = ", ".join(f"__k{i} NULLS LAST" for i in range(n))
+    sql = (f"WITH __exact AS ({inner_sql}){''.join(', ' + d for d in domains)} "
+           f"SELECT {keys}, __e.__n AS __n{measures} FROM __exact AS __e{where} "
+           f"ORDER BY {order}")
+    return ExactSQL(sql, None)
+
+
+@dataclass(frozen=True)
+class Groups:
+    """The groups query's result: every non-empty group, before selection (private)."""
+
+    key_types: list[str]
+    keys: list[np.ndarray]  # per group key: its value in each group (object arrays)
+    counts: np.ndarray  # each group's row count (int64)
+    exact: list[np.ndarray]  # per measurement: its exact value in each group
+
+
+def read_groups(n_keys: int, integer: Sequence[bool], rows: list[tuple[Any, ...]],
+                types: list[str]) -> Groups:
+    """The groups query's rows (:func:`write_selected`) as :class:`Groups`."""
+    n = len(rows)
+    columns = list(zip(*rows, strict=True)) if rows else [()] * (n_keys + 1 + len(integer))
+    if len(columns) != n_keys + 1 + len(integer):
+        raise ProgrammingError("the groups query's result is malformed")
+    keys = []
+    for i in range(n_keys):
+        column = np.empty(n, dtype=object)
+        column[:] = list(columns[i])
+        keys.append(column)
+    counts = _as_numbers(np.array(columns[n_keys], dtype=object), True)
+    exact = [_as_numbers(np.array(columns[n_keys + 1 + j], dtype=object), integer[j])
+             for j in range(len(integer))]
+    return Groups(list(types[:n_keys]), keys, counts, exact)
+
+
+def selected_bins(groups: Groups, kept: np.ndarray) -> Bins:
+    """The bins of the kept groups (indices into ``groups``, ascending): one bin per kept
+    group, no product, no empty bin."""
+    return Bins(groups.key_types, [e[kept] for e in groups.exact], len(kept),
+                [k[kept] for k in groups.keys], len(groups.counts), product=False)
 
 
 @dataclass(frozen=True)
@@ -126,9 +187,13 @@ class Bins:
     domains: list[np.ndarray]  # per group key: its domain values, in domain order
     #: rows the backend sent: the non-empty bins and the domains' values
     n_sent: int = 0
+    #: False for selected groups (:func:`selected_bins`): bin j's key i is ``domains[i][j]``
+    product: bool = True
 
     def key_codes(self, i: int) -> np.ndarray:
         """Each bin's ordinal in group key i's domain."""
+        if not self.product:
+            return np.arange(self.n_bins, dtype=np.intp)
         sizes = [len(d) for d in self.domains]
         return np.tile(np.repeat(np.arange(sizes[i], dtype=np.intp), math.prod(sizes[i + 1:])),
                        math.prod(sizes[:i]))

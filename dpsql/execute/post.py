@@ -220,5 +220,12 @@ def _domain_ranks(bins: Bins, i: int) -> np.ndarray | None:
     except TypeError:
         return None
     rank = np.empty(len(values), dtype=np.int64)
-    rank[order] = np.arange(len(values))
+    if bins.product:  # a domain's values are distinct
+        rank[order] = np.arange(len(values))
+    else:  # selected groups repeat a key's value: equal values, equal ranks (dense)
+        current = -1
+        for position, j in enumerate(order):
+            if position == 0 or values[j] != values[order[position - 1]]:
+                current += 1
+            rank[j] = current
     return rank[bins.key_codes(i)]

@@ -32,7 +32,8 @@ from dpsql.metadata.yaml_io import _column_settings, _emit
 ANALYST_FIELDS: dict[type, tuple[str, ...]] = {
     Metadata: ("tables",),
     Table: ("name", "columns", "public"),
-    Column: ("name", "bounds", "releasable", "domain", "type", "date_bounds"),
+    Column: ("name", "bounds", "releasable", "domain", "type", "date_bounds",
+             "partition_selection"),
     Domain: ("values", "table", "column"),
 }
 
@@ -50,7 +51,9 @@ HEADER = (
     "dpsql analyst-facing schema: the tables and columns queries may use, their types,",
     "the releasable columns with their domains, and the clamping bounds of SUM/AVG arguments.",
     "Columns without 'releasable: true' cannot be GROUP BY keys; every column of a public",
-    "table is releasable. It holds no row counts, max frequencies or file paths: share it.",
+    "table is releasable; 'partition_selection: true' groups by a column without a domain",
+    "(the groups shared by enough rows are released, and delta > 0 is needed).",
+    "It holds no row counts, max frequencies or file paths: share it.",
     "Written by dpsql from the owner's metadata; write it again after editing that file.",
     "",
 )

@@ -37,6 +37,10 @@ class Column:
     last day) of a DATE / TIMESTAMP column (written ``bounds: ['1992-01-01', '1998-12-31']``):
     public, like every bound; group keys computed from the column (``EXTRACT(year FROM d)``)
     take their bins from the days in it (dpsql.analysis.derived_keys), nothing is clamped.
+    ``partition_selection`` (a releasable private column without a domain): the owner's
+    statement that a value may be published when enough rows share it; GROUP BY takes its bins
+    from the data by DP partition selection (dpsql.noise.partition). A declared domain keeps
+    priority (it needs no delta and fills empty bins).
     """
 
     name: str
@@ -46,6 +50,7 @@ class Column:
     domain: Domain | None = None
     type: str | None = None
     date_bounds: tuple[datetime.date, datetime.date] | None = None
+    partition_selection: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@
           ordered: {bounds: ['2020-01-01', '2025-12-31'], type: DATE}  # days: see derived keys
           product_id: {releasable: true, domain: {table: products, column: product_id}}
           status: {releasable: true, domain: {values: [open, shipped]}}
+          city: {releasable: true, partition_selection: true}  # bins from the data, by DP
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dpsql.metadata.yaml_io import _Map
 
 _OURS_TOP = ("ledger", "data_version", "tables")
 _OURS_TABLE = ("public", "rows", "source", "columns")
-_OURS_COLUMN = ("max_freq", "bounds", "releasable", "domain", "type")
+_OURS_COLUMN = ("max_freq", "bounds", "releasable", "domain", "type", "partition_selection")
 _OURS_DOMAIN = ("values", "table", "column")
 
 
@@ -91,6 +92,7 @@ class _OursReader(_Reader):
                     bounds=None if days is not None else self.bounds(cspec, "bounds", cwhere),
                     date_bounds=days,
                     releasable=self.flag(cspec, "releasable", cwhere),
+                    partition_selection=self.flag(cspec, "partition_selection", cwhere),
                     type=self.col_type(cspec, cwhere),
                 )
                 if days is not None and col.type is not None and not _day_type(col.type):

@@ -76,6 +76,7 @@ class _ColSpec:
     domain_key: str = "domain"
     type: str | None = None
     date_bounds: tuple[_dt.date, _dt.date] | None = None
+    partition_selection: bool | None = None
 
 
 @dataclass
@@ -330,11 +331,27 @@ class _Reader:
                     domain=domain,
                     type=c.type,
                     date_bounds=c.date_bounds,
+                    partition_selection=self.partition_flag(c, t.public, releasable),
                 )
             tables[t.name] = Table(
                 name=t.name, columns=columns, public=t.public, rows=t.rows, source=t.source
             )
         return Metadata(tables=tables, ledger=ledger, data_version=data_version, path=path)
+
+    def partition_flag(self, c: _ColSpec, public: bool, releasable: bool) -> bool:
+        """``partition_selection``, checked: only a releasable column of a private table may
+        carry it (a public column's own values are its domain already)."""
+        if not c.partition_selection:
+            return False
+        if public:
+            self.fail(c.where, "partition_selection is for private columns: a public table's "
+                      "column takes its bins from its own values; remove it", c.node,
+                      "partition_selection")
+        if not releasable:
+            self.fail(c.where, "partition_selection needs 'releasable: true': it lets the "
+                      "column's values be published when enough rows share them", c.node,
+                      "partition_selection")
+        return True
 
     def check_domain_table(self, c: _ColSpec, by_name: Mapping[str, _TableSpec]) -> None:
         assert c.domain is not None and c.domain.table is not None

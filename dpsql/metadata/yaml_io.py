@@ -164,6 +164,8 @@ def _column_settings(table: Table, col: Column) -> dict[str, object]:
             {"values": list(dom.values)} if dom.values is not None
             else {"table": dom.table, "column": dom.column}
         )
+    if col.partition_selection:
+        out["partition_selection"] = True
     if col.type is not None:
         out["type"] = col.type
     return out

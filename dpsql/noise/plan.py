@@ -56,8 +56,10 @@ def is_public(m: Measurement) -> bool:
 
 def is_public_query(analysis: QueryAnalysis) -> bool:
     """Whether every measurement of ``analysis`` is public: the answer is released exactly
-    and costs nothing (no epsilon needed)."""
-    return all(is_public(m) for m in analysis.measurements)
+    and costs nothing (no epsilon needed). Never with a partition-selected key: its groups
+    come from private data (dpsql.noise.partition), even when no aggregate is measured."""
+    return (all(is_public(m) for m in analysis.measurements)
+            and not analysis.partition_selection)
 
 
 def plan_noise(

@@ -14,12 +14,16 @@ from typing import Any
 
 from dpsql.analysis.aggregates import CENTRED_SQUARES
 from dpsql.noise import gaussian, mechanisms
+from dpsql.noise.partition import SelectionPlan
 from dpsql.noise.plan import NoisePlan
 
 CONFIDENCE = 0.95
 
 #: the mechanism name of a release that read public tables only (released exactly, free)
 EXACT = "exact"
+
+#: the mechanism name of DP partition selection (dpsql.noise.partition)
+PARTITION_SELECTION = "partition_selection"
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,11 @@ class Release:
     columns: tuple[ColumnRelease, ...]
     fingerprint: str
     cached: bool = False
+    #: with a partition-selected key (dpsql.noise.partition): the selection's share of
+    #: (epsilon, delta), included in the totals above, and its public threshold tau
+    selection_epsilon: float = 0.0
+    selection_delta: float = 0.0
+    selection_threshold: int | None = None
 
     @property
     def free(self) -> bool:
@@ -125,13 +134,17 @@ def _gaussian_accuracy(p: NoisePlan, n_bins: int) -> tuple[float, dict[str, Any]
 
 
 def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ...],
-                   fingerprint: str, n_bins: int) -> Release:
-    """The record of releasing ``plans`` over ``n_bins`` bins.
+                   fingerprint: str, n_bins: int,
+                   selection: SelectionPlan | None = None) -> Release:
+    """The record of releasing ``plans`` over ``n_bins`` bins (and, with ``selection``, of
+    selecting the groups first: ``n_bins`` is then 1, since the number of kept groups is
+    known only after the charge, and half-widths are per group).
 
-    Guarantee: its (epsilon, delta) is the basic-composition sum over the measurements, which
-    is what the ledger charges; a 95% half-width is given only for a column that is a single
-    pure measurement (for a smoothed one it would reveal the data-dependent scale); a
-    Gaussian one also records its calibration, sigma and (alpha, beta)-accuracy.
+    Guarantee: its (epsilon, delta) is the basic-composition sum over the measurements and
+    the selection, which is what the ledger charges; a 95% half-width is given only for a
+    column that is a single pure measurement (for a smoothed one it would reveal the
+    data-dependent scale); a Gaussian one also records its calibration, sigma and (alpha,
+    beta)-accuracy.
     """
     out = []
     for col in columns:
@@ -158,12 +171,27 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
         out.append(ColumnRelease(col.name, mech, math.fsum(p.epsilon for p in parts),
                                  math.fsum(p.delta for p in parts), width,
                                  _post_processing(parts), **gauss))
+    mechanisms_used = {mechanism_name(p) for p in plans}
+    if selection is None:
+        return Release(
+            epsilon=math.fsum(p.epsilon for p in plans),
+            delta=math.fsum(p.delta for p in plans),
+            mechanism="+".join(sorted(mechanisms_used)),
+            columns=tuple(out),
+            fingerprint=fingerprint,
+        )
+    # a selection sharing a COUNT(*)'s noisy values spends that COUNT's epsilon (counted in
+    # the plans), once; its delta is its own
+    own_epsilon = 0.0 if selection.shared is not None else selection.epsilon
     return Release(
-        epsilon=math.fsum(p.epsilon for p in plans),
-        delta=math.fsum(p.delta for p in plans),
-        mechanism="+".join(sorted({mechanism_name(p) for p in plans})),
+        epsilon=math.fsum([own_epsilon, *(p.epsilon for p in plans)]),
+        delta=math.fsum([selection.delta, *(p.delta for p in plans)]),
+        mechanism="+".join(sorted(mechanisms_used | {PARTITION_SELECTION})),
         columns=tuple(out),
         fingerprint=fingerprint,
+        selection_epsilon=selection.epsilon,
+        selection_delta=selection.delta,
+        selection_threshold=selection.threshold,
     )
 
 

@@ -44,8 +44,9 @@ class RewriteContext:
     removable: list[Removable] = field(default_factory=list)
     #: inlined public domains bound as parameters: name -> values as text (domains pass)
     constants: dict[str, list[str | None]] = field(default_factory=dict)
-    #: per group key: the relation (__v, __o) of its domain (domains pass)
-    domains: list[exp.Expression] = field(default_factory=list)
+    #: per group key: the relation (__v, __o) of its domain (domains pass); None for a
+    #: partition-selected key, whose groups come from the data (dpsql.noise.partition)
+    domains: list[exp.Expression | None] = field(default_factory=list)
     #: the query with numbered parameters (parameters pass): what post-processing reads
     numbered: exp.Select | None = None
     #: table alias -> (table node, declared table) of the outer query (clamps pass)

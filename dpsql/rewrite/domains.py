@@ -23,13 +23,15 @@ from dpsql.rewrite.totality import make_total
 
 
 def domain_relations(query: exp.Select, *, ctx: RewriteContext) -> exp.Select:
-    """Record in ``ctx.domains`` one domain relation per group key (``query`` unchanged);
+    """Record in ``ctx.domains`` one domain relation per group key, None for a
+    partition-selected key (``query`` unchanged);
     public table domains the backend promises are bound as parameters (``ctx.constants``).
     Run after the clamps pass (it reads ``ctx.sources``)."""
     if not ctx.analysis.group_keys:
         return query
     conditions = _row_conditions(query)
-    ctx.domains = [derived_domain_relation(key.derived_domain, conditions)
+    ctx.domains = [None if key.partition  # no domain: groups from the data, selected by DP
+                   else derived_domain_relation(key.derived_domain, conditions)
                    if key.derived_domain is not None
                    else _domain_relation(key, conditions, ctx.sources, ctx.metadata, ctx.stored,
                                          ctx.constants)

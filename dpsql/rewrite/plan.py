@@ -95,6 +95,9 @@ class ExecutionPlan:
     #: :mod:`dpsql.execute.layout`)
     domain_sql: str | None = None
     domain_params: tuple[int, ...] = ()
+    #: with a partition-selected key: ``exact_sql`` is the groups query
+    #: (:func:`dpsql.execute.layout.write_selected`), whose groups the session selects by DP
+    selected: bool = False
 
     def exact_bindings(self, params: Sequence[Any]) -> dict[str, Any]:
         """Every named parameter ``exact_sql`` takes, from the analyst's qmark ``params``."""
@@ -141,23 +144,36 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
     * a public table's domain is inlined as its (public) value list instead of a DISTINCT scan
       in every query (TPC-H Q16 at SF10: ~15 ms of ~230).
     """
-    layout.check_bins(math.prod(len(k.domain.values) for k in analysis.group_keys
-                                if k.domain.values is not None))
+    selected = analysis.partition_selection
+    if not selected:  # selected groups are capped after the selection (noise.partition)
+        layout.check_bins(math.prod(len(k.domain.values) for k in analysis.group_keys
+                                    if k.domain.values is not None))
     ctx = RewriteContext(analysis, metadata, stored)
     tree: exp.Expression = analysis.query
     for rewrite in PASSES:
         tree = rewrite(tree, ctx=ctx)
     query = ctx.numbered
     assert query is not None
-    domain_sqls = [d.sql(dialect=DIALECT, copy=False) for d in ctx.domains]
     n = len(analysis.measurements)
+    write: Callable[[str], layout.ExactSQL]
+    if selected:
+        # each group's row count, what the partition selection thresholds
+        assert isinstance(tree, exp.Select)
+        tree.select(exp.alias_(exp.Count(this=exp.Star()), "__n", copy=False), copy=False)
+        optional = [None if d is None else d.sql(dialect=DIALECT, copy=False)
+                    for d in ctx.domains]
+        write = lambda inner: layout.write_selected(inner, optional, n)  # noqa: E731
+    else:
+        domain_sqls = [d.sql(dialect=DIALECT, copy=False) for d in ctx.domains
+                       if d is not None]
+        write = lambda inner: layout.write(inner, domain_sqls, n)  # noqa: E731
     # The exact tree is a fresh copy owned here: generate without another copy.
-    canonical = layout.write(tree.sql(dialect=DIALECT, copy=False), domain_sqls, n)
+    canonical = write(tree.sql(dialect=DIALECT, copy=False))
     exact = canonical
     if ctx.removable:
         for clamp, column in ctx.removable:
             clamp.replace(copy_tree(column))
-        exact = layout.write(tree.sql(dialect=DIALECT, copy=False), domain_sqls, n)
+        exact = write(tree.sql(dialect=DIALECT, copy=False))
     fast = fast_path(analysis, query)
     order = fast_order(analysis, query) if fast is not None else None
     if order is None:
@@ -181,4 +197,5 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
         exact_constants=tuple((name, tuple(values)) for name, values in ctx.constants.items()),
         domain_sql=exact.domain_sql,
         domain_params=used_params(exact.domain_sql) if exact.domain_sql else (),
+        selected=selected,
     )

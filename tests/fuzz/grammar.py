@@ -285,8 +285,11 @@ def queries(draw) -> Query:
         aggregates.append(_computed_aggregate(draw, extra, alias))
         # the SELECT list comes after a WITH but before any other source in the text
         params[len(params) if source.startswith("__WITH__") else 0:0] = extra
-    # h: integer domain values on a VARCHAR column (class 9); pid: a scanned table domain
-    group = draw(st.sampled_from([None, "g", "pid", "pid", "h", "computed", "computed"]))
+    # h: integer domain values on a VARCHAR column (class 9); pid: a scanned table domain;
+    # s: no domain, groups by partition selection (issue #16; ck: the same under a NOCASE
+    # collation, refused)
+    group = draw(st.sampled_from([None, "g", "pid", "pid", "h", "computed", "computed", "s",
+                                  "ck"]))
     by = None
     if group == "computed":
         group, by = _computed_key(draw, alias)
@@ -322,6 +325,10 @@ def queries(draw) -> Query:
     sql = f"{with_}SELECT {select} FROM {source}{where}"
     if group:
         sql += f" GROUP BY {by or group}"
+    if (group and group.endswith((".s", ".ck")) and not block and "?" not in select
+            and draw(st.integers(0, 3)) == 0):
+        # key-only releases of partition-selected keys (issue #16): the selected keys alone
+        sql = f"{with_}SELECT DISTINCT {group} FROM {source}{where}"
     if block:
         sql = _post_processing(draw, sql, group, len(aggregates), params)
     # qmark order follows the text; _value appended in generation order, which is text order

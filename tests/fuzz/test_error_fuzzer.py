@@ -26,7 +26,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import Error
 from dpsql.execute.blocks import PreparedBlocks
 from dpsql.execute.exact import read_exact
-from dpsql.session import Session
+from dpsql.session import Prepared, Session
 from tests.fuzz import worlds
 from tests.fuzz.grammar import Query, queries
 from tests.shop_fixture import ZeroNoise
@@ -64,8 +64,20 @@ def outcome(engine: Session, query: Query, epsilon: float) -> tuple[str, object]
 
 
 def _exact(engine: Session, query: Query) -> tuple[list[float], list[np.ndarray]]:
-    """ES(0) and the exact (clamped, noise-free) bins of every measurement."""
+    """ES(0) and the exact (clamped, noise-free) bins of every measurement. Groups selected
+    from the data (partition selection) differ between neighbours: their bins are aligned on
+    every key the worlds can hold (``_GROUPS``), 0 where a group is absent."""
     prepared = engine.prepare(query.sql)
+    if isinstance(prepared, Prepared) and prepared.plan.selected:
+        bins = read_exact(engine.backend, prepared.compiled, list(query.params))
+        keys = list(zip(*bins.keys, strict=True))
+        es = [m.sensitivity.at(0) for m in prepared.analysis.measurements]
+        out = []
+        for column in bins.exact:
+            by_key = dict(zip(keys, np.asarray(column, dtype=np.float64).tolist(),
+                              strict=True))
+            out.append(np.array([by_key.get(k, 0.0) for k in _groups(engine, query)]))
+        return es, out
     if isinstance(prepared, PreparedBlocks):  # every release (the final one's scalars: 0.0)
         es: list[float] = []
         exact: list[np.ndarray] = []
@@ -80,8 +92,31 @@ def _exact(engine: Session, query: Query) -> tuple[list[float], list[np.ndarray]
     return es, [np.asarray(b, dtype=np.float64) for b in bins.exact]
 
 
+_GROUP_KEYS: dict[str, list[tuple]] = {}
+
+
+def _groups(engine: Session, query: Query) -> list[tuple]:
+    """Every group key of ``query`` over the base and each neighbour (computed once per query
+    from the keys the worlds' exact reads return; a fixed order)."""
+    return _GROUP_KEYS[query.sql]
+
+
+def _collect_groups(engines, query: Query) -> None:
+    prepared = engines["base"].prepare(query.sql)
+    if not (isinstance(prepared, Prepared) and prepared.plan.selected):
+        return
+    keys: set[tuple] = set()
+    for engine in engines.values():
+        bins = read_exact(engine.backend, engine.prepare(query.sql).compiled,
+                          list(query.params))
+        keys |= set(zip(*bins.keys, strict=True))
+    _GROUP_KEYS[query.sql] = sorted(keys, key=repr)
+
+
 def _check(engines, query: Query, epsilon: float, *, sensitivity: bool = False) -> None:
     expected = outcome(engines["base"], query, epsilon)
+    if sensitivity and expected[0] == "ok":
+        _collect_groups(engines, query)
     base_exact = _exact(engines["base"], query) if sensitivity and expected[0] == "ok" else None
     for name, engine in engines.items():
         if name == "base":

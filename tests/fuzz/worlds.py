@@ -62,13 +62,13 @@ tables:
     columns:
       id: {{max_freq: 1, type: INTEGER}}
       n: {{max_freq: 12, type: INTEGER, bounds: [0, 100]}}
-      s: {{max_freq: {mf + 10}, type: VARCHAR}}
+      s: {{max_freq: {mf + 10}, type: VARCHAR, releasable: true, partition_selection: true}}
       f: {{type: VARCHAR}}
       d: {{type: DATE, bounds: ['2024-01-01', '2024-03-31']}}
       x: {{type: DOUBLE, bounds: [-10, 10]}}
       dec: {{type: "DECIMAL(38,20)", bounds: [0, 100000000000000000]}}
       g: {{type: VARCHAR, releasable: true, domain: {{values: [a, b]}}}}
-      ck: {{max_freq: 1}}
+      ck: {{max_freq: 1, releasable: true, partition_selection: true}}
       b: {{type: BOOLEAN}}
       pid: {{type: INTEGER, releasable: true, domain: {{table: p, column: pid}}}}
       h: {{type: VARCHAR, releasable: true, domain: {{values: [1, 2]}}}}
