@@ -22,7 +22,7 @@ METADATA = """\
 tables:
   visits:
     columns:
-      person: {max_freq: 3, type: INTEGER}
+      person: {max_freq: 3, type: INTEGER, releasable: true, partition_selection: true}
       spend: {bounds: [0, 100], type: DOUBLE}
       day: {releasable: true, type: INTEGER, domain: {values: [0, 1, 2, 3, 4, 5, 6]}}
 """
@@ -98,6 +98,9 @@ def test_secure_gaussian_sums_are_on_the_grid(make_session):
      "epsilon < 1"),
     ("SELECT COUNT(*) FROM visits", {"mechanism": "gauss"}, ProgrammingError, "mechanism"),
     ("SELECT COUNT(*) FROM visits", {"calibration": "exact"}, ProgrammingError, "calibration"),
+    # partition selection's threshold is proved for Laplace noise: not silently Laplace
+    ("SELECT person, COUNT(*) FROM visits GROUP BY person", {}, NotSupportedError,
+     "mechanism='laplace'"),
 ])
 def test_refusals_charge_nothing(make_session, sql, kwargs, error, message):
     session = make_session()

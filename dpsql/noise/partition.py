@@ -223,6 +223,13 @@ def plan_with_selection(analysis: QueryAnalysis, budget: Budget | None, *, dista
     assert analysis.selection_stability is not None
     if budget is None:
         raise missing_epsilon()
+    if budget.mechanism != "laplace":
+        # the threshold's proof (and a shared COUNT(*)'s draw) is for discrete Laplace noise;
+        # planning the aggregates with another mechanism would silently not be what was asked
+        raise NotSupportedError(
+            "this query groups by a column without a declared domain (partition_selection), "
+            "whose groups are selected with Laplace noise: use mechanism='laplace' for it, or "
+            "ask the owner to declare the column's domain")
     n_private = sum(1 for m in analysis.measurements if not is_public(m))
     share, rest = split(budget, n_private)
     j = shared_count(analysis)
