@@ -58,19 +58,13 @@ class PostProcessor:
             sql, positions = plan.post_sql, plan.post_params
         else:
             sql, positions = post_sql()
-        table = {f"__k{i}": k for i, k in enumerate(bins.keys)}
-        table.update({f"__m{j}": v for j, v in enumerate(noisy)})
         cur = self._connection().cursor()
         try:
-            cur.register(NOISY_TABLE, table)
-            result = cur.execute(sql, bind_params(positions, params))
-            rows = result.fetchall()
-            types = [str(d[1]) for d in result.description]
-        except duckdb.InterruptException:
-            raise QueryCancelledError("the query was cancelled before anything was released"
-                                      ) from None
-        except duckdb.Error as err:
-            raise ProgrammingError(f"post-processing failed: {err}") from None
+            with _post_errors():
+                cur.register(NOISY_TABLE, _noisy_table(bins, noisy))
+                result = cur.execute(sql, bind_params(positions, params))
+                rows = result.fetchall()
+                types = [str(d[1]) for d in result.description]
         finally:
             cur.close()
         return plan.output_names, tuple(types), rows
@@ -90,29 +84,23 @@ class PostProcessor:
         cur = self._connection().cursor()
         created = [t[0] for t in tables] + [p[0] for p in public]
         try:
-            for name, columns, declared, public_rows in public:
-                cur.register("__public", {f"__c{i}": c for i, c in
-                                          enumerate(columns_of(public_rows, len(columns)))})
-                select = ", ".join(
-                    f'CAST(__c{i} AS {t}) AS "{c}"' if t else f'__c{i} AS "{c}"'
-                    for i, (c, t) in enumerate(zip(columns, declared, strict=True)))
-                cur.execute(f'CREATE TEMP TABLE "{name}" AS SELECT {select} FROM __public')
-                cur.unregister("__public")
-            for table, (block_sql, block_params), bins, noisy in tables:
-                noisy_table = {f"__k{i}": k for i, k in enumerate(bins.keys)}
-                noisy_table.update({f"__m{j}": v for j, v in enumerate(noisy)})
-                cur.register(NOISY_TABLE, noisy_table)
-                cur.execute(f"CREATE TEMP TABLE {table} AS {block_sql}",
-                            bind_params(block_params, params))
-                cur.unregister(NOISY_TABLE)
-            result = cur.execute(sql, bind_params(positions, params))
-            rows = result.fetchall()
-            types = [str(d[1]) for d in result.description]
-        except duckdb.InterruptException:
-            raise QueryCancelledError("the query was cancelled before anything was released"
-                                      ) from None
-        except duckdb.Error as err:
-            raise ProgrammingError(f"post-processing failed: {err}") from None
+            with _post_errors():
+                for name, columns, declared, public_rows in public:
+                    cur.register("__public", {f"__c{i}": c for i, c in
+                                              enumerate(columns_of(public_rows, len(columns)))})
+                    select = ", ".join(
+                        f'CAST(__c{i} AS {t}) AS "{c}"' if t else f'__c{i} AS "{c}"'
+                        for i, (c, t) in enumerate(zip(columns, declared, strict=True)))
+                    cur.execute(f'CREATE TEMP TABLE "{name}" AS SELECT {select} FROM __public')
+                    cur.unregister("__public")
+                for table, (block_sql, block_params), bins, noisy in tables:
+                    cur.register(NOISY_TABLE, _noisy_table(bins, noisy))
+                    cur.execute(f"CREATE TEMP TABLE {table} AS {block_sql}",
+                                bind_params(block_params, params))
+                    cur.unregister(NOISY_TABLE)
+                result = cur.execute(sql, bind_params(positions, params))
+                rows = result.fetchall()
+                types = [str(d[1]) for d in result.description]
         finally:
             for table in created:
                 with suppress(duckdb.Error):
@@ -124,6 +112,25 @@ class PostProcessor:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+def _noisy_table(bins: Bins, noisy: list[np.ndarray]) -> dict[str, Any]:
+    """The noisy table's columns: the bins' keys ``__k<i>`` and noisy values ``__m<j>``."""
+    table: dict[str, Any] = {f"__k{i}": k for i, k in enumerate(bins.keys)}
+    table.update({f"__m{j}": v for j, v in enumerate(noisy)})
+    return table
+
+
+@contextmanager
+def _post_errors() -> Iterator[None]:
+    """DuckDB's errors in post-processing as dpsql's: a cancellation shows nothing."""
+    try:
+        yield
+    except duckdb.InterruptException:
+        raise QueryCancelledError("the query was cancelled before anything was released"
+                                  ) from None
+    except duckdb.Error as err:
+        raise ProgrammingError(f"post-processing failed: {err}") from None
 
 
 def fast_post_process(plan: ExecutionPlan, bins: Bins, noisy: list[np.ndarray]) -> Rows | None:
