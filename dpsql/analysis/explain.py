@@ -15,13 +15,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from dpsql.analysis.blocks import BlockQuery, analyze_request
 from dpsql.analysis.elastic import analyze
 from dpsql.analysis.model import Derivation, QueryAnalysis
 from dpsql.analysis.parse import DIALECT
 from dpsql.budget import Budget
+from dpsql.errors import Error
 from dpsql.metadata import Metadata
 from dpsql.noise.partition import EXPLAIN_SIZES, SelectionPlan, describe, plan_with_selection
-from dpsql.noise.plan import NoisePlan, plan_noise
+from dpsql.noise.plan import NoisePlan, plan_noise, split_budget
 
 
 def _load(metadata: Metadata | str | os.PathLike) -> Metadata:
@@ -114,8 +116,45 @@ def explain(
     ``smooth_sensitivity`` None and ``delta`` 0. Errors raise the dpsql exception classes.
     """
     md = _load(metadata)
-    analysis = analyze(sql, md, allow_unknown_key_types=True)
-    return explain_report(analysis, epsilon, delta, distance)
+    request = _request(sql, md)
+    if isinstance(request, QueryAnalysis):
+        return explain_report(request, epsilon, delta, distance)
+    releases = []
+    for name, analysis, share in _releases(request, Budget(epsilon, delta)):
+        part = (explain_report(analysis, share.epsilon, share.delta, distance)
+                if share is not None else {"public": True})
+        releases.append({"release": name, **part})
+    return {
+        "releases": releases,
+        "epsilon": sum(r.get("epsilon", 0.0) for r in releases),
+        "delta": sum(r.get("delta", 0.0) for r in releases),
+        "distance": distance,
+        "post_processing": request.post.sql(dialect=DIALECT) if request.post is not None
+        else None,
+    }
+
+
+def _request(sql: str, md: Metadata) -> QueryAnalysis | BlockQuery:
+    """One release (analysed with unknown key types allowed, see the module docstring), or,
+    when that refuses, a query of several releases (dpsql.analysis.blocks) if it is one."""
+    try:
+        return analyze(sql, md, allow_unknown_key_types=True)
+    except Error as single:
+        try:
+            request = analyze_request(sql, md)
+        except Error:
+            raise single from None
+        if isinstance(request, BlockQuery):
+            return request
+        raise
+
+
+def _releases(request: BlockQuery, budget: Budget
+              ) -> list[tuple[str, QueryAnalysis, Budget | None]]:
+    """(name, analysis, its share of ``budget``) of every release, in the order they run."""
+    names = [b.name for b in request.blocks] + (["final query"] if request.final else [])
+    analyses = request.analyses
+    return list(zip(names, analyses, split_budget(list(analyses), budget), strict=True))
 
 
 def explain_text(
@@ -129,7 +168,29 @@ def explain_text(
     """A readable derivation: the relational tree with stabilities and max frequencies, then
     each measurement's ES, smoothing scan, S and noise scale."""
     md = _load(metadata)
-    analysis = analyze(sql, md, allow_unknown_key_types=True)
+    request = _request(sql, md)
+    if isinstance(request, QueryAnalysis):
+        return "\n".join(_analysis_lines(request, epsilon, delta, distance))
+    n = len(request.analyses)
+    lines = [f"a query of {n} release{'' if n == 1 else 's'} (release blocks, "
+             "dpsql/analysis/blocks.py): each is analysed and noised as a query of its own, "
+             f"epsilon {epsilon:g} and delta {delta:g} split over them (basic composition)"]
+    for name, analysis, share in _releases(request, Budget(epsilon, delta)):
+        lines += ["", f"== release {name}"]
+        if share is None:
+            lines.append("  public tables only: exact, free")
+            continue
+        lines += ["  " + line for line in _analysis_lines(analysis, share.epsilon, share.delta,
+                                                          distance)]
+    if request.post is not None:
+        lines += ["", "post-processing over the releases' noisy rows (no private table):",
+                  "  " + request.post.sql(dialect=DIALECT)]
+    return "\n".join(lines)
+
+
+def _analysis_lines(analysis: QueryAnalysis, epsilon: float, delta: float,
+                    distance: int) -> list[str]:
+    """The derivation of one release (see :func:`explain_text`)."""
     plans, selection = _plans(analysis, Budget(epsilon, delta), distance)
     lines = ["query (qualified):", "  " + analysis.query.sql(dialect=DIALECT), "",
              "relational tree (S(k): stability at distance k):"]
@@ -177,7 +238,7 @@ def explain_text(
                 f"    pure (ES does not depend on k): Laplace scale ES/epsilon = {p.scale:.12g}  "
                 f"(epsilon {p.epsilon:g}, delta 0)"
             )
-    return "\n".join(lines)
+    return lines
 
 
 def _selection_lines(plan: SelectionPlan) -> list[str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import dpsql
+from dpsql.analysis.explain import explain_text
 from dpsql.errors import MissingMetricError, NotSupportedError, ProtectedBinError
 from dpsql.metadata import Column, Domain, Metadata, Table, load_metadata
 
@@ -169,3 +170,29 @@ def test_errors_raise_dpsql_classes_with_the_json_shape(sql, cls):
 def test_private_join_without_delta_is_an_error():
     with pytest.raises(NotSupportedError, match="delta"):
         dpsql.explain(JOIN, FLEX, epsilon=0.1, delta=0.0)
+
+
+def test_a_query_of_several_releases_is_explained_release_by_release():
+    """Release blocks: one report per release with its share of the budget (basic
+    composition sums them to the request's), and the post-processing query."""
+    sql = ("WITH a AS (SELECT COUNT(*) AS n FROM orders WHERE quantity > 2) "
+           "SELECT n * 2 AS twice FROM a")
+    report = dpsql.explain(sql, FLEX, epsilon=0.5, delta=1e-8)
+    (release,) = report["releases"]
+    assert release["release"] == "a" and release["columns"][0]["noise_scale"] == 2.0
+    assert report["epsilon"] == pytest.approx(0.5) and report["delta"] == 0.0
+    assert "__b0" in report["post_processing"]
+    text = explain_text(sql, FLEX, epsilon=0.5, delta=1e-8)
+    assert "a query of 1 release" in text and "== release a" in text
+    assert "post-processing over the releases' noisy rows" in text
+
+
+def test_two_phases_are_explained_with_the_final_query():
+    sql = ("SELECT COUNT(*) AS n FROM orders WHERE quantity > "
+           "(SELECT COUNT(*) FROM orders) / 1000")
+    report = dpsql.explain(sql, FLEX, epsilon=1.0, delta=1e-8)
+    assert [r["release"] for r in report["releases"]] == ["subquery1", "final query"]
+    assert report["epsilon"] == pytest.approx(1.0) and report["post_processing"] is None
+    # a query no rule covers is refused with the single-release analysis's own message
+    with pytest.raises(Exception, match="neither aggregated nor a GROUP BY key"):
+        dpsql.explain("SELECT order_id FROM orders", FLEX, epsilon=1.0, delta=1e-8)
