@@ -31,6 +31,7 @@ from dpsql.analysis.checks import (
     sql_text,
 )
 from dpsql.analysis.derived_keys import derive_key
+from dpsql.analysis.kexpr import is_zero
 from dpsql.analysis.keytypes import collation, numeric_or_unknown
 from dpsql.analysis.model import (
     Derivation,
@@ -158,6 +159,9 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
                 aggregate_measurements(agg)
         _check_over_keys_or_aggs(node, key_sql, clause.upper(), {c.name for c in columns})
     if not measurements and selection_stability is None:
+        # a key-only GROUP BY over private rows asks which keys occur: the selected ones
+        selection_stability = _key_only_stability(group_keys, rel)
+    if not measurements and selection_stability is None:
         # (a key-only GROUP BY over partition-selected keys releases the selected keys)
         raise UnsupportedQueryError(
             "the query releases no aggregate: dpsql answers COUNT / SUM / AVG queries, never "
@@ -176,9 +180,9 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
 
 
 def _distinct_as_group(query: exp.Select, rel: Relation, metadata: Metadata) -> None:
-    """``SELECT DISTINCT k1, k2 FROM ...`` over partition-selected columns (no aggregate, no
-    GROUP BY) is ``SELECT k1, k2 FROM ... GROUP BY k1, k2``: the same rows in SQL, and a
-    key-only GROUP BY releases the keys the selection keeps. Rewritten in place (the exact
+    """``SELECT DISTINCT k1, k2 FROM ...`` over releasable columns (no aggregate, no GROUP BY)
+    is ``SELECT k1, k2 FROM ... GROUP BY k1, k2``: the same rows in SQL, and a key-only GROUP
+    BY releases the keys the selection keeps. Rewritten in place (the exact
     query and the fingerprint then read the GROUP BY form); anything else is left as written."""
     distinct = query.args.get("distinct")
     if distinct is None or distinct.args.get("on") is not None or query.args.get("group"):
@@ -191,11 +195,30 @@ def _distinct_as_group(query: exp.Select, rel: Relation, metadata: Metadata) -> 
         if facts is None or facts.origin is None:
             return
         column = metadata.table(facts.origin[0]).column(facts.origin[1])
-        if not column.partition_selection or column.domain is not None:
+        if not column.releasable:
             return
         columns.append(inner)
     query.set("group", exp.Group(expressions=[copy_tree(c) for c in columns]))
     query.set("distinct", None)
+
+
+def _key_only_stability(keys: list[GroupKey], rel: Relation) -> float | None:
+    """A key-only GROUP BY (no aggregate anywhere) over private rows, every key with a
+    declared or derived domain: the keys that occur are chosen by DP partition selection (as
+    for a partition-selected key), restricted to the domains, never the whole domain (SQL
+    returns only the keys present). None when nothing private is read (public keys stay
+    refused as before) or there is no key. Refuses a k-dependent stability as
+    :func:`_selection_stability` does. Depends on the SQL and the public metadata alone."""
+    if not keys or is_zero(rel.stability):
+        return None
+    if rel.stability.depends_on_k:
+        raise ProtectedBinError(
+            f"GROUP BY {sql_text(keys[0].node)} without an aggregate asks which keys occur, "
+            "which dpsql answers by partition selection only when the query reads one private "
+            "table (joins with public tables allowed): add COUNT(*) to release every key of "
+            "the domain with a noisy count instead"
+        )
+    return rel.stability.at(0)
 
 
 def _selection_stability(keys: list[GroupKey], rel: Relation) -> float | None:

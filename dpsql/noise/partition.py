@@ -157,9 +157,10 @@ def split(budget: Budget, n_private: int) -> tuple[Budget, Budget]:
     epsilon-DP)."""
     if budget.delta <= 0:
         raise NotSupportedError(
-            "this query groups by a column without a declared domain (partition_selection), "
-            "whose released groups come from the data and need delta > 0: pass a delta such "
-            "as 1e-6, or ask the owner to declare the column's domain"
+            "this query's released groups come from the data (a GROUP BY column without a "
+            "declared domain, or a GROUP BY / DISTINCT with no aggregate, which asks which "
+            "keys occur) and need delta > 0: pass a delta such as 1e-6 (or add COUNT(*) over "
+            "a key with a declared domain)"
         )
     share = budget.epsilon / (1 + n_private)
     rest = budget.epsilon - share if n_private else 0.0
@@ -227,9 +228,8 @@ def plan_with_selection(analysis: QueryAnalysis, budget: Budget | None, *, dista
         # the threshold's proof (and a shared COUNT(*)'s draw) is for discrete Laplace noise;
         # planning the aggregates with another mechanism would silently not be what was asked
         raise NotSupportedError(
-            "this query groups by a column without a declared domain (partition_selection), "
-            "whose groups are selected with Laplace noise: use mechanism='laplace' for it, or "
-            "ask the owner to declare the column's domain")
+            "this query's groups are selected from the data (partition selection), with "
+            "Laplace noise: use mechanism='laplace' for it")
     n_private = sum(1 for m in analysis.measurements if not is_public(m))
     share, rest = split(budget, n_private)
     j = shared_count(analysis)
