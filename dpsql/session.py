@@ -30,21 +30,14 @@ answer is always charged first.
 
 from __future__ import annotations
 
-import hashlib
-import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 from typing import Any
-
-from sqlglot import exp
 
 from dpsql.accounting import Ledger
 from dpsql.analysis.blocks import BlockQuery, analyze_request
 from dpsql.analysis.domains import check_domains
-from dpsql.analysis.elastic import QueryAnalysis
-from dpsql.analysis.parse import DIALECT
 from dpsql.backends.base import Backend
 from dpsql.backends.stored import StoredFacts
 from dpsql.backends.types import fill_column_types
@@ -67,61 +60,17 @@ from dpsql.metadata.digest import metadata_digest
 from dpsql.noise import mechanisms
 from dpsql.noise.apply import noisy_values
 from dpsql.noise.partition import SelectionPlan, plan_with_selection, select_noisy
-from dpsql.noise.plan import NoisePlan, is_public_query, plan_noise, split_budget
-from dpsql.release.cache import Uncacheable, cache_key, dump_payload, load_payload
+from dpsql.noise.plan import NoisePlan, plan_noise, split_budget
+from dpsql.prepared import AnyPrepared, Prepared, checked_params, column_sources, fingerprint
+from dpsql.release.cache import cache_entry, cache_key, load_payload
 from dpsql.release.record import (
-    ColumnSource,
     Release,
     Result,
     combined_record,
     release_record,
 )
-from dpsql.rewrite.plan import ExecutionPlan, plan_execution
+from dpsql.rewrite.plan import plan_execution
 from dpsql.rewrite.post import post_processing_sql
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """An analysed, rewritten and compiled query, reusable across executions (parameters
-    vary). Everything here depends on the SQL, the metadata and the schema alone."""
-
-    analysis: QueryAnalysis
-    compiled: CompiledPlan
-    fingerprint: str
-    #: the release record's view of each output column
-    columns: tuple[ColumnSource, ...] = field(default=())
-
-    @property
-    def plan(self) -> ExecutionPlan:
-        """The execution plan (the SQL dpsql generated, before the backend compiled it)."""
-        return self.compiled.plan
-
-    @cached_property
-    def qualified_sql(self) -> str:
-        """The qualified query text (the answer-cache key), generated on first use."""
-        return self.analysis.query.sql(dialect=DIALECT)
-
-    @cached_property
-    def tables(self) -> frozenset[str]:
-        """The tables the query reads (CTE names excluded): where a server checks grants."""
-        query = self.analysis.query
-        ctes = {cte.alias_or_name for cte in query.find_all(exp.CTE)}
-        return frozenset(t.name for t in query.find_all(exp.Table)
-                         if t.name not in ctes or t.db)
-
-    @cached_property
-    def public(self) -> bool:
-        """True when the query reads public tables only: answered exactly, for free."""
-        return is_public_query(self.analysis)
-
-
-#: what Session.prepare gives: one release, or several (aggregates in CTEs / subqueries)
-AnyPrepared = Prepared | PreparedBlocks
-
-
-def fingerprint(sql: str) -> str:
-    """A stable fingerprint of the normalised query text (ledger history, cache keys)."""
-    return hashlib.sha256(sql.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -198,7 +147,7 @@ class Session:
         # than generating the analysed query's text once more.
         prepared = Prepared(
             analysis, compile_plan(self.backend, plan),
-            fingerprint(f"{plan.normal_form}\n{plan.post_sql or ''}"), _column_sources(analysis))
+            fingerprint(f"{plan.normal_form}\n{plan.post_sql or ''}"), column_sources(analysis))
         return self._remember(sql, prepared)
 
     def _remember(self, sql: str, prepared: AnyPrepared) -> AnyPrepared:
@@ -219,7 +168,7 @@ class Session:
         prepared = self.prepare(sql)
         if isinstance(prepared, PreparedBlocks):
             return self._run_blocks(prepared, sql, params, budget)
-        values = _checked_params(prepared.plan, params)
+        values = checked_params(prepared.plan, params)
         if prepared.public:
             return self._release(prepared, values, plan_noise(prepared.analysis, None),
                                  read_domains(self.backend, prepared.compiled, values), charge=None)
@@ -398,7 +347,7 @@ class Session:
         result = Result(names, types, rows, record)
         if charge is not None and charge_id is not None and self.principal is not None:
             _record_release(charge, self.principal, charge_id, names, rows,
-                            _cache_entry(cache_key, result))
+                            cache_entry(cache_key, result))
         return result
 
     # -- steps 5 and 10 -------------------------------------------------------------------
@@ -430,19 +379,6 @@ class Session:
         self._post.close()
 
 
-def _cache_entry(key: str | None, result: Result) -> tuple[str, bytes] | None:
-    """(key, payload) to cache ``result`` under, or None (no key, or values the cache's codec
-    cannot store: safe, an uncached repeat is charged again)."""
-    if key is None:
-        return None
-    try:
-        return key, dump_payload(result)
-    except Uncacheable as exc:
-        warnings.warn(f"dpsql: answer not cached (values of type {exc})", RuntimeWarning,
-                      stacklevel=5)
-        return None
-
-
 def _record_release(ledger: Ledger, principal: Principal, charge_id: int,
                     names: Sequence[str], rows: Sequence[Sequence[Any]],
                     cache: tuple[str, bytes] | None = None) -> None:
@@ -459,18 +395,3 @@ def _record_release(ledger: Ledger, principal: Principal, charge_id: int,
             f"the answer was computed and charged (charge {charge_id}) but could not be written "
             f"to the audit log, so it is withheld: {exc.message}"
         ) from None
-
-
-def _checked_params(plan: ExecutionPlan, params: Sequence[Any] | None) -> list[Any]:
-    values = list(params or [])
-    if len(values) != plan.n_params:
-        raise ProgrammingError(
-            f"the query has {plan.n_params} parameter marker(s) '?' but {len(values)} "
-            "parameter(s) were given"
-        )
-    return values
-
-
-def _column_sources(analysis: QueryAnalysis) -> tuple[ColumnSource, ...]:
-    return tuple(ColumnSource(c.name, c.measurements, c.bare_aggregate)
-                 for c in analysis.columns)

@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import uuid
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -159,3 +160,16 @@ def load_payload(payload: bytes) -> Result:
     release = Release(**rel, cached=True)
     rows = [tuple(_decode(v) for v in row) for row in doc["rows"]]
     return Result(tuple(doc["names"]), tuple(doc["types"]), rows, release)
+
+
+def cache_entry(key: str | None, result: Result) -> tuple[str, bytes] | None:
+    """(key, payload) to cache ``result`` under, or None (no key, or values the cache's codec
+    cannot store: safe, an uncached repeat is charged again)."""
+    if key is None:
+        return None
+    try:
+        return key, dump_payload(result)
+    except Uncacheable as exc:
+        warnings.warn(f"dpsql: answer not cached (values of type {exc})", RuntimeWarning,
+                      stacklevel=5)
+        return None

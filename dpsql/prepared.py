@@ -1,0 +1,80 @@
+"""What a session keeps of a query between executions: the analysed, rewritten and compiled
+:class:`Prepared` query, its fingerprint, and the checks of an execution's parameters."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from sqlglot import exp
+
+from dpsql.analysis.elastic import QueryAnalysis
+from dpsql.analysis.parse import DIALECT
+from dpsql.errors import ProgrammingError
+from dpsql.execute.blocks import PreparedBlocks
+from dpsql.execute.exact import CompiledPlan
+from dpsql.noise.plan import is_public_query
+from dpsql.release.record import ColumnSource
+from dpsql.rewrite.plan import ExecutionPlan
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An analysed, rewritten and compiled query, reusable across executions (parameters
+    vary). Everything here depends on the SQL, the metadata and the schema alone."""
+
+    analysis: QueryAnalysis
+    compiled: CompiledPlan
+    fingerprint: str
+    #: the release record's view of each output column
+    columns: tuple[ColumnSource, ...] = field(default=())
+
+    @property
+    def plan(self) -> ExecutionPlan:
+        """The execution plan (the SQL dpsql generated, before the backend compiled it)."""
+        return self.compiled.plan
+
+    @cached_property
+    def qualified_sql(self) -> str:
+        """The qualified query text (the answer-cache key), generated on first use."""
+        return self.analysis.query.sql(dialect=DIALECT)
+
+    @cached_property
+    def tables(self) -> frozenset[str]:
+        """The tables the query reads (CTE names excluded): where a server checks grants."""
+        query = self.analysis.query
+        ctes = {cte.alias_or_name for cte in query.find_all(exp.CTE)}
+        return frozenset(t.name for t in query.find_all(exp.Table)
+                         if t.name not in ctes or t.db)
+
+    @cached_property
+    def public(self) -> bool:
+        """True when the query reads public tables only: answered exactly, for free."""
+        return is_public_query(self.analysis)
+
+
+#: what Session.prepare gives: one release, or several (aggregates in CTEs / subqueries)
+AnyPrepared = Prepared | PreparedBlocks
+
+
+def fingerprint(sql: str) -> str:
+    """A stable fingerprint of the normalised query text (ledger history, cache keys)."""
+    return hashlib.sha256(sql.encode()).hexdigest()[:16]
+
+
+def checked_params(plan: ExecutionPlan, params: Sequence[Any] | None) -> list[Any]:
+    values = list(params or [])
+    if len(values) != plan.n_params:
+        raise ProgrammingError(
+            f"the query has {plan.n_params} parameter marker(s) '?' but {len(values)} "
+            "parameter(s) were given"
+        )
+    return values
+
+
+def column_sources(analysis: QueryAnalysis) -> tuple[ColumnSource, ...]:
+    return tuple(ColumnSource(c.name, c.measurements, c.bare_aggregate)
+                 for c in analysis.columns)
