@@ -12,7 +12,7 @@ import pexpect
 import pytest
 from prompt_toolkit.document import Document
 
-from dpsql.cli.shell import sql_completer
+from dpsql.cli.completion import sql_completer
 from dpsql.demo import DemoFiles, create_demo
 from dpsql.metadata import Metadata, load_metadata
 
