@@ -10,11 +10,8 @@ from pathlib import Path
 
 import pexpect
 import pytest
-from prompt_toolkit.document import Document
 
-from dpsql.cli.completion import sql_completer
 from dpsql.demo import DemoFiles, create_demo
-from dpsql.metadata import Metadata, load_metadata
 
 PROMPT = "dpsql>"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -180,28 +177,3 @@ def test_tall_results_go_through_the_pager(shop: DemoFiles) -> None:
     child.expect(PROMPT)
     child.sendcontrol("d")
     child.expect(pexpect.EOF)
-
-
-@pytest.fixture(scope="module")
-def shop_metadata(tmp_path_factory: pytest.TempPathFactory) -> Metadata:
-    folder = tmp_path_factory.mktemp("completion") / "demo"
-    return load_metadata(create_demo(folder, customers=50, orders=500, products=20).metadata)
-
-
-@pytest.mark.parametrize(("text", "expected"), [
-    ("SELECT COUNT(*) FROM ord", ["orders"]),  # only tables after FROM/JOIN
-    ("SELECT COUNT(*) FROM orders, cus", ["customers"]),
-    ("SELECT o.cu FROM orders AS o", ["customer_id"]),  # alias defined after the cursor
-    ("SELECT COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.co", ["country"]),
-    ("SELECT COUNT(*) FROM orders WHERE stat", ["status"]),
-    ("sel", ["select"]),  # keywords in the case being typed
-    ("\\de", ["\\describe", "\\delta"]),
-    ("\\describe pro", ["products"]),
-    ("\\format j", ["json"]),
-])
-def test_completer(shop_metadata: Metadata, text: str, expected: list[str]) -> None:
-    """What TAB offers in the sessions above (the same completer, without a terminal)."""
-    cursor = text.index(" FROM orders AS") if "AS o" in text else len(text)
-    completer = sql_completer(shop_metadata)
-    found = [c.text for c in completer.get_completions(Document(text, cursor), None)]
-    assert found == expected
