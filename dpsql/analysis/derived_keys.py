@@ -130,6 +130,52 @@ def derive_key(node: exp.Expression, columns: Mapping[tuple[str, str], object],
     return _column_domain(node, only, columns, metadata, what)
 
 
+def listed_domain(node: exp.Expression, where: exp.Expression | None) -> DerivedDomain | None:
+    """The bins of a computed key that its own SELECT's WHERE restricts to listed constants
+    (TPC-H Q22: ``substring(c_phone, 1, 2) IN ('13', '31', ...)``), or None.
+
+    Contract: reads only the SQL. A top-level conjunct ``node IN (c1, ..., cn)`` (the same
+    expression, constants only: string or integer literals, no NULL) means every row whose key
+    is computed satisfies it, so the key takes one of those values; the bins are the listed
+    constants, public because they are in the query text. Which bins exist therefore depends
+    on the SQL alone, and each row's key is still a function of that row (histogram ES 2·S
+    per bin, as for any key): a row whose key were outside them would be dropped from the
+    bins, never given one of its own.
+    """
+    if isinstance(where, exp.Where):
+        where = where.this
+    for cond in _and_conjuncts(where):
+        if not isinstance(cond, exp.In) or cond.args.get("query") is not None:
+            continue
+        if cond.args.get("unnest") is not None or cond.this != node:
+            continue
+        items = cond.expressions
+        if not items or not all(isinstance(v, exp.Literal) for v in items):
+            continue
+        if all(v.is_string for v in items):
+            values: tuple[object, ...] = tuple(dict.fromkeys(v.this for v in items))
+            input_type = "VARCHAR"
+        elif all(v.is_int for v in items):
+            values = tuple(dict.fromkeys(int(v.this) for v in items))
+            input_type = "BIGINT"
+        else:
+            continue
+        return DerivedDomain(exp.column(INPUT), values=Domain(values=values),
+                             input_type=input_type,
+                             label=f"the {len(values)} values {sql_text(node)[:60]} IN lists")
+    return None
+
+
+def _and_conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+    """The AND-ed conjuncts of ``node`` (the tree is not changed)."""
+    if node is None:
+        return []
+    node = node.unnest()
+    if isinstance(node, exp.And):
+        return _and_conjuncts(node.left) + _and_conjuncts(node.right)
+    return [node]
+
+
 def may_derive(node: exp.Expression, columns: Mapping[tuple[str, str], object],
                metadata: Metadata) -> bool:
     """A cheap test (no SQL generated, nothing raised) of whether :func:`derive_key` could

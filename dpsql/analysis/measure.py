@@ -30,7 +30,7 @@ from dpsql.analysis.checks import (
     key_of,
     sql_text,
 )
-from dpsql.analysis.derived_keys import derive_key
+from dpsql.analysis.derived_keys import derive_key, listed_domain
 from dpsql.analysis.kexpr import is_zero
 from dpsql.analysis.keytypes import collation, numeric_or_unknown
 from dpsql.analysis.model import (
@@ -60,7 +60,7 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
     which aggregates over ``rel`` (its FROM / WHERE relation)."""
     _distinct_as_group(query, rel, metadata)
     keys = list(query.args["group"].expressions) if query.args.get("group") else []
-    group_keys = _group_keys(keys, rel, metadata)
+    group_keys = _group_keys(keys, rel, metadata, query.args.get("where"))
     selection_stability = _selection_stability(group_keys, rel)
     grouped = bool(keys)
     check_filter(query.args.get("having"), "HAVING")
@@ -305,14 +305,22 @@ def _sum_bounds(agg: exp.Expression, arg: exp.Expression, rel: Relation) -> tupl
     return facts.bounds
 
 
-def _group_keys(keys: list[exp.Expression], rel: Relation, metadata: Metadata) -> list[GroupKey]:
+def _group_keys(keys: list[exp.Expression], rel: Relation, metadata: Metadata,
+                where: exp.Expression | None = None) -> list[GroupKey]:
     out: list[GroupKey] = []
     for i, key in enumerate(keys):
         facts = rel.columns.get((key.table, key.name)) if isinstance(key, exp.Column) else None
         if not isinstance(key, exp.Column) or (facts is not None and (
                 facts.derived_domain is not None or _days_only(facts, metadata))):
             # computed, computed in a subquery, or a date column with day bounds only
-            derived = derive_key(key, rel.columns, metadata)
+            try:
+                derived = derive_key(key, rel.columns, metadata)
+            except ProtectedBinError:
+                listed = (listed_domain(key, where)
+                          if key.find(exp.Placeholder, exp.AggFunc) is None else None)
+                if listed is None:
+                    raise
+                derived = listed
             name = key.name if isinstance(key, exp.Column) else sql_text(key)
             out.append(GroupKey(i, key, Domain(), name, derived_type(key),
                                 derived_domain=derived))

@@ -24,7 +24,7 @@ from dpsql.analysis.checks import (
     reject_outer_references,
     sql_text,
 )
-from dpsql.analysis.derived_keys import DerivedDomain, derive_key, may_derive
+from dpsql.analysis.derived_keys import DerivedDomain, derive_key, listed_domain, may_derive
 from dpsql.analysis.joins import JoinBuilder
 from dpsql.analysis.keytypes import same_type
 from dpsql.analysis.model import ColumnFacts, Derivation, Relation
@@ -174,7 +174,8 @@ class Analyzer(JoinBuilder):
                     out[("", name)] = ColumnFacts.derived(
                         from_aggregate=from_agg, type=derived_type(inner)
                     )
-                    found = None if from_agg else self._derived_domain(inner, rel, key_sql)
+                    found = None if from_agg else self._derived_domain(inner, rel, key_sql,
+                                                                       select)
                     if found is not None:  # a computed GROUP BY key of the subquery
                         out[("", name)] = replace(out[("", name)], derived_domain=found)
             having = select.args.get("having")
@@ -215,7 +216,7 @@ class Analyzer(JoinBuilder):
                     from_aggregate=from_agg, type=derived_type(inner)
                 )
                 if not from_agg:
-                    found = self._derived_domain(inner, rel, None)
+                    found = self._derived_domain(inner, rel, None, select)
                     if found is not None:
                         out[("", name)] = replace(out[("", name)], derived_domain=found)
                     derived = derived_bounds(inner, rel)
@@ -227,19 +228,22 @@ class Analyzer(JoinBuilder):
         return Relation(stability, out, rel.ancestors,
                         Derivation(label, stability, (), (rel.tree,)))
 
-    def _derived_domain(self, node: exp.Expression, rel: Relation,
-                        keys: set | None) -> DerivedDomain | None:
+    def _derived_domain(self, node: exp.Expression, rel: Relation, keys: set | None,
+                        select: exp.Select) -> DerivedDomain | None:
         """The derivable bins of a computed output column (dpsql.analysis.derived_keys), so a
         GROUP BY outside can use it; None when there are none. In an aggregate subquery only a
-        GROUP BY key (``keys``: their key_of) qualifies."""
+        GROUP BY key (``keys``: their key_of) qualifies. Failing the metadata, a conjunct of
+        ``select``'s WHERE listing the column's constants gives them (``listed_domain``)."""
         if keys is not None and key_of(node) not in keys:
             return None
-        if not may_derive(node, rel.columns, self.metadata):
+        if may_derive(node, rel.columns, self.metadata):
+            try:
+                return derive_key(node, rel.columns, self.metadata)
+            except ProtectedBinError:
+                pass
+        if node.find(exp.Placeholder, exp.AggFunc, exp.Window, exp.Query) is not None:
             return None
-        try:
-            return derive_key(node, rel.columns, self.metadata)
-        except ProtectedBinError:
-            return None
+        return listed_domain(node, select.args.get("where"))
 
     # -- FROM / JOIN / WHERE -----------------------------------------------------------
 

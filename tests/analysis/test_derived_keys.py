@@ -346,3 +346,29 @@ tables:
     relation = derived_domain_relation(derived).sql(dialect=DIALECT)
     got = [v for (v,) in _CON.execute(f"SELECT __v FROM ({relation}) ORDER BY __o").fetchall()]
     assert got == [1_000_000_000, 2_000_000_000, 3_000_000_000]
+
+
+@pytest.mark.parametrize(("where", "expected"), [
+    ("SUBSTRING(t.s, 1, 2) IN ('13', '31', '13')", ("13", "31")),  # deduplicated
+    ("t.n > 0 AND (SUBSTRING(t.s, 1, 2) IN ('7'))", ("7",)),
+    ("SUBSTRING(t.s, 1, 2) IN (1, 2)", (1, 2)),
+    ("SUBSTRING(t.s, 1, 2) IN ('1') OR t.n > 0", None),  # not every row satisfies it
+    ("NOT SUBSTRING(t.s, 1, 2) IN ('1')", None),
+    ("SUBSTRING(t.s, 1, 3) IN ('1')", None),  # another expression
+    ("SUBSTRING(t.s, 1, 2) IN ('1', NULL)", None),  # not constants only
+    ("SUBSTRING(t.s, 1, 2) IN (SELECT u.s FROM u)", None),
+])
+def test_a_key_listed_by_its_own_where_takes_the_list_as_bins(where, expected):
+    """listed_domain reads the SQL alone: a top-level conjunct ``key IN (constants)``."""
+    from sqlglot import parse_one
+
+    from dpsql.analysis.derived_keys import listed_domain
+
+    key = parse_one("SUBSTRING(t.s, 1, 2)", dialect="duckdb")
+    cond = parse_one(f"SELECT 1 FROM t WHERE {where}", dialect="duckdb").args.get("where")
+    found = listed_domain(key, cond)
+    if expected is None:
+        assert found is None
+    else:
+        assert found is not None and found.values is not None
+        assert found.values.values == expected

@@ -112,6 +112,12 @@ CASES = [
     ("narrowed_function_of_domain",
      "SELECT UPPER(kind) AS k, COUNT(*) AS n FROM ev WHERE kind IN ('a', 'c') GROUP BY k",
      [("A",), ("C",)], False),
+    # a key the query itself restricts to listed constants (TPC-H Q22): the bins are the list
+    ("in_list", "SELECT amount % 10 AS r, COUNT(*) AS n FROM ev WHERE amount % 10 IN (1, 3, 5) "
+     "GROUP BY r", [(1,), (3,), (5,)], False),
+    ("in_list_through_subquery",
+     "SELECT t.r, COUNT(*) AS n FROM (SELECT amount % 10 AS r FROM ev "
+     "WHERE amount % 10 IN (2, 4)) t GROUP BY t.r", [(2,), (4,)], False),
     ("ordinal_and_public_join",
      "SELECT QUARTER(d), COUNT(*) AS n FROM ev JOIN kinds ON ev.kind = kinds.kind "
      "WHERE kinds.label = 'x' GROUP BY 1", [(q,) for q in (1, 2, 3, 4)], False),
