@@ -23,14 +23,16 @@ Modules, one job each:
 from __future__ import annotations
 
 from dpsql.metadata.load import load_metadata, loads_metadata
-from dpsql.metadata.model import Column, Domain, Metadata, Table
+from dpsql.metadata.model import Column, Domain, Metadata, PrivacyUnit, Table, UnitPath
 from dpsql.metadata.yaml_io import dump_metadata
 
 __all__ = [
     "Column",
     "Domain",
     "Metadata",
+    "PrivacyUnit",
     "Table",
+    "UnitPath",
     "dump_metadata",
     "load_metadata",
     "loads_metadata",

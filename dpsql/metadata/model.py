@@ -54,15 +54,52 @@ class Column:
 
 
 @dataclass(frozen=True)
+class UnitPath:
+    """How a private table's rows reach the privacy unit (issue #17, docs/privacy.md "Privacy
+    units"): ``column`` holds the unit's id itself (``to_table`` None: ``unit: o_custkey``), or
+    references ``to_table.to_column``, a key of a table with its own path (``unit: {via:
+    l_orderkey, to: orders.o_orderkey}``). A row belongs to the unit its path reaches; a row
+    whose path does not resolve (NULL or an orphan key) belongs to none."""
+
+    column: str
+    to_table: str | None = None
+    to_column: str | None = None
+
+    @property
+    def direct(self) -> bool:
+        return self.to_table is None
+
+
+@dataclass(frozen=True)
+class PrivacyUnit:
+    """What dpsql protects when declared: one row of ``table`` (its id is ``column``) with every
+    row linked to it through the tables' unit paths (FK cascade), instead of one row.
+
+    The bounds are public parameters of the mechanisms, never facts the privacy rests on:
+    ``max_contribution`` is R2T's GS (the truncation levels are 2, 4, .., 2^ceil(log2 GS) rows;
+    a unit contributing more is truncated, not trusted); ``max_groups`` (kappa) is how many
+    groups of one GROUP BY a unit may contribute to and ``max_rows_per_group`` how many rows
+    it may contribute to one group (both enforced in the executed query)."""
+
+    table: str
+    column: str
+    max_contribution: int = 2**20
+    max_groups: int = 1
+    max_rows_per_group: int = 1
+
+
+@dataclass(frozen=True)
 class Table:
     """One table. Public tables have stability 0. ``source`` is a CSV/Parquet path or glob the
-    owner-side backend registers as a view (None: the table lives in the database)."""
+    owner-side backend registers as a view (None: the table lives in the database). ``unit``
+    is the table's path to the privacy unit (private tables, with a declared unit only)."""
 
     name: str
     columns: Mapping[str, Column]
     public: bool = False
     rows: int | None = None
     source: str | None = None
+    unit: UnitPath | None = None
 
     def column(self, name: str) -> Column:
         try:
@@ -86,6 +123,9 @@ class Metadata:
     data_version: str | None = None
     #: the file this metadata came from (for error messages and relative paths)
     path: Path | None = field(default=None, compare=False)
+    #: with a privacy unit declared, neighbouring databases differ in one unit with its FK
+    #: cascade (dpsql.units); None: in one row (the default, elastic sensitivity)
+    privacy_unit: PrivacyUnit | None = None
 
     def table(self, name: str) -> Table:
         """The table named ``name`` (case-insensitive; a ``schema.`` prefix is ignored)."""
