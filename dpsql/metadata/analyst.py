@@ -30,8 +30,10 @@ from dpsql.metadata.yaml_io import _column_settings, _emit
 
 #: the fields of each model class an analyst may see
 ANALYST_FIELDS: dict[type, tuple[str, ...]] = {
-    Metadata: ("tables",),
-    Table: ("name", "columns", "public"),
+    # the privacy unit (its table, id column and public contribution bounds) and each table's
+    # path to it are public decisions: what a release protects, and how
+    Metadata: ("tables", "privacy_unit"),
+    Table: ("name", "columns", "public", "unit"),
     Column: ("name", "bounds", "releasable", "domain", "type", "date_bounds",
              "partition_selection"),
     Domain: ("values", "table", "column"),
