@@ -45,6 +45,9 @@ class ColumnRelease:
     sigma: float | None = None
     accuracy_alpha: float | None = None
     accuracy_beta: float | None = None
+    #: R2T columns (a privacy unit, no GROUP BY: dpsql.units): a 95% interval computed from
+    #: the noisy levels alone (post-processing; dpsql.noise.r2t says what it covers)
+    interval_95: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,8 @@ class Release:
     selection_epsilon: float = 0.0
     selection_delta: float = 0.0
     selection_threshold: int | None = None
+    #: the privacy unit the release protects ("customer.c_custkey"); None: one row
+    privacy_unit: str | None = None
 
     @property
     def free(self) -> bool:
@@ -96,6 +101,8 @@ def mechanism_name(plan: NoisePlan) -> str:
     """The ledger's name for how ``plan`` releases its measurement."""
     if plan.scale == 0 and plan.pure:
         return EXACT
+    if plan.r2t is not None:
+        return "r2t"
     if plan.sigma is not None:
         return "discrete_gaussian" if plan.measurement.integer else "snapped_gaussian"
     kind = "discrete_laplace" if plan.measurement.function == "COUNT" else "snapped_laplace"
@@ -135,7 +142,8 @@ def _gaussian_accuracy(p: NoisePlan, n_bins: int) -> tuple[float, dict[str, Any]
 
 def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ...],
                    fingerprint: str, n_bins: int,
-                   selection: SelectionPlan | None = None) -> Release:
+                   selection: SelectionPlan | None = None, *,
+                   unit: str | None = None) -> Release:
     """The record of releasing ``plans`` over ``n_bins`` bins (and, with ``selection``, of
     selecting the groups first: ``n_bins`` is then 1, since the number of kept groups is
     known only after the charge, and half-widths are per group).
@@ -158,6 +166,8 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
         gauss: dict[str, Any] = {}
         if single and parts[0].scale == 0:
             width = 0.0  # public data only: released exactly
+        elif parts[0].r2t is not None:
+            pass  # R2T: its interval comes from the noisy levels (dpsql.units.record)
         elif single and parts[0].sigma is not None and col.bare_aggregate:
             width, gauss = _gaussian_accuracy(parts[0], n_bins)
         elif single and col.bare_aggregate:
@@ -179,6 +189,7 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
             mechanism="+".join(sorted(mechanisms_used)),
             columns=tuple(out),
             fingerprint=fingerprint,
+            privacy_unit=unit,
         )
     # a selection sharing a COUNT(*)'s noisy values spends that COUNT's epsilon (counted in
     # the plans), once; its delta is its own
