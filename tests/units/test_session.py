@@ -61,6 +61,8 @@ def test_r2t_count_is_charged_recorded_and_biased_low_by_its_shift(session, data
     assert record.mechanism == "r2t" and record.epsilon == 1.0 and record.delta == 0.0
     col = record.columns[0]
     assert col.mechanism == "r2t" and col.half_width_95 is None
+    assert col.level_scales == tuple(r2t.r2t_scales(unit_bound=1, max_contribution=64,
+                                                    epsilon=1.0, integer=True))
     # with zero noise every level is its exact truncated sum minus its public shift
     plan = r2t.plan_r2t(unit_bound=1, max_contribution=64, epsilon=1.0, integer=True)
     top = true - plan.shifts[-1]  # the top level truncates nothing (<= 64 rows per unit)
@@ -86,6 +88,7 @@ def test_grouped_query_is_two_stage_with_a_public_scale(session, database):
     col = result.release.columns[1]
     assert col.mechanism == "discrete_laplace"
     assert col.half_width_95 is not None  # kappa * C / epsilon is public
+    assert col.noise_scale == 3 * 100 / 1.0
     # every unit keeps at most 3 kinds (all of them here) and 100 rows per kind: exact
     assert sorted(result.rows) == sorted(_exact(
         database, "SELECT kind, COUNT(*) FROM items WHERE i_order IN (SELECT o_id FROM orders) "
