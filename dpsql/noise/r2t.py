@@ -274,9 +274,10 @@ def truncated_sums(contributions: np.ndarray, *, unit_bound: float,
                    max_contribution: int) -> np.ndarray:
     """The reference truncation ``Q(tau_j) = sum_u min(c_u, tau_j b)`` for every level.
 
-    Precondition: ``contributions`` a 1-D array of finite ``c_u >= 0`` (one per unit); b and
-    GS as for :func:`plan_r2t`. Guarantee: shape ``(L,)``; int64 (exact) when the
-    contributions are integers and b is whole, float64 otherwise. Adding or removing one unit
+    Precondition: ``contributions`` a 1-D array of finite ``c_u >= 0`` (one per unit; integer
+    ones at most 2^62, as for any count); b and GS as for :func:`plan_r2t`. Guarantee: shape
+    ``(L,)``; int64 (exact) when the contributions are integers and b is whole, float64
+    otherwise. Adding or removing one unit
     changes ``Q(tau_j)`` by ``min(c_u, tau_j b) <= tau_j b``: :func:`release_r2t`'s
     precondition. The engine computes the same sums in the database.
     """
@@ -286,11 +287,13 @@ def truncated_sums(contributions: np.ndarray, *, unit_bound: float,
     if not np.all(np.isfinite(c)) or (c.size and c.min() < 0):
         raise ValueError("contributions must be finite and >= 0")
     b = _check_positive(unit_bound, "unit_bound")
-    caps = np.array(levels(max_contribution), dtype=np.int64)
+    taus = levels(max_contribution)
     if c.dtype.kind in "iu" and b.is_integer():
-        caps = caps * int(b)
+        # caps beyond 2^62 (no int64 count reaches them) are held there: no overflow
+        caps = np.array([min(t * int(b), 2**62) for t in taus], dtype=np.int64)
         return np.minimum(c.astype(np.int64)[:, None], caps[None, :]).sum(axis=0)
-    return np.minimum(c.astype(np.float64)[:, None], caps[None, :] * b).sum(axis=0)
+    caps_f = np.array(taus, dtype=np.float64) * b
+    return np.minimum(c.astype(np.float64)[:, None], caps_f[None, :]).sum(axis=0)
 
 
 @dataclass(frozen=True, eq=False)

@@ -356,3 +356,8 @@ def test_empty_batch():
 
 def test_randomness_comes_only_from_the_mechanisms_module():
     assert_secure_randomness(r2t, reads_urandom=False)
+
+
+def test_truncated_sums_with_huge_caps_do_not_overflow():
+    q = truncated_sums(np.array([5, 2**40]), unit_bound=3, max_contribution=2**62)
+    assert q[0] == 5 + 6 and q[-1] == 5 + 2**40  # caps 2 * 3, ..., held at 2^62
