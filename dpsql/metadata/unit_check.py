@@ -20,9 +20,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dpsql.errors import Error, OperationalError
 from dpsql.metadata.model import Metadata
 
 Fetch = Callable[[str], list[tuple]]
+
+
+def _one_row(fetch: Fetch, sql: str, what: str) -> tuple[int, int, int]:
+    """The three counts ``sql`` returns; a failure names the check (``what``)."""
+    try:
+        ((a, b, c),) = fetch(sql)
+    except Error as exc:
+        raise OperationalError(f"checking {what} failed: {exc.message} (are the table and "
+                               "column in the database, and of comparable types?)") from None
+    return int(a), int(b), int(c)
 
 
 def quote_ident(name: str) -> str:
@@ -106,8 +117,9 @@ def check_units(md: Metadata, fetch: Fetch) -> UnitReport:
                 targets.append((p.to_table, p.to_column))
     keys = []
     for table, column in targets:
-        ((values, repeated, nulls),) = fetch(key_sql(quote_ident(table), column))
-        keys.append(KeyCheck(table, column, int(values), int(repeated), int(nulls)))
+        values, repeated, nulls = _one_row(fetch, key_sql(quote_ident(table), column),
+                                           f"key {table}.{column}")
+        keys.append(KeyCheck(table, column, values, repeated, nulls))
     paths = []
     for t in md.tables.values():
         p = t.unit
@@ -116,10 +128,10 @@ def check_units(md: Metadata, fetch: Fetch) -> UnitReport:
         to_table = unit.table if p.direct else p.to_table
         to_column = unit.column if p.direct else p.to_column
         assert to_table is not None and to_column is not None
-        ((rows, nulls, orphans),) = fetch(
-            orphan_sql(quote_ident(t.name), p.column, quote_ident(to_table), to_column))
-        paths.append(PathCheck(t.name, p.column, to_table, to_column, int(rows), int(nulls),
-                               int(orphans)))
+        rows, nulls, orphans = _one_row(
+            fetch, orphan_sql(quote_ident(t.name), p.column, quote_ident(to_table), to_column),
+            f"path {t.name}.{p.column} -> {to_table}.{to_column}")
+        paths.append(PathCheck(t.name, p.column, to_table, to_column, rows, nulls, orphans))
     return UnitReport(tuple(keys), tuple(paths))
 
 

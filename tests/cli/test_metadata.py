@@ -92,6 +92,16 @@ def test_check_reads_sources_declared_in_the_metadata(tmp_path, capsys):
         capsys.readouterr().out
 
 
+def test_check_names_the_failing_check(tmp_path, capsys):
+    db = make_db(tmp_path, "ALTER TABLE orders ALTER o_custkey TYPE VARCHAR;"
+                           "UPDATE orders SET o_custkey = 'x' WHERE o_custkey = '9';")
+    md = write(tmp_path, METADATA)
+    assert main(["metadata", "check", "-m", str(md), "-d", str(db)]) == 1
+    err = capsys.readouterr().err
+    assert "error: checking path orders.o_custkey -> customer.c_custkey failed: the database " \
+           "could not run the query" in err
+
+
 def test_check_without_database_or_unit(tmp_path, capsys):
     db = make_db(tmp_path)
     md = write(tmp_path, METADATA)

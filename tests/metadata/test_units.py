@@ -88,6 +88,15 @@ def test_the_unit_table_may_spell_out_its_own_path(tmp_path):
     assert _load(tmp_path, text) == _load(tmp_path, BASE)
 
 
+@pytest.mark.parametrize("to", ["customer.c_custkey", "customer.c_nationkey"])
+def test_a_path_may_lead_to_any_declared_column_of_the_unit_table(tmp_path, to):
+    # whether it is a key is a fact of the data: `dpsql metadata check -d` verifies it
+    md = _load(tmp_path, BASE.replace("unit: o_custkey", f"unit: {{via: o_custkey, to: {to}}}"))
+    table, column = to.split(".")
+    assert md.table("orders").unit == UnitPath("o_custkey", table, column)
+    assert loads_metadata(dump_metadata(md), md.path) == md
+
+
 def test_without_a_unit_nothing_changes(tmp_path):
     md = _load(tmp_path, "tables:\n  t: {columns: {a: {}}}\n")
     assert md.privacy_unit is None and md.table("t").unit is None
