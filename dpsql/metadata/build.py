@@ -32,7 +32,7 @@ import click
 import duckdb
 
 from dpsql.errors import OperationalError, ProgrammingError
-from dpsql.metadata.build_units import with_unit
+from dpsql.metadata.build_units import unit_target, with_unit
 from dpsql.metadata.load import load_metadata
 from dpsql.metadata.yaml_io import _emit, _flow
 
@@ -276,6 +276,9 @@ def _build(
         public_keys.update(r.key for r in match)
 
     columns = {r.key: con.columns(r) for r in chosen}
+    if unit is not None:  # a wrong --unit fails before the profiling, not after
+        unit_target(unit, {k: [c[0] for c in cols] for k, cols in columns.items()},
+                    public_keys)
     rows = {r.key: con.fetchall(f"SELECT count(*) FROM {r.sql}")[0][0] for r in chosen}
     show = progress or sum(rows.values()) > PROGRESS_ROWS
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from dpsql.errors import ProgrammingError
@@ -140,26 +140,34 @@ def _via(t: Candidate, reached: list[Candidate], unit_table: str, unit_column: s
     return None
 
 
-def with_unit(md: Metadata, unit: str, table_sql: Mapping[str, str],
-              fetch: Callable[[str], list[tuple]]) -> tuple[Metadata, dict[str, list[str]]]:
-    """The draft ``md`` (profiled: types and max frequencies) with ``privacy_unit`` from
-    ``unit`` ("TABLE.COLUMN") and the proposed paths, and the notes of the tables without one.
-    ``table_sql`` names each table in SQL. The result may not load (module docstring)."""
+def unit_target(unit: str, columns: Mapping[str, Sequence[str]],
+                public: Collection[str]) -> tuple[str, str]:
+    """(table, column) named by ``unit`` ("TABLE.COLUMN"), checked against the tables being
+    described (``columns``: each one's column names) before anything is profiled."""
     table, dot, column = unit.strip().rpartition(".")
     if not dot or not table or not column:
         raise ProgrammingError(f"--unit {unit!r}: write TABLE.COLUMN, such as "
                                "customer.c_custkey (the unit's table and its id column)")
     name, column = _table_key(table), column.lower()
-    home = md.tables.get(name)
-    if home is None:
+    if name not in columns:
         raise ProgrammingError(f"--unit {unit!r}: table {table!r} is not one of the tables "
-                               f"being described ({', '.join(md.tables)})")
-    if home.public:
+                               f"being described ({', '.join(columns)})")
+    if name in public:
         raise ProgrammingError(f"--unit {unit!r}: table {name!r} is marked public; the unit's "
                                "table holds the protected units: drop it from --public")
-    if column not in home.columns:
+    if column not in [c.lower() for c in columns[name]]:
         raise ProgrammingError(f"--unit {unit!r}: table {name!r} has no column {column!r} "
-                               f"(its columns: {', '.join(home.columns)})")
+                               f"(its columns: {', '.join(columns[name])})")
+    return name, column
+
+
+def with_unit(md: Metadata, unit: str, table_sql: Mapping[str, str],
+              fetch: Callable[[str], list[tuple]]) -> tuple[Metadata, dict[str, list[str]]]:
+    """The draft ``md`` (profiled: types and max frequencies) with ``privacy_unit`` from
+    ``unit`` ("TABLE.COLUMN") and the proposed paths, and the notes of the tables without one.
+    ``table_sql`` names each table in SQL. The result may not load (module docstring)."""
+    name, column = unit_target(unit, {n: list(t.columns) for n, t in md.tables.items()},
+                               {n for n, t in md.tables.items() if t.public})
     candidates = [
         Candidate(t.name, table_sql[t.name],
                   {c.name: c.type or "" for c in t.columns.values()},

@@ -9,8 +9,10 @@ table, so it belongs to at most one unit. Loading metadata never reads data
 * the unit's id column and every ``to`` column are unique among their non-NULL values (a NULL
   matches nothing, so NULLs may repeat); a repeated key is an error (:attr:`UnitReport.ok` is
   False): rows would belong to two units, or one unit would be two;
-* per path, the rows whose column is NULL and the orphans (non-NULL values with no match in the
-  target): such rows belong to no unit and are answered as such, so they are warnings.
+* per path, the rows whose column is NULL, the orphans (non-NULL values with no match in the
+  target), and all the rows whose path reaches no unit (those two, and rows referencing a row
+  that itself reaches none): such rows belong to no unit and are answered as such, so they
+  are warnings.
 
 Everything here counts private rows: the report is for the data owner, never for analysts.
 """
@@ -26,14 +28,14 @@ from dpsql.metadata.model import Metadata
 Fetch = Callable[[str], list[tuple]]
 
 
-def _one_row(fetch: Fetch, sql: str, what: str) -> tuple[int, int, int]:
-    """The three counts ``sql`` returns; a failure names the check (``what``)."""
+def _counts(fetch: Fetch, sql: str, what: str) -> list[int]:
+    """The counts of the one row ``sql`` returns; a failure names the check (``what``)."""
     try:
-        ((a, b, c),) = fetch(sql)
+        (row,) = fetch(sql)
     except Error as exc:
         raise OperationalError(f"checking {what} failed: {exc.message} (are the table and "
                                "column in the database, and of comparable types?)") from None
-    return int(a), int(b), int(c)
+    return [int(v) for v in row]
 
 
 def quote_ident(name: str) -> str:
@@ -59,6 +61,25 @@ def orphan_sql(table_sql: str, column: str, target_sql: str, key: str) -> str:
         f"LEFT JOIN (SELECT DISTINCT {quote_ident(key)} AS k FROM {target_sql}) AS p "
         f"ON c.v = p.k"
     )
+
+
+def reaching_sql(md: Metadata, table: str, column: str) -> str:
+    """The values of ``table.column`` in the rows whose path reaches a unit (NULL ids and
+    orphans reach none; ``IN`` drops both)."""
+    unit = md.privacy_unit
+    assert unit is not None
+    t, col = md.tables[table], quote_ident(column)
+    if table == unit.table:
+        return f"SELECT {col} FROM {quote_ident(table)} WHERE {quote_ident(unit.column)} " \
+               "IS NOT NULL"
+    p = t.unit
+    assert p is not None
+    if p.direct:
+        inner = f"SELECT {quote_ident(unit.column)} FROM {quote_ident(unit.table)}"
+    else:
+        assert p.to_table is not None and p.to_column is not None
+        inner = reaching_sql(md, p.to_table, p.to_column)
+    return f"SELECT {col} FROM {quote_ident(table)} WHERE {quote_ident(p.column)} IN ({inner})"
 
 
 @dataclass(frozen=True)
@@ -88,6 +109,9 @@ class PathCheck:
     rows: int
     nulls: int
     orphans: int
+    #: rows whose path reaches no unit: the NULLs, the orphans, and the rows referencing a row
+    #: of ``to_table`` that reaches none
+    no_unit: int
 
 
 @dataclass(frozen=True)
@@ -117,8 +141,8 @@ def check_units(md: Metadata, fetch: Fetch) -> UnitReport:
                 targets.append((p.to_table, p.to_column))
     keys = []
     for table, column in targets:
-        values, repeated, nulls = _one_row(fetch, key_sql(quote_ident(table), column),
-                                           f"key {table}.{column}")
+        values, repeated, nulls = _counts(fetch, key_sql(quote_ident(table), column),
+                                          f"key {table}.{column}")
         keys.append(KeyCheck(table, column, values, repeated, nulls))
     paths = []
     for t in md.tables.values():
@@ -128,10 +152,14 @@ def check_units(md: Metadata, fetch: Fetch) -> UnitReport:
         to_table = unit.table if p.direct else p.to_table
         to_column = unit.column if p.direct else p.to_column
         assert to_table is not None and to_column is not None
-        rows, nulls, orphans = _one_row(
+        what = f"path {t.name}.{p.column} -> {to_table}.{to_column}"
+        rows, nulls, orphans = _counts(
             fetch, orphan_sql(quote_ident(t.name), p.column, quote_ident(to_table), to_column),
-            f"path {t.name}.{p.column} -> {to_table}.{to_column}")
-        paths.append(PathCheck(t.name, p.column, to_table, to_column, rows, nulls, orphans))
+            what)
+        (reached,) = _counts(
+            fetch, f"SELECT count(*) FROM ({reaching_sql(md, t.name, p.column)}) AS r", what)
+        paths.append(PathCheck(t.name, p.column, to_table, to_column, rows, nulls, orphans,
+                               rows - reached))
     return UnitReport(tuple(keys), tuple(paths))
 
 
@@ -158,10 +186,12 @@ def report_lines(md: Metadata, report: UnitReport) -> tuple[list[str], list[str]
                             "unit, and rows linked to them belong to no unit")
     for p in report.paths:
         lines.append(f"path {p.table}.{p.column} -> {p.to_table}.{p.to_column}: {p.rows} rows, "
-                     f"{p.nulls} NULL, {p.orphans} orphans")
-        if p.nulls or p.orphans:
+                     f"{p.nulls} NULL, {p.orphans} orphans, {p.no_unit} of no unit")
+        if p.no_unit:
+            through = p.no_unit - p.nulls - p.orphans
             warnings.append(
-                f"{p.table}: {p.nulls + p.orphans} of {p.rows} rows belong to no unit ("
-                f"{p.nulls} with a NULL {p.column}, {p.orphans} orphans: {p.column} not in "
-                f"{p.to_table}.{p.to_column}), and are answered as such")
+                f"{p.table}: {p.no_unit} of {p.rows} rows belong to no unit ({p.nulls} with a "
+                f"NULL {p.column}, {p.orphans} orphans: {p.column} not in {p.to_table}."
+                f"{p.to_column}" + (f", {through} through rows of {p.to_table} of no unit"
+                                    if through else "") + "), and are answered as such")
     return lines, warnings, errors

@@ -12,6 +12,7 @@ from dpsql.metadata.unit_check import (
     check_units,
     key_sql,
     orphan_sql,
+    reaching_sql,
     report_lines,
 )
 from tests.metadata.unit_db import METADATA, make_db
@@ -23,7 +24,9 @@ def _fetch(path):
 
 
 def test_exact_counts(tmp_path):
-    con, fetch = _fetch(make_db(tmp_path))
+    # lineitem rows of order 13 (NULL customer) and 14 (customer 9, an orphan) reach no unit
+    # through orders
+    con, fetch = _fetch(make_db(tmp_path, "INSERT INTO lineitem VALUES (13, 1, 1), (14, 1, 1);"))
     try:
         report = check_units(loads_metadata(METADATA), fetch)
     finally:
@@ -33,11 +36,20 @@ def test_exact_counts(tmp_path):
         KeyCheck("orders", "o_orderkey", values=5, repeated=0, nulls=0),
     )
     assert report.paths == (
-        PathCheck("orders", "o_custkey", "customer", "c_custkey", rows=5, nulls=1, orphans=1),
-        PathCheck("lineitem", "l_orderkey", "orders", "o_orderkey", rows=6, nulls=1,
-                  orphans=1),
+        PathCheck("orders", "o_custkey", "customer", "c_custkey", rows=5, nulls=1, orphans=1,
+                  no_unit=2),
+        PathCheck("lineitem", "l_orderkey", "orders", "o_orderkey", rows=8, nulls=1,
+                  orphans=1, no_unit=4),
     )
     assert report.ok
+    _, warnings, _ = report_lines(loads_metadata(METADATA), report)
+    assert warnings == [
+        "orders: 2 of 5 rows belong to no unit (1 with a NULL o_custkey, 1 orphans: o_custkey "
+        "not in customer.c_custkey), and are answered as such",
+        "lineitem: 4 of 8 rows belong to no unit (1 with a NULL l_orderkey, 1 orphans: "
+        "l_orderkey not in orders.o_orderkey, 2 through rows of orders of no unit), and are "
+        "answered as such",
+    ]
 
 
 def test_repeated_keys_and_null_ids_are_reported(tmp_path):
@@ -57,7 +69,7 @@ def test_repeated_keys_and_null_ids_are_reported(tmp_path):
     )
     # DISTINCT keys: a repeated key does not multiply the referencing rows
     assert report.paths[1] == PathCheck("lineitem", "l_orderkey", "orders", "o_orderkey",
-                                        rows=6, nulls=1, orphans=1)
+                                        rows=6, nulls=1, orphans=1, no_unit=2)
     assert not report.ok
     lines, warnings, errors = report_lines(md, report)
     assert lines[0] == "unit id customer.c_custkey: NOT UNIQUE (1 repeated values), 5 values, " \
@@ -87,8 +99,9 @@ def test_a_clean_database_has_no_warnings(tmp_path):
     assert lines == [
         "unit id customer.c_custkey: unique, 4 values, 0 NULL",
         "key orders.o_orderkey: unique, 3 values, 0 NULL",
-        "path orders.o_custkey -> customer.c_custkey: 3 rows, 0 NULL, 0 orphans",
-        "path lineitem.l_orderkey -> orders.o_orderkey: 4 rows, 0 NULL, 0 orphans",
+        "path orders.o_custkey -> customer.c_custkey: 3 rows, 0 NULL, 0 orphans, 0 of no unit",
+        "path lineitem.l_orderkey -> orders.o_orderkey: 4 rows, 0 NULL, 0 orphans, 0 of no "
+        "unit",
     ]
 
 
@@ -99,3 +112,19 @@ def test_the_queries_quote_names(tmp_path):
     assert con.execute(key_sql('"a ""b"""', 'k "1"')).fetchall() == [(3, 1, 1)]
     assert con.execute(orphan_sql('"a ""b"""', 'k "1"', '"a ""b"""', 'k "1"')).fetchall() == \
         [(4, 1, 0)]
+
+
+def test_reaching_follows_the_whole_path(tmp_path):
+    # customer 4 has no orders; customer 2's order 12 has one lineitem; a NULL customer id
+    # reaches nothing
+    con, fetch = _fetch(make_db(tmp_path, "INSERT INTO customer VALUES (NULL, 'n', 0);"))
+    md = loads_metadata(METADATA)
+    try:
+        assert sorted(v for (v,) in fetch(reaching_sql(md, "customer", "c_name"))) == \
+            ["a", "b", "c", "d"]
+        assert sorted(v for (v,) in fetch(reaching_sql(md, "orders", "o_orderkey"))) == \
+            [10, 11, 12]
+        assert sorted(v for (v,) in fetch(reaching_sql(md, "lineitem", "l_orderkey"))) == \
+            [10, 10, 11, 12]
+    finally:
+        con.close()
