@@ -46,11 +46,11 @@ def _least(value: exp.Expression, bound: float) -> exp.Expression:
 
 
 def _as_total(value: exp.Expression, integer: bool) -> exp.Expression:
-    """What is summed over units: counts as they are (DuckDB sums BIGINT into HUGEINT), sums as
-    DOUBLE, whose sum cannot overflow into an error whatever the bounds (a DECIMAL sum can)."""
-    if integer:
-        return value
-    return exp.Cast(this=value, to=exp.DataType.build("DOUBLE"))
+    """What is summed over units, with its type spelled out (Spark's translation sums only
+    typed values exactly): counts as BIGINT (DuckDB sums them into HUGEINT; a sum of at most
+    one truncated count per unit stays below the table's row count), sums as DOUBLE, whose sum
+    cannot overflow into an error whatever the bounds (a DECIMAL sum can)."""
+    return exp.Cast(this=value, to=exp.DataType.build("BIGINT" if integer else "DOUBLE"))
 
 
 def _greatest(value: exp.Expression, bound: float) -> exp.Expression:
