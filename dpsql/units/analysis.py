@@ -121,6 +121,10 @@ def analyze_units(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
             "under a privacy unit, GROUP BY keys need a declared domain: partition selection "
             "is not available with a unit yet")
     for m in analysis.measurements:
+        if m.function not in ("COUNT", "SUM"):  # the bounds below are for counts and sums
+            raise UnsupportedConstructError(
+                f"under a privacy unit, {m.function} has no unit-level rule yet: use COUNT, "
+                "SUM or AVG")
         if isinstance(m.node, exp.Count) and isinstance(m.node.this, exp.Distinct):
             raise UnsupportedConstructError(
                 "under a privacy unit, COUNT(DISTINCT ...) has no bound yet: one unit may "
