@@ -22,6 +22,7 @@ import random
 import pytest
 
 from dpsql.analysis.blocks import analyze_request
+from dpsql.errors import UnsupportedConstructError
 from dpsql.noise.r2t import levels
 from dpsql.rewrite.plan import plan_execution
 from tests.units import tiny
@@ -43,6 +44,12 @@ R2T_QUERIES = [
     "SELECT SUM(amount) FROM orders o JOIN items i ON i.i_order = o.o_id",
     "SELECT COUNT(*) FROM items i JOIN orders o ON o.o_id = i.i_order"
     " JOIN customer c ON c.c_id = o.o_cust WHERE c.region = 1",
+    # an EXISTS body's equalities hold for the counted rows (a witness satisfies them)
+    "SELECT COUNT(*) FROM orders a JOIN orders b ON a.amount = b.amount WHERE EXISTS"
+    " (SELECT 1 FROM regions r WHERE r.r = a.o_cust AND r.r = b.o_cust)",
+    # a NOT EXISTS body joined along the path inside, correlated on the unit
+    "SELECT COUNT(*) FROM orders a WHERE NOT EXISTS (SELECT 1 FROM orders b JOIN customer c"
+    " ON c.c_id = b.o_cust WHERE b.amount = a.amount AND c.c_id = a.o_cust)",
 ]
 
 GROUPED_QUERIES = [
@@ -64,9 +71,31 @@ def _databases() -> list[tiny.Database]:
     return [tiny.random_database(rng) for _ in range(DATABASES)]
 
 
-@pytest.mark.parametrize("sql", R2T_QUERIES)
-def test_r2t_levels_move_by_at_most_tau_times_bound(sql):
-    md = tiny.metadata()
+#: queries that once passed dpsql.units.paths while counting rows of two units (issue #17's
+#: red team): each must be refused -- or, if a later rule accepts it, keep every bound
+ATTACKS = [
+    # equalities inside a NOT EXISTS body hold for its matching rows, not for the counted
+    # ones: the pairs (a, b) counted here are of two different customers
+    "SELECT COUNT(*) FROM orders a JOIN orders b ON a.amount = b.amount WHERE NOT EXISTS"
+    " (SELECT 1 FROM regions r WHERE r.r = a.o_cust AND r.r = b.o_cust)",
+    "SELECT COUNT(*) FROM orders a JOIN orders b ON a.amount = b.amount WHERE NOT EXISTS"
+    " (SELECT 1 FROM customer c WHERE c.c_id = a.o_cust AND c.c_id = b.o_cust)",
+    "SELECT COUNT(*) FROM orders a JOIN orders b ON a.amount = b.amount WHERE NOT EXISTS"
+    " (SELECT 1 FROM items i WHERE i.i_order = a.o_id AND a.o_cust = b.o_cust)",
+    "SELECT COUNT(*) FROM orders a JOIN orders b ON a.amount = b.amount WHERE NOT (EXISTS"
+    " (SELECT 1 FROM regions r WHERE r.r = a.o_cust AND r.r = b.o_cust))",
+    "SELECT COUNT(*) FROM orders a JOIN orders b ON a.amount = b.amount WHERE NOT EXISTS"
+    " (SELECT 1 FROM regions r JOIN regions r2 ON r.r = r2.r WHERE r.r = a.o_cust"
+    " AND r2.r = b.o_cust)",
+    "SELECT COUNT(*) FROM orders a JOIN customer c ON a.amount = c.region WHERE NOT EXISTS"
+    " (SELECT 1 FROM regions r WHERE r.r = a.o_cust AND r.r = c.c_id)",
+    "SELECT c.region, COUNT(*) FROM orders a JOIN customer c ON a.amount = c.region"
+    " WHERE NOT EXISTS (SELECT 1 FROM regions r WHERE r.r = a.o_cust AND r.r = c.c_id)"
+    " GROUP BY c.region",
+]
+
+
+def _bruteforce_r2t(sql: str, md) -> None:
     analysis = analyze_request(sql, md)
     release = analysis.unit
     assert release is not None and release.r2t
@@ -84,9 +113,32 @@ def test_r2t_levels_move_by_at_most_tau_times_bound(sql):
                         f"{sql}\ndb={db}\nunit={u} part={part} tau={tau}: {a} vs {b}")
 
 
+@pytest.mark.parametrize("sql", R2T_QUERIES)
+def test_r2t_levels_move_by_at_most_tau_times_bound(sql):
+    _bruteforce_r2t(sql, tiny.metadata())
+
+
 @pytest.mark.parametrize("sql", GROUPED_QUERIES)
 @pytest.mark.parametrize("kappa,c", [(1, 1), (2, 3)])
 def test_two_stage_histograms_move_by_at_most_kappa_c_w(sql, kappa, c):
+    _bruteforce_two_stage(sql, kappa, c)
+
+
+@pytest.mark.parametrize("sql", ATTACKS)
+def test_attacks_are_refused_or_bounded(sql):
+    md = tiny.metadata()
+    try:
+        analysis = analyze_request(sql, md)
+    except UnsupportedConstructError as err:
+        assert "unit" in str(err)
+        return
+    if analysis.unit is not None and analysis.unit.r2t:
+        _bruteforce_r2t(sql, md)
+    else:
+        _bruteforce_two_stage(sql, 2, 3)
+
+
+def _bruteforce_two_stage(sql: str, kappa: int, c: int) -> None:
     md = tiny.metadata(max_groups=kappa, max_rows_per_group=c)
     analysis = analyze_request(sql, md)
     assert analysis.unit is not None and not analysis.unit.r2t

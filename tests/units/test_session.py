@@ -28,7 +28,8 @@ def database(tmp_path_factory):
     con = duckdb.connect(str(path))
     for table in tiny.COLUMNS:
         rows = src.execute(f"SELECT * FROM {table}").fetchall()
-        con.execute(f"CREATE TABLE {table} ({', '.join(c + ' INTEGER' for c in tiny.COLUMNS[table])})")
+        columns = ", ".join(c + " INTEGER" for c in tiny.COLUMNS[table])
+        con.execute(f"CREATE TABLE {table} ({columns})")
         if rows:
             con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' for _ in rows[0])})",
                             [list(r) for r in rows])
