@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Sequence
 
 import pytest
 
 from dpsql.analysis.blocks import analyze_request
 from dpsql.errors import UnsupportedConstructError
+from dpsql.metadata import Metadata
 from dpsql.noise.r2t import levels
 from dpsql.rewrite.plan import plan_execution
 from tests.units import tiny
@@ -95,13 +97,16 @@ ATTACKS = [
 ]
 
 
-def _bruteforce_r2t(sql: str, md) -> None:
+def bruteforce_r2t(sql: str, md: Metadata, databases: Sequence[tiny.Database]) -> None:
+    """Every truncated sum of ``sql``'s executed plan moves by at most tau_j * bound when
+    any one unit of any of ``databases`` is removed (module docstring)."""
     analysis = analyze_request(sql, md)
     release = analysis.unit
     assert release is not None and release.r2t
     plan = plan_execution(analysis, md)
+    assert md.privacy_unit is not None
     taus = levels(md.privacy_unit.max_contribution)
-    for db in _databases():
+    for db in databases:
         base = tiny.load(db).execute(plan.exact_sql).fetchone()
         for u in tiny.units(db):
             other = tiny.load(tiny.remove_unit(db, u)).execute(plan.exact_sql).fetchone()
@@ -110,18 +115,51 @@ def _bruteforce_r2t(sql: str, md) -> None:
                     a = base[i * len(taus) + j] or 0
                     b = other[i * len(taus) + j] or 0
                     assert abs(float(a) - float(b)) <= tau * part.bound + 1e-9, (
-                        f"{sql}\ndb={db}\nunit={u} part={part} tau={tau}: {a} vs {b}")
+                        f"PRIVACY BUG: {sql}\ndb={db}\nunit={u} part={part} tau={tau}: "
+                        f"{a} vs {b}")
+
+
+def bruteforce_two_stage(sql: str, md: Metadata, databases: Sequence[tiny.Database]) -> None:
+    """Every measurement's bins of ``sql``'s executed plan move by at most kappa * C * w in
+    L1 when any one unit of any of ``databases`` is removed (module docstring)."""
+    unit = md.privacy_unit
+    assert unit is not None
+    kappa, c = unit.max_groups, unit.max_rows_per_group
+    analysis = analyze_request(sql, md)
+    assert analysis.unit is not None and not analysis.unit.r2t
+    plan = plan_execution(analysis, md)
+    n = len(analysis.measurements)
+
+    def bins(db: tiny.Database) -> dict[int, tuple[float, ...]]:
+        # the exact layout: one bin index (over the domains' product), then the measurements
+        rows = tiny.load(db).execute(plan.exact_sql).fetchall()
+        return {r[0]: tuple(float(v or 0) for v in r[1:]) for r in rows}
+
+    for db in databases:
+        base = bins(db)
+        for u in tiny.units(db):
+            other = bins(tiny.remove_unit(db, u))
+            for j, m in enumerate(analysis.measurements):
+                moved = sum(abs(base.get(i, (0.0,) * n)[j] - other.get(i, (0.0,) * n)[j])
+                            for i in set(base) | set(other))
+                claimed = m.sensitivity.at(0)
+                assert claimed == kappa * c * (1 if m.function == "COUNT" else max(
+                    abs(x) for x in m.bounds))
+                assert moved <= claimed + 1e-9, (
+                    f"PRIVACY BUG: {sql}\ndb={db}\nunit={u} {m.function}: moved {moved} > "
+                    f"{claimed}")
 
 
 @pytest.mark.parametrize("sql", R2T_QUERIES)
 def test_r2t_levels_move_by_at_most_tau_times_bound(sql):
-    _bruteforce_r2t(sql, tiny.metadata())
+    bruteforce_r2t(sql, tiny.metadata(), _databases())
 
 
 @pytest.mark.parametrize("sql", GROUPED_QUERIES)
 @pytest.mark.parametrize("kappa,c", [(1, 1), (2, 3)])
 def test_two_stage_histograms_move_by_at_most_kappa_c_w(sql, kappa, c):
-    _bruteforce_two_stage(sql, kappa, c)
+    bruteforce_two_stage(sql, tiny.metadata(max_groups=kappa, max_rows_per_group=c),
+                         _databases())
 
 
 @pytest.mark.parametrize("sql", ATTACKS)
@@ -133,31 +171,7 @@ def test_attacks_are_refused_or_bounded(sql):
         assert "unit" in str(err)
         return
     if analysis.unit is not None and analysis.unit.r2t:
-        _bruteforce_r2t(sql, md)
+        bruteforce_r2t(sql, md, _databases())
     else:
-        _bruteforce_two_stage(sql, 2, 3)
-
-
-def _bruteforce_two_stage(sql: str, kappa: int, c: int) -> None:
-    md = tiny.metadata(max_groups=kappa, max_rows_per_group=c)
-    analysis = analyze_request(sql, md)
-    assert analysis.unit is not None and not analysis.unit.r2t
-    plan = plan_execution(analysis, md)
-    n = len(analysis.measurements)
-
-    def bins(db: tiny.Database) -> dict[int, tuple[float, ...]]:
-        rows = tiny.load(db).execute(plan.exact_sql).fetchall()
-        return {r[0]: tuple(float(v or 0) for v in r[1:]) for r in rows}
-
-    for db in _databases():
-        base = bins(db)
-        for u in tiny.units(db):
-            other = bins(tiny.remove_unit(db, u))
-            for j, m in enumerate(analysis.measurements):
-                moved = sum(abs(base.get(i, (0.0,) * n)[j] - other.get(i, (0.0,) * n)[j])
-                            for i in set(base) | set(other))
-                claimed = m.sensitivity.at(0)
-                assert claimed == kappa * c * (1 if m.function == "COUNT" else max(
-                    abs(x) for x in m.bounds))
-                assert moved <= claimed + 1e-9, (
-                    f"{sql}\ndb={db}\nunit={u} {m.function}: moved {moved} > {claimed}")
+        bruteforce_two_stage(sql, tiny.metadata(max_groups=2, max_rows_per_group=3),
+                             _databases())
