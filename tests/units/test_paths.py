@@ -74,6 +74,11 @@ def test_accepted_queries_and_where_their_unit_comes_from(sql, source, hops):
     ("WITH x AS (SELECT * FROM orders) SELECT COUNT(*) FROM x", "CTE or derived table"),
     ("SELECT COUNT(*) FROM (SELECT * FROM orders) t", "CTE or derived table"),
     ("SELECT COUNT(DISTINCT o_cust) FROM orders", "COUNT(DISTINCT"),
+    # set operations over private tables (their refusal used to crash with AttributeError)
+    ("SELECT COUNT(*) FROM (SELECT o_id FROM orders UNION ALL SELECT o_id FROM orders) d",
+     "a UNION reads a private table"),
+    ("SELECT COUNT(*) FROM orders o WHERE o.o_id IN (SELECT i_order FROM items "
+     "UNION ALL SELECT o_id FROM orders)", "a UNION reads a private table"),
     ("SELECT c FROM (SELECT COUNT(*) AS c FROM orders) t", "aggregates inside"),
 ])
 def test_refusals_name_the_construct(sql, fragment):
