@@ -116,12 +116,12 @@ def _body(draw, q: _Query, outer: list[tuple[str, str]], depth: int) -> tuple[st
 
 def _subquery(draw, q: _Query, outer: list[tuple[str, str]], depth: int = 0) -> str:
     kind = draw(st.sampled_from(["EXISTS", "NOT EXISTS", "NOT (EXISTS", "IN", "NOT IN"]))
-    if kind.endswith("EXISTS"):
-        body, _ = _body(draw, q, outer, depth)
-        return f"{kind} (SELECT 1 {body})"
     if kind == "NOT (EXISTS":
         body, _ = _body(draw, q, outer, depth)
         return f"NOT (EXISTS (SELECT 1 {body}))"
+    if kind.endswith("EXISTS"):
+        body, _ = _body(draw, q, outer, depth)
+        return f"{kind} (SELECT 1 {body})"
     alias, table = draw(st.sampled_from(outer))
     col = draw(st.sampled_from(TABLES[table]))
     t = draw(st.sampled_from(list(TABLES)))
