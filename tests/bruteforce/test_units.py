@@ -52,6 +52,13 @@ R2T_QUERIES = [
     # a NOT EXISTS body joined along the path inside, correlated on the unit
     "SELECT COUNT(*) FROM orders a WHERE NOT EXISTS (SELECT 1 FROM orders b JOIN customer c"
     " ON c.c_id = b.o_cust WHERE b.amount = a.amount AND c.c_id = a.o_cust)",
+    # NOT EXISTS / NOT IN nested in each other, correlated along the paths
+    "SELECT COUNT(*) FROM customer c WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE"
+    " o.o_cust = c.c_id AND NOT EXISTS (SELECT 1 FROM items i WHERE i.i_order = o.o_id))",
+    "SELECT COUNT(*) FROM orders o WHERE o.o_id NOT IN (SELECT i.i_order FROM items i"
+    " WHERE i.i_order NOT IN (SELECT o2.o_id FROM orders o2 WHERE o2.amount > 1))",
+    "SELECT COUNT(*) FROM items i WHERE NOT EXISTS (SELECT 1 FROM items i2"
+    " WHERE i2.i_order = i.i_order AND i2.qty > i.qty)",
 ]
 
 GROUPED_QUERIES = [
@@ -61,6 +68,8 @@ GROUPED_QUERIES = [
     "SELECT region, COUNT(*) FROM customer GROUP BY region",
     "SELECT c.region, i.kind, COUNT(*) FROM customer c JOIN orders o ON o.o_cust = c.c_id"
     " JOIN items i ON i.i_order = o.o_id GROUP BY c.region, i.kind",
+    # SUM bounds away from zero ([1, 5], [-5, -1]): the per-group clamp keeps 0 inside
+    "SELECT kind, SUM(qty + 1), AVG(qty - 5) FROM items GROUP BY kind",
 ]
 
 #: DPSQL_UNITS_DATABASES=500 DPSQL_UNITS_SEED=<n> for a deep run with fresh databases
