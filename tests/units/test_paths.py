@@ -141,7 +141,8 @@ def _with_type(md, table: str, column: str, type_: str | None):
     ("orders", "o_id"),  # a key a path points to (and the via column, below)
     ("items", "i_order"),
 ])
-@pytest.mark.parametrize("type_", ["VARCHAR COLLATE nocase", "DOUBLE", None])
+@pytest.mark.parametrize("type_", ["VARCHAR COLLATE nocase", "DOUBLE", "REAL", "INTERVAL",
+                                   "INTEGER[]", None])
 def test_a_unit_path_column_whose_equality_merges_distinct_values_is_refused(table, column,
                                                                              type_):
     # 'A' and 'a' (or 0.0 and -0.0) are two units, but the executed GROUP BY and lookups
@@ -173,3 +174,11 @@ def test_a_collated_unit_id_in_the_database_is_refused_through_the_session(tmp_p
             session.run("SELECT COUNT(*) FROM orders", epsilon=1.0)
     finally:
         session.backend.close()
+
+
+@pytest.mark.parametrize("type_", ["BIGINT", "HUGEINT", "DECIMAL(12,2)", "VARCHAR", "DATE",
+                                   "UUID"])
+def test_unit_ids_of_exact_types_are_accepted(type_):
+    md = _with_type(tiny.metadata(), "orders", "o_cust", type_)
+    md = _with_type(md, "customer", "c_id", type_)
+    assert analyze_request("SELECT COUNT(*) FROM orders", md).unit is not None
