@@ -27,9 +27,9 @@ NOT EXISTS or NOT IN subquery that match it) -- belongs to ONE unit, the same fo
 * references whose token sets meet belong to the same unit: a token names one unit id, or one
   row of a keyed table, which belongs to one unit (keys are unique: ``dpsql metadata check``);
 * unit ids and the keys paths point to have types whose equality is the stored value's
-  (integers, DECIMAL, dates, strings without a collation): the executed query groups by the
-  unit id and looks it up by key equality, which must not merge two units ('A' = 'a' under
-  NOCASE, -0.0 = 0.0) -- otherwise refused, whatever the query.
+  (:mod:`dpsql.units.identity`): the executed query groups by the unit id and looks it up by
+  key equality, which must not merge two units ('A' = 'a' under NOCASE, -0.0 = 0.0) --
+  otherwise refused, whatever the query.
 
 Contract of :func:`unit_source`: returns how the executed query computes the unit of each
 aggregated row (a column of a top-level table, followed along the paths to the unit id) when
@@ -46,19 +46,10 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
 from dpsql.analysis.checks import conjuncts
-from dpsql.analysis.keytypes import comparable, normalise
+from dpsql.analysis.keytypes import comparable
 from dpsql.errors import UnsupportedConstructError
 from dpsql.metadata import Metadata, Table
-
-_T = exp.DataType.Type
-#: types whose equality and grouping are the stored value's (a positive list: floating point
-#: merges -0.0 and 0.0, DuckDB compares INTERVALs normalised -- '1 month' = '30 days' --, and
-#: nested types are not ids)
-_EXACT_IDS = frozenset({
-    _T.TINYINT, _T.SMALLINT, _T.MEDIUMINT, _T.INT, _T.BIGINT, _T.INT128, _T.INT256,
-    _T.UTINYINT, _T.USMALLINT, _T.UMEDIUMINT, _T.UINT, _T.UBIGINT, _T.UINT128, _T.UINT256,
-    _T.DECIMAL, _T.TEXT, _T.VARCHAR, _T.NVARCHAR, _T.CHAR, _T.NCHAR, _T.DATE, _T.UUID,
-})
+from dpsql.units.identity import check_path_types
 
 Token = tuple[str, ...]  # ("unit", class) | ("key", table, column, class); class as str(int)
 
@@ -139,47 +130,7 @@ class _Prover:
                 assert t.unit.to_column is not None
                 self.keys.setdefault(t.unit.to_table, set()).add(t.unit.to_column)
         self.keys.setdefault(self.unit.table, set()).add(self.unit.column)
-        self._check_identity_types()
-        for t in metadata.tables.values():  # the executed lookups compare these exactly
-            if t.unit is not None and t.unit.to_table is not None:
-                assert t.unit.to_column is not None
-                via = t.columns.get(t.unit.column)
-                key = metadata.table(t.unit.to_table).columns.get(t.unit.to_column)
-                types = (via.type if via else None, key.type if key else None)
-                if comparable(*types) is not True:
-                    raise UnsupportedConstructError(
-                        f"the unit path {t.name}.{t.unit.column} -> {t.unit.to_table}."
-                        f"{t.unit.to_column} compares {types[0] or 'an unknown type'} with "
-                        f"{types[1] or 'an unknown type'}: declare both columns with the same "
-                        "type (or integer types), so the lookup compares stored values exactly")
-
-    def _check_identity_types(self) -> None:
-        """Every column holding a unit id or a key a path points to must compare and group
-        distinct stored values apart: the executed query groups by the unit id and looks the
-        unit up by key equality, so under a collation ('A' = 'a'), a floating type (-0.0 =
-        0.0) or an unknown type two units could be counted as one -- and one unit's removal
-        then changes what the merged "unit" keeps in a two-stage GROUP BY in up to 2 kappa
-        groups (found by the red team of issue #17). Integers, DECIMAL, strings without a
-        collation, dates, UUIDs: their equality is the stored value's (a positive list)."""
-        columns = {(self.unit.table, self.unit.column)}
-        for t in self.md.tables.values():
-            if t.unit is not None:
-                columns.add((t.name, t.unit.column))
-                if t.unit.to_table is not None and t.unit.to_column is not None:
-                    columns.add((t.unit.to_table, t.unit.to_column))
-        for table, column in sorted(columns):
-            if table not in self.md.tables:
-                continue
-            col = self.md.table(table).columns.get(column.lower())
-            type_ = col.type if col is not None else None
-            dtype = normalise(type_)
-            if dtype is None or dtype.this not in _EXACT_IDS:
-                raise UnsupportedConstructError(
-                    f"the unit path column {table}.{column} has "
-                    f"{'type ' + type_ if type_ else 'no known type'}, whose equality may "
-                    "merge distinct values (a collation, -0.0 = 0.0 in floating point): two "
-                    "units could be counted as one. Store unit ids and the keys paths point "
-                    "to as integers, DECIMAL, dates or strings without a collation")
+        check_path_types(metadata)
 
     # -- scopes ---------------------------------------------------------------------------
 
