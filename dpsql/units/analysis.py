@@ -16,7 +16,7 @@ metadata alone:
 * **with GROUP BY** (two-stage, as ZetaSQL): each unit keeps at most ``max_groups`` groups
   (chosen by a hash of the group's keys, a function of the unit's own rows) and contributes at
   most ``max_rows_per_group`` rows' worth to each (its count clamped to C, its sum to
-  [C*l, C*u]), so one unit moves the histogram by at most kappa*C (counts) or
+  [min(0, C*l), max(0, C*u)]), so one unit moves the histogram by at most kappa*C (counts) or
   kappa*C*max(|l|, |u|) (sums) in L1: a pure release at that global sensitivity.
 
 Refused under a unit (clear errors, before anything runs): COUNT(DISTINCT ..), partition-
@@ -158,9 +158,14 @@ def analyze_units(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
 
 def per_group_clamp(m: Measurement, unit: PrivacyUnit) -> tuple[float, float] | None:
     """The interval one unit's contribution to one group is clamped into (two-stage GROUP
-    BY): [0, C] rows for a COUNT, [C*l, C*u] for a SUM over [l, u]."""
+    BY): [0, C] rows for a COUNT, [min(0, C*l), max(0, C*u)] for a SUM over [l, u].
+
+    Guarantee: it holds the sum of any 0..C rows of values in [l, u], so a unit within the
+    bounds is not changed (with l > 0, clamping into [C*l, C*u] raised a one-row sum to C
+    rows' worth), and it lies within C*max(|l|, |u|) of 0 on both sides: the unit's
+    removal moves the group by at most that (the sensitivity of :func:`analyze_units`)."""
     c = unit.max_rows_per_group
     if m.function == "COUNT":
         return (0.0, float(c))
     assert m.bounds is not None
-    return (c * float(m.bounds[0]), c * float(m.bounds[1]))
+    return (min(0.0, c * float(m.bounds[0])), max(0.0, c * float(m.bounds[1])))

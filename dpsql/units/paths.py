@@ -10,12 +10,26 @@ NOT EXISTS or NOT IN subquery that match it) -- belongs to ONE unit, the same fo
   correlation conditions of a subquery's WHERE, ``x = y`` of a top-level ``x [NOT] IN (SELECT
   y ..)``) hold equal values in every row that matters (SQL equality never holds on NULL); only
   equalities DuckDB evaluates exactly (dpsql.analysis.keytypes) join classes;
+* *where an equality holds*: a WHERE / inner ON conjunct of the top level, or of an EXISTS / IN
+  body that is itself an AND-ed conjunct there (a *positive* body, recursively), holds for
+  every counted row (a counted row has a witness satisfying its positive bodies); the
+  conjuncts of a NOT EXISTS / NOT IN body (or of a body in any other position) hold only for
+  the body's *matching* rows -- the ones deciding the outer row -- and never for the counted
+  row itself (NOT EXISTS counts exactly the rows where they fail). So each such body starts a
+  *cluster* whose equalities only prove that ITS rows share the unit of the rows around it,
+  while the counted rows' unit is proved from the top-level cluster alone (otherwise ``NOT
+  EXISTS (SELECT 1 FROM regions r WHERE r.r = a.o_cust AND r.r = b.o_cust)`` would make the
+  pairs (a, b) of two different customers it counts look single-unit);
 * a private table reference has *unit tokens*: ``("unit", class)`` for its direct path column
   (the unit id itself), ``("key", T, k, class)`` for its via path (the unit of the T-row whose
   key k equals it) and for each key k of its own table some path points to (it IS the T-row
   with that key);
 * references whose token sets meet belong to the same unit: a token names one unit id, or one
-  row of a keyed table, which belongs to one unit (keys are unique: ``dpsql metadata check``).
+  row of a keyed table, which belongs to one unit (keys are unique: ``dpsql metadata check``);
+* unit ids and the keys paths point to have types whose equality is the stored value's
+  (:mod:`dpsql.units.identity`): the executed query groups by the unit id and looks it up by
+  key equality, which must not merge two units ('A' = 'a' under NOCASE, -0.0 = 0.0) --
+  otherwise refused, whatever the query.
 
 Contract of :func:`unit_source`: returns how the executed query computes the unit of each
 aggregated row (a column of a top-level table, followed along the paths to the unit id) when
@@ -35,6 +49,7 @@ from dpsql.analysis.checks import conjuncts
 from dpsql.analysis.keytypes import comparable
 from dpsql.errors import UnsupportedConstructError
 from dpsql.metadata import Metadata, Table
+from dpsql.units.identity import check_path_types
 
 Token = tuple[str, ...]  # ("unit", class) | ("key", table, column, class); class as str(int)
 
@@ -68,6 +83,11 @@ class _Ref:
     top: bool
 
 
+def _inner(join: exp.Join) -> bool:
+    """An inner join (no side; the row-level analysis refuses SEMI / ANTI / ASOF ..)."""
+    return not (join.side or "") and (join.kind or "").upper() in ("", "INNER")
+
+
 class _Classes:
     """Union-find over columns ``(scope id, alias, column)``."""
 
@@ -97,7 +117,8 @@ class _Prover:
         assert metadata.privacy_unit is not None
         self.md = metadata
         self.unit = metadata.privacy_unit
-        self.classes = _Classes()
+        #: (id of the cluster head the equality belongs to, column, column)
+        self.pairs: list[tuple[int, tuple[int, str, str], tuple[int, str, str]]] = []
         self.refs: list[_Ref] = []
         self.root = build_scope(query)
         if self.root is None:  # pragma: no cover - parse_query gives a SELECT
@@ -109,18 +130,7 @@ class _Prover:
                 assert t.unit.to_column is not None
                 self.keys.setdefault(t.unit.to_table, set()).add(t.unit.to_column)
         self.keys.setdefault(self.unit.table, set()).add(self.unit.column)
-        for t in metadata.tables.values():  # the executed lookups compare these exactly
-            if t.unit is not None and t.unit.to_table is not None:
-                assert t.unit.to_column is not None
-                via = t.columns.get(t.unit.column)
-                key = metadata.table(t.unit.to_table).columns.get(t.unit.to_column)
-                types = (via.type if via else None, key.type if key else None)
-                if comparable(*types) is not True:
-                    raise UnsupportedConstructError(
-                        f"the unit path {t.name}.{t.unit.column} -> {t.unit.to_table}."
-                        f"{t.unit.to_column} compares {types[0] or 'an unknown type'} with "
-                        f"{types[1] or 'an unknown type'}: declare both columns with the same "
-                        "type (or integer types), so the lookup compares stored values exactly")
+        check_path_types(metadata)
 
     # -- scopes ---------------------------------------------------------------------------
 
@@ -133,7 +143,7 @@ class _Prover:
                 continue
             if not allowed:
                 kind = ("a CTE or derived table" if scope.is_cte or scope.is_derived_table
-                        else "a UNION" if scope.is_union else "a scalar subquery")
+                        else "a UNION" if scope.is_set_operation else "a scalar subquery")
                 raise _refuse(f"{kind} reads a private table "
                               "(read private tables in the top-level FROM, or in EXISTS / IN "
                               "subqueries)")
@@ -143,6 +153,52 @@ class _Prover:
         for scope in self.root.traverse():
             if isinstance(scope.expression, exp.Select):
                 self._equalities(scope)
+
+    # -- clusters (module docstring: where an equality holds) -------------------------------
+
+    def _positive(self, scope: Scope) -> bool:
+        """Whether ``scope`` (an EXISTS / IN body) is an AND-ed conjunct of its parent's WHERE
+        or of an inner join's ON: then its conjuncts hold for every row its parent keeps."""
+        node = scope.expression.parent
+        if isinstance(node, exp.Subquery):
+            node = node.parent
+        if not isinstance(node, (exp.Exists, exp.In)) or scope.parent is None:
+            return False
+        child, up = node, node.parent
+        while isinstance(up, (exp.And, exp.Paren)):
+            child, up = up, up.parent
+        if isinstance(up, exp.Where):
+            return up.parent is scope.parent.expression
+        if isinstance(up, exp.Join):
+            return (_inner(up) and child is up.args.get("on")
+                    and up.parent is scope.parent.expression)
+        return False
+
+    def head(self, scope: Scope) -> Scope:
+        """The scope starting ``scope``'s cluster: the root, or the nearest body (itself
+        included) that is not a positive EXISTS / IN body."""
+        while scope is not self.root and scope.parent is not None and self._semi_join_body(
+                scope) and self._positive(scope):
+            scope = scope.parent
+        return scope
+
+    def context(self, head: Scope) -> list[Scope]:
+        """``head``'s cluster and every enclosing one: whose equalities hold for the rows
+        ``head``'s rows decide (its own for its matching rows, the enclosing ones for the
+        rows around them)."""
+        out = [head]
+        while head is not self.root and head.parent is not None:
+            head = self.head(head.parent)
+            out.append(head)
+        return out
+
+    def classes_for(self, heads: list[Scope]) -> _Classes:
+        classes = _Classes()
+        wanted = {id(h) for h in heads}
+        for owner, a, b in self.pairs:
+            if owner in wanted:
+                classes.union(a, b)
+        return classes
 
     def _table(self, node: exp.Table) -> Table:
         return self.md.table(node.name)
@@ -209,14 +265,14 @@ class _Prover:
             return
         ka, kb = self._resolve(scope, a), self._resolve(scope, b)
         if ka is not None and kb is not None:
-            self.classes.union(ka, kb)
+            self.pairs.append((id(self.head(scope)), ka, kb))
 
     def _equalities(self, scope: Scope) -> None:
         select = scope.expression
         assert isinstance(select, exp.Select)
         positive = conjuncts(select.args["where"].this) if select.args.get("where") else []
         for join in select.args.get("joins") or []:
-            if not (join.side or "") and join.args.get("on") is not None:
+            if _inner(join) and join.args.get("on") is not None:
                 positive += conjuncts(join.args["on"])
         for cond in positive:
             if isinstance(cond, exp.EQ):
@@ -234,19 +290,20 @@ class _Prover:
                         ka, kb = self._resolve(scope, node.this), self._resolve(sub, inner)
                         types = (self._type(scope, node.this), self._type(sub, inner))
                         if ka and kb and comparable(*types) is True:
-                            self.classes.union(ka, kb)
+                            # x = y holds for the body's matching rows: its cluster's
+                            self.pairs.append((id(self.head(sub)), ka, kb))
 
     # -- tokens ---------------------------------------------------------------------------
 
-    def tokens(self, ref: _Ref) -> dict[Token, tuple[str, tuple[Hop, ...]]]:
-        """Each token of ``ref`` with (the ref's column it comes from, the hops from that
-        column to the unit id)."""
+    def tokens(self, ref: _Ref, classes: _Classes) -> dict[Token, tuple[str, tuple[Hop, ...]]]:
+        """Each token of ``ref`` under ``classes`` with (the ref's column it comes from, the
+        hops from that column to the unit id)."""
         out: dict[Token, tuple[str, tuple[Hop, ...]]] = {}
         t = ref.table
         sid = id(ref.scope)
 
         def cls(column: str) -> str:
-            return str(self.classes.find((sid, ref.alias, column)))
+            return str(classes.find((sid, ref.alias, column)))
 
         if t.name == self.unit.table:
             out[("unit", cls(self.unit.column))] = (self.unit.column, ())
@@ -277,15 +334,12 @@ class _Prover:
         return (Hop(t.name, key, t.unit.column),
                 *self.hops(t.unit.to_table, t.unit.to_column, depth + 1))
 
-    def source(self) -> UnitSource:
-        top = [r for r in self.refs if r.top]
-        if not top:
-            raise _refuse("the rows counted come from public tables only, and the private "
-                          "tables in its subqueries decide which: such a row belongs to no "
-                          "single unit")
-        tokens = [self.tokens(r) for r in self.refs]
-        # group the references whose tokens meet; all must end in the top level's group
-        group = {0} if self.refs[0].top else {self.refs.index(top[0])}
+    def _one_group(self, refs: list[_Ref], classes: _Classes
+                   ) -> list[dict[Token, tuple[str, tuple[Hop, ...]]]]:
+        """The tokens of ``refs`` under ``classes``, after checking that the references
+        whose tokens meet, starting from the top level's, take in all of them."""
+        tokens = [self.tokens(r, classes) for r in refs]
+        group = {next(i for i, r in enumerate(refs) if r.top)}
         seen = set().union(*(tokens[i] for i in group))
         changed = True
         while changed:
@@ -295,13 +349,37 @@ class _Prover:
                     group.add(i)
                     seen |= toks.keys()
                     changed = True
-        outside = [r for i, r in enumerate(self.refs) if i not in group]
+        outside = [r for i, r in enumerate(refs) if i not in group]
         if outside:
             r = outside[0]
             raise _refuse(f"a row of {r.table.name} ({r.alias}) may belong to another unit "
                           "than the rows counted (a result row would belong to two units)")
+        return tokens
+
+    def source(self) -> UnitSource:
+        top = [r for r in self.refs if r.top]
+        if not top:
+            raise _refuse("the rows counted come from public tables only, and the private "
+                          "tables in its subqueries decide which: such a row belongs to no "
+                          "single unit")
+        # every cluster's rows share the unit of the rows around them, proved with the
+        # equalities that hold for those rows (its own and its enclosing clusters'); the
+        # top level's first: the counted rows' unit
+        heads: dict[int, Scope] = {}
+        for r in self.refs:
+            h = self.head(r.scope)
+            heads.setdefault(id(h), h)
+        root_refs: list[_Ref] = []
+        root_tokens: list[dict[Token, tuple[str, tuple[Hop, ...]]]] = []
+        for h in [self.root, *(h for h in heads.values() if h is not self.root)]:
+            context = self.context(h)
+            inside = {id(c) for c in context}
+            refs = [r for r in self.refs if id(self.head(r.scope)) in inside]
+            tokens = self._one_group(refs, self.classes_for(context))
+            if h is self.root:
+                root_refs, root_tokens = refs, tokens
         best: UnitSource | None = None
-        for r, toks in zip(self.refs, tokens, strict=True):
+        for r, toks in zip(root_refs, root_tokens, strict=True):
             if not r.top:
                 continue
             for column, hops in toks.values():

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Sequence
 
 import pytest
 
 from dpsql.analysis.blocks import analyze_request
+from dpsql.errors import UnsupportedConstructError
+from dpsql.metadata import Metadata
 from dpsql.noise.r2t import levels
 from dpsql.rewrite.plan import plan_execution
 from tests.units import tiny
@@ -43,6 +46,19 @@ R2T_QUERIES = [
     "SELECT SUM(amount) FROM orders o JOIN items i ON i.i_order = o.o_id",
     "SELECT COUNT(*) FROM items i JOIN orders o ON o.o_id = i.i_order"
     " JOIN customer c ON c.c_id = o.o_cust WHERE c.region = 1",
+    # an EXISTS body's equalities hold for the counted rows (a witness satisfies them)
+    "SELECT COUNT(*) FROM orders a JOIN orders b ON a.amount = b.amount WHERE EXISTS"
+    " (SELECT 1 FROM regions r WHERE r.r = a.o_cust AND r.r = b.o_cust)",
+    # a NOT EXISTS body joined along the path inside, correlated on the unit
+    "SELECT COUNT(*) FROM orders a WHERE NOT EXISTS (SELECT 1 FROM orders b JOIN customer c"
+    " ON c.c_id = b.o_cust WHERE b.amount = a.amount AND c.c_id = a.o_cust)",
+    # NOT EXISTS / NOT IN nested in each other, correlated along the paths
+    "SELECT COUNT(*) FROM customer c WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE"
+    " o.o_cust = c.c_id AND NOT EXISTS (SELECT 1 FROM items i WHERE i.i_order = o.o_id))",
+    "SELECT COUNT(*) FROM orders o WHERE o.o_id NOT IN (SELECT i.i_order FROM items i"
+    " WHERE i.i_order NOT IN (SELECT o2.o_id FROM orders o2 WHERE o2.amount > 1))",
+    "SELECT COUNT(*) FROM items i WHERE NOT EXISTS (SELECT 1 FROM items i2"
+    " WHERE i2.i_order = i.i_order AND i2.qty > i.qty)",
 ]
 
 GROUPED_QUERIES = [
@@ -52,6 +68,8 @@ GROUPED_QUERIES = [
     "SELECT region, COUNT(*) FROM customer GROUP BY region",
     "SELECT c.region, i.kind, COUNT(*) FROM customer c JOIN orders o ON o.o_cust = c.c_id"
     " JOIN items i ON i.i_order = o.o_id GROUP BY c.region, i.kind",
+    # SUM bounds away from zero ([1, 5], [-5, -1]): the per-group clamp keeps 0 inside
+    "SELECT kind, SUM(qty + 1), AVG(qty - 5) FROM items GROUP BY kind",
 ]
 
 #: DPSQL_UNITS_DATABASES=500 DPSQL_UNITS_SEED=<n> for a deep run with fresh databases
@@ -64,15 +82,40 @@ def _databases() -> list[tiny.Database]:
     return [tiny.random_database(rng) for _ in range(DATABASES)]
 
 
-@pytest.mark.parametrize("sql", R2T_QUERIES)
-def test_r2t_levels_move_by_at_most_tau_times_bound(sql):
-    md = tiny.metadata()
+#: queries that once passed dpsql.units.paths while counting rows of two units (issue #17's
+#: red team): each must be refused -- or, if a later rule accepts it, keep every bound
+ATTACKS = [
+    # equalities inside a NOT EXISTS body hold for its matching rows, not for the counted
+    # ones: the pairs (a, b) counted here are of two different customers
+    "SELECT COUNT(*) FROM orders a JOIN orders b ON a.amount = b.amount WHERE NOT EXISTS"
+    " (SELECT 1 FROM regions r WHERE r.r = a.o_cust AND r.r = b.o_cust)",
+    "SELECT COUNT(*) FROM orders a JOIN orders b ON a.amount = b.amount WHERE NOT EXISTS"
+    " (SELECT 1 FROM customer c WHERE c.c_id = a.o_cust AND c.c_id = b.o_cust)",
+    "SELECT COUNT(*) FROM orders a JOIN orders b ON a.amount = b.amount WHERE NOT EXISTS"
+    " (SELECT 1 FROM items i WHERE i.i_order = a.o_id AND a.o_cust = b.o_cust)",
+    "SELECT COUNT(*) FROM orders a JOIN orders b ON a.amount = b.amount WHERE NOT (EXISTS"
+    " (SELECT 1 FROM regions r WHERE r.r = a.o_cust AND r.r = b.o_cust))",
+    "SELECT COUNT(*) FROM orders a JOIN orders b ON a.amount = b.amount WHERE NOT EXISTS"
+    " (SELECT 1 FROM regions r JOIN regions r2 ON r.r = r2.r WHERE r.r = a.o_cust"
+    " AND r2.r = b.o_cust)",
+    "SELECT COUNT(*) FROM orders a JOIN customer c ON a.amount = c.region WHERE NOT EXISTS"
+    " (SELECT 1 FROM regions r WHERE r.r = a.o_cust AND r.r = c.c_id)",
+    "SELECT c.region, COUNT(*) FROM orders a JOIN customer c ON a.amount = c.region"
+    " WHERE NOT EXISTS (SELECT 1 FROM regions r WHERE r.r = a.o_cust AND r.r = c.c_id)"
+    " GROUP BY c.region",
+]
+
+
+def bruteforce_r2t(sql: str, md: Metadata, databases: Sequence[tiny.Database]) -> None:
+    """Every truncated sum of ``sql``'s executed plan moves by at most tau_j * bound when
+    any one unit of any of ``databases`` is removed (module docstring)."""
     analysis = analyze_request(sql, md)
     release = analysis.unit
     assert release is not None and release.r2t
     plan = plan_execution(analysis, md)
+    assert md.privacy_unit is not None
     taus = levels(md.privacy_unit.max_contribution)
-    for db in _databases():
+    for db in databases:
         base = tiny.load(db).execute(plan.exact_sql).fetchone()
         for u in tiny.units(db):
             other = tiny.load(tiny.remove_unit(db, u)).execute(plan.exact_sql).fetchone()
@@ -81,23 +124,27 @@ def test_r2t_levels_move_by_at_most_tau_times_bound(sql):
                     a = base[i * len(taus) + j] or 0
                     b = other[i * len(taus) + j] or 0
                     assert abs(float(a) - float(b)) <= tau * part.bound + 1e-9, (
-                        f"{sql}\ndb={db}\nunit={u} part={part} tau={tau}: {a} vs {b}")
+                        f"PRIVACY BUG: {sql}\ndb={db}\nunit={u} part={part} tau={tau}: "
+                        f"{a} vs {b}")
 
 
-@pytest.mark.parametrize("sql", GROUPED_QUERIES)
-@pytest.mark.parametrize("kappa,c", [(1, 1), (2, 3)])
-def test_two_stage_histograms_move_by_at_most_kappa_c_w(sql, kappa, c):
-    md = tiny.metadata(max_groups=kappa, max_rows_per_group=c)
+def bruteforce_two_stage(sql: str, md: Metadata, databases: Sequence[tiny.Database]) -> None:
+    """Every measurement's bins of ``sql``'s executed plan move by at most kappa * C * w in
+    L1 when any one unit of any of ``databases`` is removed (module docstring)."""
+    unit = md.privacy_unit
+    assert unit is not None
+    kappa, c = unit.max_groups, unit.max_rows_per_group
     analysis = analyze_request(sql, md)
     assert analysis.unit is not None and not analysis.unit.r2t
     plan = plan_execution(analysis, md)
     n = len(analysis.measurements)
 
     def bins(db: tiny.Database) -> dict[int, tuple[float, ...]]:
+        # the exact layout: one bin index (over the domains' product), then the measurements
         rows = tiny.load(db).execute(plan.exact_sql).fetchall()
         return {r[0]: tuple(float(v or 0) for v in r[1:]) for r in rows}
 
-    for db in _databases():
+    for db in databases:
         base = bins(db)
         for u in tiny.units(db):
             other = bins(tiny.remove_unit(db, u))
@@ -108,4 +155,32 @@ def test_two_stage_histograms_move_by_at_most_kappa_c_w(sql, kappa, c):
                 assert claimed == kappa * c * (1 if m.function == "COUNT" else max(
                     abs(x) for x in m.bounds))
                 assert moved <= claimed + 1e-9, (
-                    f"{sql}\ndb={db}\nunit={u} {m.function}: moved {moved} > {claimed}")
+                    f"PRIVACY BUG: {sql}\ndb={db}\nunit={u} {m.function}: moved {moved} > "
+                    f"{claimed}")
+
+
+@pytest.mark.parametrize("sql", R2T_QUERIES)
+def test_r2t_levels_move_by_at_most_tau_times_bound(sql):
+    bruteforce_r2t(sql, tiny.metadata(), _databases())
+
+
+@pytest.mark.parametrize("sql", GROUPED_QUERIES)
+@pytest.mark.parametrize("kappa,c", [(1, 1), (2, 3)])
+def test_two_stage_histograms_move_by_at_most_kappa_c_w(sql, kappa, c):
+    bruteforce_two_stage(sql, tiny.metadata(max_groups=kappa, max_rows_per_group=c),
+                         _databases())
+
+
+@pytest.mark.parametrize("sql", ATTACKS)
+def test_attacks_are_refused_or_bounded(sql):
+    md = tiny.metadata()
+    try:
+        analysis = analyze_request(sql, md)
+    except UnsupportedConstructError as err:
+        assert "unit" in str(err)
+        return
+    if analysis.unit is not None and analysis.unit.r2t:
+        bruteforce_r2t(sql, md, _databases())
+    else:
+        bruteforce_two_stage(sql, tiny.metadata(max_groups=2, max_rows_per_group=3),
+                             _databases())

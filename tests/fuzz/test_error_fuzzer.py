@@ -9,6 +9,9 @@ on a second metadata file whose max frequencies differ (they are not public). Be
 no exact (noise-free) bin may move by more than the analysis's ES(0) between the base and a
 neighbour, nor at all on the undeclared-column copy; the values themselves legitimately differ.
 
+The same queries also run under a privacy unit (``worlds.unit_metadata``; outcomes only: the
+unit-level bounds are brute-forced in ``test_units_grammar_bruteforce.py``).
+
 Bounded for CI (fixed seed, ``FUZZ_EXAMPLES`` examples, ~20 s); a longer run:
 ``DPSQL_FUZZ_EXAMPLES=5000 python -m pytest tests/fuzz``. A failure prints the query, its
 parameters and both outcomes; hypothesis shrinks it to a minimal one first.
@@ -46,6 +49,22 @@ def engines(tmp_path_factory):
         md = worlds.metadata(csv)
         out[name] = Session(md, DuckDBBackend(path, md), sampler=ZeroNoise())
     md = worlds.metadata(csv, mf=worlds.MAX_FREQS[1])
+    out["mf"] = Session(md, DuckDBBackend(base, md), sampler=ZeroNoise())
+    yield out
+    for engine in out.values():
+        engine.backend.close()
+
+
+@pytest.fixture(scope="module")
+def unit_engines(tmp_path_factory):
+    """:func:`engines` under a privacy unit (worlds.unit_metadata): the executed queries
+    group by the unit, looked up along t's path, and bound each unit (dpsql.units)."""
+    base, neighbours, csv = worlds.build(tmp_path_factory.mktemp("fuzz_units"))
+    out = {}
+    for name, path in [("base", base), *neighbours.items()]:
+        md = worlds.unit_metadata(csv)
+        out[name] = Session(md, DuckDBBackend(path, md), sampler=ZeroNoise())
+    md = worlds.unit_metadata(csv, mf=worlds.MAX_FREQS[1])
     out["mf"] = Session(md, DuckDBBackend(base, md), sampler=ZeroNoise())
     yield out
     for engine in out.values():
@@ -150,3 +169,19 @@ def test_outcomes_do_not_depend_on_max_frequencies_at_tiny_epsilon(engines, quer
     # at 1e-4 a join's smoothed scale used to cross the sampler's limit for one metadata file
     # and not the other (hole class 6)
     _check({"base": engines["base"], "mf": engines["mf"]}, query, epsilon=1e-4)
+
+
+#: the privacy-unit variant draws fewer queries (most touch u off t's path: refused early)
+UNIT_SETTINGS = settings(max_examples=max(FUZZ_EXAMPLES // 2, 10), deadline=None,
+                         derandomize=True,
+                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@UNIT_SETTINGS
+@given(query=queries())
+def test_outcomes_under_a_privacy_unit_never_tell_neighbours_apart(unit_engines, query):
+    """The same grammar under a privacy unit (issue #17): the unit lookups (LEFT JOIN to
+    u's key), the per-unit GROUP BY, R2T's truncations (LEAST / COALESCE / casts) and the
+    two-stage ranking (hash, ROW_NUMBER) may not fail on one neighbour only; refusals read
+    the SQL and the metadata alone."""
+    _check(unit_engines, query, epsilon=1.0)

@@ -10,9 +10,10 @@ them), so an error on one side only is a leak.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
-from dpsql.metadata import Metadata, loads_metadata
+from dpsql.metadata import Metadata, PrivacyUnit, UnitPath, loads_metadata
 from tests.neighbours import write_database
 
 SCHEMA = [
@@ -87,6 +88,20 @@ tables:
       pid: {{max_freq: 1, type: BIGINT}}
       name: {{type: VARCHAR}}
 """)
+
+
+def unit_metadata(csv: Path, mf: int = 2) -> Metadata:
+    """:func:`metadata` under a privacy unit (issue #17): u is the unit table, its unit id is
+    ``u.n``; t reaches it through ``t.id -> u.id`` (so the executed query looks the unit up
+    by a LEFT JOIN to u's key, and the grammar's joins and semi-joins on id follow the path;
+    t rows 1, 10, 11 and the extreme rows are orphans -- rows of no unit -- until a u row has
+    their id, as the u_row neighbour's does for t row 1)."""
+    md = metadata(csv, mf)
+    tables = dict(md.tables)
+    tables["t"] = dataclasses.replace(tables["t"], unit=UnitPath("id", "u", "id"))
+    tables["u"] = dataclasses.replace(tables["u"], unit=UnitPath("n"))
+    return dataclasses.replace(md, tables=tables, privacy_unit=PrivacyUnit(
+        "u", "n", max_contribution=8, max_groups=2, max_rows_per_group=2))
 
 
 def build(folder: Path) -> tuple[Path, dict[str, Path], Path]:

@@ -31,6 +31,9 @@ from tests.units import tiny
      "WHERE i.i_order = o.o_id AND i.qty > 2)", "orders.o_cust", 0),
     ("SELECT COUNT(*) FROM orders WHERE o_id IN (SELECT i_order FROM items)",
      "orders.o_cust", 0),
+    # an EXISTS body's equalities hold for the counted rows: a and b are one customer
+    ("SELECT COUNT(*) FROM orders a JOIN orders b ON a.amount = b.amount WHERE EXISTS "
+     "(SELECT 1 FROM regions r WHERE r.r = a.o_cust AND r.r = b.o_cust)", "orders.o_cust", 0),
     # public tables join freely
     ("SELECT COUNT(*) FROM customer c JOIN regions r ON r.r = c.region", "customer.c_id", 0),
     ("SELECT COUNT(*) FROM customer c LEFT JOIN regions r ON r.r = c.region",
@@ -52,6 +55,12 @@ def test_accepted_queries_and_where_their_unit_comes_from(sql, source, hops):
     ("SELECT COUNT(*) FROM orders o WHERE EXISTS (SELECT 1 FROM items i "
      "WHERE i.qty = o.amount)", "two units"),
     ("SELECT COUNT(*) FROM orders WHERE amount IN (SELECT qty FROM items)", "two units"),
+    # a NOT EXISTS body's equalities do not hold for the rows counted (it counts the rows
+    # where they fail): they do not make a and b one unit
+    ("SELECT COUNT(*) FROM orders a JOIN orders b ON a.amount = b.amount WHERE NOT EXISTS "
+     "(SELECT 1 FROM regions r WHERE r.r = a.o_cust AND r.r = b.o_cust)", "orders (b)"),
+    ("SELECT COUNT(*) FROM orders a JOIN orders b ON a.amount = b.amount WHERE NOT EXISTS "
+     "(SELECT 1 FROM items i WHERE i.i_order = a.o_id AND a.o_cust = b.o_cust)", "orders (b)"),
     # rows of public tables, decided by private ones
     ("SELECT COUNT(*) FROM regions r WHERE EXISTS (SELECT 1 FROM customer c "
      "WHERE c.region = r.r)", "public tables only"),
@@ -65,6 +74,11 @@ def test_accepted_queries_and_where_their_unit_comes_from(sql, source, hops):
     ("WITH x AS (SELECT * FROM orders) SELECT COUNT(*) FROM x", "CTE or derived table"),
     ("SELECT COUNT(*) FROM (SELECT * FROM orders) t", "CTE or derived table"),
     ("SELECT COUNT(DISTINCT o_cust) FROM orders", "COUNT(DISTINCT"),
+    # set operations over private tables (their refusal used to crash with AttributeError)
+    ("SELECT COUNT(*) FROM (SELECT o_id FROM orders UNION ALL SELECT o_id FROM orders) d",
+     "a UNION reads a private table"),
+    ("SELECT COUNT(*) FROM orders o WHERE o.o_id IN (SELECT i_order FROM items "
+     "UNION ALL SELECT o_id FROM orders)", "a UNION reads a private table"),
     ("SELECT c FROM (SELECT COUNT(*) AS c FROM orders) t", "aggregates inside"),
 ])
 def test_refusals_name_the_construct(sql, fragment):
