@@ -42,6 +42,9 @@ class NoisePlan:
     sigma: float | None = None
     #: Gaussian only: "analytic" or "classical"
     calibration: str | None = None
+    #: Gaussian only: the squared L2 norm of a neighbour's move, in the units of ``sigma``
+    #: (public; the release is l2_squared / (2 sigma^2)-zCDP: dpsql.accounting.curves)
+    l2_squared: int | None = None
 
     @property
     def pure(self) -> bool:
@@ -126,15 +129,17 @@ def _gaussian_plans(analysis: QueryAnalysis, private: list[Measurement], budget:
         es = m.sensitivity.at(0)
         _check_finite(es, "elastic sensitivity")
         if m.function == "COUNT":
-            sigma = gaussian_plan.count_sigma(es, grouped, eps_each, delta_each, cal)[0]
+            sigma, l2_squared, _ = gaussian_plan.count_sigma(es, grouped, eps_each,
+                                                             delta_each, cal)
             plans.append(NoisePlan(m, eps_each, delta_each, es_at, None, sigma,
-                                   sigma=sigma, calibration=cal))
+                                   sigma=sigma, calibration=cal, l2_squared=l2_squared))
             continue
         assert m.bounds is not None
         width = max(m.bounds[1], 0.0) - min(m.bounds[0], 0.0)
-        steps, g, _, _ = gaussian_plan.sum_sigma(es, width, grouped, eps_each, delta_each, cal)
+        steps, g, l2_squared, _ = gaussian_plan.sum_sigma(es, width, grouped, eps_each,
+                                                         delta_each, cal)
         plans.append(NoisePlan(m, eps_each, delta_each, es_at, None, steps * g, g,
-                               sigma=steps, calibration=cal))
+                               sigma=steps, calibration=cal, l2_squared=l2_squared))
     return tuple(plans)
 
 
