@@ -196,9 +196,10 @@ def _smoothed_plan(
     exactly FLEX's; the clamp changes only answers beyond the window (at epsilon 0.1: counts
     above 2.1e8; see docs/privacy.md).
 
-    Counts use grid-free discrete Laplace: the smooth-sensitivity proof (sliding by an integer
-    shift <= S, dilation between scales within e^beta) holds for it as for continuous Laplace,
-    its normalising constant tanh(1/2b) playing the role of 1/2b. Sums are snapped to a grid g0
+    Counts use grid-free discrete Laplace: docs/privacy.md section 4 proves the release
+    (epsilon, delta)-DP for the discrete law (sliding by an integer shift <= S is pure;
+    dilation between scales within e^beta costs < delta with beta from
+    dpsql.noise.smooth.beta_for). Sums are snapped to a grid g0
     fixed by the bounds and epsilon alone (the smallest scale any smoothed SUM of this column
     could have), never by the data-dependent scale, whose power of two the grid would reveal;
     the snapped shift is at most LS + g0, and S + g0 is still beta-smooth.
