@@ -3,7 +3,9 @@
 One SQLite file (see :mod:`dpsql.accounting.store`) holds, per (database identity, analyst), the
 budget the data owner granted, every charge made against it and the noisy answers already paid
 for. Amounts are exact fixed-point integers (:mod:`dpsql.accounting.units`); the ledger enforces
-basic composition (sum of epsilons, sum of deltas) under SQLite's write lock.
+the budget's filter (:mod:`dpsql.accounting.filters`: basic composition, the sum of epsilons and
+of deltas, by default; or a Rényi or zCDP filter over the charges' privacy curves) under
+SQLite's write lock.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Rényi and zero-concentrated DP accounting, and the filters that stay valid adaptively (seed 004).
 
-Pure functions; the ledger does not enforce them yet (it enforces basic composition, section 5 of
-docs/privacy.md). What they give:
+Pure functions; the ledger's filters (:mod:`dpsql.accounting.filters`, docs/privacy.md section
+5, "Budget filters") use the conversions, and the filters here are their reference model in the
+tests. What they give:
 
 * :func:`discrete_laplace_rdp` -- the exact Rényi divergence of order alpha between two discrete
   Laplace laws of scale b shifted by an integer Delta (the noise dpsql's counts get), in closed
