@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dpsql.accounting import Ledger
@@ -323,6 +323,8 @@ class Session:
         ``curve``, which the budget's Rényi or zCDP filter charges), then ``compute`` the rows
         (it calls its argument before the first noise is drawn), with the refund rules of
         :meth:`_release`, and record the released rows."""
+        if curve is not None:
+            record = replace(record, rho=curve.rho)
         charge_id = None
         if charge is not None and self.principal is not None:
             charge_id = charge.charge(

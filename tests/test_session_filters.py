@@ -104,3 +104,16 @@ def test_gaussian_releases_under_the_zcdp_filter(session):
         for _ in range(100):
             session.run("SELECT COUNT(*) FROM visits WHERE spend > ?", [float(_)],
                         epsilon=0.5, delta=1e-7, mechanism="gaussian")
+
+
+def test_the_release_record_carries_the_curves_rho(session):
+    session.ledger.set_budget(DATABASE, ANALYST, 1.0, 1e-6)
+    result = session.run("SELECT COUNT(*), SUM(spend) FROM visits", epsilon=0.4)
+    assert result.release.rho == pytest.approx(2 * 0.2 ** 2 / 2, rel=1e-8)
+    (curve,) = curves(session)
+    assert curve is not None and result.release.rho == curve.rho
+    again = session.run("SELECT COUNT(*), SUM(spend) FROM visits", epsilon=0.4)  # cached
+    assert again.release.cached and again.release.rho == result.release.rho
+    joined = session.run("SELECT COUNT(*) FROM visits v JOIN people p ON v.person = p.person",
+                         epsilon=0.1, delta=1e-7)
+    assert joined.release.rho is None

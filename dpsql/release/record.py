@@ -62,6 +62,11 @@ class Release:
     selection_epsilon: float = 0.0
     selection_delta: float = 0.0
     selection_threshold: int | None = None
+    #: the release's privacy curve's zCDP parameter (dpsql.accounting.curves: sum of
+    #: epsilon_i^2/2 for pure Laplace, l2^2/(2 sigma^2) for Gaussian; public), what a budget
+    #: under the zCDP filter is charged; None when no curve covers the release (smoothed,
+    #: partition selection). The ledger records the whole curve with the charge.
+    rho: float | None = None
 
     @property
     def free(self) -> bool:
