@@ -72,6 +72,8 @@ from dpsql.release.record import (
 )
 from dpsql.rewrite.plan import plan_execution
 from dpsql.rewrite.post import post_processing_sql
+from dpsql.units.execute import r2t_bins
+from dpsql.units.record import with_intervals
 
 
 @dataclass(frozen=True)
@@ -292,12 +294,20 @@ class Session:
         answer is then withheld). With ``cache_key`` the answer is cached in the same
         transaction as its audit record. With ``selection`` the groups come from the data and
         only those the noisy selection keeps are noised and released (dpsql.noise.partition)."""
+        unit = prepared.analysis.unit
         record = release_record(prepared.columns, plans, prepared.fingerprint, domains.n_bins,
-                                selection)
+                                selection, unit=unit.label if unit is not None else None)
         plan = prepared.plan
+        finish: list[Callable[[Release], Release]] = []
 
         def compute(drawn: Callable[[], None]) -> Rows:
             counts = None
+            if unit is not None and unit.r2t:  # R2T: truncated sums, released per level
+                bins, noisy, outcomes = r2t_bins(self.backend, prepared.compiled, values, plans,
+                                                 unit, drawn, self._sampler)
+                finish.append(lambda r: with_intervals(r, prepared.columns, outcomes))
+                return self._post.rows(plan, bins, noisy, values,
+                                       lambda: post_processing_sql(prepared.analysis))
             if selection is not None:
                 groups = read_groups(self.backend, prepared.compiled, values)
                 drawn()
@@ -312,12 +322,13 @@ class Session:
             return self._post.rows(plan, bins, noisy, values,
                                    lambda: post_processing_sql(prepared.analysis))
 
-        return self._charged(record, values, charge, sql, cache_key, compute,
+        return self._charged(record, values, charge, sql, cache_key, compute, finish,
                              curve=release_curve(plans, selection))
 
     def _charged(self, record: Release, values: list[Any], charge: Ledger | None,
                  sql: str | None, cache_key: str | None,
-                 compute: Callable[[Callable[[], None]], Rows], *,
+                 compute: Callable[[Callable[[], None]], Rows],
+                 finish: Sequence[Callable[[Release], Release]] = (), *,
                  curve: PrivacyCurve | None = None) -> Result:
         """Charge ``record`` (when ``charge`` is a ledger; with the release's privacy
         ``curve``, which the budget's Rényi or zCDP filter charges), then ``compute`` the rows
@@ -351,6 +362,8 @@ class Session:
                     and self.principal is not None):
                 charge.refund(self.principal.database, self.principal.analyst, charge_id)
             raise
+        for step in finish:  # post-processing of the noisy values (R2T's intervals)
+            record = step(record)
         result = Result(names, types, rows, record)
         if charge is not None and charge_id is not None and self.principal is not None:
             _record_release(charge, self.principal, charge_id, names, rows,
