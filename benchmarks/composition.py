@@ -13,6 +13,7 @@ import json
 import math
 from pathlib import Path
 
+from dpsql.accounting.curves import _laplace_curve
 from dpsql.accounting.renyi import best_laplace_scale, zcdp_budget
 from dpsql.noise.gaussian import analytic_sigma
 
@@ -24,6 +25,35 @@ def laplace_std(scale: float) -> float:
     return math.sqrt(2.0 * p) / (1.0 - p)
 
 
+def ledger_laplace_epsilon() -> tuple[float, float, int]:
+    """Through the real ledger (a temporary file): the largest per-query epsilon (to 1e-9
+    relative) at which QUERIES unit counts fit a budget (EPSILON, DELTA) under the Rényi filter
+    at its default order, the order, and how many such charges the ledger then accepted."""
+    import tempfile
+
+    from dpsql.accounting import Ledger
+    from dpsql.errors import BudgetExhaustedError
+
+    with tempfile.TemporaryDirectory() as tmp, Ledger(Path(tmp) / "l.sqlite") as book:
+        book.set_budget("db", "a", EPSILON, DELTA, filter="renyi")
+        status = book.status("db", "a")
+        assert status.alpha is not None
+        alpha, total = status.alpha, status.filter_total
+        lo, hi = 0.0, EPSILON
+        while hi - lo > 1e-9 * hi:
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if QUERIES * _laplace_curve([mid]).at(alpha) <= total else (lo, mid)
+        accepted = 0
+        try:
+            for _ in range(QUERIES + 1):
+                book.charge("db", "a", fingerprint="q", epsilon=lo, delta=0.0,
+                            mechanism="discrete_laplace", curve=_laplace_curve([lo]))
+                accepted += 1
+        except BudgetExhaustedError:
+            pass
+    return lo, alpha, accepted
+
+
 def run() -> dict:
     basic_scale = QUERIES / EPSILON  # basic composition: epsilon / 100 each, pure
     renyi_scale, alpha = best_laplace_scale(QUERIES, EPSILON, DELTA)
@@ -31,11 +61,16 @@ def run() -> dict:
     zcdp_sigma = 1.0 / math.sqrt(2.0 * rho / QUERIES)
     # for comparison only: continuous Gaussians composed exactly (GDP), not dpsql's sampler
     gdp_sigma = analytic_sigma(1.0, EPSILON, DELTA) * math.sqrt(QUERIES)
+    ledger_eps, ledger_alpha, accepted = ledger_laplace_epsilon()
     rows = [
-        {"filter": "basic composition (the ledger today), discrete Laplace",
+        {"filter": "basic composition (the ledger's default filter), discrete Laplace",
          "per_query_std": laplace_std(basic_scale), "scale": basic_scale},
         {"filter": f"Rényi filter at alpha = {alpha:g}, discrete Laplace",
          "per_query_std": laplace_std(renyi_scale), "scale": renyi_scale, "alpha": alpha},
+        {"filter": f"the ledger's Rényi filter (default alpha = {ledger_alpha:g}), discrete "
+                   "Laplace", "per_query_std": laplace_std(1.0 / ledger_eps),
+         "scale": 1.0 / ledger_eps, "epsilon_per_query": ledger_eps,
+         "charges_accepted": accepted},
         {"filter": "zCDP filter (CKS conversion), discrete Gaussian",
          "per_query_std": zcdp_sigma, "sigma": zcdp_sigma, "rho_total": rho},
         {"filter": "exact Gaussian composition (GDP), continuous Gaussian: reference only",

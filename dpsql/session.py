@@ -32,10 +32,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dpsql.accounting import Ledger
+from dpsql.accounting.curves import PrivacyCurve, release_curve
 from dpsql.analysis.blocks import BlockQuery, analyze_request
 from dpsql.analysis.domains import check_domains
 from dpsql.backends.base import Backend
@@ -245,7 +246,8 @@ class Session:
         return self._charged(
             record, values, charge, sql if charge is not None else None, key,
             lambda drawn: compute_blocks(self.backend, self._post, prepared, values, plans,
-                                         domains, self._sampler, drawn, public))
+                                         domains, self._sampler, drawn, public),
+            curve=release_curve([p for part in plans for p in part]))
 
     def _scope(self, budget: Budget) -> str:
         """The answer-cache scope of a request: a Gaussian answer is cached apart from a
@@ -320,21 +322,26 @@ class Session:
             return self._post.rows(plan, bins, noisy, values,
                                    lambda: post_processing_sql(prepared.analysis))
 
-        return self._charged(record, values, charge, sql, cache_key, compute, finish)
+        return self._charged(record, values, charge, sql, cache_key, compute, finish,
+                             curve=release_curve(plans, selection))
 
     def _charged(self, record: Release, values: list[Any], charge: Ledger | None,
                  sql: str | None, cache_key: str | None,
                  compute: Callable[[Callable[[], None]], Rows],
-                 finish: Sequence[Callable[[Release], Release]] = ()) -> Result:
-        """Charge ``record`` (when ``charge`` is a ledger), then ``compute`` the rows (it calls
-        its argument before the first noise is drawn), with the refund rules of
+                 finish: Sequence[Callable[[Release], Release]] = (), *,
+                 curve: PrivacyCurve | None = None) -> Result:
+        """Charge ``record`` (when ``charge`` is a ledger; with the release's privacy
+        ``curve``, which the budget's Rényi or zCDP filter charges), then ``compute`` the rows
+        (it calls its argument before the first noise is drawn), with the refund rules of
         :meth:`_release`, and record the released rows."""
+        if curve is not None:
+            record = replace(record, rho=curve.rho)
         charge_id = None
         if charge is not None and self.principal is not None:
             charge_id = charge.charge(
                 self.principal.database, self.principal.analyst,
                 fingerprint=record.fingerprint, epsilon=record.epsilon, delta=record.delta,
-                mechanism=record.mechanism, sql=sql, params=values)
+                mechanism=record.mechanism, sql=sql, params=values, curve=curve)
         noise_drawn = False
 
         def drawn() -> None:

@@ -26,8 +26,11 @@ reason this package exists):
    or was cancelled before its answer existed). A refund that does not commit leaves the charge
    in place: failing to refund can only overcharge, never underspend.
 
-The ledger enforces basic composition (sum of epsilons, sum of deltas), which stays valid when the
-analyst chooses each (epsilon, delta) adaptively (it is a valid privacy *filter*). The advanced
+The ledger enforces each budget's filter, chosen by the owner (:mod:`~dpsql.accounting.filters`):
+basic composition (sum of epsilons, sum of deltas) by default, which stays valid when the
+analyst chooses each (epsilon, delta) adaptively (it is a valid privacy *filter*), or a Rényi or
+zCDP filter over each release's privacy curve (:mod:`~dpsql.accounting.curves`), also valid
+adaptively. The advanced
 (Dwork-Rothblum-Vadhan) and optimal (Kairouz-Oh-Viswanath) bounds are computed for reporting
 only: those theorems assume the sequence of parameters is fixed in advance; with adaptively chosen
 parameters they need the filter versions of Rogers-Roth-Ullman-Vadhan (2016), which we do not
@@ -41,13 +44,17 @@ Modules, one job each (standard library only, so ``dpsql budget`` starts fast; `
 imported only when a password is set):
 
 * :mod:`~dpsql.accounting.units`: exact fixed-point epsilon and delta amounts;
-* :mod:`~dpsql.accounting.schema`: the SQL schema (version 2) and the upgrade from version 1;
+* :mod:`~dpsql.accounting.schema`: the SQL schema (version 4) and the upgrades to it;
 * :mod:`~dpsql.accounting.store`: the SQLite file, opening, upgrading, validation, transactions;
 * :mod:`~dpsql.accounting.principal`: database identities, analyst keys, timestamps;
 * :mod:`~dpsql.accounting.ledger`: :class:`Ledger` (budgets, charges, refunds, the cache);
 * :mod:`~dpsql.accounting.audit`: the audit log (released values, :meth:`Ledger.audit`);
 * :mod:`~dpsql.accounting.analysts`: analyst accounts and their policy;
-* :mod:`~dpsql.accounting.composition`: the composition theorems and :func:`compose`.
+* :mod:`~dpsql.accounting.composition`: the composition theorems and :func:`compose`;
+* :mod:`~dpsql.accounting.status`: :class:`Charge` and :class:`BudgetStatus`;
+* :mod:`~dpsql.accounting.filters`: the budget filters (basic, Rényi, zCDP);
+* :mod:`~dpsql.accounting.curves`: a release's privacy curve from its noise plans;
+* :mod:`~dpsql.accounting.renyi`: Rényi/zCDP divergences, conversions, pure filters.
 """
 
 from __future__ import annotations

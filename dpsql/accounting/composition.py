@@ -3,7 +3,8 @@
 Inputs are sequences of (epsilon_i, delta_i); every function returns (epsilon, delta) such that
 the k-fold adaptive composition of mechanisms with those parameters is (epsilon, delta)-DP.
 
-:func:`basic_composition` is what the ledger enforces: it stays valid when the analyst chooses
+:func:`basic_composition` is what the ledger enforces by default (a budget may use a Rényi or
+zCDP filter instead: :mod:`dpsql.accounting.filters`): it stays valid when the analyst chooses
 each (epsilon, delta) adaptively (it is a valid privacy *filter*). The advanced
 (Dwork-Rothblum-Vadhan) and optimal (Kairouz-Oh-Viswanath) bounds are computed for reporting
 only: those theorems assume the sequence of parameters is fixed in advance; with adaptively

@@ -3,19 +3,23 @@
 One SQLite file (see :mod:`dpsql.accounting.store`) holds, per (database identity, analyst), the
 budget the data owner granted, every charge made against it and the noisy answers already paid
 for. Amounts are exact fixed-point integers (:mod:`dpsql.accounting.units`); the ledger enforces
-basic composition (sum of epsilons, sum of deltas) under SQLite's write lock.
+the budget's filter (:mod:`dpsql.accounting.filters`: basic composition, the sum of epsilons and
+of deltas, by default; or a Rényi or zCDP filter over the charges' privacy curves) under
+SQLite's write lock.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from dpsql.accounting.analysts import AnalystBook
 from dpsql.accounting.audit import CACHE_UPSERT, AuditBook, insert_event, to_json
-from dpsql.accounting.composition import CompositionReport, compose
+from dpsql.accounting.curves import PrivacyCurve
+from dpsql.accounting.filters import BudgetFilter
 from dpsql.accounting.principal import database_identity, now, principal
+from dpsql.accounting.status import BudgetStatus, Charge
 from dpsql.accounting.units import _delta_float, _delta_units, _eps_float, _eps_units
 from dpsql.errors import BudgetExhaustedError, OperationalError, ProgrammingError
 
@@ -23,62 +27,6 @@ __all__ = ["BudgetStatus", "Charge", "Ledger", "database_identity"]
 
 # A charge counts against its budget while it is neither refunded nor cleared by a reset.
 _LIVE = "refunded_at IS NULL AND reset_id IS NULL"
-
-
-# ---------------------------------------------------------------------------------------------
-# Value types
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Charge:
-    """One committed charge. Amounts are the charged (rounded-up) fixed-point values."""
-
-    analyst: str
-    database: str
-    fingerprint: str
-    epsilon: float
-    delta: float
-    mechanism: str
-    at: str  # UTC, ISO 8601 with microseconds
-    id: int  # never reused within a ledger file
-
-
-@dataclass(frozen=True)
-class BudgetStatus:
-    """A consistent snapshot of one principal's budget.
-
-    The float fields are derived from exact integer units; ``epsilon_remaining`` and
-    ``delta_remaining`` subtract the exact units (so after 300 charges of 0.01 against 3.0 the
-    remainder is exactly 0.0, not a float residue).
-    """
-
-    epsilon_total: float
-    delta_total: float
-    epsilon_spent: float
-    delta_spent: float
-    history: tuple[Charge, ...] = ()
-    # (epsilon_total, delta_total, epsilon_spent, delta_spent) in fixed units; None when built by
-    # hand, in which case the remainders fall back to float subtraction
-    _units: tuple[int, int, int, int] | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def epsilon_remaining(self) -> float:
-        """Epsilon still available (never negative)."""
-        if self._units is not None:
-            return _eps_float(max(0, self._units[0] - self._units[2]))
-        return max(0.0, self.epsilon_total - self.epsilon_spent)
-
-    @property
-    def delta_remaining(self) -> float:
-        """Delta still available (never negative)."""
-        if self._units is not None:
-            return _delta_float(max(0, self._units[1] - self._units[3]))
-        return max(0.0, self.delta_total - self.delta_spent)
-
-    def composition(self, delta_prime: float = 1e-6) -> CompositionReport:
-        """All composition bounds of this history at slack ``delta_prime`` (:func:`compose`)."""
-        return compose([(c.epsilon, c.delta) for c in self.history], delta_prime)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,34 +50,53 @@ class Ledger(AnalystBook, AuditBook):
 
     # -- budgets ----------------------------------------------------------------------------
 
-    def set_budget(self, database: str, analyst: str, epsilon: float, delta: float) -> None:
-        """Grant ``analyst`` a total budget of (epsilon, delta) on ``database`` (owner action).
+    def set_budget(self, database: str, analyst: str, epsilon: float, delta: float, *,
+                   filter: str = "basic", alpha: float | None = None) -> None:
+        """Grant ``analyst`` a total budget of (epsilon, delta) on ``database`` (owner action),
+        enforced by ``filter`` (:mod:`dpsql.accounting.filters`: ``basic``, ``renyi`` at order
+        ``alpha``, or ``zcdp``).
 
         Precondition: 0 <= epsilon <= MAX_EPSILON, 0 <= delta <= 1, both finite.
-        Guarantee: the totals are replaced (rounded DOWN to whole units), charges already made
-        still count; committed durably before returning, with a "budget set" event in the audit
-        log. Lowering a total below what was spent is allowed and simply blocks further charges.
+        Guarantee: the totals and the filter are replaced (totals rounded DOWN to whole
+        units), charges already made still count; committed durably before returning, with a
+        "budget set" event in the audit log. Lowering a total below what was spent is allowed
+        and simply blocks further charges. ProgrammingError, writing nothing, for a filter
+        the totals cannot carry (BudgetFilter.checked) or a Rényi/zCDP filter over counting
+        charges without a curve (made under basic composition by a release no curve covers,
+        or before schema version 4): reset the spending first.
         """
         key = principal(database, analyst)
         eps = _eps_units(epsilon, charge=False)
         dlt = _delta_units(delta, charge=False)
+        rule = BudgetFilter.checked(filter, alpha, _eps_float(eps), _delta_float(dlt))
         with self._write("set_budget") as conn:
+            if rule.name != "basic":
+                try:
+                    rule.spent(conn, key)
+                except OperationalError as exc:
+                    raise ProgrammingError(
+                        f"cannot put this budget under the {rule.label}: {exc.message}"
+                    ) from None
             conn.execute(
                 f"""INSERT INTO budgets (database, analyst, epsilon_total, delta_total,
-                                        epsilon_spent, delta_spent, updated_at)
+                                        epsilon_spent, delta_spent, updated_at, filter, alpha)
                    VALUES (?, ?, ?, ?,
                            (SELECT coalesce(sum(epsilon), 0) FROM charges
                              WHERE database = ? AND analyst = ? AND {_LIVE}),
                            (SELECT coalesce(sum(delta), 0) FROM charges
-                             WHERE database = ? AND analyst = ? AND {_LIVE}), ?)
+                             WHERE database = ? AND analyst = ? AND {_LIVE}), ?, ?, ?)
                    ON CONFLICT (database, analyst) DO UPDATE SET
                        epsilon_total = excluded.epsilon_total,
                        delta_total = excluded.delta_total,
-                       updated_at = excluded.updated_at""",
-                (*key, eps, dlt, *key, *key, now()),
+                       updated_at = excluded.updated_at,
+                       filter = excluded.filter,
+                       alpha = excluded.alpha""",
+                (*key, eps, dlt, *key, *key, now(), rule.name, rule.alpha),
             )
-            insert_event(conn, "budget set", database=key[0], analyst=key[1],
-                         detail={"epsilon": _eps_float(eps), "delta": _delta_float(dlt)})
+            detail: dict[str, Any] = {"epsilon": _eps_float(eps), "delta": _delta_float(dlt)}
+            if rule.name != "basic":
+                detail.update(filter=rule.name, alpha=rule.alpha)
+            insert_event(conn, "budget set", database=key[0], analyst=key[1], detail=detail)
 
     def status(self, database: str, analyst: str) -> BudgetStatus:
         """A consistent snapshot of ``analyst``'s budget on ``database``, with the history of
@@ -142,10 +109,18 @@ class Ledger(AnalystBook, AuditBook):
         key = principal(database, analyst)
         with self._read("status") as conn:
             row = conn.execute(
-                """SELECT epsilon_total, delta_total, epsilon_spent, delta_spent FROM budgets
-                   WHERE database = ? AND analyst = ?""",
+                """SELECT epsilon_total, delta_total, epsilon_spent, delta_spent, filter, alpha
+                   FROM budgets WHERE database = ? AND analyst = ?""",
                 key,
             ).fetchone()
+            rule = None if row is None else BudgetFilter(
+                str(row[4]), row[5], _eps_float(int(row[0])), _delta_float(int(row[1])))
+            filter_spent = 0.0
+            if rule is not None and rule.name != "basic":
+                try:
+                    filter_spent = float(rule.spent(conn, key))
+                except OperationalError:  # a charge without a curve: nothing fits
+                    filter_spent = math.inf
             rows = conn.execute(
                 f"""SELECT id, fingerprint, epsilon, delta, mechanism, at FROM charges
                    WHERE database = ? AND analyst = ? AND {_LIVE} ORDER BY id""",
@@ -177,6 +152,10 @@ class Ledger(AnalystBook, AuditBook):
             delta_spent=_delta_float(units[3]),
             history=history,
             _units=units,  # type: ignore[arg-type]
+            filter=rule.name if rule is not None else "basic",
+            alpha=rule.alpha if rule is not None else None,
+            filter_total=rule.total if rule is not None else 0.0,
+            filter_spent=filter_spent,
         )
 
     def budgets(self) -> list[tuple[str, str]]:
@@ -200,9 +179,11 @@ class Ledger(AnalystBook, AuditBook):
         mechanism: str,
         sql: str | None = None,
         params: Sequence[Any] | None = None,
+        curve: PrivacyCurve | None = None,
     ) -> int:
         """Atomically spend (epsilon, delta) of ``analyst``'s budget on ``database``, and
-        record the query (``sql``, ``params``) in the audit log with it.
+        record the query (``sql``, ``params``) and the release's privacy ``curve``
+        (:mod:`dpsql.accounting.curves`; None when none covers it) in the audit log with it.
 
         Precondition: the caller has NOT released anything derived from the query yet.
         Guarantee: if this returns, the charge (rounded UP to whole units) is committed durably
@@ -212,6 +193,11 @@ class Ledger(AnalystBook, AuditBook):
         ProgrammingError (the amount is above the cap of the analyst's account) or
         OperationalError (ledger unusable/locked) and writes nothing: the caller must release
         nothing. An analyst without a budget can be charged nothing, not even (0, 0).
+
+        The budget's filter decides (:mod:`dpsql.accounting.filters`): ``basic`` checks the
+        epsilon and delta sums as above; ``renyi`` and ``zcdp`` check spent + the curve's cost
+        <= the filter's total, exactly, under the same lock (BudgetExhaustedError otherwise),
+        and refuse a release without a curve (NotSupportedError), writing nothing.
         """
         key = principal(database, analyst)
         eps = _eps_units(epsilon, charge=True)
@@ -222,8 +208,8 @@ class Ledger(AnalystBook, AuditBook):
         with self._write("charge") as conn:
             self._check_caps(conn, analyst, eps, dlt)
             row = conn.execute(
-                """SELECT epsilon_total, delta_total, epsilon_spent, delta_spent FROM budgets
-                   WHERE database = ? AND analyst = ?""",
+                """SELECT epsilon_total, delta_total, epsilon_spent, delta_spent, filter, alpha
+                   FROM budgets WHERE database = ? AND analyst = ?""",
                 key,
             ).fetchone()
             if row is None:
@@ -231,8 +217,12 @@ class Ledger(AnalystBook, AuditBook):
                     f"analyst '{analyst}' has no privacy budget on database {key[0]}; "
                     "the data owner must grant one with 'dpsql budget set'. Nothing was charged."
                 )
-            eps_total, dlt_total, eps_spent, dlt_spent = row
-            if eps_spent + eps > eps_total or dlt_spent + dlt > dlt_total:
+            eps_total, dlt_total, eps_spent, dlt_spent, rule_name, alpha = row
+            rule = BudgetFilter(str(rule_name), alpha, _eps_float(eps_total),
+                                _delta_float(dlt_total))
+            rule.admit(conn, key, curve)
+            if rule.name == "basic" and (eps_spent + eps > eps_total
+                                         or dlt_spent + dlt > dlt_total):
                 raise BudgetExhaustedError(
                     f"privacy budget exhausted for analyst '{analyst}' on database {key[0]}: "
                     f"this query needs epsilon={_eps_float(eps)!r}, delta={_delta_float(dlt)!r} "
@@ -242,9 +232,10 @@ class Ledger(AnalystBook, AuditBook):
                 )
             cursor = conn.execute(
                 """INSERT INTO charges (database, analyst, fingerprint, epsilon, delta,
-                                        mechanism, at, sql, params)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                (*key, str(fingerprint), eps, dlt, str(mechanism), now(), sql, params_json),
+                                        mechanism, at, sql, params, curve)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                (*key, str(fingerprint), eps, dlt, str(mechanism), now(), sql, params_json,
+                 None if curve is None else curve.to_json()),
             )
             conn.execute(
                 """UPDATE budgets SET epsilon_spent = epsilon_spent + ?,

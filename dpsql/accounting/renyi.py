@@ -1,7 +1,8 @@
 """Rényi and zero-concentrated DP accounting, and the filters that stay valid adaptively (seed 004).
 
-Pure functions; the ledger does not enforce them yet (it enforces basic composition, section 5 of
-docs/privacy.md). What they give:
+Pure functions; the ledger's filters (:mod:`dpsql.accounting.filters`, docs/privacy.md section
+5, "Budget filters") use the conversions, and the filters here are their reference model in the
+tests. What they give:
 
 * :func:`discrete_laplace_rdp` -- the exact Rényi divergence of order alpha between two discrete
   Laplace laws of scale b shifted by an integer Delta (the noise dpsql's counts get), in closed
@@ -25,8 +26,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-
-import numpy as np
 
 __all__ = ["RenyiFilter", "ZcdpFilter", "best_laplace_scale", "discrete_laplace_rdp",
            "rdp_budget", "rdp_delta", "zcdp_budget"]
@@ -157,8 +156,12 @@ class ZcdpFilter:
         return True
 
 
+#: 1.5, 2, ..., 199.5: the orders :func:`best_laplace_scale` tries by default
+_HALF_ORDERS = tuple(k / 2 for k in range(3, 400))
+
+
 def best_laplace_scale(queries: int, epsilon: float, delta: float, *, shift: int = 1,
-                       orders: tuple[float, ...] = tuple(np.arange(1.5, 200.0, 0.5))) -> tuple[
+                       orders: tuple[float, ...] = _HALF_ORDERS) -> tuple[
                            float, float]:
     """The smallest discrete Laplace scale (and the order that gives it) at which ``queries``
     releases of sensitivity ``shift`` fit a Rényi filter built for (epsilon, delta)."""

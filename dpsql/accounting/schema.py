@@ -1,4 +1,4 @@
-"""The ledger file's SQL schema: version 1, the upgrade to version 2, and what a valid file holds.
+"""The ledger file's SQL schema: version 1, the upgrades to versions 2-4, what a valid file holds.
 
 A new ledger is made by running :data:`SCHEMA_V1` and then every upgrade in
 :data:`UPGRADES`, so a fresh file and an upgraded old one have the same schema by construction
@@ -21,6 +21,13 @@ Version 3 adds the **events** of the audit log that are not charges: the owner's
 cache hits (a repeated query answered from the cache, charged nothing), append-only by
 triggers; and ``cache.charge_id``, the charge that paid for a cached answer, so a hit names it.
 
+Version 4 (issue #18) adds the **budget filter**: ``budgets.filter`` (``basic``, the default
+and what every older budget keeps; ``renyi``; ``zcdp``) and ``budgets.alpha`` (the Rényi
+filter's order, fixed when the owner sets the budget), and ``charges.curve``, the release's
+privacy curve (:mod:`dpsql.accounting.curves`: Rényi divergences at the public grid of orders
+and the zCDP rho, JSON; NULL for a release no curve covers, and for every older charge),
+written with the charge and never changed (``charges_written_once`` is recreated to cover it).
+
 Statements are separated by ";" at the end of a line (:func:`statements`); a trigger body's
 inner statements therefore end with "; END" on one line.
 """
@@ -28,7 +35,7 @@ inner statements therefore end with "; END" on one line.
 from __future__ import annotations
 
 APPLICATION_ID = 0x64704C64  # "dpLd"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: Version 1 exactly as released (do not edit: old files were made by it).
 SCHEMA_V1 = """
@@ -132,18 +139,36 @@ CREATE TRIGGER events_never_updated BEFORE UPDATE ON events
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: events are never changed'); END;
 """
 
+_V3_TO_V4 = """
+ALTER TABLE budgets ADD COLUMN filter TEXT NOT NULL DEFAULT 'basic'
+    CHECK (filter IN ('basic', 'renyi', 'zcdp'));
+ALTER TABLE budgets ADD COLUMN alpha REAL CHECK (alpha IS NULL OR alpha > 1);
+ALTER TABLE charges ADD COLUMN curve TEXT;
+DROP TRIGGER charges_written_once;
+CREATE TRIGGER charges_written_once BEFORE UPDATE ON charges
+WHEN NEW.id IS NOT OLD.id OR NEW.database IS NOT OLD.database OR NEW.analyst IS NOT OLD.analyst
+  OR NEW.fingerprint IS NOT OLD.fingerprint OR NEW.epsilon IS NOT OLD.epsilon
+  OR NEW.delta IS NOT OLD.delta OR NEW.mechanism IS NOT OLD.mechanism OR NEW.at IS NOT OLD.at
+  OR NEW.sql IS NOT OLD.sql OR NEW.params IS NOT OLD.params OR NEW.curve IS NOT OLD.curve
+  OR (OLD.released IS NOT NULL AND NEW.released IS NOT OLD.released)
+  OR (OLD.released_at IS NOT NULL AND NEW.released_at IS NOT OLD.released_at)
+  OR (OLD.refunded_at IS NOT NULL AND NEW.refunded_at IS NOT OLD.refunded_at)
+  OR (OLD.reset_id IS NOT NULL AND NEW.reset_id IS NOT OLD.reset_id)
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: a charge is written once'); END;
+"""
+
 #: (version it upgrades from, its statements), in order.
-UPGRADES: tuple[tuple[int, str], ...] = ((1, _V1_TO_V2), (2, _V2_TO_V3))
+UPGRADES: tuple[tuple[int, str], ...] = ((1, _V1_TO_V2), (2, _V2_TO_V3), (3, _V3_TO_V4))
 
 #: Columns every table of the current version must have.
 EXPECTED_COLUMNS: dict[str, frozenset[str]] = {
     "budgets": frozenset(
         {"database", "analyst", "epsilon_total", "delta_total", "epsilon_spent", "delta_spent",
-         "updated_at"}
+         "updated_at", "filter", "alpha"}
     ),
     "charges": frozenset(
         {"id", "database", "analyst", "fingerprint", "epsilon", "delta", "mechanism", "at",
-         "sql", "params", "released", "released_at", "refunded_at", "reset_id"}
+         "sql", "params", "released", "released_at", "refunded_at", "reset_id", "curve"}
     ),
     "cache": frozenset({"database", "analyst", "key", "payload", "at", "charge_id"}),
     "resets": frozenset(

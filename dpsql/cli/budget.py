@@ -17,6 +17,7 @@ every other command they are per-query amounts. Ledger problems raise dpsql erro
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import click
 
 from dpsql.accounting import BudgetStatus, CompositionReport, Ledger, database_identity
+from dpsql.accounting.filters import FILTERS, BudgetFilter
 from dpsql.cli.options import (
     analyst_option,
     database_option,
@@ -93,19 +95,55 @@ def command() -> None:
 @_database_options
 @total_epsilon_option()
 @total_delta_option()
+@click.option("--filter", "budget_filter", type=click.Choice(FILTERS), default="basic",
+              show_default=True,
+              help="How charges are composed: basic (sum of epsilons and deltas), renyi "
+                   "(Rényi filter: many small Laplace queries fit), zcdp (zCDP filter: many "
+                   "small Gaussian queries fit). renyi and zcdp need a delta total > 0 and "
+                   "refuse releases without a privacy curve (joins of private tables).")
+@click.option("--alpha", type=float, default=None,
+              help="The Rényi filter's order, one of dpsql's grid (default: the one that "
+                   "fits the most small queries under these totals).")
 def set_budget(ledger: str | None, analyst: str, database: str | None, metadata: Path | None,
-               backend: str, epsilon: float, delta: float) -> None:
+               backend: str, epsilon: float, delta: float, budget_filter: str,
+               alpha: float | None) -> None:
     """Grant ANALYST a total (epsilon, delta) budget on DATABASE; earlier charges still count."""
     identity = database_key(database, metadata, backend)
     ledger = ledger_path(ledger, metadata)
     with Ledger(ledger) as book:
-        book.set_budget(identity, analyst, epsilon, delta)
+        book.set_budget(identity, analyst, epsilon, delta, filter=budget_filter, alpha=alpha)
         status = book.status(identity, analyst)
     click.echo(
         f"budget for {analyst} on {identity}: epsilon {status.epsilon_total!r}, "
-        f"delta {status.delta_total!r} (spent so far: epsilon {status.epsilon_spent!r}, "
-        f"delta {status.delta_spent!r})"
+        f"delta {status.delta_total!r}, {_filter_name(status)} (spent so far: epsilon "
+        f"{status.epsilon_spent!r}, delta {status.delta_spent!r})"
     )
+
+
+def _filter_name(status: BudgetStatus) -> str:
+    if status.filter == "renyi":
+        return f"Rényi filter at alpha {status.alpha:g}"
+    return "zCDP filter" if status.filter == "zcdp" else "basic composition"
+
+
+def _filter_view(status: BudgetStatus) -> dict[str, Any]:
+    """The filter's state, converted to (epsilon, delta) for display: the epsilon at the
+    budget's delta that the spending so far would certify were it the whole interaction,
+    and what remains of the filter's total."""
+    view: dict[str, Any] = {"filter": status.filter, "alpha": status.alpha}
+    if status.filter == "basic":
+        return view
+    rule = BudgetFilter(status.filter, status.alpha, status.epsilon_total, status.delta_total)
+    spent = status.filter_spent
+    view.update(
+        unit="Rényi divergence" if status.filter == "renyi" else "rho",
+        total=status.filter_total, spent=spent, remaining=status.filter_remaining,
+        epsilon_spent_equivalent=(rule.epsilon_at(spent) if math.isfinite(spent)
+                                  else math.inf),
+        delta=status.delta_total,
+        largest_laplace_epsilon=status.epsilon_remaining,
+    )
+    return view
 
 
 def _bound_json(report: CompositionReport) -> dict:
@@ -134,6 +172,7 @@ def _status_json(
         "epsilon_remaining": status.epsilon_remaining,
         "delta_remaining": status.delta_remaining,
         "charges": len(status.history),
+        "filter": _filter_view(status),
         "composition": {
             "delta_prime": report.delta_prime,
             "homogeneous": report.homogeneous,
@@ -157,15 +196,26 @@ def _status_text(
         f"database:  {identity}",
         f"analyst:   {analyst}",
         f"budget:    epsilon {status.epsilon_total!r}  delta {status.delta_total!r}",
+        f"filter:    {_filter_name(status)}",
         f"spent:     epsilon {status.epsilon_spent!r}  delta {status.delta_spent!r}"
-        f"  ({len(status.history)} charges)",
+        f"  ({len(status.history)} charges{'' if status.filter == 'basic' else ', summed'})",
         f"remaining: epsilon {status.epsilon_remaining!r}  delta {status.delta_remaining!r}",
-        f"composition of {report.k} charges (delta' = {report.delta_prime:g}):",
     ]
+    view = _filter_view(status)
+    if status.filter != "basic":
+        lines[-1] += "  (the largest epsilon one Laplace query surely fits)"
+        lines.append(
+            f"{view['unit']}: spent {view['spent']:.6g} of {view['total']:.6g}, "
+            f"{view['remaining']:.6g} remain; were this the whole interaction it would be "
+            f"(epsilon {view['epsilon_spent_equivalent']:.6g}, delta {view['delta']:g})-DP")
+    lines.append(f"composition of {report.k} charges (delta' = {report.delta_prime:g}):")
     for bound in report.bounds():
+        note = bound.note
+        if bound is report.basic and status.filter != "basic":
+            note = "sum of epsilons and deltas; not enforced (the budget's filter is)"
         lines.append(
             f"  {bound.method:<15} epsilon {bound.epsilon:<12.6g} delta {bound.delta:<12.6g}"
-            f" {bound.note}"
+            f" {note}"
         )
     if status.history:
         lines.append("history:")
@@ -262,11 +312,12 @@ def list_budgets(ledger: str | None, metadata: Path | None, database: str | None
                 continue
             st = book.status(db, who)
             rows.append([db, who, st.epsilon_total, st.epsilon_spent, st.epsilon_remaining,
-                         st.delta_total, st.delta_spent, st.delta_remaining, len(st.history)])
+                         st.delta_total, st.delta_spent, st.delta_remaining, len(st.history),
+                         st.filter])
     if not rows and fmt == "table":
         click.echo("no budgets" + (" matching the filters" if wanted or analyst else "")
                    + f" in {ledger}; grant one with 'dpsql budget set'")
         return
     names = ["database", "analyst", "epsilon_total", "epsilon_spent", "epsilon_remaining",
-             "delta_total", "delta_spent", "delta_remaining", "charges"]
+             "delta_total", "delta_spent", "delta_remaining", "charges", "filter"]
     click.echo(render_rows(names, rows, fmt))

@@ -1,5 +1,5 @@
-"""`dpsql audit -m M.yaml -d D.duckdb [-e EPS] [--delta D] [--neighbours N] "SQL"`: the owner's
-privacy audit.
+"""`dpsql audit -m M.yaml -d D.duckdb [-e EPS] [--delta D] [--neighbours change|remove]
+[--tries N] "SQL"`: the owner's privacy audit.
 
 Runs :func:`dpsql.privacy_audit.audit` and prints what the samples prove: the neighbouring
 database used, the lower bounds on the max divergence and the Rényi divergences, and the
@@ -51,15 +51,28 @@ def _text(report: AuditReport) -> str:
     ])
 
 
+def _relation(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    from dpsql.privacy_audit.neighbours import RELATIONS
+
+    if value in RELATIONS:
+        return value
+    hint = (" (the number of neighbours to try is now --tries N)" if value.isdigit() else "")
+    raise click.BadParameter(f"{value!r} is not one of {', '.join(RELATIONS)}{hint}")
+
+
 @click.command("privacy")
 @metadata_option(required=True, help="The owner's metadata YAML.")
 @database_option(required=True, help="DuckDB database file (copied once per neighbour tried: "
                  "use a test database or a sample).")
 @epsilon_option(help="The epsilon each release claims.")
 @delta_option(help="The delta each release claims (only joins of private tables use it).")
-@click.option("--neighbours", default=8, show_default=True, type=click.IntRange(min=1),
-              help="How many neighbouring databases to try (the one moving the answer most is "
-                   "audited).")
+@click.option("--neighbours", "relation", default="change", show_default=True,
+              callback=_relation,
+              help="The neighbouring relation: change (one row replaced by another's values, "
+                   "dpsql's own) or remove (one row deleted).")
+@click.option("--tries", default=8, show_default=True, type=click.IntRange(min=1),
+              help="How many neighbouring databases to try per private table (the one moving "
+                   "the answer most is audited).")
 @click.option("--runs", default=4000, show_default=True, type=click.IntRange(min=50),
               help="Releases drawn on each of the two databases.")
 @click.option("--confidence", default=0.99, show_default=True,
@@ -67,8 +80,8 @@ def _text(report: AuditReport) -> str:
               help="Confidence of the lower bounds.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.argument("sql")
-def privacy(metadata: Path, database: str, epsilon: float, delta: float, neighbours: int,
-            runs: int, confidence: float, as_json: bool, sql: str) -> int:
+def privacy(metadata: Path, database: str, epsilon: float, delta: float, relation: str,
+            tries: int, runs: int, confidence: float, as_json: bool, sql: str) -> int:
     """Audit a query's privacy empirically (data owner): lower bounds, pass or fail."""
     from dpsql.metadata import load_metadata
     from dpsql.privacy_audit import audit
@@ -76,12 +89,13 @@ def privacy(metadata: Path, database: str, epsilon: float, delta: float, neighbo
     if not Path(database).is_file():
         raise click.BadParameter(f"no such file: {database}", param_hint="'-d' / '--database'")
     report = audit(Path(database), load_metadata(metadata), sql, epsilon=epsilon, delta=delta,
-                   neighbours=neighbours, runs=runs, confidence=confidence)
+                   neighbours=tries, runs=runs, confidence=confidence, relation=relation)
     if as_json:
         b = report.bounds
         click.echo(json.dumps({
             "sql": report.sql, "epsilon": report.epsilon, "delta": report.delta,
-            "neighbour": report.neighbour.describe(), "neighbours_tried": report.neighbours_tried,
+            "neighbour": report.neighbour.describe(), "relation": report.neighbour.relation,
+            "neighbours_tried": report.neighbours_tried,
             "exact_change": report.exact_change, "runs": report.runs, "cells": report.cells,
             "max_divergence_lower_bound": b.max_divergence, "worst_event": b.worst_event,
             "renyi_lower_bounds": {str(k): v for k, v in b.renyi.items()},

@@ -46,6 +46,9 @@ class NoisePlan:
     sigma: float | None = None
     #: Gaussian only: "analytic" or "classical"
     calibration: str | None = None
+    #: Gaussian only: the squared L2 norm of a neighbour's move, in the units of ``sigma``
+    #: (public; the release is l2_squared / (2 sigma^2)-zCDP: dpsql.accounting.curves)
+    l2_squared: int | None = None
     #: under a privacy unit without GROUP BY (dpsql.units.noise): the measurement's R2T
     #: parts, each with its share of epsilon and public per-level scales; ``scale`` is then
     #: the largest of them
@@ -137,15 +140,17 @@ def _gaussian_plans(analysis: QueryAnalysis, private: list[Measurement], budget:
         es = m.sensitivity.at(0)
         _check_finite(es, "elastic sensitivity")
         if m.function == "COUNT":
-            sigma = gaussian_plan.count_sigma(es, grouped, eps_each, delta_each, cal)[0]
+            sigma, l2_squared, _ = gaussian_plan.count_sigma(es, grouped, eps_each,
+                                                             delta_each, cal)
             plans.append(NoisePlan(m, eps_each, delta_each, es_at, None, sigma,
-                                   sigma=sigma, calibration=cal))
+                                   sigma=sigma, calibration=cal, l2_squared=l2_squared))
             continue
         assert m.bounds is not None
         width = max(m.bounds[1], 0.0) - min(m.bounds[0], 0.0)
-        steps, g, _, _ = gaussian_plan.sum_sigma(es, width, grouped, eps_each, delta_each, cal)
+        steps, g, l2_squared, _ = gaussian_plan.sum_sigma(es, width, grouped, eps_each,
+                                                         delta_each, cal)
         plans.append(NoisePlan(m, eps_each, delta_each, es_at, None, steps * g, g,
-                               sigma=steps, calibration=cal))
+                               sigma=steps, calibration=cal, l2_squared=l2_squared))
     return tuple(plans)
 
 
@@ -202,9 +207,10 @@ def _smoothed_plan(
     exactly FLEX's; the clamp changes only answers beyond the window (at epsilon 0.1: counts
     above 2.1e8; see docs/privacy.md).
 
-    Counts use grid-free discrete Laplace: the smooth-sensitivity proof (sliding by an integer
-    shift <= S, dilation between scales within e^beta) holds for it as for continuous Laplace,
-    its normalising constant tanh(1/2b) playing the role of 1/2b. Sums are snapped to a grid g0
+    Counts use grid-free discrete Laplace: docs/privacy.md section 4 proves the release
+    (epsilon, delta)-DP for the discrete law (sliding by an integer shift <= S is pure;
+    dilation between scales within e^beta costs < delta with beta from
+    dpsql.noise.smooth.beta_for). Sums are snapped to a grid g0
     fixed by the bounds and epsilon alone (the smallest scale any smoothed SUM of this column
     could have), never by the data-dependent scale, whose power of two the grid would reveal;
     the snapped shift is at most LS + g0, and S + g0 is still beta-smooth.

@@ -4,9 +4,12 @@ Contract of :func:`smooth`: given ES(k) with the kexpr properties (non-negative,
 e^(-beta k) ES(k) non-increasing for k >= degree / beta), returns
 S = max over k = 0..ceil(D/beta) of e^(-beta k) ES(k), which equals the max over all k >= 0,
 so S is a beta-smooth upper bound on local sensitivity (Nissim-Raskhodnikova-Smith 2007; FLEX).
-Laplace noise of scale 2S/epsilon then gives (epsilon, delta)-DP with
-beta = epsilon / (2 ln(2/delta)). When ES does not depend on k it is a global sensitivity and
-scale ES/epsilon gives pure epsilon-DP (delta 0). Infinity and NaN never reach a scale.
+Discrete Laplace noise of scale 2S/epsilon then gives (epsilon, delta)-DP with
+beta = ln(1 + epsilon / (2 ln(2/delta))) (docs/privacy.md section 4, "Smooth sensitivity with
+discrete Laplace noise": the proof's dilation step needs e^beta - 1 <= epsilon / (2 ln(2/delta));
+FLEX's beta = epsilon / (2 ln(2/delta)) fails it, and its delta, for large epsilon). When ES
+does not depend on k it is a global sensitivity and scale ES/epsilon gives pure epsilon-DP
+(delta 0). Infinity and NaN never reach a scale.
 """
 
 from __future__ import annotations
@@ -24,8 +27,11 @@ _MAX_SCAN = 50_000_000
 
 
 def beta_for(epsilon: float, delta: float) -> float:
-    """beta = epsilon / (2 ln(2/delta)), the smoothing parameter of FLEX."""
-    return epsilon / (2.0 * math.log(2.0 / delta))
+    """beta = ln(1 + epsilon / (2 ln(2/delta))): FLEX's epsilon / (2 ln(2/delta)), taken
+    through ln(1 + x) so that e^beta - 1 <= epsilon / (2 ln(2/delta)), the condition of the
+    dilation lemma for the discrete Laplace law (docs/privacy.md section 4). Slightly smaller
+    than FLEX's (by about beta^2 / 2), so S is slightly larger."""
+    return math.log1p(epsilon / (2.0 * math.log(2.0 / delta)))
 
 
 @dataclass(frozen=True)

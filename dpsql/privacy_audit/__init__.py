@@ -12,6 +12,13 @@ function of the output, so the bound stays valid whatever the estimates. The ver
 ``fail`` when the samples *prove*, at the stated confidence, a loss above the claimed epsilon;
 ``pass`` only means they do not contradict it.
 
+Neighbours are built by changing one row (dpsql's relation) or, with ``relation='remove'``,
+removing one (:mod:`.neighbours`, which is also where privacy units will plug in). A query of
+several releases (aggregates in CTEs or derived tables, scalar subqueries:
+:class:`~dpsql.execute.blocks.PreparedBlocks`) is audited as one mechanism, its output rows
+after post-processing; its neighbour is chosen by the change of those rows computed without
+noise.
+
 The audit is an owner's tool: its report names rows and exact changes. It never charges a
 ledger, and it copies the database once per neighbour tried, so run it on a test database or
 a sample of the data.
@@ -29,20 +36,20 @@ import numpy as np
 
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.backends.replay import ReplayBackend
-from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.errors import ProgrammingError
+from dpsql.execute.blocks import PreparedBlocks
 from dpsql.execute.exact import read_exact
 from dpsql.metadata import Metadata
 from dpsql.noise.mechanisms import Sampler
 from dpsql.privacy_audit.bounds import LossBounds, loss_lower_bounds
 from dpsql.privacy_audit.neighbours import (
+    RELATIONS,
     Neighbour,
+    candidates,
     copy_database,
     make_neighbour,
-    pairs,
-    rows_to_try,
-    spread_rowids,
 )
-from dpsql.session import Prepared, Session
+from dpsql.session import Session
 
 __all__ = ["AuditReport", "audit"]
 
@@ -57,7 +64,9 @@ class AuditReport:
     epsilon: float
     delta: float
     neighbour: Neighbour
-    exact_change: float  # L1 change of the exact measurements between the two databases
+    #: L1 change between the two databases of the exact measurements (one release) or of the
+    #: noiseless output's numeric cells (several releases)
+    exact_change: float
     neighbours_tried: int
     cells: int  # numeric output cells the statistic combines
     runs: int
@@ -68,24 +77,35 @@ class AuditReport:
         return "fail" if self.bounds.max_divergence > self.epsilon else "pass"
 
 
-def _single_release(session: Session, sql: str) -> Prepared:
+class _Noiseless:
+    """A sampler that adds nothing: the audit's owner-side view of a multi-release query's
+    exact output, to pick the neighbour (never used for a release anyone sees)."""
+
+    def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
+        return np.zeros(size, dtype=np.int64)
+
+    def discrete_gaussian(self, sigma: float, size: int) -> np.ndarray:
+        return np.zeros(size, dtype=np.int64)
+
+
+def _exact_vector(session: Session, sql: str, params: Sequence[Any], epsilon: float,
+                  delta: float) -> np.ndarray:
     prepared = session.prepare(sql)
-    if not isinstance(prepared, Prepared):
-        raise NotSupportedError(
-            "the audit runs single-release queries: a query with aggregates in CTEs or derived "
-            "tables, or with scalar subqueries, is released in several parts; audit each "
-            "part's aggregate SELECT on its own")
-    return prepared
-
-
-def _exact_vector(session: Session, sql: str, params: Sequence[Any]) -> np.ndarray:
-    prepared = _single_release(session, sql)
+    if isinstance(prepared, PreparedBlocks):
+        noiseless = Session(session.metadata, session.backend, sampler=_Noiseless())
+        try:
+            rows = _rows_by_key(noiseless, sql, noiseless.run(sql, params, epsilon=epsilon,
+                                                               delta=delta).rows)
+        finally:
+            noiseless.close()
+        cells = _cells([rows])
+        return np.array([cells[c][0] for c in sorted(cells, key=repr)], dtype=np.float64)
     bins = read_exact(session.backend, prepared.compiled, params)
     return np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in bins.exact])
 
 
 def _rows_by_key(session: Session, sql: str, rows: list[tuple]) -> dict[tuple, tuple]:
-    columns = _single_release(session, sql).analysis.columns
+    columns = session.prepare(sql).analysis.columns
     keys = [i for i, c in enumerate(columns) if c.kind == "group_key"]
     if not keys:
         return {(i,): row for i, row in enumerate(rows)}
@@ -141,24 +161,29 @@ class LikelihoodRatio:
 def audit(database: str | Path, metadata: Metadata, sql: str, params: Sequence[Any] = (), *,
           epsilon: float, delta: float = 0.0, neighbours: int = 8, runs: int = 4000,
           confidence: float = 0.99, workdir: str | Path | None = None,
-          sampler: Sampler | None = None) -> AuditReport:
-    """Audit ``sql`` on ``database`` at (epsilon, delta) (module docstring).
+          sampler: Sampler | None = None, relation: str = "change") -> AuditReport:
+    """Audit ``sql`` on ``database`` at (epsilon, delta) (module docstring): ``neighbours``
+    candidates tried per private table, ``relation`` ``change`` (one row replaced) or
+    ``remove`` (one row deleted).
 
     ``sampler`` is for the audit's own self-tests (an under-noised mechanism it must catch);
     production audits use the secure default. Raises the engine's own refusal if ``sql`` is
     refused, and ProgrammingError when the query reads no private table stored in the
-    database (nothing to audit).
+    database (nothing to audit) or ``relation`` is unknown.
     """
+    if relation not in RELATIONS:
+        raise ProgrammingError(f"unknown neighbouring relation {relation!r}: choose one of "
+                               f"{', '.join(RELATIONS)}")
     database = Path(database)
     original = Session(metadata, DuckDBBackend(database, metadata))
     try:
-        prepared = _single_release(original, sql)
+        prepared = original.prepare(sql)
         private = sorted(t for t in prepared.tables
                          if not metadata.table(t).public and not metadata.table(t).source)
         if not private:
             raise ProgrammingError("the query reads no private table stored in the database: "
                                    "nothing to audit")
-        base_exact = _exact_vector(original, sql, params)
+        base_exact = _exact_vector(original, sql, params, epsilon, delta)
     finally:
         original.backend.close()
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
@@ -167,22 +192,22 @@ def audit(database: str | Path, metadata: Metadata, sql: str, params: Sequence[A
         best: tuple[float, Neighbour] | None = None
         tried = 0
         for table in private:
-            rowids = spread_rowids(base, table, rows_to_try(neighbours))
-            for n, (replaced, replacement) in enumerate(pairs(rowids, neighbours)):
+            for n, (replaced, replacement) in enumerate(
+                    candidates(base, table, relation, neighbours)):
                 candidate = make_neighbour(base, folder / f"n-{table}-{n}.duckdb", table,
                                            replaced, replacement)
                 tried += 1
                 session = Session(metadata, DuckDBBackend(candidate.path, metadata))
                 try:
-                    change = float(np.abs(_exact_vector(session, sql, params)
+                    change = float(np.abs(_exact_vector(session, sql, params, epsilon, delta)
                                           - base_exact).sum())
                 finally:
                     session.backend.close()
                 if best is None or change > best[0]:
                     best = (change, candidate)
         if best is None:
-            raise ProgrammingError("the private tables have fewer than two rows: no neighbour "
-                                   "to compare with")
+            raise ProgrammingError("the private tables have too few rows to build a "
+                                   f"neighbour by {relation}: nothing to compare with")
         change, neighbour = best
         backends = [DuckDBBackend(path, metadata) for path in (base, neighbour.path)]
         sessions = [Session(metadata, ReplayBackend(b), sampler=sampler) for b in backends]

@@ -1,11 +1,19 @@
-"""Neighbouring databases for the privacy audit: one row of one private table changed.
+"""Neighbouring databases for the privacy audit: one row of one private table changed, or
+removed.
 
 dpsql's neighbouring relation (docs/privacy.md section 1) is "change one row of one private
-table": a row is replaced by another row's values. The audit looks for the neighbour that moves
-the query's exact measurements most: it tries ``count`` replacements among rows spread evenly
-over each private table the query reads (deterministically: no randomness outside the noise
-module) and keeps the one with the largest L1 change. That is a heuristic search for a bad
-case, not a proof that none is worse.
+table": a row is replaced by another row's values (``change``, the default). The owner may
+also audit ``remove`` (one row deleted: the add/remove relation, which a change composes two
+of). The audit looks for the neighbour that moves the query's answer most: it tries ``count``
+candidates among rows spread evenly over each private table the query reads
+(deterministically: no randomness outside the noise module) and keeps the one with the largest
+L1 change. That is a heuristic search for a bad case, not a proof that none is worse.
+
+Hook for privacy units (issue #17): a relation is a name in :data:`RELATIONS` and a branch of
+:func:`candidates` that yields (replaced rowid, replacement rowid or None) pairs for one table;
+a ``unit`` relation (one unit's rows, with their foreign-key cascade, removed or replaced)
+will yield whole row sets instead, so :class:`Neighbour` and :func:`make_neighbour` are the
+two places it extends.
 """
 
 from __future__ import annotations
@@ -19,18 +27,28 @@ import numpy as np
 
 from dpsql.errors import ProgrammingError
 
+#: The neighbouring relations the audit can build (the first is dpsql's own).
+RELATIONS = ("change", "remove")
+
 
 @dataclass(frozen=True)
 class Neighbour:
     """A copy of the database with row ``replaced`` of ``table`` replaced by row
-    ``replacement``'s values (rowids of the original database)."""
+    ``replacement``'s values, or removed when ``replacement`` is None (rowids of the original
+    database)."""
 
     table: str
     replaced: int
-    replacement: int
+    replacement: int | None
     path: Path
 
+    @property
+    def relation(self) -> str:
+        return "remove" if self.replacement is None else "change"
+
     def describe(self) -> str:
+        if self.replacement is None:
+            return f"{self.table}: row {self.replaced} removed"
         return (f"{self.table}: row {self.replaced} replaced by a copy of row "
                 f"{self.replacement}")
 
@@ -84,14 +102,29 @@ def rows_to_try(count: int) -> int:
     return max(2, math.ceil((1 + math.sqrt(1 + 4 * count)) / 2))
 
 
+def candidates(database: Path, table: str, relation: str,
+               count: int) -> list[tuple[int, int | None]]:
+    """Up to ``count`` (replaced, replacement) rowid pairs of ``table`` for ``relation``:
+    ``change`` pairs distinct spread rows; ``remove`` pairs each spread row with None."""
+    if relation == "change":
+        return [(a, b) for a, b in pairs(spread_rowids(database, table, rows_to_try(count)),
+                                         count)]
+    if relation == "remove":
+        return [(r, None) for r in spread_rowids(database, table, count)]
+    raise ProgrammingError(
+        f"unknown neighbouring relation {relation!r}: choose one of {', '.join(RELATIONS)}")
+
+
 def make_neighbour(base_copy: Path, dest: Path, table: str, replaced: int,
-                   replacement: int) -> Neighbour:
-    """``dest``: ``base_copy`` (a copy of the original, same rowids) with the change made."""
+                   replacement: int | None) -> Neighbour:
+    """``dest``: ``base_copy`` (a copy of the original, same rowids) with the change made
+    (row ``replaced`` removed, and a copy of row ``replacement`` added unless it is None)."""
     dest.write_bytes(base_copy.read_bytes())
     con = duckdb.connect(str(dest))
     try:
-        con.execute(f"INSERT INTO {_quote(table)} SELECT * FROM {_quote(table)} WHERE rowid = ?",
-                    [replacement])
+        if replacement is not None:
+            con.execute(f"INSERT INTO {_quote(table)} SELECT * FROM {_quote(table)} "
+                        "WHERE rowid = ?", [replacement])
         con.execute(f"DELETE FROM {_quote(table)} WHERE rowid = ?", [replaced])
         con.execute("CHECKPOINT")
     finally:

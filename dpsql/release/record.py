@@ -71,6 +71,11 @@ class Release:
     selection_threshold: int | None = None
     #: the privacy unit the release protects ("customer.c_custkey"); None: one row
     privacy_unit: str | None = None
+    #: the release's privacy curve's zCDP parameter (dpsql.accounting.curves: sum of
+    #: epsilon_i^2/2 for pure Laplace, l2^2/(2 sigma^2) for Gaussian; public), what a budget
+    #: under the zCDP filter is charged; None when no curve covers the release (smoothed,
+    #: partition selection). The ledger records the whole curve with the charge.
+    rho: float | None = None
 
     @property
     def free(self) -> bool:

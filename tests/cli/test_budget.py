@@ -219,3 +219,44 @@ def test_list_on_a_ledger_without_budgets(ledger):
     done = run("budget", "list", "-l", ledger)
     assert done.exit_code == 0 and done.output.startswith("no budgets in ")
     assert run("budget", "list", "-l", ledger, "-f", "json").output.strip() == "[]"
+
+
+# -- the budget's filter: --filter basic|renyi|zcdp, and show's (epsilon, delta) view ----------
+
+
+def test_set_a_renyi_filter_and_show_its_state(ledger):
+    from dpsql.accounting.curves import _laplace_curve
+
+    done = run("budget", "set", "-l", ledger, "-a", "alice", "-d", "shop.duckdb", "-e", "1",
+               "--delta", "1e-6", "--filter", "renyi")
+    assert done.exit_code == 0, done.output
+    assert "Rényi filter at alpha 22" in done.output
+    with Ledger(ledger) as book:
+        for _ in range(60):
+            book.charge("shop.duckdb", "alice", fingerprint="q", epsilon=0.02, delta=0.0,
+                        mechanism="discrete_laplace", curve=_laplace_curve([0.02]))
+    shown = json.loads(run("budget", "show", "-l", ledger, "-a", "alice", "-d", "shop.duckdb",
+                           "--json").output)
+    view = shown["filter"]
+    assert (view["filter"], view["alpha"], view["unit"]) == ("renyi", 22.0, "Rényi divergence")
+    assert view["spent"] == pytest.approx(60 * _laplace_curve([0.02]).at(22.0))
+    assert view["remaining"] == pytest.approx(view["total"] - view["spent"])
+    # 60 charges of 0.02 are 1.2 by basic composition, but within (1, 1e-6) under the filter
+    assert shown["epsilon_spent"] == pytest.approx(1.2)
+    assert 0.5 < view["epsilon_spent_equivalent"] < 1.0
+    assert shown["epsilon_remaining"] == pytest.approx(view["remaining"])
+    text = run("budget", "show", "-l", ledger, "-a", "alice", "-d", "shop.duckdb").output
+    assert "filter:    Rényi filter at alpha 22" in text
+    assert "the largest epsilon one Laplace query surely fits" in text
+    assert "not enforced (the budget's filter is)" in text
+    rows = json.loads(run("budget", "list", "-l", ledger, "-f", "json").output)
+    assert rows[0]["filter"] == "renyi"
+
+
+def test_filter_options_are_checked(ledger):
+    base = ("budget", "set", "-l", ledger, "-a", "alice", "-d", "shop.duckdb", "-e", "1")
+    assert run(*base, "--filter", "pld").exit_code == 2
+    refused = CliRunner().invoke(cli, [*base, "--filter", "zcdp"])
+    assert refused.exit_code != 0 and "0 < delta < 1" in str(refused.exception)
+    done = run(*base, "--delta", "1e-6", "--filter", "zcdp")
+    assert done.exit_code == 0 and "zCDP filter" in done.output

@@ -32,7 +32,7 @@ def files(tmp_path):
 
 
 def test_audit_prints_bounds_and_passes(files, capsys):
-    code = main(["audit", *files, "--runs", "200", "--neighbours", "2",
+    code = main(["audit", *files, "--runs", "200", "--tries", "2",
                  "--confidence", "0.999999", "SELECT SUM(v) FROM t"])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -41,11 +41,12 @@ def test_audit_prints_bounds_and_passes(files, capsys):
 
 
 def test_audit_json(files, capsys):
-    code = main(["audit", *files, "--runs", "100", "--neighbours", "1", "--json",
+    code = main(["audit", *files, "--runs", "100", "--tries", "1", "--json",
                  "--confidence", "0.999999", "SELECT g, COUNT(*) FROM t GROUP BY g"])
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["verdict"] == "pass"
     assert report["runs"] == 100 and report["neighbours_tried"] == 1
+    assert report["relation"] == "change"
     assert set(report["renyi_lower_bounds"]) == {"2.0", "8.0"}
 
 
@@ -60,3 +61,16 @@ def test_audit_log_is_still_a_subcommand(tmp_path, capsys, monkeypatch):
     code = main(["audit", "log", "--ledger", str(tmp_path / "missing.sqlite")])
     assert code == 1  # the ledger does not exist: the log subcommand ran and refused
     assert "ledger" in capsys.readouterr().err
+
+
+def test_remove_neighbours(files, capsys):
+    code = main(["audit", *files, "--runs", "100", "--neighbours", "remove", "--tries", "2",
+                 "--json", "--confidence", "0.999999", "SELECT SUM(v) FROM t"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["verdict"] == "pass"
+    assert report["relation"] == "remove" and report["neighbour"].endswith("removed")
+
+
+def test_neighbours_takes_a_relation_not_a_count(files, capsys):
+    assert main(["audit", *files, "--neighbours", "2", "SELECT SUM(v) FROM t"]) == 2
+    assert "now --tries N" in capsys.readouterr().err

@@ -52,13 +52,17 @@ def first_decrease(es: KExpr, beta: float) -> float:
 
 
 def test_beta_formula():
-    # beta = epsilon / (2 ln(2/delta))
-    assert beta_for(0.1, 1e-8) == pytest.approx(0.1 / (2 * math.log(2e8)), rel=1e-15)
-    assert beta_for(1.0, 1e-6) == pytest.approx(1.0 / (2 * math.log(2e6)), rel=1e-15)
-    # 2 ln(2e8) = 38.2276...: beta = 0.0026159...
-    assert beta_for(0.1, 1e-8) == pytest.approx(0.00261591, rel=1e-5)
+    # beta = ln(1 + epsilon / (2 ln(2/delta))): e^beta - 1 is FLEX's beta exactly, the
+    # condition of the discrete dilation lemma (docs/privacy.md section 4)
+    for eps, delta in ((0.1, 1e-8), (1.0, 1e-6), (30.0, 1e-3)):
+        flex = eps / (2 * math.log(2 / delta))
+        assert beta_for(eps, delta) == pytest.approx(math.log1p(flex), rel=1e-15)
+        assert math.expm1(beta_for(eps, delta)) <= flex * (1 + 1e-15)
+        assert beta_for(eps, delta) < flex
+    # 2 ln(2e8) = 38.2276...: FLEX's beta = 0.0026159..., ours ln(1.0026159...) = 0.0026125
+    assert beta_for(0.1, 1e-8) == pytest.approx(0.00261249, rel=1e-5)
     # more epsilon, more beta; less delta, less beta
-    assert beta_for(0.2, 1e-8) == pytest.approx(2 * beta_for(0.1, 1e-8), rel=1e-15)
+    assert beta_for(0.2, 1e-8) > beta_for(0.1, 1e-8)
     assert beta_for(0.1, 1e-10) < beta_for(0.1, 1e-8)
 
 
@@ -66,24 +70,24 @@ def test_beta_formula():
 
 
 def test_worked_join_smooth_sensitivity():
-    # ES(k) = 250+k; e^(-beta k)(250+k) peaks at k = 1/beta - 250 = 382.28 - 250 = 132.28
+    # ES(k) = 250+k; e^(-beta k)(250+k) peaks at k = 1/beta - 250 = 382.78 - 250 = 132.78
     es = analyze(JOIN, FLEX).measurements[0].sensitivity
     sm = smooth(es, 0.1, 1e-8)
-    assert sm.smooth_sensitivity == pytest.approx(270.459092814908, rel=1e-9)
-    assert sm.k_argmax == 132
+    assert sm.smooth_sensitivity == pytest.approx(270.581567882961, rel=1e-9)
+    assert sm.k_argmax == 133
     assert sm.k_scan == math.ceil(1 / beta_for(0.1, 1e-8)) == 383  # D / beta, D = 1
     assert sm.beta == beta_for(0.1, 1e-8)
-    assert sm.smooth_sensitivity == pytest.approx(math.exp(-sm.beta * 132) * 382, rel=1e-12)
+    assert sm.smooth_sensitivity == pytest.approx(math.exp(-sm.beta * 133) * 383, rel=1e-12)
 
 
 def test_worked_join_noise_scale():
     (plan,) = plan_noise(analyze(JOIN, FLEX), Budget(0.1, 1e-8))
-    # Laplace scale 2S/epsilon = 2 * 270.459092814908 / 0.1
-    assert plan.scale == pytest.approx(5409.18185629817, rel=1e-9)
+    # Laplace scale 2S/epsilon = 2 * 270.581567882961 / 0.1
+    assert plan.scale == pytest.approx(5411.63135765923, rel=1e-9)
     assert (plan.epsilon, plan.delta) == (0.1, 1e-8)
     assert not plan.pure
     assert plan.elastic_sensitivity == 250.0
-    assert plan.smoothed is not None and plan.smoothed.k_argmax == 132
+    assert plan.smoothed is not None and plan.smoothed.k_argmax == 133
 
 
 def test_smoothed_self_join():
@@ -138,7 +142,8 @@ def test_late_peak_exact_value():
     # max(1000, k^3) at beta = 0.05: peak of e^(-beta k) k^3 is at k = 3/beta = 60:
     # e^-3 * 216000 = 10753.9... > 1000
     beta = 0.05
-    eps, delta = beta * 2 * math.log(2e6), 1e-6  # chosen so that beta_for(eps, delta) = beta
+    # chosen so that beta_for(eps, delta) = ln(1 + eps / (2 ln(2e6))) = beta
+    eps, delta = math.expm1(beta) * 2 * math.log(2e6), 1e-6
     sm = smooth(kmax(Const(1000.0), cube()), eps, delta)
     assert sm.k_argmax == 60
     assert sm.smooth_sensitivity == pytest.approx(math.exp(-3) * 216000, rel=1e-9)

@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from dpsql.errors import NotSupportedError, ProgrammingError, UnsupportedQueryError
+from dpsql.errors import ProgrammingError, UnsupportedQueryError
 from dpsql.metadata import loads_metadata
 from dpsql.noise.mechanisms import discrete_laplace
 from dpsql.privacy_audit import audit
@@ -88,6 +88,28 @@ def test_queries_with_nothing_to_audit_are_refused(world):
         audit(database, metadata, "SELECT COUNT(*) FROM p", epsilon=1.0)
     with pytest.raises(UnsupportedQueryError):
         audit(database, metadata, "SELECT v FROM t", epsilon=1.0)
-    with pytest.raises(NotSupportedError, match="single-release"):
-        audit(database, metadata, "WITH c AS (SELECT COUNT(*) AS n FROM t) SELECT n * 2 FROM c",
-              epsilon=1.0)
+    with pytest.raises(ProgrammingError, match="unknown neighbouring relation"):
+        audit(database, metadata, "SELECT SUM(v) FROM t", epsilon=1.0, relation="unit")
+
+
+@pytest.mark.parametrize("sampler", [None, QuarterScale()], ids=["engine", "under-noised"])
+def test_remove_one_row_neighbours(world, sampler):
+    database, metadata = world
+    report = audit(database, metadata, "SELECT SUM(v) FROM t", epsilon=1.0, neighbours=3,
+                   runs=600, confidence=CONFIDENCE, relation="remove", sampler=sampler)
+    assert report.neighbour.replacement is None and report.neighbour.relation == "remove"
+    assert report.exact_change == 9.0  # removing a row with v = 9
+    assert report.verdict == ("pass" if sampler is None else "fail")
+
+
+@pytest.mark.parametrize("sampler", [None, QuarterScale()], ids=["engine", "under-noised"])
+def test_a_query_of_several_releases_is_audited_as_one_mechanism(world, sampler):
+    # the CTE's COUNT and the outer SUM are two releases of one request (each epsilon 1/2)
+    database, metadata = world
+    sql = ("WITH c AS (SELECT g, COUNT(*) AS n FROM t GROUP BY g) "
+           "SELECT g, n * 2 AS twice FROM c")
+    # (fewer runs than above: each draw runs the blocks and their post-processing)
+    report = audit(database, metadata, sql, epsilon=1.0, neighbours=2,
+                   runs=200 if sampler is None else 400, confidence=CONFIDENCE, sampler=sampler)
+    assert report.exact_change == 4.0  # a row moves between the groups: each n by 1, doubled
+    assert report.verdict == ("pass" if sampler is None else "fail")

@@ -29,9 +29,9 @@ def test_json_matches_design_example(capsys):
     report = json.loads(out)
     assert report["columns"] == [{
         "name": "n", "kind": "aggregate", "function": "COUNT",
-        "elastic_sensitivity": 250.0, "smooth_sensitivity": pytest.approx(270.459092814908, 1e-12),
-        "k_max": 132, "mechanism": "laplace",
-        "noise_scale": pytest.approx(5409.18185629817, 1e-12), "epsilon": 0.1, "delta": 1e-08,
+        "elastic_sensitivity": 250.0, "smooth_sensitivity": pytest.approx(270.581567882961, 1e-12),
+        "k_max": 133, "mechanism": "laplace",
+        "noise_scale": pytest.approx(5411.63135765923, 1e-12), "epsilon": 0.1, "delta": 1e-08,
     }]
 
 
@@ -47,8 +47,8 @@ def test_text_derivation_shows_tree_and_scale(capsys):
     assert "JOIN recommendations" in out
     assert "private table orders" in out
     assert "orders.customer_id: (100+k)" in out
-    assert "S = 270.459092815 at k = 132" in out
-    assert "5409.1818563" in out
+    assert "S = 270.581567883 at k = 133" in out
+    assert "5411.63135766" in out
 
 
 def test_error_json_and_exit_status(capsys):
@@ -95,7 +95,7 @@ def test_database_option_fills_and_checks_key_types(capsys, tmp_path):
     code, out, _ = run(capsys, "explain", "-m", FLEX, "--database", str(db), "--json", JOIN)
     assert code == 0
     report = json.loads(out)
-    assert report["unchecked_key_types"] == [] and report["columns"][0]["k_max"] == 132
+    assert report["unchecked_key_types"] == [] and report["columns"][0]["k_max"] == 133
     mismatched = ("SELECT COUNT(*) FROM orders JOIN recommendations "
                   "ON orders.product_id = recommendations.product_id")
     code, out, _ = run(capsys, "explain", "-m", FLEX, "-d", str(db), "--json", mismatched)

@@ -106,3 +106,16 @@ def test_a_refused_query_is_not_charged(session):
         session.run("SELECT COUNT(*) FROM orders a JOIN orders b ON a.amount = b.amount",
                     epsilon=1.0)
     assert charged(session) == []
+
+
+def test_r2t_is_charged_by_its_curve_under_a_renyi_budget(session):
+    # R2T is pure epsilon-DP under unit neighbours: its curve is randomised response's bound
+    from dpsql.accounting.curves import pure_dp_rdp
+    from tests.ledgers import ANALYST, DATABASE
+
+    session.ledger.set_budget(DATABASE, ANALYST, 10.0, 1e-3, filter="renyi", alpha=8.0)
+    result = session.run("SELECT COUNT(*) AS n, SUM(amount) AS s FROM orders", epsilon=1.0)
+    status = session.ledger.status(DATABASE, ANALYST)
+    assert status.filter_spent == pytest.approx(
+        min(2 * pure_dp_rdp(8.0, 0.5), pure_dp_rdp(8.0, 1.0)), rel=1e-8)
+    assert result.release.rho == pytest.approx(2 * 0.5 ** 2 / 2, rel=1e-8)
