@@ -97,7 +97,7 @@ class Cursor:
         params = _check_params(parameters)
         try:
             result = conn._session.run(sql, params, epsilon=eps, delta=dlt, mechanism=mech,
-                                       calibration=cal)
+                                       calibration=cal, raw_counts=conn.raw_counts)
         except Error:
             raise
         except Exception as exc:

@@ -118,6 +118,7 @@ def connect(
     spark: Any = None,
     mechanism: str | None = None,
     calibration: str | None = None,
+    raw_counts: bool = False,
 ) -> Connection:
     """Open a private, read-only connection to a DuckDB database (or to tables in Spark).
 
@@ -129,7 +130,9 @@ def connect(
     metadata's ledger); ``epsilon``/``delta`` are the default per-query budget
     (``Cursor.execute`` may override them; delta defaults to 0); ``mechanism`` is the default
     noise, 'laplace' (the default) or 'gaussian' (needs delta > 0; pure releases only), and
-    ``calibration`` the Gaussian's, 'analytic' (the default) or 'classical' (epsilon < 1).
+    ``calibration`` the Gaussian's, 'analytic' (the default) or 'classical' (epsilon < 1);
+    ``raw_counts=True`` keeps noisy counts as drawn, below 0 included (by default they are
+    clamped at 0: post-processing, see dpsql.execute.typed).
 
     ``backend="spark"`` computes the exact aggregates with Spark SQL (:mod:`dpsql.backends.spark`,
     the ``spark`` extra): ``spark`` is then a SparkSession or a master URL (``local[2]``,
@@ -157,6 +160,10 @@ def connect(
             raise ProgrammingError(
                 "a server URL takes no metadata, analyst or ledger: the server holds them and "
                 "the URL's user is the analyst")
+        if raw_counts:
+            raise ProgrammingError(
+                "raw_counts applies to local connections; on a server the counts are "
+                "clamped at 0 by the server")
         return RemoteConnection(str(database), epsilon=epsilon, delta=delta,  # type: ignore[return-value]
                                 mechanism=mechanism, calibration=calibration)
     if metadata is None or analyst is None:
@@ -165,7 +172,7 @@ def connect(
             "analyst's name (or a server URL: dpsql.connect('postgresql://alice@host/db'))")
     return Connection(database, metadata, analyst=analyst, ledger=ledger, epsilon=epsilon,
                       delta=delta, backend=backend, spark=spark, mechanism=mechanism,
-                      calibration=calibration)
+                      calibration=calibration, raw_counts=raw_counts)
 
 
 class Connection:
@@ -184,6 +191,7 @@ class Connection:
         spark: Any = None,
         mechanism: str | None = None,
         calibration: str | None = None,
+        raw_counts: bool = False,
     ) -> None:
         if not isinstance(analyst, str) or not analyst.strip():
             raise ProgrammingError("analyst must be a non-empty string: pass analyst='name'")
@@ -200,6 +208,8 @@ class Connection:
         #: default noise mechanism and Gaussian calibration (execute(..., mechanism=) overrides)
         self.mechanism = mechanism or "laplace"
         self.calibration = calibration or "analytic"
+        #: keep noisy counts below 0 as drawn (default False: clamped at 0)
+        self.raw_counts = bool(raw_counts)
         self.metadata = md
         #: the key under which the ledger keeps this database's budgets and cached answers
         self.database = ledger_identity(backend, database, md)

@@ -55,6 +55,7 @@ from dpsql.execute.exact import (
 from dpsql.execute.layout import Domains, selected_bins
 from dpsql.execute.post import PostProcessor, Rows, gc_paused
 from dpsql.execute.post_check import check_rows, measurement_dtypes
+from dpsql.execute.typed import annotate, finish, output_rules, release_notes
 from dpsql.metadata import Metadata
 from dpsql.metadata.digest import metadata_digest
 from dpsql.noise import mechanisms
@@ -147,7 +148,8 @@ class Session:
         # than generating the analysed query's text once more.
         prepared = Prepared(
             analysis, compile_plan(self.backend, plan),
-            fingerprint(f"{plan.normal_form}\n{plan.post_sql or ''}"), column_sources(analysis))
+            fingerprint(f"{plan.normal_form}\n{plan.post_sql or ''}"), column_sources(analysis),
+            output_rules(analysis, self.metadata))
         return self._remember(sql, prepared)
 
     def _remember(self, sql: str, prepared: AnyPrepared) -> AnyPrepared:
@@ -160,10 +162,13 @@ class Session:
 
     def run(self, sql: str, params: Sequence[Any] | None = None, *,
             epsilon: float | None = None, delta: float | None = 0.0,
-            mechanism: str | None = None, calibration: str | None = None) -> Result:
+            mechanism: str | None = None, calibration: str | None = None,
+            raw_counts: bool = False) -> Result:
         """Answer ``sql`` privately (module contract). ``epsilon`` may be None only for a
         query that reads public tables only; ``mechanism`` 'laplace' (None: the default) or
-        'gaussian', ``calibration`` 'analytic' (None: the default) or 'classical'."""
+        'gaussian', ``calibration`` 'analytic' (None: the default) or 'classical';
+        ``raw_counts`` keeps noisy counts below 0 (dpsql.execute.typed: clamped by default;
+        an answer is cached per choice)."""
         budget = Budget.of(epsilon, delta, mechanism=mechanism, calibration=calibration)
         prepared = self.prepare(sql)
         if isinstance(prepared, PreparedBlocks):
@@ -171,13 +176,14 @@ class Session:
         values = checked_params(prepared.plan, params)
         if prepared.public:
             return self._release(prepared, values, plan_noise(prepared.analysis, None),
-                                 read_domains(self.backend, prepared.compiled, values), charge=None)
+                                 read_domains(self.backend, prepared.compiled, values), charge=None,
+                                 raw_counts=raw_counts)
         if budget is None:
             raise missing_epsilon()
         key = None
         if self.ledger is not None:
             key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
-                            scope=self._scope(budget))
+                            scope=self._scope(budget) + (":raw" if raw_counts else ""))
             cached = self._cached(key, sql, values, budget)
             if cached is not None:
                 return cached
@@ -200,7 +206,7 @@ class Session:
                                        domains, dtypes))
         # the answer is cached in the audit write's transaction (step 10 with step 9's record)
         return self._release(prepared, values, plans, domains, charge=self.ledger, sql=sql,
-                             cache_key=key, selection=selection)
+                             cache_key=key, selection=selection, raw_counts=raw_counts)
 
     def _run_blocks(self, prepared: PreparedBlocks, sql: str, params: Sequence[Any] | None,
                     budget: Budget | None) -> Result:
@@ -280,8 +286,8 @@ class Session:
 
     def _release(self, prepared: Prepared, values: list[Any], plans: tuple[NoisePlan, ...],
                  domains: Domains, *, charge: Ledger | None, sql: str | None = None,
-                 cache_key: str | None = None, selection: SelectionPlan | None = None
-                 ) -> Result:
+                 cache_key: str | None = None, selection: SelectionPlan | None = None,
+                 raw_counts: bool = False) -> Result:
         """Steps 8-9: record, charge (when ``charge`` is a ledger; the audit log gets ``sql``
         and the parameters), read the exact values, noise, post-process, and record the
         released rows in the audit log. Refunded: a failed or cancelled exact read, and a
@@ -289,9 +295,13 @@ class Session:
         Charged: any error once noise is drawn, including a failure to record the rows (the
         answer is then withheld). With ``cache_key`` the answer is cached in the same
         transaction as its audit record. With ``selection`` the groups come from the data and
-        only those the noisy selection keeps are noised and released (dpsql.noise.partition)."""
-        record = release_record(prepared.columns, plans, prepared.fingerprint, domains.n_bins,
-                                selection)
+        only those the noisy selection keeps are noised and released (dpsql.noise.partition).
+        The rows are typed and finished after the noise (dpsql.execute.typed; ``raw_counts``)
+        and the record says how."""
+        record = annotate(
+            release_record(prepared.columns, plans, prepared.fingerprint, domains.n_bins,
+                           selection),
+            release_notes(prepared.analysis, prepared.outputs, raw_counts=raw_counts))
         plan = prepared.plan
 
         def compute(drawn: Callable[[], None]) -> Rows:
@@ -307,8 +317,9 @@ class Session:
             noisy = [counts if selection is not None and j == selection.shared and
                      counts is not None else noisy_values(bins.exact[j], plans[j], self._sampler)
                      for j in range(plan.n_measurements)]
-            return self._post.rows(plan, bins, noisy, values,
-                                   lambda: post_processing_sql(prepared.analysis))
+            return finish(self._post.rows(plan, bins, noisy, values,
+                                          lambda: post_processing_sql(prepared.analysis)),
+                          prepared.outputs, raw_counts=raw_counts)
 
         return self._charged(record, values, charge, sql, cache_key, compute)
 
