@@ -240,6 +240,29 @@ class RemoteCursor:
     def fetchall(self) -> list[tuple[Any, ...]]:
         return self._fetch(lambda: self._cur.fetchall())
 
+    def fetchdf(self) -> Any:
+        """The remaining rows as a pandas DataFrame (needs pandas)."""
+        try:
+            import pandas
+        except ImportError:
+            raise errors.NotSupportedError(
+                "fetchdf() needs pandas: pip install 'dpsql[pandas]' (or use fetchall())"
+            ) from None
+        return pandas.DataFrame.from_records(self.fetchall(), columns=self._names())
+
+    def fetch_arrow_table(self) -> Any:
+        """The remaining rows as a ``pyarrow.Table`` (needs the ``arrow`` extra; the column
+        types are inferred from the values the server sent)."""
+        from dpsql.arrow import arrow_table
+
+        names = self._names()
+        return arrow_table(names, ["" for _ in names], self.fetchall())
+
+    def _names(self) -> list[str]:
+        if self._cur.description is None:
+            raise errors.ProgrammingError("no query has been executed on this cursor")
+        return [d.name for d in self._cur.description]
+
     def _fetch(self, read: Any) -> Any:
         import psycopg
 
