@@ -65,4 +65,7 @@ def release_line(release: Any, remaining: tuple[float, float] | None = None) -> 
               if c.half_width_95 is not None]
     if widths:
         parts.append("95% interval: " + ", ".join(widths))
+    hidden = [c.name for c in release.columns if getattr(c, "accuracy_note", None)]
+    if hidden:
+        parts.append(f"{', '.join(hidden)}: accuracy not publishable (data-dependent noise)")
     return "; ".join(parts)

@@ -45,6 +45,13 @@ class ColumnRelease:
     sigma: float | None = None
     accuracy_alpha: float | None = None
     accuracy_beta: float | None = None
+    #: why no half-width is given, in words, when the reason is the noise itself: a smoothed
+    #: column's scale depends on the data (:data:`NOT_PUBLISHABLE`)
+    accuracy_note: str | None = None
+
+
+#: the record's words for a column whose noise scale is data-dependent (smoothed)
+NOT_PUBLISHABLE = "accuracy not publishable: data-dependent noise"
 
 
 @dataclass(frozen=True)
@@ -168,6 +175,8 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
         calibrations = sorted({p.calibration for p in parts if p.calibration})
         if calibrations and not gauss:  # AVG, arithmetic: sigma is not the column's
             gauss = {"calibration": "+".join(calibrations)}
+        if not all(p.pure for p in parts):
+            gauss["accuracy_note"] = NOT_PUBLISHABLE
         out.append(ColumnRelease(col.name, mech, math.fsum(p.epsilon for p in parts),
                                  math.fsum(p.delta for p in parts), width,
                                  _post_processing(parts), **gauss))

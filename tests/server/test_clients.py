@@ -132,6 +132,27 @@ def test_pandas_read_sql_through_sqlalchemy(server: ServerProcess) -> None:
         engine.dispose()
 
 
+def test_pandas_read_sql_over_the_server_is_typed_and_warns_nothing(
+        server: ServerProcess) -> None:
+    """The typed results (dpsql.execute.typed) encode on the wire: COUNT and the SUM of an
+    INTEGER column arrive as int8, and pandas reads them without a warning."""
+    pd = pytest.importorskip("pandas")
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    import warnings
+
+    engine = sqlalchemy.create_engine(
+        f"postgresql+psycopg://alice:{PASSWORDS['alice']}@{server.host}:{server.port}/shop")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            frame = pd.read_sql("SELECT status, COUNT(*) AS n, SUM(quantity) AS q FROM orders "
+                                "GROUP BY status", engine)
+    finally:
+        engine.dispose()
+    assert str(frame["n"].dtype) == "int64" and str(frame["q"].dtype) == "int64"
+    assert (frame["n"] >= 0).all()
+
+
 def _budget(server: ServerProcess, user: str) -> tuple:
     with psycopg.connect(server.dsn(user), autocommit=True) as conn:
         row = conn.execute("SHOW dpsql.budget").fetchone()
