@@ -35,6 +35,7 @@ from dpsql.cli.options import (
     format_option,
     ledger_option,
     metadata_option,
+    raw_option,
 )
 from dpsql.cli.output import release_line, render_rows, row_count
 from dpsql.cli.script import Statement, script_items, statement_complete
@@ -294,6 +295,7 @@ def history_file() -> Path:
 @delta_option(help="Delta each query may spend; only joins between private tables use it "
               "(\\delta changes it).")
 @format_option(help="How results are printed (\\format changes it).")
+@raw_option()
 @click.option("--owner", is_flag=True,
               help="You own the data: enables \\explain (shows data-dependent values).")
 @click.option("--demo", is_flag=True,
@@ -305,7 +307,7 @@ def history_file() -> Path:
 @backend_options
 def command(database_arg: str | None, database: str | None, metadata: Path | None,
             analyst: str | None, ledger: str | None, no_ledger: bool, epsilon: float,
-            delta: float, fmt: str, owner: bool, demo: bool, sql: str | None,
+            delta: float, fmt: str, raw_counts: bool, owner: bool, demo: bool, sql: str | None,
             execute_sql: str | None, backend: str, spark_master: str | None) -> int:
     """Interactive SQL shell with differential privacy (batch mode with -c or a piped script).
 
@@ -324,9 +326,11 @@ def command(database_arg: str | None, database: str | None, metadata: Path | Non
         raise click.UsageError(f"two databases: {database_arg} and -d {database}; pass one")
     database = database if database is not None else database_arg
     if database is not None and database.startswith(("postgresql://", "postgres://")):
-        if metadata is not None or analyst or ledger is not None or no_ledger or owner or demo:
+        if (metadata is not None or analyst or ledger is not None or no_ledger or owner or demo
+                or raw_counts):
             raise click.UsageError("a server URL takes no --metadata, --analyst, --ledger, "
-                                   "--no-ledger, --owner or --demo: the server holds them")
+                                   "--no-ledger, --owner, --demo or --raw: the server holds "
+                                   "them")
         return _remote_shell(database, epsilon, delta, fmt, sql)
     if demo:
         if backend != "duckdb":
@@ -351,7 +355,7 @@ def command(database_arg: str | None, database: str | None, metadata: Path | Non
     md = load_metadata(metadata)
     conn = dpsql.connect(database, md,
                          analyst=analyst, ledger=ledger_argument(md, ledger, no_ledger),
-                         backend=backend, spark=spark)
+                         backend=backend, spark=spark, raw_counts=raw_counts)
     try:
         shell = Shell(conn, conn.metadata, analyst=analyst, epsilon=epsilon, delta=delta,
                       owner=owner, fmt=fmt, interactive=sql is None and sys.stdin.isatty())
