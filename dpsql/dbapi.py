@@ -151,7 +151,8 @@ def connect(
     ``database`` may instead be a server URL, ``postgresql://alice@host:5433/shop``: the result
     is a :class:`~dpsql.remote.RemoteConnection` to a `dpsql serve` process, which holds the
     metadata and the ledger; pass no ``metadata`` and no ``analyst`` (the URL's user is the
-    analyst the server authenticates), and optionally ``epsilon``/``delta`` defaults.
+    analyst the server authenticates), and optionally ``epsilon``/``delta`` defaults and
+    ``raw_counts`` (sent as ``SET dpsql.raw_counts = on``).
     """
     from dpsql.remote import RemoteConnection, is_url
 
@@ -160,12 +161,9 @@ def connect(
             raise ProgrammingError(
                 "a server URL takes no metadata, analyst or ledger: the server holds them and "
                 "the URL's user is the analyst")
-        if raw_counts:
-            raise ProgrammingError(
-                "raw_counts applies to local connections; on a server the counts are "
-                "clamped at 0 by the server")
         return RemoteConnection(str(database), epsilon=epsilon, delta=delta,  # type: ignore[return-value]
-                                mechanism=mechanism, calibration=calibration)
+                                mechanism=mechanism, calibration=calibration,
+                                raw_counts=raw_counts)
     if metadata is None or analyst is None:
         raise ProgrammingError(
             "dpsql.connect(database, metadata, analyst=...) needs the metadata file and the "

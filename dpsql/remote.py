@@ -75,7 +75,8 @@ class RemoteConnection:
 
     def __init__(self, url: str, *, password: str | None = None, epsilon: float | None = None,
                  delta: float | None = None, sslmode: str | None = None,
-                 mechanism: str | None = None, calibration: str | None = None) -> None:
+                 mechanism: str | None = None, calibration: str | None = None,
+                 raw_counts: bool = False) -> None:
         import psycopg
 
         kwargs: dict[str, Any] = {"autocommit": True}
@@ -95,6 +96,11 @@ class RemoteConnection:
         #: default noise mechanism and calibration (None: the server's default)
         self.mechanism, self.calibration = mechanism, calibration
         self._sent: tuple[Any, ...] = (None, None, None, None)
+        if raw_counts:  # noisy counts as drawn, for this session (the server clamps otherwise)
+            try:
+                self._conn.execute("SET dpsql.raw_counts = on")
+            except psycopg.Error as exc:
+                raise _translate(exc) from None
 
     def _check_open(self) -> None:
         if self._conn.closed:

@@ -251,12 +251,13 @@ def _banner(shell: Shell, database: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _remote_shell(url: str, epsilon: float, delta: float, fmt: str, sql: str | None) -> int:
+def _remote_shell(url: str, epsilon: float, delta: float, fmt: str, sql: str | None,
+                  raw_counts: bool = False) -> int:
     """The shell over a `dpsql serve` connection: the analyst-facing schema comes from the
     server (``SHOW dpsql.schema``), the analyst is the URL's authenticated user."""
     from dpsql.remote import RemoteConnection
 
-    conn = RemoteConnection(url, epsilon=epsilon, delta=delta)
+    conn = RemoteConnection(url, epsilon=epsilon, delta=delta, raw_counts=raw_counts)
     try:
         shell = Shell(conn, conn.schema, analyst=conn.analyst, epsilon=epsilon, delta=delta,
                       fmt=fmt, interactive=sql is None and sys.stdin.isatty())
@@ -326,12 +327,10 @@ def command(database_arg: str | None, database: str | None, metadata: Path | Non
         raise click.UsageError(f"two databases: {database_arg} and -d {database}; pass one")
     database = database if database is not None else database_arg
     if database is not None and database.startswith(("postgresql://", "postgres://")):
-        if (metadata is not None or analyst or ledger is not None or no_ledger or owner or demo
-                or raw_counts):
+        if metadata is not None or analyst or ledger is not None or no_ledger or owner or demo:
             raise click.UsageError("a server URL takes no --metadata, --analyst, --ledger, "
-                                   "--no-ledger, --owner, --demo or --raw: the server holds "
-                                   "them")
-        return _remote_shell(database, epsilon, delta, fmt, sql)
+                                   "--no-ledger, --owner or --demo: the server holds them")
+        return _remote_shell(database, epsilon, delta, fmt, sql, raw_counts)
     if demo:
         if backend != "duckdb":
             raise click.UsageError("--demo is a DuckDB database; drop --backend spark")

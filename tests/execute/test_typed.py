@@ -189,3 +189,28 @@ def test_decimal_values_pass_through_quantized():
         ctx.prec = 3
         out = finish((("d",), ("DOUBLE",), [(123456.789,)]), rules)[2]
     assert out == [(Decimal("123456.789"),)]
+
+
+def test_a_raw_request_is_cached_apart_from_a_clamped_one(database, tmp_path):
+    """The answer cache holds the finished rows, so a request for raw counts is not served
+    the clamped answer of the same query (nor the reverse): it is a new release, charged;
+    each is a free repeat of itself."""
+    import dpsql
+    from dpsql.accounting import Ledger
+    from dpsql.backends import ledger_identity
+    from dpsql.metadata import load_metadata
+
+    md = tmp_path / "t.yaml"
+    md.write_text(METADATA)
+    ledger_path = tmp_path / "ledger.sqlite"
+    with Ledger(ledger_path, create=True) as ledger:
+        ledger.set_budget(ledger_identity("duckdb", database, load_metadata(md)), "alice",
+                          10.0, 0.0)
+    sql = "SELECT g, COUNT(*) AS n FROM t GROUP BY g"
+    spent = []
+    for raw in (False, True, False, True):
+        with dpsql.connect(database, md, analyst="alice", ledger=ledger_path, epsilon=0.5,
+                           raw_counts=raw) as conn:
+            cur = conn.execute(sql)
+            spent.append((cur.release.cached, conn.budget.epsilon_spent))
+    assert spent == [(False, 0.5), (False, 1.0), (True, 1.0), (True, 1.0)]

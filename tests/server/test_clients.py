@@ -372,6 +372,29 @@ def test_psycopg_set_and_show_the_gaussian_mechanism(server: ServerProcess) -> N
     assert last.mechanism == "discrete_gaussian" and last.delta == pytest.approx(1e-7)
 
 
+def test_raw_counts_is_a_session_setting(server: ServerProcess) -> None:
+    """SET dpsql.raw_counts (PostgreSQL's boolean spellings) reaches the release: the record
+    names the count's clamp only while it is off; dpsql.connect(url, raw_counts=True) sets it."""
+    details: list[str | None] = []
+    sql = "SELECT COUNT(*) AS n FROM orders WHERE quantity = 9"
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: details.append(d.message_detail))
+        assert conn.execute("SHOW dpsql.raw_counts").fetchone() == ("off",)
+        conn.execute("SET dpsql.epsilon = 0.1")
+        conn.execute(sql).fetchone()
+        assert "clamped at 0" in (details[-1] or "")
+        conn.execute("SET dpsql.raw_counts = true")
+        assert conn.execute("SHOW dpsql.raw_counts").fetchone() == ("on",)
+        conn.execute(sql).fetchone()
+        assert "clamped at 0" not in (details[-1] or "")
+        with pytest.raises(psycopg.Error, match=r"dpsql\.raw_counts must be 'off' or 'on'"):
+            conn.execute("SET dpsql.raw_counts = 'sometimes'")
+    with dpsql.connect(server.url(), epsilon=0.1, raw_counts=True) as remote:
+        cur = remote.execute(sql)  # the raw answer above, cached
+        assert cur.release is not None and cur.release.cached
+        assert cur.release.columns[0].post_processing is None
+
+
 def test_remote_driver_passes_the_mechanism(server: ServerProcess) -> None:
     with dpsql.connect(server.url(), epsilon=0.2, delta=1e-7, mechanism="gaussian") as conn:
         cur = conn.cursor()
