@@ -55,7 +55,14 @@ from dpsql.execute.exact import (
 from dpsql.execute.layout import Domains, selected_bins
 from dpsql.execute.post import PostProcessor, Rows, gc_paused
 from dpsql.execute.post_check import check_rows, measurement_dtypes
-from dpsql.execute.typed import annotate, finish, output_rules, release_notes
+from dpsql.execute.typed import (
+    annotate,
+    annotate_tail,
+    final_rules,
+    finish,
+    output_rules,
+    release_notes,
+)
 from dpsql.metadata import Metadata
 from dpsql.metadata.digest import metadata_digest
 from dpsql.noise import mechanisms
@@ -172,7 +179,7 @@ class Session:
         budget = Budget.of(epsilon, delta, mechanism=mechanism, calibration=calibration)
         prepared = self.prepare(sql)
         if isinstance(prepared, PreparedBlocks):
-            return self._run_blocks(prepared, sql, params, budget)
+            return self._run_blocks(prepared, sql, params, budget, raw_counts)
         values = checked_params(prepared.plan, params)
         if prepared.public:
             return self._release(prepared, values, plan_noise(prepared.analysis, None),
@@ -209,7 +216,7 @@ class Session:
                              cache_key=key, selection=selection, raw_counts=raw_counts)
 
     def _run_blocks(self, prepared: PreparedBlocks, sql: str, params: Sequence[Any] | None,
-                    budget: Budget | None) -> Result:
+                    budget: Budget | None, raw_counts: bool = False) -> Result:
         """Steps 3-10 for a query of several releases (dpsql.analysis.blocks): the budget is
         split over them (noise.plan.split_budget), every refusal (each part's noise plan,
         domains and bin limit, binder check) comes before the one charge that covers them
@@ -226,7 +233,7 @@ class Session:
         if self.ledger is not None and not prepared.public:
             assert budget is not None
             key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
-                            scope=self._scope(budget))
+                            scope=self._scope(budget) + (":raw" if raw_counts else ""))
             cached = self._cached(key, sql, values, budget)
             if cached is not None:
                 return cached
@@ -246,10 +253,12 @@ class Session:
             [(p.label, p.columns, pl, d.n_bins) for p, pl, d in zip(parts, plans, domains,
                                                                      strict=True)],
             prepared.fingerprint)
+        rules, notes = final_rules(prepared, self.metadata, raw_counts)
         return self._charged(
-            record, values, charge, sql if charge is not None else None, key,
-            lambda drawn: compute_blocks(self.backend, self._post, prepared, values, plans,
-                                         domains, self._sampler, drawn, public))
+            annotate_tail(record, notes), values, charge, sql if charge is not None else None,
+            key, lambda drawn: finish(
+                compute_blocks(self.backend, self._post, prepared, values, plans, domains,
+                               self._sampler, drawn, public), rules, raw_counts=raw_counts))
 
     def _scope(self, budget: Budget) -> str:
         """The answer-cache scope of a request: a Gaussian answer is cached apart from a

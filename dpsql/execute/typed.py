@@ -202,7 +202,7 @@ def finish(rows: Rows, rules: Sequence[OutputRule], *, raw_counts: bool = False)
     reads nothing but ``rows`` and the rules (post-processing); a column count that does not
     match the rules (which :func:`output_rules` never gives) leaves the rows as they are."""
     names, types, values = rows
-    if len(rules) != len(names) or all(r is AS_IS for r in rules):
+    if not rules or len(rules) != len(names) or all(r is AS_IS for r in rules):
         return rows
     out_types = tuple(r.type or t for r, t in zip(rules, types, strict=True))
     fixers = [(i, rule) for i, rule in enumerate(rules)
@@ -255,3 +255,25 @@ def annotate(record: Release, notes: Sequence[str | None]) -> Release:
             c, post_processing=note if not c.post_processing else f"{c.post_processing}; {note}")
         for c, note in zip(record.columns, notes, strict=True))
     return replace(record, columns=columns)
+
+
+def final_rules(prepared: Any, metadata: Metadata, raw_counts: bool = False
+                ) -> tuple[tuple[OutputRule, ...], tuple[str | None, ...]]:
+    """The rules and record notes of a query of several releases
+    (:class:`dpsql.execute.blocks.PreparedBlocks`): those of its final query when it is the
+    second phase of a two-phase query (its rows are that query's own, column for column);
+    none when the analyst's query runs over block tables (its columns are the analyst's
+    arithmetic over them, left as the post-processing gives them)."""
+    final = prepared.parts[-1] if prepared.parts else None
+    if final is None or final.table is not None or final.param is not None:
+        return (), ()
+    rules = output_rules(final.analysis, metadata)
+    return rules, release_notes(final.analysis, rules, raw_counts=raw_counts)
+
+
+def annotate_tail(record: Release, notes: Sequence[str | None]) -> Release:
+    """:func:`annotate` for the last ``len(notes)`` columns of ``record`` (a combined record
+    lists the final query's columns last)."""
+    if not notes or len(notes) > len(record.columns):
+        return record
+    return annotate(record, (None,) * (len(record.columns) - len(notes)) + tuple(notes))

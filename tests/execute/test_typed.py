@@ -214,3 +214,22 @@ def test_a_raw_request_is_cached_apart_from_a_clamped_one(database, tmp_path):
             cur = conn.execute(sql)
             spent.append((cur.release.cached, conn.budget.epsilon_spent))
     assert spent == [(False, 0.5), (False, 1.0), (True, 1.0), (True, 1.0)]
+
+
+def test_the_final_query_of_two_phases_is_typed_too(session):
+    result = session.run("SELECT g, COUNT(*) AS n, SUM(i) AS si, SUM(d) AS sd FROM t "
+                         "WHERE x > (SELECT AVG(x) FROM t) GROUP BY g ORDER BY g",
+                         epsilon=EXACT)
+    assert result.types == ("VARCHAR", "BIGINT", "BIGINT", "DECIMAL(38,2)")
+    assert result.rows == [("a", 1, 4, Decimal("20.50")), ("b", 1, 5, Decimal("0.01")),
+                           ("empty", 0, 0, Decimal("0.00"))]
+    notes = {c.name: c.post_processing for c in result.release.columns}
+    assert notes["n"] == CLAMPED_COUNT and "2 decimal places" in notes["sd"]
+    assert notes["g"] is None
+
+
+def test_a_query_over_block_tables_is_left_as_post_processed(session):
+    result = session.run("WITH c AS (SELECT g, COUNT(*) AS n FROM t GROUP BY g) "
+                         "SELECT g, n FROM c ORDER BY g", epsilon=EXACT)
+    assert [r[1] for r in result.rows] == [2, 1, 0]
+    assert all(c.post_processing is None for c in result.release.columns)
