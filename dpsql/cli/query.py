@@ -22,7 +22,7 @@ from dpsql.cli.options import (
     metadata_option,
     raw_option,
 )
-from dpsql.cli.output import release_line, render_rows
+from dpsql.cli.output import json_value, release_line, render_rows
 from dpsql.errors import Error
 from dpsql.metadata import load_metadata
 
@@ -77,7 +77,7 @@ def command(metadata: Path, database: str | None, epsilon: float, delta: float,
         return 1
     if fmt == "json":
         click.echo(json.dumps({"columns": names, "rows": [list(r) for r in rows],
-                               "release": asdict(release)}, default=str))
+                               "release": asdict(release)}, default=json_value))
     else:
         # data on standard output, footers on standard error, in every format (as psql -c)
         click.echo(render_rows(names, rows, fmt))
