@@ -206,14 +206,19 @@ def test_a_raw_request_is_cached_apart_from_a_clamped_one(database, tmp_path):
     with Ledger(ledger_path, create=True) as ledger:
         ledger.set_budget(ledger_identity("duckdb", database, load_metadata(md)), "alice",
                           10.0, 0.0)
-    sql = "SELECT g, COUNT(*) AS n FROM t GROUP BY g"
-    spent = []
+    sql = "SELECT g, COUNT(*) AS n, SUM(d) AS sd FROM t GROUP BY g"
+    spent, rows = [], []
     for raw in (False, True, False, True):
         with dpsql.connect(database, md, analyst="alice", ledger=ledger_path, epsilon=0.5,
                            raw_counts=raw) as conn:
             cur = conn.execute(sql)
             spent.append((cur.release.cached, conn.budget.epsilon_spent))
+            rows.append(cur.fetchall())
+            assert cur.description[2][1] == "DECIMAL(38,2)"
     assert spent == [(False, 0.5), (False, 1.0), (True, 1.0), (True, 1.0)]
+    # a cached repeat is the stored answer, typed as it was released
+    assert rows[2] == rows[0] and rows[3] == rows[1]
+    assert all(isinstance(r[2], Decimal) for r in rows[2])
 
 
 def test_the_final_query_of_two_phases_is_typed_too(session):
