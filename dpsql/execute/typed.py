@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import decimal
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -39,19 +38,12 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import build_scope
 
 from dpsql.analysis.checks import key_of
+from dpsql.analysis.keytypes import normalise
 from dpsql.analysis.model import OutputColumn, QueryAnalysis
 from dpsql.metadata import Metadata
 from dpsql.release.record import Release
 
 Rows = tuple[tuple[str, ...], tuple[str, ...], list[tuple[Any, ...]]]
-
-#: the DuckDB integer types whose SUM is released as an integer
-INTEGER_TYPES = frozenset({
-    "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
-    "UBIGINT", "UHUGEINT", "INT", "INT1", "INT2", "INT4", "INT8", "INT16", "INT128", "SHORT",
-    "LONG", "SIGNED",
-})
-_DECIMAL = re.compile(r"(?:DECIMAL|NUMERIC)\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)$", re.IGNORECASE)
 
 BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
 #: DuckDB's widest DECIMAL, the type of SUM over a DECIMAL column
@@ -114,17 +106,24 @@ def _rule(col: OutputColumn, analysis: QueryAnalysis, metadata: Metadata,
         return OutputRule("count", "BIGINT")
     if not isinstance(agg, exp.Sum) or agg.args.get("distinct"):
         return AS_IS
-    declared = _base_type(agg.this, analysis.query, metadata)
-    if declared is None:
+    dtype = normalise(_base_type(agg.this, analysis.query, metadata))
+    if dtype is None:
         return AS_IS
-    name = declared.strip().upper()
-    if name in INTEGER_TYPES:
+    if dtype.this in exp.DataType.INTEGER_TYPES:
         return OutputRule("integer_sum", "BIGINT")
-    match = _DECIMAL.match(name)
-    if match:
-        scale = int(match.group(2) or 0)
+    if dtype.this == exp.DataType.Type.DECIMAL:
+        sizes = [e.sql() for e in dtype.expressions]
+        scale = int(sizes[1]) if len(sizes) > 1 and sizes[1].isdigit() else 0
         return OutputRule("decimal_sum", f"DECIMAL({DECIMAL_DIGITS},{scale})", scale)
     return AS_IS
+
+
+def _key_type(declared: str | None) -> str | None:
+    """A plain key's description: its declared type as written (upper case), when it is a
+    readable type without a collation; else None (the post-processing's)."""
+    if declared is None or normalise(declared) is None:
+        return None
+    return declared.strip().upper()
 
 
 def output_rules(analysis: QueryAnalysis, metadata: Metadata) -> tuple[OutputRule, ...]:
@@ -132,7 +131,7 @@ def output_rules(analysis: QueryAnalysis, metadata: Metadata) -> tuple[OutputRul
     and the metadata only. ``metadata`` should be the session's (types filled from the
     database)."""
     keys: dict[tuple[str, str] | str, str | None] = {
-        key_of(k.node): k.type for k in analysis.group_keys
+        key_of(k.node): _key_type(k.type) for k in analysis.group_keys
             if isinstance(k.node, exp.Column) and k.derived_domain is None}
     return tuple(_rule(c, analysis, metadata, keys) for c in analysis.columns)
 

@@ -238,3 +238,22 @@ def test_a_query_over_block_tables_is_left_as_post_processed(session):
                          "SELECT g, n FROM c ORDER BY g", epsilon=EXACT)
     assert [r[1] for r in result.rows] == [2, 1, 0]
     assert all(c.post_processing is None for c in result.release.columns)
+
+
+def test_rules_read_any_spelling_of_the_declared_type():
+    md = loads_metadata("""\
+tables:
+  u:
+    columns:
+      g: {max_freq: 10, releasable: true, type: varchar, domain: {values: [a]}}
+      i: {bounds: [0, 1], type: int4}
+      h: {bounds: [0, 1], type: hugeint}
+      n: {bounds: [0, 1], type: 'numeric(10,3)'}
+      f: {bounds: [0, 1], type: real}
+""")
+    analysis = analyze_request("SELECT g, SUM(i) AS a, SUM(h) AS b, SUM(n) AS c, SUM(f) AS d "
+                               "FROM u GROUP BY g", md)
+    assert output_rules(analysis, md) == (
+        OutputRule("key", "VARCHAR"), OutputRule("integer_sum", "BIGINT"),
+        OutputRule("integer_sum", "BIGINT"), OutputRule("decimal_sum", "DECIMAL(38,3)", 3),
+        AS_IS)
