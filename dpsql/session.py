@@ -57,7 +57,6 @@ from dpsql.execute.post import PostProcessor, Rows, gc_paused
 from dpsql.execute.post_check import check_rows, measurement_dtypes
 from dpsql.execute.typed import (
     annotate,
-    annotate_tail,
     final_rules,
     finish,
     output_rules,
@@ -255,10 +254,11 @@ class Session:
             prepared.fingerprint)
         rules, notes = final_rules(prepared, self.metadata, raw_counts)
         return self._charged(
-            annotate_tail(record, notes), values, charge, sql if charge is not None else None,
+            annotate(record, notes), values, charge, sql if charge is not None else None,
             key, lambda drawn: finish(
                 compute_blocks(self.backend, self._post, prepared, values, plans, domains,
-                               self._sampler, drawn, public), rules, raw_counts=raw_counts))
+                               self._sampler, drawn, public, raw_counts), rules,
+                raw_counts=raw_counts))
 
     def _scope(self, budget: Budget) -> str:
         """The answer-cache scope of a request: a Gaussian answer is cached apart from a

@@ -258,21 +258,40 @@ def annotate(record: Release, notes: Sequence[str | None]) -> Release:
 
 def final_rules(prepared: Any, metadata: Metadata, raw_counts: bool = False
                 ) -> tuple[tuple[OutputRule, ...], tuple[str | None, ...]]:
-    """The rules and record notes of a query of several releases
-    (:class:`dpsql.execute.blocks.PreparedBlocks`): those of its final query when it is the
-    second phase of a two-phase query (its rows are that query's own, column for column);
-    none when the analyst's query runs over block tables (its columns are the analyst's
-    arithmetic over them, left as the post-processing gives them)."""
-    final = prepared.parts[-1] if prepared.parts else None
-    if final is None or final.table is not None or final.param is not None:
-        return (), ()
-    rules = output_rules(final.analysis, metadata)
-    return rules, release_notes(final.analysis, rules, raw_counts=raw_counts)
+    """The rules of a query of several releases (:class:`dpsql.execute.blocks.PreparedBlocks`)
+    and the notes of its combined record (one per column, every part's in order).
+
+    Rules: those of its final query when it is the second phase of a two-phase query (its rows
+    are that query's own, column for column); none when the analyst's query runs over block
+    tables (its columns are the analyst's arithmetic over them). Notes: the final query's, and
+    for each block table the counts :func:`clamp_block_counts` clamps."""
+    notes: list[str | None] = []
+    rules: tuple[OutputRule, ...] = ()
+    for part in prepared.parts:
+        if part.table is not None:
+            counts = _bare_counts(part.analysis)
+            notes += [CLAMPED_COUNT if c.measurements and c.measurements[0] in counts
+                      and c.function == "COUNT" and c.bare_aggregate and not raw_counts
+                      else None for c in part.analysis.columns]
+        elif part.param is None:
+            rules = output_rules(part.analysis, metadata)
+            notes += release_notes(part.analysis, rules, raw_counts=raw_counts)
+        else:
+            notes += [None] * len(part.analysis.columns)
+    return rules, tuple(notes)
 
 
-def annotate_tail(record: Release, notes: Sequence[str | None]) -> Release:
-    """:func:`annotate` for the last ``len(notes)`` columns of ``record`` (a combined record
-    lists the final query's columns last)."""
-    if not notes or len(notes) > len(record.columns):
-        return record
-    return annotate(record, (None,) * (len(record.columns) - len(notes)) + tuple(notes))
+def _bare_counts(analysis: QueryAnalysis) -> set[int]:
+    """The measurements that are a bare COUNT column of ``analysis``."""
+    return {c.measurements[0] for c in analysis.columns
+            if c.kind == "aggregate" and c.function == "COUNT" and c.bare_aggregate
+            and len(c.measurements) == 1}
+
+
+def clamp_block_counts(analysis: QueryAnalysis, noisy: list[np.ndarray]) -> list[np.ndarray]:
+    """A block table's noisy measurements with each bare COUNT column's clamped at 0, before
+    the block's rows are computed (post-processing). Clamping the measurement itself changes
+    nothing else the block computes from it: an AVG is NULL over a count <= 0 either way, and
+    the variance family divides by max(n, 1) or max(n, 2)."""
+    counts = _bare_counts(analysis)
+    return [np.maximum(v, 0) if j in counts else v for j, v in enumerate(noisy)]

@@ -234,10 +234,29 @@ def test_the_final_query_of_two_phases_is_typed_too(session):
 
 
 def test_a_query_over_block_tables_is_left_as_post_processed(session):
-    result = session.run("WITH c AS (SELECT g, COUNT(*) AS n FROM t GROUP BY g) "
-                         "SELECT g, n FROM c ORDER BY g", epsilon=EXACT)
-    assert [r[1] for r in result.rows] == [2, 1, 0]
-    assert all(c.post_processing is None for c in result.release.columns)
+    result = session.run("WITH c AS (SELECT g, COUNT(*) AS n, SUM(i) AS s FROM t GROUP BY g) "
+                         "SELECT g, n, s FROM c ORDER BY g", epsilon=EXACT)
+    assert [r[1:] for r in result.rows] == [(2, 7.0), (1, 5.0), (0, 0.0)]
+    notes = {c.name: c.post_processing for c in result.release.columns}
+    assert notes == {"c.g": None, "c.n": CLAMPED_COUNT, "c.s": None}
+
+
+def test_a_block_tables_counts_are_clamped_unless_raw(database):
+    md = loads_metadata(METADATA)
+    backend = DuckDBBackend(str(database), md)
+    s = Session(md, backend, sampler=FixedNoise(5))
+    sql = ("WITH c AS (SELECT g, COUNT(*) AS n, AVG(x) AS ax FROM t GROUP BY g) "
+           "SELECT g, n, n - 1 AS m, ax FROM c ORDER BY g")
+    try:
+        clamped = s.run(sql, epsilon=1.0)
+        raw = s.run(sql, epsilon=1.0, raw_counts=True)
+    finally:
+        s.close()
+        backend.close()
+    # the outer query computes from the clamped counts (n - 1 is -1, not -4)
+    assert clamped.rows == [("a", 0, -1, None), ("b", 0, -1, None), ("empty", 0, -1, None)]
+    assert raw.rows == [("a", -3, -4, None), ("b", -4, -5, None), ("empty", -5, -6, None)]
+    assert {c.name: c.post_processing for c in raw.release.columns}["c.n"] is None
 
 
 def test_rules_read_any_spelling_of_the_declared_type():
