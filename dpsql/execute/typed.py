@@ -1,8 +1,8 @@
 """Honest numbers: the released values typed like the columns they summarise.
 
 Post-processing of noisy values only (it runs after the noise, on the rows the analyst's outer
-SELECT produced, and reads nothing else), so it costs no privacy (docs/privacy.md, section 1:
-post-processing). The rules, one per output column, are chosen from the SQL and the public
+SELECT produced, and reads nothing else), so it costs no privacy (docs/privacy.md, section 2's
+"honest numbers" row). The rules, one per output column, are chosen from the SQL and the public
 metadata alone (:func:`output_rules`, at prepare time), never from a value:
 
 * a bare ``COUNT`` column (``COUNT(*) AS n``, with or without FILTER) is an integer clamped at 0
@@ -23,6 +23,11 @@ an integer or decimal column, which cannot hold it. NULL stays NULL.
 
 :func:`release_notes` says, per column, which rule was applied (the release record's
 ``post_processing``); the rules are public, so the notes are too.
+
+A request of several releases (dpsql.execute.blocks) gets the rules of its final query when
+that is the second phase of a two-phase query (:func:`final_rules`); a block table's bare
+COUNT columns are clamped at the measurement (:func:`clamp_block_counts`), before the
+analyst's outer query reads them.
 """
 
 from __future__ import annotations
