@@ -91,3 +91,15 @@ def test_queries_with_nothing_to_audit_are_refused(world):
     with pytest.raises(NotSupportedError, match="single-release"):
         audit(database, metadata, "WITH c AS (SELECT COUNT(*) AS n FROM t) SELECT n * 2 FROM c",
               epsilon=1.0)
+
+
+def test_decimal_sums_are_audited_cells() -> None:
+    """A DECIMAL column's sum is released as a Decimal (dpsql.execute.typed): still a cell."""
+    from decimal import Decimal
+
+    from dpsql.privacy_audit import _cells
+
+    draws = [{("a",): (Decimal("1.25"), 3, "text")}, {("a",): (Decimal("2.50"), 4, "text")}]
+    cells = _cells(draws)
+    assert sorted(cells) == [(("a",), 0), (("a",), 1)]
+    assert cells[(("a",), 0)].tolist() == [1.25, 2.5]
