@@ -196,9 +196,12 @@ def _counts(column: Sequence[Any]) -> tuple[Any, ...]:
 def _clamped_already(rows: Sequence[Sequence[Any]], i: int) -> bool:
     """True when no count in column ``i`` is below 0 (the common case: nothing to clamp)."""
     try:
-        return min((r[i] for r in rows if r[i] is not None), default=0) >= 0
-    except TypeError:
-        return False
+        return bool(min(r[i] for r in rows) >= 0)  # rows is not empty (finish checks)
+    except TypeError:  # a NULL count (or a value that is not a number): check one by one
+        try:
+            return min((r[i] for r in rows if r[i] is not None), default=0) >= 0
+        except TypeError:
+            return False
 
 
 def finish(rows: Rows, rules: Sequence[OutputRule], *, raw_counts: bool = False) -> Rows:
