@@ -96,11 +96,24 @@ class RemoteConnection:
         #: default noise mechanism and calibration (None: the server's default)
         self.mechanism, self.calibration = mechanism, calibration
         self._sent: tuple[Any, ...] = (None, None, None, None)
-        if raw_counts:  # noisy counts as drawn, for this session (the server clamps otherwise)
-            try:
-                self._conn.execute("SET dpsql.raw_counts = on")
-            except psycopg.Error as exc:
-                raise _translate(exc) from None
+        self._raw_counts = False
+        if raw_counts:
+            self.raw_counts = True
+
+    @property
+    def raw_counts(self) -> bool:
+        """Noisy counts as drawn (True) or clamped at 0 by the server (False, the default)."""
+        return self._raw_counts
+
+    @raw_counts.setter
+    def raw_counts(self, raw: bool) -> None:
+        import psycopg
+
+        try:  # a session setting of the server (SET dpsql.raw_counts)
+            self._conn.execute(f"SET dpsql.raw_counts = {'on' if raw else 'off'}")
+        except psycopg.Error as exc:
+            raise _translate(exc) from None
+        self._raw_counts = bool(raw)
 
     def _check_open(self) -> None:
         if self._conn.closed:

@@ -393,6 +393,10 @@ def test_raw_counts_is_a_session_setting(server: ServerProcess) -> None:
         cur = remote.execute(sql)  # the raw answer above, cached
         assert cur.release is not None and cur.release.cached
         assert cur.release.columns[0].post_processing is None
+        remote.raw_counts = False  # what the shell's \raw off does
+        cur = remote.execute(sql)  # the clamped answer above, cached
+        assert cur.release is not None and cur.release.cached
+        assert "clamped at 0" in (cur.release.columns[0].post_processing or "")
 
 
 def test_remote_driver_passes_the_mechanism(server: ServerProcess) -> None:
