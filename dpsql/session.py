@@ -58,10 +58,10 @@ from dpsql.execute.post_check import check_rows, measurement_dtypes
 from dpsql.execute.typed import (
     annotate,
     final_rules,
-    finish,
     output_rules,
     release_notes,
 )
+from dpsql.execute.typed import finish as finish_rows
 from dpsql.metadata import Metadata
 from dpsql.metadata.digest import metadata_digest
 from dpsql.noise import mechanisms
@@ -78,6 +78,8 @@ from dpsql.release.record import (
 )
 from dpsql.rewrite.plan import plan_execution
 from dpsql.rewrite.post import post_processing_sql
+from dpsql.units.execute import r2t_bins
+from dpsql.units.record import with_intervals
 
 
 @dataclass(frozen=True)
@@ -255,7 +257,7 @@ class Session:
         rules, notes = final_rules(prepared, self.metadata, raw_counts)
         return self._charged(
             annotate(record, notes), values, charge, sql if charge is not None else None,
-            key, lambda drawn: finish(
+            key, lambda drawn: finish_rows(
                 compute_blocks(self.backend, self._post, prepared, values, plans, domains,
                                self._sampler, drawn, public, raw_counts), rules,
                 raw_counts=raw_counts))
@@ -307,14 +309,24 @@ class Session:
         only those the noisy selection keeps are noised and released (dpsql.noise.partition).
         The rows are typed and finished after the noise (dpsql.execute.typed; ``raw_counts``)
         and the record says how."""
+        unit = prepared.analysis.unit
         record = annotate(
             release_record(prepared.columns, plans, prepared.fingerprint, domains.n_bins,
-                           selection),
+                           selection, unit=unit.label if unit is not None else None),
             release_notes(prepared.analysis, prepared.outputs, raw_counts=raw_counts))
         plan = prepared.plan
+        finish: list[Callable[[Release], Release]] = []
 
         def compute(drawn: Callable[[], None]) -> Rows:
             counts = None
+            if unit is not None and unit.r2t:  # R2T: truncated sums, released per level
+                bins, noisy, outcomes = r2t_bins(self.backend, prepared.compiled, values, plans,
+                                                 unit, drawn, self._sampler)
+                finish.append(lambda r: with_intervals(r, prepared.columns, outcomes))
+                return finish_rows(self._post.rows(plan, bins, noisy, values,
+                                                   lambda: post_processing_sql(
+                                                       prepared.analysis)),
+                                   prepared.outputs, raw_counts=raw_counts)
             if selection is not None:
                 groups = read_groups(self.backend, prepared.compiled, values)
                 drawn()
@@ -326,15 +338,16 @@ class Session:
             noisy = [counts if selection is not None and j == selection.shared and
                      counts is not None else noisy_values(bins.exact[j], plans[j], self._sampler)
                      for j in range(plan.n_measurements)]
-            return finish(self._post.rows(plan, bins, noisy, values,
-                                          lambda: post_processing_sql(prepared.analysis)),
-                          prepared.outputs, raw_counts=raw_counts)
+            return finish_rows(self._post.rows(plan, bins, noisy, values,
+                                               lambda: post_processing_sql(prepared.analysis)),
+                               prepared.outputs, raw_counts=raw_counts)
 
-        return self._charged(record, values, charge, sql, cache_key, compute)
+        return self._charged(record, values, charge, sql, cache_key, compute, finish)
 
     def _charged(self, record: Release, values: list[Any], charge: Ledger | None,
                  sql: str | None, cache_key: str | None,
-                 compute: Callable[[Callable[[], None]], Rows]) -> Result:
+                 compute: Callable[[Callable[[], None]], Rows],
+                 finish: Sequence[Callable[[Release], Release]] = ()) -> Result:
         """Charge ``record`` (when ``charge`` is a ledger), then ``compute`` the rows (it calls
         its argument before the first noise is drawn), with the refund rules of
         :meth:`_release`, and record the released rows."""
@@ -364,6 +377,8 @@ class Session:
                     and self.principal is not None):
                 charge.refund(self.principal.database, self.principal.analyst, charge_id)
             raise
+        for step in finish:  # post-processing of the noisy values (R2T's intervals)
+            record = step(record)
         result = Result(names, types, rows, record)
         if charge is not None and charge_id is not None and self.principal is not None:
             _record_release(charge, self.principal, charge_id, names, rows,

@@ -107,6 +107,9 @@ def analyze_request(sql: str, metadata: Metadata) -> QueryAnalysis | BlockQuery:
     of several (module contract). Raises the analysis's refusals, before anything runs."""
     query = parse_query(sql, metadata, allow_top_star=True)
     top_star = bool(query.meta.get("dpsql_top_star")) if query._meta else False
+    if metadata.privacy_unit is not None:  # one release, bounded per unit (dpsql.units)
+        from dpsql.units.analysis import analyze_unit_request
+        return analyze_unit_request(sql, query, metadata, top_star)
     if not _may_have_blocks(sql, query):
         if top_star:
             raise star_error()

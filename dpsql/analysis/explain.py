@@ -24,6 +24,8 @@ from dpsql.errors import Error
 from dpsql.metadata import Metadata
 from dpsql.noise.partition import EXPLAIN_SIZES, SelectionPlan, describe, plan_with_selection
 from dpsql.noise.plan import NoisePlan, plan_noise, split_budget
+from dpsql.noise.r2t import levels as r2t_levels
+from dpsql.units.noise import BETA as R2T_BETA
 
 
 def _load(metadata: Metadata | str | os.PathLike) -> Metadata:
@@ -35,6 +37,18 @@ def _load(metadata: Metadata | str | os.PathLike) -> Metadata:
 
 
 def _plan_json(plan: NoisePlan) -> dict[str, Any]:
+    if plan.r2t is not None:  # a privacy unit without GROUP BY (dpsql.units.noise)
+        return {
+            "function": plan.measurement.function,
+            "expression": plan.measurement.label,
+            "mechanism": "r2t",
+            "epsilon": plan.epsilon,
+            "delta": plan.delta,
+            "noise_scale": plan.scale,
+            "parts": [{"sign": pp.part.sign, "row_bound": pp.part.bound,
+                       "epsilon": pp.epsilon, "level_scales": list(pp.scales)}
+                      for pp in plan.r2t],
+        }
     sm = plan.smoothed
     return {
         "function": plan.measurement.function,
@@ -86,6 +100,14 @@ def explain_report(
         "distance": distance,
         "unchecked_key_types": list(analysis.unchecked_key_types),
     }
+    if analysis.unit is not None:
+        unit = analysis.unit.unit
+        report["privacy_unit"] = {
+            "unit": analysis.unit.label, "unit_of_each_row": analysis.unit.source.description,
+            "lookups": [f"{h.table}.{h.key} -> {h.column}" for h in analysis.unit.source.hops],
+            "mechanism": "r2t" if analysis.unit.r2t else "two-stage",
+            "max_contribution": unit.max_contribution, "max_groups": unit.max_groups,
+            "max_rows_per_group": unit.max_rows_per_group}
     if selection is not None:
         report["partition_selection"] = describe(selection)
         if selection.shared is None:  # else its epsilon is the shared COUNT(*)'s
@@ -136,7 +158,10 @@ def explain(
 
 def _request(sql: str, md: Metadata) -> QueryAnalysis | BlockQuery:
     """One release (analysed with unknown key types allowed, see the module docstring), or,
-    when that refuses, a query of several releases (dpsql.analysis.blocks) if it is one."""
+    when that refuses, a query of several releases (dpsql.analysis.blocks) if it is one.
+    Under a privacy unit, the unit's analysis (dpsql.units), which reads no max frequency."""
+    if md.privacy_unit is not None:
+        return analyze_request(sql, md)
     try:
         return analyze(sql, md, allow_unknown_key_types=True)
     except Error as single:
@@ -191,6 +216,8 @@ def explain_text(
 def _analysis_lines(analysis: QueryAnalysis, epsilon: float, delta: float,
                     distance: int) -> list[str]:
     """The derivation of one release (see :func:`explain_text`)."""
+    if analysis.unit is not None:
+        return _unit_lines(analysis, epsilon, delta)
     plans, selection = _plans(analysis, Budget(epsilon, delta), distance)
     lines = ["query (qualified):", "  " + analysis.query.sql(dialect=DIALECT), "",
              "relational tree (S(k): stability at distance k):"]
@@ -262,3 +289,37 @@ def _tree_lines(node: Derivation, depth: int, k: int, out: list[str]) -> None:
     out.extend(f"{pad}    {d}" for d in node.details)
     for child in node.children:
         _tree_lines(child, depth + 1, k, out)
+
+
+def _unit_lines(analysis: QueryAnalysis, epsilon: float, delta: float) -> list[str]:
+    """The derivation of a release under a privacy unit (dpsql.units): where each row's unit
+    comes from, the bounds, and each measurement's public noise scales."""
+    release = analysis.unit
+    assert release is not None
+    unit = release.unit
+    plans = plan_noise(analysis, Budget(epsilon, delta))
+    src = release.source
+    path = "".join(f" -> {h.table}[{h.key}].{h.column}" for h in src.hops)
+    lines = ["query (qualified):", "  " + analysis.query.sql(dialect=DIALECT), "",
+             f"privacy unit: {release.label} (neighbours add or remove one unit with every row "
+             "linked to it)",
+             f"  unit of each aggregated row: {src.description}{path}"]
+    if release.r2t:
+        lines += [f"  R2T: truncation levels 2..2^{len(r2t_levels(unit.max_contribution))} rows "
+                  f"(max_contribution {unit.max_contribution}), beta {R2T_BETA:g}"]
+    else:
+        lines += [f"  two-stage: each unit keeps {unit.max_groups} group(s) (max_groups), at most "
+                  f"{unit.max_rows_per_group} row(s) each (max_rows_per_group)"]
+    lines += ["", f"measurements (epsilon {epsilon:g} split evenly):"]
+    for p in plans:
+        lines.append(f"  {p.measurement.label}")
+        if p.r2t is not None:
+            for pp in p.r2t:
+                part = "non-negative part" if pp.part.sign > 0 else "non-positive part"
+                scales = ", ".join(f"{x:.6g}" for x in pp.scales)
+                lines.append(f"    R2T {part} (row bound {pp.part.bound:g}, epsilon "
+                             f"{pp.epsilon:g}): level scales {scales}")
+        else:
+            lines.append(f"    sensitivity {p.elastic_sensitivity:g} (public): Laplace scale "
+                         f"{p.scale:.6g}  (epsilon {p.epsilon:g})")
+    return lines

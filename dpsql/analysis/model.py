@@ -20,6 +20,7 @@ from dpsql.metadata import Domain
 
 if TYPE_CHECKING:
     from dpsql.analysis.derived_keys import DerivedDomain
+    from dpsql.units.analysis import UnitRelease
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,9 @@ class QueryAnalysis:
     #: with a partition-selected group key: the constant stability S of the grouped relation
     #: (what the selection's threshold depends on); None without one
     selection_stability: float | None = None
+    #: under a privacy unit (dpsql.units): the unit, how each row's unit is computed, and
+    #: R2T's truncated sums; None under row-level privacy
+    unit: UnitRelease | None = None
 
     @property
     def partition_selection(self) -> bool:

@@ -14,7 +14,7 @@ from dpsql.cli.backend import backend_options, spark_argument
 from dpsql.cli.options import database_option, ledger_option, metadata_option
 
 if TYPE_CHECKING:
-    from dpsql.metadata import Table
+    from dpsql.metadata import Metadata, Table
 
 #: the ledger a draft's `ledger:` line names when `metadata build` is not given -l/--ledger
 DRAFT_LEDGER = "ledger.sqlite"
@@ -39,6 +39,9 @@ def command() -> None:
               help="With --backend spark: profile the CSV/Parquet file(s) PATH as table NAME "
                    "(repeatable); the draft records the source.")
 @click.option("--public", multiple=True, help="Mark this table as public (repeatable).")
+@click.option("--unit", metavar="TABLE.COLUMN",
+              help="Declare this privacy unit (e.g. customer.c_custkey) and propose each "
+                   "private table's path to it from key names and the data.")
 @click.option("--domain-max", default=50, show_default=True, type=click.IntRange(min=0),
               help="Suggest a domain for columns with at most this many distinct values.")
 @click.option("--progress/--no-progress", default=False,
@@ -58,6 +61,7 @@ def build(
     tables: tuple[str, ...],
     sources: tuple[str, ...],
     public: tuple[str, ...],
+    unit: str | None,
     domain_max: int,
     progress: bool,
     output: Path | None,
@@ -69,7 +73,9 @@ def build(
 ) -> None:
     """Profile DATABASE (or tables in Spark) and write a draft metadata file to review.
 
-    Bounds and candidate domains are written as comments: they are privacy decisions.
+    Bounds and candidate domains are written as comments: they are privacy decisions. With
+    --unit, a private table with no proposed path is marked in the draft, which does not load
+    until its path is declared (or the table is made public).
     """
     spark = spark_argument(backend, spark_master)
     for target in (output, analyst_schema):
@@ -88,7 +94,8 @@ def build(
         if sources:
             raise click.UsageError("--source is for --backend spark; DuckDB reads --database")
         text = build_metadata(Path(database), list(tables) or None, public=public,
-                              progress=progress, domain_max=domain_max, ledger=ledger)
+                              progress=progress, domain_max=domain_max, ledger=ledger,
+                              unit=unit)
     else:
         spark_backend = spark_profiling_backend(
             spark, database=database,
@@ -96,21 +103,38 @@ def build(
         try:
             # the backend holds exactly the --source and --table tables: describe them all
             text = build_metadata(spark_backend, None, public=public, progress=progress,
-                                  domain_max=domain_max, ledger=ledger)
+                                  domain_max=domain_max, ledger=ledger, unit=unit)
         finally:
             spark_backend.close()
-    if analyst_schema is not None:
-        from dpsql.metadata.analyst import write_analyst_schema
+    from dpsql.errors import ProgrammingError
 
-        write_analyst_schema(loads_metadata(text), analyst_schema)
-        click.echo(f"wrote {analyst_schema} (analyst-facing schema of the draft: no bounds or "
-                   "domains until you review them; write it again then)", err=True)
+    try:
+        draft = loads_metadata(text)
+    except ProgrammingError as exc:  # only --unit drafts: a private table got no path
+        draft = None
+        click.echo(f"warning: the draft does not load until you fix it: {exc.message}",
+                   err=True)
+    if analyst_schema is not None:
+        if draft is None:
+            click.echo(f"not written: {analyst_schema} (write it with `dpsql metadata "
+                       "analyst-schema` once the draft loads)", err=True)
+        else:
+            from dpsql.metadata.analyst import write_analyst_schema
+
+            write_analyst_schema(draft, analyst_schema)
+            click.echo(f"wrote {analyst_schema} (analyst-facing schema of the draft: no bounds "
+                       "or domains until you review them; write it again then)", err=True)
     if output is None:
         click.echo(text, nl=False)
         return
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text, encoding="utf-8")
-    n = len(loads_metadata(text).tables)
+    if draft is None:
+        import yaml
+
+        n = len(yaml.safe_load(text)["tables"])
+    else:
+        n = len(draft.tables)
     click.echo(f"wrote {output} ({n} table{'s' if n != 1 else ''}); review it before use",
                err=True)
 
@@ -125,10 +149,11 @@ def _parse_sources(items: tuple[str, ...]) -> dict[str, str]:
     return sources
 
 
-def _summary(t: Table, base: Path | None) -> str:
+def _summary(t: Table, base: Path | None, md: Metadata | None = None) -> str:
     cols = list(t.columns.values())
     parts = [
         f"{t.name}: {'public' if t.public else 'private'}",
+        *([_path_text(t, md)] if md is not None and t.unit is not None else []),
         f"{len(cols)} column{'s' if len(cols) != 1 else ''}",
         f"{sum(c.max_freq is not None for c in cols)} with max_freq",
         f"{sum(c.bounds is not None for c in cols)} with bounds",
@@ -149,17 +174,78 @@ def _summary(t: Table, base: Path | None) -> str:
     return ", ".join(parts)
 
 
+def _path_text(t: Table, md: Metadata) -> str:
+    assert t.unit is not None
+    unit = md.privacy_unit
+    if unit is not None and t.name == unit.table:
+        return f"the privacy unit's table (id {unit.column})"
+    if t.unit.direct:
+        target = f"{unit.table}.{unit.column}" if unit is not None else "the unit"
+        return f"unit {t.unit.column} -> {target}"
+    return f"unit via {t.unit.column} -> {t.unit.to_table}.{t.unit.to_column}"
+
+
 @command.command("check")
-@click.argument("path", type=click.Path(path_type=Path))
-def check(path: Path) -> None:
-    """Load and validate a metadata file (ours or FLEX's); print one line per table."""
+@click.argument("path", required=False, type=click.Path(path_type=Path))
+@metadata_option(help="The metadata file to check (ours or FLEX's); or give it as PATH.")
+@database_option(
+    help="Also check the privacy unit on this DuckDB database (opened read-only): the unit's "
+         "id and every 'to' column are keys, and each path's orphans and NULLs. The counts "
+         "describe private rows: owner-only output.")
+@click.pass_context
+def check(ctx: click.Context, path: Path | None, metadata: Path | None,
+          database: str | None) -> None:
+    """Load and validate a metadata file (ours or FLEX's); print one line per table.
+
+    With -d, verify the unit paths on the database: exit status 1 when a key is not unique
+    (rows would belong to several units), 0 with warnings for orphans and NULLs (those rows
+    belong to no unit).
+    """
     from dpsql.analysis.domains import check_domains
     from dpsql.metadata import load_metadata
 
-    md = load_metadata(path)  # a ProgrammingError becomes one "error: ..." line in main()
+    if (path is None) == (metadata is None):
+        raise click.UsageError("name the metadata file once: dpsql metadata check FILE, or -m "
+                               "FILE")
+    source = path if path is not None else metadata
+    assert source is not None
+    md = load_metadata(source)  # a ProgrammingError becomes one "error: ..." line in main()
     check_domains(md)  # listed values against declared types
+    unit = md.privacy_unit
+    if unit is not None:
+        click.echo(f"privacy unit: {unit.table}.{unit.column} (max_contribution "
+                   f"{unit.max_contribution}, max_groups {unit.max_groups}, "
+                   f"max_rows_per_group {unit.max_rows_per_group})")
     for t in md.tables.values():
-        click.echo(_summary(t, Path.cwd()))
+        click.echo(_summary(t, Path.cwd(), md))
+    if database is None:
+        return
+    if unit is None:
+        click.echo("no privacy_unit declared: nothing to check on the database")
+        return
+    if _check_units(md, database):
+        ctx.exit(1)
+
+
+def _check_units(md: Metadata, database: str) -> bool:
+    """Print the unit report of ``md`` on ``database``; True when a key is not unique."""
+    from dpsql.backends import open_backend
+    from dpsql.metadata.unit_check import check_units, report_lines
+
+    backend = open_backend("duckdb", database, md)
+    try:
+        report = check_units(md, lambda sql: backend.execute(sql)[0])
+    finally:
+        backend.close()
+    lines, warnings, errors = report_lines(md, report)
+    click.echo(f"checked on {database} (OWNER-ONLY: counts of private rows):")
+    for line in lines:
+        click.echo(f"  {line}")
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+    for error in errors:
+        click.echo(click.style(f"error: {error}", fg="red"), err=True)
+    return bool(errors)
 
 
 @command.command("analyst-schema")

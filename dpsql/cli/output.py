@@ -73,8 +73,13 @@ def release_line(release: Any, remaining: tuple[float, float] | None = None) -> 
         parts[0] = "cached answer, spent nothing"
     if remaining is not None:
         parts.append(f"remaining epsilon={remaining[0]:g} delta={remaining[1]:g}")
+    if getattr(release, "privacy_unit", None):
+        parts.append(f"privacy unit {release.privacy_unit}")
     widths = [f"{c.name} ±{c.half_width_95:.4g}" for c in release.columns
               if c.half_width_95 is not None]
+    # R2T (a privacy unit without GROUP BY): an interval from the noisy levels, not +-
+    widths += [f"{c.name} in [{c.interval_95[0]:.6g}, {c.interval_95[1]:.6g}]"
+               for c in release.columns if getattr(c, "interval_95", None) is not None]
     if widths:
         parts.append("95% interval: " + ", ".join(widths))
     hidden = [c.name for c in release.columns if getattr(c, "accuracy_note", None)]

@@ -11,13 +11,16 @@ releasable, with the column itself as their domain unless another is declared.
 Modules, one job each:
 
 * :mod:`~dpsql.metadata.model`: the frozen dataclasses :class:`Metadata`, :class:`Table`,
-  :class:`Column`, :class:`Domain`;
+  :class:`Column`, :class:`Domain`, :class:`PrivacyUnit`, :class:`UnitPath`;
 * :mod:`~dpsql.metadata.yaml_io`: strict YAML loading with line numbers, and writing our format;
 * :mod:`~dpsql.metadata.reader`: the checks both formats share, and building the model;
 * :mod:`~dpsql.metadata.ours` and :mod:`~dpsql.metadata.flex`: the two formats;
+* :mod:`~dpsql.metadata.unit_paths`: the privacy unit and each table's path to it (ours);
 * :mod:`~dpsql.metadata.load`: :func:`load_metadata` and :func:`loads_metadata`;
 * :mod:`~dpsql.metadata.build`: drafting a file by profiling a database (owner-side). It
-  imports DuckDB, so it is not imported here: ``import dpsql.metadata`` stays light.
+  imports DuckDB, so it is not imported here: ``import dpsql.metadata`` stays light;
+  :mod:`~dpsql.metadata.build_units` proposes the unit paths for it, and
+  :mod:`~dpsql.metadata.unit_check` checks declared paths on the data (``metadata check -d``).
 """
 
 from __future__ import annotations

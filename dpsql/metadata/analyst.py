@@ -4,8 +4,9 @@ The owner's metadata holds values computed from the private data (each column's 
 each table's row count) and the owner's plumbing (source file paths, the ledger path, the data
 version). The analyst-facing schema keeps only what a query author needs and what is already a
 public decision: tables (and which are public), columns, their types, which columns are
-releasable, their domains (listed values, or the public table and column they come from) and
-their clamping bounds.
+releasable, their domains (listed values, or the public table and column they come from),
+their clamping bounds, and the privacy unit (its table, id column and bounds) with each
+table's path to it.
 
 Guarantee: built by an allow-list (:data:`ANALYST_FIELDS`): each model object is rebuilt from
 its analyst fields only, so a field added to the model later is left out until someone
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsql.metadata.model import Column, Domain, Metadata, Table
-from dpsql.metadata.yaml_io import _column_settings, _emit
+from dpsql.metadata.yaml_io import _column_settings, _emit, _path_setting, _unit_settings
 
 #: the fields of each model class an analyst may see
 ANALYST_FIELDS: dict[type, tuple[str, ...]] = {
@@ -55,6 +56,8 @@ HEADER = (
     "Columns without 'releasable: true' cannot be GROUP BY keys; every column of a public",
     "table is releasable; 'partition_selection: true' groups by a column without a domain",
     "(the groups shared by enough rows are released, and delta > 0 is needed).",
+    "With 'privacy_unit', a release protects one unit (a row of that table) with every row",
+    "linked to it through the tables' 'unit' paths, and the bounds given there.",
     "It holds no row counts, max frequencies or file paths: share it.",
     "Written by dpsql from the owner's metadata; write it again after editing that file.",
     "",
@@ -89,7 +92,9 @@ def analyst_schema(md: Metadata) -> dict[str, Any]:
          "products": {"public": True, "columns": {...}}}}
 
     Per column: ``type`` (when known), ``releasable: true`` (private tables; absent means
-    not releasable), ``bounds`` and ``domain`` (when declared). Nothing else.
+    not releasable), ``bounds`` and ``domain`` (when declared). Nothing else. With a privacy
+    unit: ``privacy_unit`` (its table, column and bounds) first, and each private table's
+    ``unit`` path (the unit's table's own is implied).
     """
     view = analyst_metadata(md)
     tables: dict[str, Any] = {}
@@ -97,9 +102,14 @@ def analyst_schema(md: Metadata) -> dict[str, Any]:
         entry: dict[str, Any] = {}
         if t.public:
             entry["public"] = True
+        path = _path_setting(t, view)
+        if path is not None:
+            entry["unit"] = path
         entry["columns"] = {c.name: _column_settings(t, c) for c in t.columns.values()}
         tables[t.name] = entry
-    return {"tables": tables}
+    if view.privacy_unit is None:
+        return {"tables": tables}
+    return {"privacy_unit": _unit_settings(view.privacy_unit), "tables": tables}
 
 
 def dumps_analyst_schema(md: Metadata) -> str:

@@ -8,6 +8,9 @@ derived from the data and applied automatically.
 
 Everything in the draft describes the private data: it is for the data owner, not analysts.
 
+With ``unit`` ("TABLE.COLUMN"), the draft declares that privacy unit and proposes each private
+table's path to it from key names and the data (:mod:`dpsql.metadata.build_units`).
+
 The profiling queries are written once, in DuckDB's dialect; on Spark they run through
 :class:`dpsql.backends.spark.SparkBackend` (transpiled by sqlglot, executed as Spark jobs), so
 both drafts are computed by the same SQL.
@@ -29,6 +32,7 @@ import click
 import duckdb
 
 from dpsql.errors import OperationalError, ProgrammingError
+from dpsql.metadata.build_units import unit_target, with_unit
 from dpsql.metadata.load import load_metadata
 from dpsql.metadata.yaml_io import _emit, _flow
 
@@ -218,6 +222,7 @@ def build_metadata(
     progress: bool = False,
     domain_max: int = 50,
     ledger: str | None = None,
+    unit: str | None = None,
 ) -> str:
     """Profile a DuckDB database (or Spark tables) and return a draft metadata YAML text (our
     format).
@@ -231,16 +236,18 @@ def build_metadata(
     the number of distinct values and the min/max; columns with at most ``domain_max`` distinct
     values get a commented candidate domain, numeric columns commented bounds. ``ledger`` is
     written as the draft's ``ledger:`` line, as given (a relative path is relative to the
-    metadata file). The text loads with :func:`dpsql.metadata.load_metadata`.
+    metadata file). ``unit`` ("TABLE.COLUMN") declares the privacy unit and proposes the
+    paths (:mod:`dpsql.metadata.build_units`). The text loads with
+    :func:`dpsql.metadata.load_metadata`, unless a private table got no path (it says so).
     """
     if not isinstance(con_or_path, (duckdb.DuckDBPyConnection, str, os.PathLike)):
         backend: Any = con_or_path  # a SparkBackend (its module imports pyspark: not here)
         return _build(_SparkProfiler(backend), f"Spark (master {backend.master})", tables,
-                      public, progress, domain_max, ledger)
+                      public, progress, domain_max, ledger, unit)
     con, origin, owned = _connect(con_or_path)
     try:
         return _build(_DuckDBProfiler(con), origin, tables, public, progress, domain_max,
-                      ledger)
+                      ledger, unit)
     except duckdb.Error as exc:
         raise OperationalError(f"profiling {origin} failed: {exc}") from None
     finally:
@@ -256,6 +263,7 @@ def _build(
     progress: bool,
     domain_max: int,
     ledger: str | None = None,
+    unit: str | None = None,
 ) -> str:
     chosen = _select(con.relations(), tables)
     public_keys: set[str] = set()
@@ -268,6 +276,9 @@ def _build(
         public_keys.update(r.key for r in match)
 
     columns = {r.key: con.columns(r) for r in chosen}
+    if unit is not None:  # a wrong --unit fails before the profiling, not after
+        unit_target(unit, {k: [c[0] for c in cols] for k, cols in columns.items()},
+                    public_keys)
     rows = {r.key: con.fetchall(f"SELECT count(*) FROM {r.sql}")[0][0] for r in chosen}
     show = progress or sum(rows.values()) > PROGRESS_ROWS
 
@@ -305,6 +316,15 @@ def _build(
                 column_notes[(r.key, col_name.lower())] = notes
     md = load_metadata({"tables": doc_tables} if ledger is None
                        else {"ledger": ledger, "tables": doc_tables})
+    unit_header = []
+    if unit is not None:
+        md, missing = with_unit(md, unit, {r.key: r.sql for r in chosen}, con.fetchall)
+        for name, note in missing.items():
+            table_notes.setdefault(name, []).extend(note)
+        unit_header = [
+            "Unit paths are proposals (a column named like a key, all of its values found there):",
+            "review them, and check them with `dpsql metadata check -m FILE -d DATABASE`.",
+        ]
     header = [
         f"dpsql metadata drafted by `dpsql metadata build` from {origin}.",
         "OWNER-ONLY: rows, max_freq and the commented observations describe the private data;",
@@ -312,6 +332,7 @@ def _build(
         "metadata analyst-schema`), written again after each review.",
         "Commented bounds/domains are observations, not decisions: clamping bounds and released",
         "domains are privacy choices. Review them, then uncomment the ones you accept.",
+        *unit_header,
         "",
     ]
     return _emit(md, header=header, table_notes=table_notes, column_notes=column_notes)

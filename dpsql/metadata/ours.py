@@ -2,7 +2,11 @@
 
     ledger: ledger.sqlite             # optional; relative to this file
     data_version: 2026-11-26          # optional; bump it when the data change
+    privacy_unit: {table: customers, column: customer_id}   # optional (dpsql.metadata.unit_paths)
     tables:
+      customers:                      # the unit's table: its path is its id column
+        columns:
+          customer_id: {type: INTEGER}
       products:
         public: true                  # optional
         columns:
@@ -10,6 +14,7 @@
       orders:
         rows: 1000000                 # optional
         source: orders.parquet        # optional; relative to this file
+        unit: customer_id             # with privacy_unit: every private table's path to it
         columns:
           customer_id: {max_freq: 100, type: INTEGER}
           cost: {bounds: [0, 500]}
@@ -26,10 +31,11 @@ from collections.abc import Mapping
 
 from dpsql.metadata.model import Domain, _table_key
 from dpsql.metadata.reader import _FLEX_TO_OURS, _ColSpec, _Reader, _TableSpec
+from dpsql.metadata.unit_paths import _UnitSpec, read_privacy_unit, read_unit_path
 from dpsql.metadata.yaml_io import _Map
 
-_OURS_TOP = ("ledger", "data_version", "tables")
-_OURS_TABLE = ("public", "rows", "source", "columns")
+_OURS_TOP = ("ledger", "data_version", "privacy_unit", "tables")
+_OURS_TABLE = ("public", "rows", "source", "unit", "columns")
 _OURS_COLUMN = ("max_freq", "bounds", "releasable", "domain", "type", "partition_selection")
 _OURS_DOMAIN = ("values", "table", "column")
 
@@ -44,11 +50,16 @@ def _day_type(type_text: str) -> bool:
 class _OursReader(_Reader):
     """Validates a document in our format into table specs (see :meth:`_Reader.finish`)."""
 
+    #: the document's ``privacy_unit`` as read by :meth:`read_ours` (None: not declared)
+    privacy_unit: _UnitSpec | None = None
+
     def read_ours(self, doc: Mapping) -> tuple[list[_TableSpec], str | None, str | None]:
-        """(table specs, ledger path, data version) of ``doc``."""
+        """(table specs, ledger path, data version) of ``doc``; the privacy unit is in
+        :attr:`privacy_unit` (checked against the tables by :meth:`finish`)."""
         self.check_keys(doc, _OURS_TOP, "top level", _FLEX_TO_OURS)
         ledger = self.path(doc, "ledger", "top level")
         data_version = self.version(doc, "data_version", "top level")
+        self.privacy_unit = read_privacy_unit(self, doc)
         tables = doc.get("tables")
         if tables is None:
             self.fail("top level", "missing 'tables': declare at least one table", doc)
@@ -71,6 +82,7 @@ class _OursReader(_Reader):
                 public=bool(self.flag(spec, "public", where)),
                 rows=self.rows(spec, "rows", where),
                 source=self.path(spec, "source", where),
+                unit=read_unit_path(self, spec, where),
             )
             columns = spec.get("columns")
             if columns is None:

@@ -3,9 +3,10 @@ that turn the readers' specs into the frozen model.
 
 Two formats are accepted and produce the same model:
 
-* ours (DESIGN.md section 6; :mod:`dpsql.metadata.ours`): ``{ledger?, data_version?, tables:
-  {name: {public?, rows?, source?, columns: {name: {max_freq?, bounds?, releasable?, domain?,
-  type?}}}}}``
+* ours (DESIGN.md section 6; :mod:`dpsql.metadata.ours`): ``{ledger?, data_version?,
+  privacy_unit?, tables: {name: {public?, rows?, source?, unit?, columns: {name: {max_freq?,
+  bounds?, releasable?, domain?, type?}}}}}`` (the unit and the paths:
+  :mod:`dpsql.metadata.unit_paths`)
 * FLEX's schema.yaml (uber/sql-differential-privacy, src/test/resources/schema.yaml;
   :mod:`dpsql.metadata.flex`): ``{databases: [{database, dialect?, namespace?, tables: [{table,
   isPublic?, approxRowCount?, columns: [{name, maxFreq?, isUnique?, canRelease?, domainSet?,
@@ -27,6 +28,7 @@ from typing import NoReturn
 
 from dpsql.errors import ProgrammingError
 from dpsql.metadata.model import Column, Domain, Metadata, Table, _has_scheme
+from dpsql.metadata.unit_paths import _PathSpec, _UnitSpec, resolve_paths
 from dpsql.metadata.yaml_io import _line_of
 
 # The same setting under the other format's spelling, to point users at the right key.
@@ -89,6 +91,7 @@ class _TableSpec:
     rows: int | None = None
     source: str | None = None
     columns: dict[str, _ColSpec] = field(default_factory=dict)
+    unit: _PathSpec | None = None
 
 
 class _Reader:
@@ -292,7 +295,8 @@ class _Reader:
     # -- cross-table checks and the frozen model ---------------------------------------------
 
     def finish(self, specs: list[_TableSpec], ledger: str | None, path: Path | None,
-               data_version: str | None = None) -> Metadata:
+               data_version: str | None = None,
+               privacy_unit: _UnitSpec | None = None) -> Metadata:
         by_name: dict[str, _TableSpec] = {}
         for t in specs:
             if t.name in by_name:
@@ -305,6 +309,8 @@ class _Reader:
                     t.key,
                 )
             by_name[t.name] = t
+        unit_paths = resolve_paths(self, by_name, privacy_unit,
+                                   {t.name: t.unit for t in specs if t.unit is not None})
 
         tables: dict[str, Table] = {}
         for t in specs:
@@ -334,9 +340,11 @@ class _Reader:
                     partition_selection=self.partition_flag(c, t.public, releasable),
                 )
             tables[t.name] = Table(
-                name=t.name, columns=columns, public=t.public, rows=t.rows, source=t.source
+                name=t.name, columns=columns, public=t.public, rows=t.rows, source=t.source,
+                unit=unit_paths.get(t.name),
             )
-        return Metadata(tables=tables, ledger=ledger, data_version=data_version, path=path)
+        return Metadata(tables=tables, ledger=ledger, data_version=data_version, path=path,
+                        privacy_unit=None if privacy_unit is None else privacy_unit.unit)
 
     def partition_flag(self, c: _ColSpec, public: bool, releasable: bool) -> bool:
         """``partition_selection``, checked: only a releasable column of a private table may

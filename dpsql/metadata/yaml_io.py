@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from dpsql.errors import ProgrammingError
-from dpsql.metadata.model import Column, Metadata, Table, _has_scheme
+from dpsql.metadata.model import Column, Metadata, PrivacyUnit, Table, UnitPath, _has_scheme
 
 # --------------------------------------------------------------------------------------------
 # Strict loading, with line numbers
@@ -171,6 +171,26 @@ def _column_settings(table: Table, col: Column) -> dict[str, object]:
     return out
 
 
+def _unit_settings(unit: PrivacyUnit) -> dict[str, object]:
+    """``privacy_unit``'s mapping, every bound written (they are public parameters)."""
+    return {"table": unit.table, "column": unit.column,
+            "max_contribution": unit.max_contribution, "max_groups": unit.max_groups,
+            "max_rows_per_group": unit.max_rows_per_group}
+
+
+def _path_setting(table: Table, md: Metadata) -> object:
+    """A table's ``unit`` value (None: nothing to write: no path, or the unit table's own
+    implied path)."""
+    path = table.unit
+    unit = md.privacy_unit
+    if path is None or (unit is not None and table.name == unit.table
+                        and path == UnitPath(unit.column)):
+        return None
+    if path.direct:
+        return path.column
+    return {"via": path.column, "to": f"{path.to_table}.{path.to_column}"}
+
+
 def _emit(
     md: Metadata,
     *,
@@ -189,6 +209,8 @@ def _emit(
         lines.append(f"ledger: {_scalar(_relative(md.ledger, base))}")
     if md.data_version is not None:
         lines.append(f"data_version: {_scalar(md.data_version)}")
+    if md.privacy_unit is not None:
+        lines.append(f"privacy_unit: {_flow(_unit_settings(md.privacy_unit))}")
     lines.append("tables:")
     for t in md.tables.values():
         lines.append(f"  {_scalar(t.name)}:")
@@ -199,6 +221,9 @@ def _emit(
             lines.append(f"    rows: {t.rows}")
         if t.source is not None:
             lines.append(f"    source: {_scalar(_relative(t.source, base))}")
+        path = _path_setting(t, md)
+        if path is not None:
+            lines.append(f"    unit: {_flow(path)}")
         lines.append("    columns:" if t.columns else "    columns: {}")
         for c in t.columns.values():
             settings = _column_settings(t, c)

@@ -1,3 +1,4 @@
 """Noise: the samplers (:mod:`.mechanisms`), smoothing (:mod:`.smooth`), the per-measurement
-plan (:mod:`.plan`), applying a plan to exact values (:mod:`.apply`), and private selection
-(:mod:`.selection`: the exponential mechanism, Report Noisy Max, grid quantiles)."""
+plan (:mod:`.plan`), applying a plan to exact values (:mod:`.apply`), private selection
+(:mod:`.selection`: the exponential mechanism, Report Noisy Max, grid quantiles), and R2T under
+a privacy unit (:mod:`.r2t`)."""

@@ -13,12 +13,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dpsql.analysis.elastic import Measurement, QueryAnalysis
 from dpsql.budget import Budget, missing_epsilon
 from dpsql.errors import NotSupportedError
 from dpsql.noise import gaussian_plan, mechanisms
 from dpsql.noise.smooth import Smoothed, smooth
+
+if TYPE_CHECKING:
+    from dpsql.units.noise import PartPlan
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,10 @@ class NoisePlan:
     sigma: float | None = None
     #: Gaussian only: "analytic" or "classical"
     calibration: str | None = None
+    #: under a privacy unit without GROUP BY (dpsql.units.noise): the measurement's R2T
+    #: parts, each with its share of epsilon and public per-level scales; ``scale`` is then
+    #: the largest of them
+    r2t: tuple[PartPlan, ...] | None = None
 
     @property
     def pure(self) -> bool:
@@ -77,6 +85,9 @@ def plan_noise(
     private = [m for m in analysis.measurements if not is_public(m)]
     if private and budget is None:
         raise missing_epsilon()
+    if analysis.unit is not None and analysis.unit.r2t and private:
+        from dpsql.units.noise import plan_r2t  # dpsql.units builds on this module
+        return plan_r2t(analysis, budget)
     epsilon, delta = (budget.epsilon, budget.delta) if budget is not None else (0.0, 0.0)
     if budget is not None and budget.mechanism == "gaussian":
         return _gaussian_plans(analysis, private, budget, distance)

@@ -45,6 +45,13 @@ class ColumnRelease:
     sigma: float | None = None
     accuracy_alpha: float | None = None
     accuracy_beta: float | None = None
+    #: R2T columns (a privacy unit, no GROUP BY: dpsql.units): a 95% interval computed from
+    #: the noisy levels alone (post-processing; dpsql.noise.r2t says what it covers)
+    interval_95: tuple[float, float] | None = None
+    #: the public noise scale of a column that is one pure measurement (Laplace b, or the
+    #: Gaussian's sigma); for R2T, each truncation level's scale (``level_scales``)
+    noise_scale: float | None = None
+    level_scales: tuple[float, ...] | None = None
     #: why no half-width is given, in words, when the reason is the noise itself: a smoothed
     #: column's scale depends on the data (:data:`NOT_PUBLISHABLE`)
     accuracy_note: str | None = None
@@ -69,6 +76,8 @@ class Release:
     selection_epsilon: float = 0.0
     selection_delta: float = 0.0
     selection_threshold: int | None = None
+    #: the privacy unit the release protects ("customer.c_custkey"); None: one row
+    privacy_unit: str | None = None
 
     @property
     def free(self) -> bool:
@@ -103,6 +112,8 @@ def mechanism_name(plan: NoisePlan) -> str:
     """The ledger's name for how ``plan`` releases its measurement."""
     if plan.scale == 0 and plan.pure:
         return EXACT
+    if plan.r2t is not None:
+        return "r2t"
     if plan.sigma is not None:
         return "discrete_gaussian" if plan.measurement.integer else "snapped_gaussian"
     kind = "discrete_laplace" if plan.measurement.function == "COUNT" else "snapped_laplace"
@@ -142,7 +153,8 @@ def _gaussian_accuracy(p: NoisePlan, n_bins: int) -> tuple[float, dict[str, Any]
 
 def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ...],
                    fingerprint: str, n_bins: int,
-                   selection: SelectionPlan | None = None) -> Release:
+                   selection: SelectionPlan | None = None, *,
+                   unit: str | None = None) -> Release:
     """The record of releasing ``plans`` over ``n_bins`` bins (and, with ``selection``, of
     selecting the groups first: ``n_bins`` is then 1, since the number of kept groups is
     known only after the charge, and half-widths are per group).
@@ -162,24 +174,31 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
         mech = "+".join(sorted({mechanism_name(p) for p in parts}))
         width = None
         single = len(parts) == 1 and parts[0].pure
-        gauss: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
         if single and parts[0].scale == 0:
             width = 0.0  # public data only: released exactly
+        elif parts[0].r2t is not None:
+            # R2T: its interval comes from the noisy levels (dpsql.units.record); a signed
+            # SUM's two parts share the same level scales up to their row bounds
+            if single and col.bare_aggregate:
+                extra["level_scales"] = tuple(x for pp in parts[0].r2t for x in pp.scales)
         elif single and parts[0].sigma is not None and col.bare_aggregate:
-            width, gauss = _gaussian_accuracy(parts[0], n_bins)
+            width, extra = _gaussian_accuracy(parts[0], n_bins)
         elif single and col.bare_aggregate:
             p = parts[0]
             width = mechanisms.laplace_half_width(p.scale, CONFIDENCE, cells=max(n_bins, 1))
             # discrete counts: integer error <= alpha + 1/2; sums: <= alpha + grid step
             width += 0.5 if p.measurement.integer else (p.granularity or 0.0)
+        if single and col.bare_aggregate and parts[0].r2t is None and parts[0].scale > 0:
+            extra["noise_scale"] = parts[0].scale  # pure: a function of public parameters
         calibrations = sorted({p.calibration for p in parts if p.calibration})
-        if calibrations and not gauss:  # AVG, arithmetic: sigma is not the column's
-            gauss = {"calibration": "+".join(calibrations)}
+        if calibrations and not extra:  # AVG, arithmetic: sigma is not the column's
+            extra = {"calibration": "+".join(calibrations)}
         if not all(p.pure for p in parts):
-            gauss["accuracy_note"] = NOT_PUBLISHABLE
+            extra["accuracy_note"] = NOT_PUBLISHABLE
         out.append(ColumnRelease(col.name, mech, math.fsum(p.epsilon for p in parts),
                                  math.fsum(p.delta for p in parts), width,
-                                 _post_processing(parts), **gauss))
+                                 _post_processing(parts), **extra))
     mechanisms_used = {mechanism_name(p) for p in plans}
     if selection is None:
         return Release(
@@ -188,6 +207,7 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
             mechanism="+".join(sorted(mechanisms_used)),
             columns=tuple(out),
             fingerprint=fingerprint,
+            privacy_unit=unit,
         )
     # a selection sharing a COUNT(*)'s noisy values spends that COUNT's epsilon (counted in
     # the plans), once; its delta is its own

@@ -39,6 +39,7 @@ from dpsql.rewrite.not_in import not_in_as_not_exists, null_safe_not_in
 from dpsql.rewrite.parameters import bind_params, number_parameters, used_params
 from dpsql.rewrite.post import NOISY_TABLE, OutputSpec, build_post, fast_order, fast_path
 from dpsql.rewrite.totality import make_total_pass
+from dpsql.units.rewrite import unit_contributions
 
 __all__ = ["NOISY_TABLE", "PASSES", "ExecutionPlan", "plan_execution"]
 
@@ -57,7 +58,8 @@ Pass = Callable[..., exp.Expression]
 
 #: The exact query's passes, in order. Totality and NOT IN semantics apply to CTE bodies too,
 #: so they run before the select list is replaced; the null-safe NOT IN form needs to know
-#: which comparisons totality left plain; domains read the clamps pass's outer tables.
+#: which comparisons totality left plain; domains read the clamps pass's outer tables; under a
+#: privacy unit, each unit's contribution is bounded last (the identity without a unit).
 PASSES: tuple[Pass, ...] = (
     number_parameters,
     exact_shape,
@@ -66,6 +68,7 @@ PASSES: tuple[Pass, ...] = (
     null_safe_not_in,
     clamp_measurements,
     domain_relations,
+    unit_contributions,
 )
 
 

@@ -268,6 +268,8 @@ def release_notice(release: Release) -> tuple[str, str]:
     else:
         text = (f"dpsql: released with epsilon={release.epsilon:g}, delta={release.delta:g} "
                 f"({release.mechanism})")
+        if release.privacy_unit:
+            text += f", protecting each {release.privacy_unit}"
     return text, json.dumps(_plain(release), default=str)
 
 

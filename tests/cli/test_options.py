@@ -47,9 +47,10 @@ TOTALS = {"budget set"}
 EXPECTED = {
     "--metadata": {"query", "shell", "explain", "audit privacy", "serve", "budget set",
                    "budget show", "budget reset", "budget list", "audit log",
-                   "metadata analyst-schema"},
+                   "metadata analyst-schema", "metadata check"},
     "--database": {"query", "shell", "explain", "audit privacy", "serve", "budget set",
-                   "budget show", "budget reset", "budget list", "audit log", "metadata build"},
+                   "budget show", "budget reset", "budget list", "audit log", "metadata build",
+                   "metadata check"},
     "--epsilon": {"query", "shell", "explain", "audit privacy", "budget set"},
     "--delta": {"query", "shell", "explain", "audit privacy", "budget set"},
     "--analyst": {"query", "shell", "budget set", "budget show", "budget reset", "budget list",

@@ -43,6 +43,7 @@ def test_a_pure_count_has_its_exact_half_width_over_every_bin():
     assert (record.epsilon, record.delta, record.mechanism) == (0.5, 0.0, "discrete_laplace")
     want = mechanisms.laplace_half_width(plan.scale, CONFIDENCE, cells=7) + 0.5
     assert column.half_width_95 == want and column.epsilon == 0.5
+    assert column.noise_scale == plan.scale == 2.0  # public: ES / epsilon
     assert not record.free
 
 
@@ -50,6 +51,7 @@ def test_a_smoothed_release_shows_no_half_width():
     record, _ = _record(JOIN, FLEX, Budget(0.1, 1e-8))
     assert record.mechanism == "smoothed_discrete_laplace"
     assert record.columns[0].half_width_95 is None  # it would reveal the smoothed scale
+    assert record.columns[0].noise_scale is None  # so would this
     # ... and the record says so in words
     assert record.columns[0].accuracy_note == "accuracy not publishable: data-dependent noise"
     assert (record.epsilon, record.delta) == (0.1, 1e-8)

@@ -1,0 +1,180 @@
+"""``dpsql metadata build --unit TABLE.COLUMN``: propose each private table's path to the unit
+from key names and the data (owner-side; issue #17).
+
+A proposal needs both signs, never the data alone (TPC-H's l_suppkey values 1..10,000 all occur
+in c_custkey, and mean nothing of the kind):
+
+* the column's name matches the key's: the same name or the same stem after a short table
+  prefix (``o_custkey`` / ``c_custkey``), or the key's table and a generic key name
+  (``customer_id`` for ``customers.id``); the types are of one kind (integers, strings, ...);
+* every non-NULL value of the column occurs in the key (:func:`dpsql.metadata.unit_check.
+  orphan_sql`), and there is at least one.
+
+Direct paths (the column holds the unit's id) are tried first, for every table; then, in
+rounds, paths via a key column (unique: max frequency 1) of a table that already has one, until
+no table gains a path. A table with no proposal gets a comment saying so, with the name matches
+the data refuted; the draft then does not load until the owner declares its path or makes it
+public (a privacy decision the draft never makes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from dpsql.errors import ProgrammingError
+from dpsql.metadata.model import Metadata, PrivacyUnit, UnitPath, _table_key
+from dpsql.metadata.unit_check import orphan_sql
+
+_GENERIC = {"id", "key", "pk", "uuid"}
+_INTEGERS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+             "UINTEGER", "UBIGINT", "UHUGEINT", "INT", "LONG", "SHORT", "BYTE"}
+_STRINGS = {"VARCHAR", "STRING", "TEXT", "CHAR"}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One profiled table: its SQL name, its columns' types, and its key columns (unique)."""
+
+    name: str
+    sql: str
+    types: Mapping[str, str]
+    keys: tuple[str, ...]
+
+
+def _stem(name: str) -> str:
+    """``name`` without a short table prefix: ``o_custkey`` -> ``custkey``."""
+    prefix, sep, rest = name.partition("_")
+    return rest if sep and rest and len(prefix) <= 3 else name
+
+
+def _kind(type_text: str) -> str:
+    upper = type_text.upper().split("(")[0].strip()
+    if upper in _INTEGERS:
+        return "integer"
+    if upper in _STRINGS:
+        return "string"
+    return upper
+
+
+def names_match(column: str, key: str, key_table: str) -> bool:
+    """Whether ``column``'s name says it references ``key_table.key`` (module docstring)."""
+    stem = _stem(key)
+    if stem not in _GENERIC and (column == key or _stem(column) == stem):
+        return True
+    tables = {key_table, key_table[:-1] if key_table.endswith("s") else key_table}
+    return any(column in (f"{t}_{stem}", f"{t}{stem}") for t in tables)
+
+
+def propose_paths(tables: list[Candidate], unit_table: str, unit_column: str,
+                  fetch: Callable[[str], list[tuple]]
+                  ) -> tuple[dict[str, UnitPath], dict[str, list[str]]]:
+    """(path per table that got one, notes per table that did not) for the private ``tables``
+    (the unit's table among them; its path is its id column)."""
+    by_name = {t.name: t for t in tables}
+    unit = by_name[unit_table]
+    paths: dict[str, UnitPath] = {unit_table: UnitPath(unit_column)}
+    refuted: dict[str, list[str]] = {t.name: [] for t in tables}
+    tried: dict[tuple[str, str, str, str], bool] = {}
+
+    def resolves(t: Candidate, column: str, target: Candidate, key: str) -> bool:
+        if _kind(t.types[column]) != _kind(target.types[key]):
+            return False
+        seen = tried.get((t.name, column, target.name, key))
+        if seen is not None:  # tried in an earlier round
+            return seen
+        ((rows, nulls, orphans),) = fetch(orphan_sql(t.sql, column, target.sql, key))
+        ok = tried[(t.name, column, target.name, key)] = rows - nulls > 0 and orphans == 0
+        if not ok:
+            refuted[t.name].append(
+                f"{column} -> {target.name}.{key} (" + (
+                    f"{orphans} of {rows - nulls} values not found" if rows - nulls
+                    else "no non-NULL values") + ")")
+        return ok
+
+    for t in tables:
+        if t.name == unit_table:
+            continue
+        for column in t.types:
+            if names_match(column, unit_column, unit_table) and resolves(
+                    t, column, unit, unit_column):
+                paths[t.name] = UnitPath(column)
+                break
+    grown = True
+    while grown:
+        grown = False
+        reached = list(paths)  # the tables with a path before this round, nearest first
+        for t in tables:
+            if t.name in paths:
+                continue
+            found = _via(t, [by_name[r] for r in reached], unit_table, unit_column, resolves)
+            if found is not None:
+                paths[t.name] = found
+                grown = True
+    notes = {}
+    for t in tables:
+        if t.name in paths:
+            continue
+        text = (f"NO PATH to the privacy unit {unit_table!r} found (no column named like a "
+                "key of a table with a path has all its values there). Declare unit: <column> "
+                "or unit: {via: <column>, to: <table>.<key>}, or public: true if its rows are "
+                "not private: the file does not load until then.")
+        if refuted[t.name]:
+            text += " Name matches the data refuted: " + "; ".join(refuted[t.name]) + "."
+        note = textwrap.wrap(text, 84, break_long_words=False, break_on_hyphens=False)
+        notes[t.name] = note
+    return paths, notes
+
+
+def _via(t: Candidate, reached: list[Candidate], unit_table: str, unit_column: str,
+         resolves: Callable[[Candidate, str, Candidate, str], bool]) -> UnitPath | None:
+    for target in reached:
+        for key in target.keys:
+            if target.name == unit_table and key == unit_column:
+                continue  # a direct path: tried already
+            for column in t.types:
+                if names_match(column, key, target.name) and resolves(t, column, target, key):
+                    return UnitPath(column, target.name, key)
+    return None
+
+
+def unit_target(unit: str, columns: Mapping[str, Sequence[str]],
+                public: Collection[str]) -> tuple[str, str]:
+    """(table, column) named by ``unit`` ("TABLE.COLUMN"), checked against the tables being
+    described (``columns``: each one's column names) before anything is profiled."""
+    table, dot, column = unit.strip().rpartition(".")
+    if not dot or not table or not column:
+        raise ProgrammingError(f"--unit {unit!r}: write TABLE.COLUMN, such as "
+                               "customer.c_custkey (the unit's table and its id column)")
+    name, column = _table_key(table), column.lower()
+    if name not in columns:
+        raise ProgrammingError(f"--unit {unit!r}: table {table!r} is not one of the tables "
+                               f"being described ({', '.join(columns)})")
+    if name in public:
+        raise ProgrammingError(f"--unit {unit!r}: table {name!r} is marked public; the unit's "
+                               "table holds the protected units: drop it from --public")
+    if column not in [c.lower() for c in columns[name]]:
+        raise ProgrammingError(f"--unit {unit!r}: table {name!r} has no column {column!r} "
+                               f"(its columns: {', '.join(columns[name])})")
+    return name, column
+
+
+def with_unit(md: Metadata, unit: str, table_sql: Mapping[str, str],
+              fetch: Callable[[str], list[tuple]]) -> tuple[Metadata, dict[str, list[str]]]:
+    """The draft ``md`` (profiled: types and max frequencies) with ``privacy_unit`` from
+    ``unit`` ("TABLE.COLUMN") and the proposed paths, and the notes of the tables without one.
+    ``table_sql`` names each table in SQL. The result may not load (module docstring)."""
+    name, column = unit_target(unit, {n: list(t.columns) for n, t in md.tables.items()},
+                               {n for n, t in md.tables.items() if t.public})
+    candidates = [
+        Candidate(t.name, table_sql[t.name],
+                  {c.name: c.type or "" for c in t.columns.values()},
+                  tuple(c.name for c in t.columns.values() if c.max_freq == 1))
+        for t in md.tables.values() if not t.public
+    ]
+    paths, notes = propose_paths(candidates, name, column, fetch)
+    tables = {n: dataclasses.replace(t, unit=paths.get(n)) for n, t in md.tables.items()}
+    return dataclasses.replace(md, tables=tables,
+                               privacy_unit=PrivacyUnit(table=name, column=column)), notes

@@ -1,0 +1,197 @@
+"""Checking the declared privacy unit and paths on the data (owner-side; ``dpsql metadata check
+-m M -d D``), and the two queries ``dpsql metadata build --unit`` reuses to propose paths.
+
+The relation "add or remove one unit with every row linked to it" (docs/privacy.md, privacy
+units) assumes that each path's target is a key: a row references at most one row of the next
+table, so it belongs to at most one unit. Loading metadata never reads data
+(:mod:`dpsql.metadata.unit_paths` checks the declarations only); this module checks the data:
+
+* the unit's id column and every ``to`` column are unique among their non-NULL values (a NULL
+  matches nothing, so NULLs may repeat); a repeated key is an error (:attr:`UnitReport.ok` is
+  False): rows would belong to two units, or one unit would be two;
+* per path, the rows whose column is NULL, the orphans (non-NULL values with no match in the
+  target), and all the rows whose path reaches no unit (those two, and rows referencing a row
+  that itself reaches none): such rows belong to no unit and are answered as such, so they
+  are warnings.
+
+Everything here counts private rows: the report is for the data owner, never for analysts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dpsql.errors import Error, OperationalError
+from dpsql.metadata.model import Metadata
+
+Fetch = Callable[[str], list[tuple]]
+
+
+def _counts(fetch: Fetch, sql: str, what: str) -> list[int]:
+    """The counts of the one row ``sql`` returns; a failure names the check (``what``)."""
+    try:
+        (row,) = fetch(sql)
+    except Error as exc:
+        raise OperationalError(f"checking {what} failed: {exc.message} (are the table and "
+                               "column in the database, and of comparable types?)") from None
+    return [int(v) for v in row]
+
+
+def quote_ident(name: str) -> str:
+    """``name`` as a SQL identifier: double-quoted, embedded quotes doubled."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def key_sql(table_sql: str, column: str) -> str:
+    """One row (non-NULL values, repeated non-NULL values, NULLs) of ``column``; the column is a
+    key when the repeated count is 0."""
+    col = quote_ident(column)
+    return (f"SELECT count({col}), count({col}) - count(DISTINCT {col}), count(*) - count({col}) "
+            f"FROM {table_sql}")
+
+
+def orphan_sql(table_sql: str, column: str, target_sql: str, key: str) -> str:
+    """One row (rows, NULLs, orphans) of ``table.column`` referencing ``target.key``: orphans
+    are the rows whose non-NULL value occurs nowhere in the key (DISTINCT: a repeated key does
+    not multiply rows)."""
+    return (
+        f"SELECT count(*), count(*) - count(c.v), count(c.v) - count(p.k) "
+        f"FROM (SELECT {quote_ident(column)} AS v FROM {table_sql}) AS c "
+        f"LEFT JOIN (SELECT DISTINCT {quote_ident(key)} AS k FROM {target_sql}) AS p "
+        f"ON c.v = p.k"
+    )
+
+
+def reaching_sql(md: Metadata, table: str, column: str) -> str:
+    """The values of ``table.column`` in the rows whose path reaches a unit (NULL ids and
+    orphans reach none; ``IN`` drops both)."""
+    unit = md.privacy_unit
+    assert unit is not None
+    t, col = md.tables[table], quote_ident(column)
+    if table == unit.table:
+        return f"SELECT {col} FROM {quote_ident(table)} WHERE {quote_ident(unit.column)} " \
+               "IS NOT NULL"
+    p = t.unit
+    assert p is not None
+    if p.direct:
+        inner = f"SELECT {quote_ident(unit.column)} FROM {quote_ident(unit.table)}"
+    else:
+        assert p.to_table is not None and p.to_column is not None
+        inner = reaching_sql(md, p.to_table, p.to_column)
+    return f"SELECT {col} FROM {quote_ident(table)} WHERE {quote_ident(p.column)} IN ({inner})"
+
+
+@dataclass(frozen=True)
+class KeyCheck:
+    """A column a path leads to: the unit's id, or a ``to`` column."""
+
+    table: str
+    column: str
+    values: int
+    repeated: int
+    nulls: int
+
+    @property
+    def unique(self) -> bool:
+        return self.repeated == 0
+
+
+@dataclass(frozen=True)
+class PathCheck:
+    """One table's path: ``table.column`` references ``to_table.to_column`` (the unit's id for
+    a direct path)."""
+
+    table: str
+    column: str
+    to_table: str
+    to_column: str
+    rows: int
+    nulls: int
+    orphans: int
+    #: rows whose path reaches no unit: the NULLs, the orphans, and the rows referencing a row
+    #: of ``to_table`` that reaches none
+    no_unit: int
+
+
+@dataclass(frozen=True)
+class UnitReport:
+    """What :func:`check_units` found."""
+
+    keys: tuple[KeyCheck, ...]
+    paths: tuple[PathCheck, ...]
+
+    @property
+    def ok(self) -> bool:
+        """Every key unique: the paths describe the relation the analysis assumes."""
+        return all(k.unique for k in self.keys)
+
+
+def check_units(md: Metadata, fetch: Fetch) -> UnitReport:
+    """Run the checks on the tables of ``md`` (precondition: ``md.privacy_unit`` is declared;
+    ``fetch`` runs one DuckDB-dialect query over the tables, named as in the metadata)."""
+    unit = md.privacy_unit
+    assert unit is not None
+    targets = [(unit.table, unit.column)]
+    for t in md.tables.values():
+        p = t.unit
+        if p is not None and not p.direct:
+            assert p.to_table is not None and p.to_column is not None
+            if (p.to_table, p.to_column) not in targets:
+                targets.append((p.to_table, p.to_column))
+    keys = []
+    for table, column in targets:
+        values, repeated, nulls = _counts(fetch, key_sql(quote_ident(table), column),
+                                          f"key {table}.{column}")
+        keys.append(KeyCheck(table, column, values, repeated, nulls))
+    paths = []
+    for t in md.tables.values():
+        p = t.unit
+        if p is None or t.name == unit.table:
+            continue
+        to_table = unit.table if p.direct else p.to_table
+        to_column = unit.column if p.direct else p.to_column
+        assert to_table is not None and to_column is not None
+        what = f"path {t.name}.{p.column} -> {to_table}.{to_column}"
+        rows, nulls, orphans = _counts(
+            fetch, orphan_sql(quote_ident(t.name), p.column, quote_ident(to_table), to_column),
+            what)
+        (reached,) = _counts(
+            fetch, f"SELECT count(*) FROM ({reaching_sql(md, t.name, p.column)}) AS r", what)
+        paths.append(PathCheck(t.name, p.column, to_table, to_column, rows, nulls, orphans,
+                               rows - reached))
+    return UnitReport(tuple(keys), tuple(paths))
+
+
+def report_lines(md: Metadata, report: UnitReport) -> tuple[list[str], list[str], list[str]]:
+    """(report lines, warnings, errors) of ``report``, as ``dpsql metadata check`` prints them."""
+    unit = md.privacy_unit
+    assert unit is not None
+    lines: list[str] = []
+    warnings: list[str] = []
+    errors: list[str] = []
+    for k in report.keys:
+        role = "unit id" if (k.table, k.column) == (unit.table, unit.column) else "key"
+        state = "unique" if k.unique else f"NOT UNIQUE ({k.repeated} repeated values)"
+        lines.append(f"{role} {k.table}.{k.column}: {state}, {k.values} values, {k.nulls} NULL")
+        if not k.unique:
+            errors.append(
+                f"{k.table}.{k.column} is not unique ({k.repeated} values repeat): "
+                + ("two rows of the unit table would be one unit"
+                   if role == "unit id" else
+                   "a row referencing a repeated value would belong to several units")
+                + "; make it a key (deduplicate) or point the paths at a key")
+        if role == "unit id" and k.nulls:
+            warnings.append(f"{k.table}: {k.nulls} rows have a NULL {k.column}; they are no "
+                            "unit, and rows linked to them belong to no unit")
+    for p in report.paths:
+        lines.append(f"path {p.table}.{p.column} -> {p.to_table}.{p.to_column}: {p.rows} rows, "
+                     f"{p.nulls} NULL, {p.orphans} orphans, {p.no_unit} of no unit")
+        if p.no_unit:
+            through = p.no_unit - p.nulls - p.orphans
+            warnings.append(
+                f"{p.table}: {p.no_unit} of {p.rows} rows belong to no unit ({p.nulls} with a "
+                f"NULL {p.column}, {p.orphans} orphans: {p.column} not in {p.to_table}."
+                f"{p.to_column}" + (f", {through} through rows of {p.to_table} of no unit"
+                                    if through else "") + "), and are answered as such")
+    return lines, warnings, errors

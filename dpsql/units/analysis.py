@@ -1,0 +1,166 @@
+"""The analysis of a query under a privacy unit (issue #17; docs/privacy.md, "Privacy units").
+
+The query's shape -- its measurements (COUNT / SUM with clamp bounds; AVG and the variance
+family split into them), group keys with their declared domains, output columns and
+post-processing -- is what the row-level analysis finds (:func:`analyze_query`, run with every
+unknown max frequency taken as 1: under a unit no bound depends on max frequencies, so none is
+required). What changes is the bound on one unit's influence, proved here from the SQL and the
+metadata alone:
+
+* every aggregated row, and every row deciding whether it is aggregated, belongs to one unit,
+  the same (:mod:`dpsql.units.paths`); the executed query computes that unit per row;
+* **without GROUP BY** each measurement is released by R2T (:mod:`dpsql.noise.r2t`): each unit's
+  contribution c_u (its row count, or its sum of clamped values, split into the non-negative
+  and non-positive parts) is truncated at tau_j = 2^j rows' worth, j = 1..log2(GS), so adding
+  or removing a unit moves the level-j answer by at most tau_j times the per-row bound;
+* **with GROUP BY** (two-stage, as ZetaSQL): each unit keeps at most ``max_groups`` groups
+  (chosen by a hash of the group's keys, a function of the unit's own rows) and contributes at
+  most ``max_rows_per_group`` rows' worth to each (its count clamped to C, its sum to
+  [C*l, C*u]), so one unit moves the histogram by at most kappa*C (counts) or
+  kappa*C*max(|l|, |u|) (sums) in L1: a pure release at that global sensitivity.
+
+Refused under a unit (clear errors, before anything runs): COUNT(DISTINCT ..), partition-
+selected keys, and what :mod:`dpsql.units.paths` cannot prove.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from dpsql.analysis.elastic import Measurement, QueryAnalysis, analyze_query
+from dpsql.analysis.kexpr import Const
+from dpsql.errors import UnsupportedConstructError
+from dpsql.metadata import Column, Metadata, PrivacyUnit, Table
+from dpsql.noise.plan import is_public
+from dpsql.units.paths import UnitSource, unit_source
+
+
+@dataclass(frozen=True)
+class R2TPart:
+    """One truncated sum R2T releases: measurement ``index``'s rows' non-negative part
+    (``sign`` +1: COUNT, or SUM of max(x, 0)) or non-positive part (-1: SUM of max(-x, 0)),
+    each row contributing at most ``bound``."""
+
+    index: int
+    sign: int
+    bound: float
+    integer: bool
+
+
+@dataclass(frozen=True)
+class UnitRelease:
+    """What a query under a privacy unit releases, besides the row-level shape."""
+
+    unit: PrivacyUnit
+    source: UnitSource
+    #: without GROUP BY: the truncated sums R2T releases (measurement order); () with GROUP BY
+    parts: tuple[R2TPart, ...]
+
+    @property
+    def r2t(self) -> bool:
+        return bool(self.parts)
+
+    @property
+    def label(self) -> str:
+        return f"{self.unit.table}.{self.unit.column}"
+
+
+_STRUCTURAL: dict[int, tuple[Metadata, Metadata]] = {}
+
+
+def structural_metadata(metadata: Metadata) -> Metadata:
+    """``metadata`` with every unknown max frequency taken as 1: the
+    row-level analysis then finds the query's shape without requiring max frequencies, which
+    no bound under a unit uses (its ES values are discarded)."""
+    hit = _STRUCTURAL.get(id(metadata))
+    if hit is not None and hit[0] is metadata:
+        return hit[1]
+    tables: dict[str, Table] = {}
+    for name, t in metadata.tables.items():
+        columns: dict[str, Column] = {
+            c: col if col.max_freq is not None else dataclasses.replace(col, max_freq=1)
+            for c, col in t.columns.items()}
+        tables[name] = dataclasses.replace(t, columns=columns)
+    out = dataclasses.replace(metadata, tables=tables)
+    if len(_STRUCTURAL) > 16:
+        _STRUCTURAL.clear()
+    _STRUCTURAL[id(metadata)] = (metadata, out)
+    return out
+
+
+def analyze_unit_request(sql: str, query: exp.Query, metadata: Metadata,
+                         top_star: bool) -> QueryAnalysis:
+    """:func:`dpsql.analysis.blocks.analyze_request` under a privacy unit: one release;
+    aggregates in CTEs, derived tables or subqueries are refused (a block would need a
+    unit-level rule of its own)."""
+    from dpsql.analysis.blocks import _may_have_blocks
+    from dpsql.analysis.parse import star_error
+
+    if top_star:
+        raise star_error()
+    if _may_have_blocks(sql, query):
+        raise UnsupportedConstructError(
+            "under a privacy unit, aggregates inside CTEs, derived tables or subqueries are "
+            "not supported yet: write one aggregate query over the tables")
+    return analyze_units(query, metadata)
+
+
+def analyze_units(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
+    """Analyse ``query`` (parsed and qualified) under ``metadata.privacy_unit`` (module
+    contract). A query of public tables only is the row-level analysis (exact, free)."""
+    unit = metadata.privacy_unit
+    assert unit is not None
+    analysis = analyze_query(query, structural_metadata(metadata))
+    if all(is_public(m) for m in analysis.measurements) and not analysis.partition_selection:
+        return analysis
+    if analysis.partition_selection:
+        raise UnsupportedConstructError(
+            "under a privacy unit, GROUP BY keys need a declared domain: partition selection "
+            "is not available with a unit yet")
+    for m in analysis.measurements:
+        if m.function not in ("COUNT", "SUM"):  # the bounds below are for counts and sums
+            raise UnsupportedConstructError(
+                f"under a privacy unit, {m.function} has no unit-level rule yet: use COUNT, "
+                "SUM or AVG")
+        if isinstance(m.node, exp.Count) and isinstance(m.node.this, exp.Distinct):
+            raise UnsupportedConstructError(
+                "under a privacy unit, COUNT(DISTINCT ...) has no bound yet: one unit may "
+                "hold a value many others share; count rows, or GROUP BY the value")
+    assert isinstance(analysis.query, exp.Select)
+    source = unit_source(analysis.query, metadata)
+    grouped = bool(analysis.group_keys)
+    measurements = []
+    parts: list[R2TPart] = []
+    for m in analysis.measurements:
+        width = 1.0
+        if m.function == "SUM":
+            assert m.bounds is not None
+            lo, hi = m.bounds
+            width = max(abs(lo), abs(hi))
+            if not grouped:
+                if hi > 0:
+                    parts.append(R2TPart(m.index, 1, float(hi), False))
+                if lo < 0:
+                    parts.append(R2TPart(m.index, -1, float(-lo), False))
+        elif not grouped:
+            parts.append(R2TPart(m.index, 1, 1.0, True))
+        if grouped:
+            bound = unit.max_groups * unit.max_rows_per_group * width
+        else:
+            bound = unit.max_contribution * width  # nominal: R2T plans its own scales
+        measurements.append(dataclasses.replace(m, sensitivity=Const(float(bound))))
+    release = UnitRelease(unit, source, tuple(parts))
+    return dataclasses.replace(analysis, measurements=tuple(measurements), unit=release)
+
+
+def per_group_clamp(m: Measurement, unit: PrivacyUnit) -> tuple[float, float] | None:
+    """The interval one unit's contribution to one group is clamped into (two-stage GROUP
+    BY): [0, C] rows for a COUNT, [C*l, C*u] for a SUM over [l, u]."""
+    c = unit.max_rows_per_group
+    if m.function == "COUNT":
+        return (0.0, float(c))
+    assert m.bounds is not None
+    return (c * float(m.bounds[0]), c * float(m.bounds[1]))

@@ -1,0 +1,62 @@
+"""Reading R2T's truncated sums and releasing them (a query under a privacy unit without
+GROUP BY; the executed query is :func:`dpsql.units.rewrite.unit_contributions`'s).
+
+The exact query returns one row: for part i (dpsql.units.analysis.R2TPart) and level j the
+column ``__r<i>_<j>`` = Q(tau_j) (NULL, over no unit, is 0). :func:`r2t_bins` reads it, calls
+``drawn`` before any noise, and returns the single bin of noisy measurements the
+post-processing reads, with each measurement's released interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from dpsql.backends.base import Backend
+from dpsql.errors import ProgrammingError
+from dpsql.execute.exact import CompiledPlan
+from dpsql.execute.layout import Bins
+from dpsql.noise import r2t
+from dpsql.noise.mechanisms import Sampler
+from dpsql.noise.plan import NoisePlan
+from dpsql.units.analysis import UnitRelease
+from dpsql.units.noise import R2TOutcome, release_r2t_measurements
+
+
+def read_truncated(backend: Backend, compiled: CompiledPlan, params: Sequence[Any],
+                   release: UnitRelease) -> list[np.ndarray]:
+    """Per R2T part, Q(tau_j) at every level (exact: reads private data)."""
+    rows, _ = backend.execute(compiled.exact, compiled.plan.exact_bindings(params))
+    n = len(r2t.levels(release.unit.max_contribution))
+    if len(rows) != 1 or len(rows[0]) != n * len(release.parts):
+        raise ProgrammingError("the exact result of a query under a privacy unit is malformed")
+    row = rows[0]
+    out = []
+    for i, part in enumerate(release.parts):
+        values = [0 if v is None else v for v in row[i * n:(i + 1) * n]]
+        out.append(np.array(values, dtype=np.int64 if part.integer else np.float64))
+    return out
+
+
+def r2t_bins(backend: Backend, compiled: CompiledPlan, params: Sequence[Any],
+             plans: Sequence[NoisePlan], release: UnitRelease, drawn: Callable[[], None],
+             sampler: Sampler | None = None
+             ) -> tuple[Bins, list[np.ndarray], list[R2TOutcome | None]]:
+    """The exact read, then every measurement's R2T release (module docstring): the bin,
+    the noisy value per measurement (COUNTs rounded to integers: post-processing), and
+    each measurement's outcome (None: released exactly)."""
+    truncated = read_truncated(backend, compiled, params, release)
+    drawn()
+    outcomes = release_r2t_measurements(truncated, plans, release.unit.max_contribution,
+                                        sampler)
+    noisy = []
+    for plan, outcome in zip(plans, outcomes, strict=True):
+        value = 0.0 if outcome is None else outcome.value
+        if plan.measurement.integer:
+            noisy.append(np.array([round(value)], dtype=np.int64))
+        else:
+            noisy.append(np.array([value], dtype=np.float64))
+    bins = Bins([], [np.zeros(1) for _ in plans], 1, [], 1)
+    return bins, noisy, outcomes

@@ -1,0 +1,108 @@
+"""Noise plans and releases of a query under a privacy unit without GROUP BY (R2T).
+
+Contract of :func:`plan_r2t`: the measurements split epsilon evenly (basic composition, as
+:func:`dpsql.noise.plan.plan_noise`); a SUM released as two parts (its non-negative and
+non-positive sums) gives each half of its share; every part is an R2T release
+(:mod:`dpsql.noise.r2t`), pure epsilon-DP with public noise scales. Refusals (the Gaussian
+mechanism) depend on the budget alone.
+
+Contract of :func:`release_r2t_measurements`: each measurement's released value is the sum of
+its parts' R2T releases (the non-positive part subtracted), and its 95% interval the sum of
+theirs -- post-processing of the parts' noisy values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpsql.analysis.elastic import QueryAnalysis
+from dpsql.budget import Budget, missing_epsilon
+from dpsql.errors import NotSupportedError
+from dpsql.noise import r2t
+from dpsql.noise.mechanisms import Sampler
+from dpsql.noise.plan import NoisePlan
+from dpsql.units.analysis import R2TPart
+
+#: R2T's beta: the probability bound of its error guarantee, and of the one-sided shift that
+#: keeps the release below the truth (public; the paper's default)
+BETA = 0.1
+
+
+@dataclass(frozen=True)
+class PartPlan:
+    """One R2T part of a measurement: its share of epsilon and the public noise scale of
+    each truncation level."""
+
+    part: R2TPart
+    epsilon: float
+    scales: tuple[float, ...]
+
+
+def plan_r2t(analysis: QueryAnalysis, budget: Budget | None) -> tuple[NoisePlan, ...]:
+    """Each measurement's R2T plan (module contract)."""
+    release = analysis.unit
+    assert release is not None and release.r2t
+    if budget is None:
+        raise missing_epsilon()
+    if budget.mechanism != "laplace":
+        raise NotSupportedError(
+            "under a privacy unit, a query without GROUP BY is released by R2T with Laplace "
+            "noise: use mechanism='laplace'")
+    gs = release.unit.max_contribution
+    n = len(analysis.measurements)
+    eps_each = budget.epsilon / n
+    plans = []
+    for m in analysis.measurements:
+        parts = [p for p in release.parts if p.index == m.index]
+        if not parts:  # a SUM over bounds [0, 0]: always 0, nothing to protect
+            plans.append(NoisePlan(m, 0.0, 0.0, 0.0, None, 0.0))
+            continue
+        eps_part = eps_each / len(parts)
+        part_plans = tuple(
+            PartPlan(p, eps_part, tuple(float(s) for s in r2t.r2t_scales(
+                unit_bound=p.bound, max_contribution=gs, epsilon=eps_part, integer=p.integer)))
+            for p in parts)
+        top = max(s for pp in part_plans for s in pp.scales)
+        plans.append(NoisePlan(m, eps_each, 0.0, m.sensitivity.at(0), None, top,
+                               r2t=part_plans))
+    return tuple(plans)
+
+
+@dataclass(frozen=True)
+class R2TOutcome:
+    """A measurement's released value and its 95% interval (post-processing)."""
+
+    value: float
+    lower95: float
+    upper95: float
+
+
+def release_r2t_measurements(truncated: Sequence[np.ndarray], plans: Sequence[NoisePlan],
+                             max_contribution: int,
+                             sampler: Sampler | None = None) -> list[R2TOutcome | None]:
+    """Release every measurement from its parts' truncated sums (``truncated[i]`` is part
+    i's Q(tau_j) over the levels, in the parts' order): module contract. None for a
+    measurement with no part (released exactly as 0)."""
+    out: list[R2TOutcome | None] = []
+    i = 0
+    for plan in plans:
+        if not plan.r2t:
+            out.append(None)
+            continue
+        value = lower = upper = 0.0
+        for pp in plan.r2t:
+            rel = r2t.release_r2t(
+                np.asarray(truncated[i]), unit_bound=pp.part.bound,
+                max_contribution=max_contribution, epsilon=pp.epsilon, beta=BETA,
+                integer=pp.part.integer, sampler=sampler)
+            i += 1
+            if pp.part.sign > 0:
+                value, lower, upper = value + rel.value, lower + rel.lower95, upper + rel.upper95
+            else:
+                value, lower, upper = value - rel.value, lower - rel.upper95, upper - rel.lower95
+        out.append(R2TOutcome(value, lower, upper))
+    return out
+

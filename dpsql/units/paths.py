@@ -1,0 +1,321 @@
+"""Which privacy unit each aggregated row belongs to, proved from the SQL and the metadata.
+
+Under a privacy unit (issue #17; docs/privacy.md, "Privacy units") neighbouring databases differ
+in one unit and every row linked to it through the tables' unit paths (FK cascade). R2T's
+truncation and the two-stage GROUP BY bound what one unit changes only if every row the query
+aggregates -- and every row that decides whether it is aggregated (the rows of an EXISTS, IN,
+NOT EXISTS or NOT IN subquery that match it) -- belongs to ONE unit, the same for all of them:
+
+* *column classes*: columns equated by a positive conjunct (an inner join's ON, a WHERE, the
+  correlation conditions of a subquery's WHERE, ``x = y`` of a top-level ``x [NOT] IN (SELECT
+  y ..)``) hold equal values in every row that matters (SQL equality never holds on NULL); only
+  equalities DuckDB evaluates exactly (dpsql.analysis.keytypes) join classes;
+* a private table reference has *unit tokens*: ``("unit", class)`` for its direct path column
+  (the unit id itself), ``("key", T, k, class)`` for its via path (the unit of the T-row whose
+  key k equals it) and for each key k of its own table some path points to (it IS the T-row
+  with that key);
+* references whose token sets meet belong to the same unit: a token names one unit id, or one
+  row of a keyed table, which belongs to one unit (keys are unique: ``dpsql metadata check``).
+
+Contract of :func:`unit_source`: returns how the executed query computes the unit of each
+aggregated row (a column of a top-level table, followed along the paths to the unit id) when
+every private reference of the query provably shares the top level's unit; otherwise raises
+:class:`~dpsql.errors.UnsupportedConstructError` naming the reference and the fix. Depends on
+the SQL and the metadata alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope, build_scope
+
+from dpsql.analysis.checks import conjuncts
+from dpsql.analysis.keytypes import comparable
+from dpsql.errors import UnsupportedConstructError
+from dpsql.metadata import Metadata, Table
+
+Token = tuple[str, ...]  # ("unit", class) | ("key", table, column, class); class as str(int)
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One step along a unit path: the row of ``table`` whose ``key`` equals the current value;
+    its ``column`` is the next value."""
+
+    table: str
+    key: str
+    column: str
+
+
+@dataclass(frozen=True)
+class UnitSource:
+    """The unit of an aggregated row: ``alias.column`` of a top-level table, then ``hops``
+    (none when that column holds the unit id itself)."""
+
+    alias: str
+    column: str
+    hops: tuple[Hop, ...]
+    description: str  # for explain and errors, e.g. "orders.o_custkey"
+
+
+@dataclass
+class _Ref:
+    scope: Scope
+    alias: str
+    table: Table
+    top: bool
+
+
+class _Classes:
+    """Union-find over columns ``(scope id, alias, column)``."""
+
+    def __init__(self) -> None:
+        self.parent: dict[tuple[int, str, str], tuple[int, str, str]] = {}
+
+    def find(self, key: tuple[int, str, str]) -> tuple[int, str, str]:
+        self.parent.setdefault(key, key)
+        while self.parent[key] != key:
+            self.parent[key] = self.parent[self.parent[key]]
+            key = self.parent[key]
+        return key
+
+    def union(self, a: tuple[int, str, str], b: tuple[int, str, str]) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+
+def _refuse(what: str) -> UnsupportedConstructError:
+    return UnsupportedConstructError(
+        f"under the privacy unit, {what}: every private table the query reads must belong to "
+        "the same unit as the rows it counts (join the tables along their unit paths, e.g. "
+        "l_orderkey = o_orderkey)")
+
+
+class _Prover:
+    def __init__(self, query: exp.Select, metadata: Metadata) -> None:
+        assert metadata.privacy_unit is not None
+        self.md = metadata
+        self.unit = metadata.privacy_unit
+        self.classes = _Classes()
+        self.refs: list[_Ref] = []
+        self.root = build_scope(query)
+        if self.root is None:  # pragma: no cover - parse_query gives a SELECT
+            raise _refuse("the query has no FROM clause")
+        #: key columns some path points to, per table
+        self.keys: dict[str, set[str]] = {}
+        for t in metadata.tables.values():
+            if t.unit is not None and t.unit.to_table is not None:
+                assert t.unit.to_column is not None
+                self.keys.setdefault(t.unit.to_table, set()).add(t.unit.to_column)
+        self.keys.setdefault(self.unit.table, set()).add(self.unit.column)
+        for t in metadata.tables.values():  # the executed lookups compare these exactly
+            if t.unit is not None and t.unit.to_table is not None:
+                assert t.unit.to_column is not None
+                via = t.columns.get(t.unit.column)
+                key = metadata.table(t.unit.to_table).columns.get(t.unit.to_column)
+                types = (via.type if via else None, key.type if key else None)
+                if comparable(*types) is not True:
+                    raise UnsupportedConstructError(
+                        f"the unit path {t.name}.{t.unit.column} -> {t.unit.to_table}."
+                        f"{t.unit.to_column} compares {types[0] or 'an unknown type'} with "
+                        f"{types[1] or 'an unknown type'}: declare both columns with the same "
+                        "type (or integer types), so the lookup compares stored values exactly")
+
+    # -- scopes ---------------------------------------------------------------------------
+
+    def collect(self) -> None:
+        for scope in self.root.traverse():
+            allowed = scope is self.root or self._semi_join_body(scope)
+            private = [(alias, src) for alias, src in scope.sources.items()
+                       if isinstance(src, exp.Table) and not self._table(src).public]
+            if not private:
+                continue
+            if not allowed:
+                kind = ("a CTE or derived table" if scope.is_cte or scope.is_derived_table
+                        else "a UNION" if scope.is_union else "a scalar subquery")
+                raise _refuse(f"{kind} reads a private table "
+                              "(read private tables in the top-level FROM, or in EXISTS / IN "
+                              "subqueries)")
+            for alias, src in private:
+                self.refs.append(_Ref(scope, alias, self._table(src), scope is self.root))
+            self._check_outer_joins(scope)
+        for scope in self.root.traverse():
+            if isinstance(scope.expression, exp.Select):
+                self._equalities(scope)
+
+    def _table(self, node: exp.Table) -> Table:
+        return self.md.table(node.name)
+
+    def _semi_join_body(self, scope: Scope) -> bool:
+        """Whether ``scope`` is the body of an EXISTS or IN subquery of an allowed scope."""
+        node = scope.expression.parent
+        if isinstance(node, exp.Subquery):
+            node = node.parent
+        if not isinstance(node, (exp.Exists, exp.In)):
+            return False
+        parent = scope.parent
+        return parent is not None and (parent is self.root or self._semi_join_body(parent))
+
+    def _check_outer_joins(self, scope: Scope) -> None:
+        select = scope.expression
+        if not isinstance(select, exp.Select):
+            return
+        for i, join in enumerate(select.args.get("joins") or []):
+            side = (join.side or "").upper()
+            if not side:
+                continue
+            extended: list[exp.Expression] = []
+            if side in ("LEFT", "FULL"):
+                extended.append(join.this)
+            if side in ("RIGHT", "FULL"):
+                from_ = select.args.get("from_")
+                extended += [from_.this] if from_ is not None else []
+                extended += [j.this for j in select.args["joins"][:i]]
+            for node in extended:
+                for table in node.find_all(exp.Table):
+                    if not self._table(table).public:
+                        raise _refuse(
+                            f"{side} JOIN null-extends the private table {table.name}")
+
+    # -- classes --------------------------------------------------------------------------
+
+    def _resolve(self, scope: Scope, column: exp.Column) -> tuple[int, str, str] | None:
+        alias = column.table
+        s: Scope | None = scope
+        while s is not None:
+            if alias in s.sources:
+                return (id(s), alias, column.name)
+            s = s.parent
+        return None
+
+    def _type(self, scope: Scope, column: exp.Column) -> str | None:
+        s: Scope | None = scope
+        while s is not None:
+            src = s.sources.get(column.table)
+            if isinstance(src, exp.Table):
+                t = self._table(src)
+                col = t.columns.get(column.name.lower())
+                return col.type if col is not None else None
+            if src is not None:
+                return None
+            s = s.parent
+        return None
+
+    def _equate(self, scope: Scope, a: exp.Expression, b: exp.Expression) -> None:
+        if not (isinstance(a, exp.Column) and isinstance(b, exp.Column)):
+            return
+        if comparable(self._type(scope, a), self._type(scope, b)) is not True:
+            return
+        ka, kb = self._resolve(scope, a), self._resolve(scope, b)
+        if ka is not None and kb is not None:
+            self.classes.union(ka, kb)
+
+    def _equalities(self, scope: Scope) -> None:
+        select = scope.expression
+        assert isinstance(select, exp.Select)
+        positive = conjuncts(select.args["where"].this) if select.args.get("where") else []
+        for join in select.args.get("joins") or []:
+            if not (join.side or "") and join.args.get("on") is not None:
+                positive += conjuncts(join.args["on"])
+        for cond in positive:
+            if isinstance(cond, exp.EQ):
+                self._equate(scope, cond.this, cond.expression)
+                continue
+            node = cond.this if isinstance(cond, exp.Not) else cond
+            if isinstance(node, exp.In) and node.args.get("query") is not None:
+                body = node.args["query"]
+                body = body.this if isinstance(body, exp.Subquery) else body
+                if isinstance(body, exp.Select) and len(body.expressions) == 1:
+                    inner = body.expressions[0].unalias()
+                    sub = next((s for s in scope.subquery_scopes if s.expression is body), None)
+                    if sub is not None and isinstance(inner, exp.Column) and isinstance(
+                            node.this, exp.Column):
+                        ka, kb = self._resolve(scope, node.this), self._resolve(sub, inner)
+                        types = (self._type(scope, node.this), self._type(sub, inner))
+                        if ka and kb and comparable(*types) is True:
+                            self.classes.union(ka, kb)
+
+    # -- tokens ---------------------------------------------------------------------------
+
+    def tokens(self, ref: _Ref) -> dict[Token, tuple[str, tuple[Hop, ...]]]:
+        """Each token of ``ref`` with (the ref's column it comes from, the hops from that
+        column to the unit id)."""
+        out: dict[Token, tuple[str, tuple[Hop, ...]]] = {}
+        t = ref.table
+        sid = id(ref.scope)
+
+        def cls(column: str) -> str:
+            return str(self.classes.find((sid, ref.alias, column)))
+
+        if t.name == self.unit.table:
+            out[("unit", cls(self.unit.column))] = (self.unit.column, ())
+        elif t.unit is None:
+            raise _refuse(f"table {t.name} declares no path to the privacy unit")
+        elif t.unit.direct:
+            out[("unit", cls(t.unit.column))] = (t.unit.column, ())
+        else:
+            assert t.unit.to_table is not None and t.unit.to_column is not None
+            out[("key", t.unit.to_table, t.unit.to_column, cls(t.unit.column))] = (
+                t.unit.column, self.hops(t.unit.to_table, t.unit.to_column))
+        for key in sorted(self.keys.get(t.name, ())):
+            out.setdefault(("key", t.name, key, cls(key)), (key, self.hops(t.name, key)))
+        return out
+
+    def hops(self, table: str, key: str, depth: int = 0) -> tuple[Hop, ...]:
+        """From a value of ``table.key`` to the unit id."""
+        if depth > len(self.md.tables):
+            raise _refuse(f"the unit paths through {table} form a cycle")
+        t = self.md.table(table)
+        if t.name == self.unit.table:
+            return () if key == self.unit.column else (Hop(t.name, key, self.unit.column),)
+        if t.unit is None:
+            raise _refuse(f"table {t.name} declares no path to the privacy unit")
+        if t.unit.direct:
+            return () if key == t.unit.column else (Hop(t.name, key, t.unit.column),)
+        assert t.unit.to_table is not None and t.unit.to_column is not None
+        return (Hop(t.name, key, t.unit.column),
+                *self.hops(t.unit.to_table, t.unit.to_column, depth + 1))
+
+    def source(self) -> UnitSource:
+        top = [r for r in self.refs if r.top]
+        if not top:
+            raise _refuse("the rows counted come from public tables only, and the private "
+                          "tables in its subqueries decide which: such a row belongs to no "
+                          "single unit")
+        tokens = [self.tokens(r) for r in self.refs]
+        # group the references whose tokens meet; all must end in the top level's group
+        group = {0} if self.refs[0].top else {self.refs.index(top[0])}
+        seen = set().union(*(tokens[i] for i in group))
+        changed = True
+        while changed:
+            changed = False
+            for i, toks in enumerate(tokens):
+                if i not in group and seen & toks.keys():
+                    group.add(i)
+                    seen |= toks.keys()
+                    changed = True
+        outside = [r for i, r in enumerate(self.refs) if i not in group]
+        if outside:
+            r = outside[0]
+            raise _refuse(f"a row of {r.table.name} ({r.alias}) may belong to another unit "
+                          "than the rows counted (a result row would belong to two units)")
+        best: UnitSource | None = None
+        for r, toks in zip(self.refs, tokens, strict=True):
+            if not r.top:
+                continue
+            for column, hops in toks.values():
+                candidate = UnitSource(r.alias, column, hops, f"{r.table.name}.{column}")
+                if best is None or len(hops) < len(best.hops):
+                    best = candidate
+        assert best is not None
+        return best
+
+
+def unit_source(query: exp.Select, metadata: Metadata) -> UnitSource:
+    """How to compute the unit of each row ``query`` aggregates (module contract)."""
+    prover = _Prover(query, metadata)
+    prover.collect()
+    if not prover.refs:
+        raise _refuse("the query reads no private table")  # public queries never get here
+    return prover.source()

@@ -1,0 +1,130 @@
+"""Checking the privacy unit's keys and paths on the data (dpsql/metadata/unit_check.py):
+exact counts on a tiny real DuckDB database."""
+
+from __future__ import annotations
+
+import duckdb
+
+from dpsql.metadata import loads_metadata
+from dpsql.metadata.unit_check import (
+    KeyCheck,
+    PathCheck,
+    check_units,
+    key_sql,
+    orphan_sql,
+    reaching_sql,
+    report_lines,
+)
+from tests.metadata.unit_db import METADATA, make_db
+
+
+def _fetch(path):
+    con = duckdb.connect(str(path), read_only=True)
+    return con, lambda sql: con.execute(sql).fetchall()
+
+
+def test_exact_counts(tmp_path):
+    # lineitem rows of order 13 (NULL customer) and 14 (customer 9, an orphan) reach no unit
+    # through orders
+    con, fetch = _fetch(make_db(tmp_path, "INSERT INTO lineitem VALUES (13, 1, 1), (14, 1, 1);"))
+    try:
+        report = check_units(loads_metadata(METADATA), fetch)
+    finally:
+        con.close()
+    assert report.keys == (
+        KeyCheck("customer", "c_custkey", values=4, repeated=0, nulls=0),
+        KeyCheck("orders", "o_orderkey", values=5, repeated=0, nulls=0),
+    )
+    assert report.paths == (
+        PathCheck("orders", "o_custkey", "customer", "c_custkey", rows=5, nulls=1, orphans=1,
+                  no_unit=2),
+        PathCheck("lineitem", "l_orderkey", "orders", "o_orderkey", rows=8, nulls=1,
+                  orphans=1, no_unit=4),
+    )
+    assert report.ok
+    _, warnings, _ = report_lines(loads_metadata(METADATA), report)
+    assert warnings == [
+        "orders: 2 of 5 rows belong to no unit (1 with a NULL o_custkey, 1 orphans: o_custkey "
+        "not in customer.c_custkey), and are answered as such",
+        "lineitem: 4 of 8 rows belong to no unit (1 with a NULL l_orderkey, 1 orphans: "
+        "l_orderkey not in orders.o_orderkey, 2 through rows of orders of no unit), and are "
+        "answered as such",
+    ]
+
+
+def test_repeated_keys_and_null_ids_are_reported(tmp_path):
+    # a second customer 2 and a NULL id; orders 10 twice: lineitem rows of order 10 would
+    # belong to two orders
+    extra = ("INSERT INTO customer VALUES (2, 'e', 0), (NULL, 'f', 0);"
+             "INSERT INTO orders VALUES (10, 3, 'F');")
+    con, fetch = _fetch(make_db(tmp_path, extra))
+    try:
+        md = loads_metadata(METADATA)
+        report = check_units(md, fetch)
+    finally:
+        con.close()
+    assert report.keys == (
+        KeyCheck("customer", "c_custkey", values=5, repeated=1, nulls=1),
+        KeyCheck("orders", "o_orderkey", values=6, repeated=1, nulls=0),
+    )
+    # DISTINCT keys: a repeated key does not multiply the referencing rows
+    assert report.paths[1] == PathCheck("lineitem", "l_orderkey", "orders", "o_orderkey",
+                                        rows=6, nulls=1, orphans=1, no_unit=2)
+    assert not report.ok
+    lines, warnings, errors = report_lines(md, report)
+    assert lines[0] == "unit id customer.c_custkey: NOT UNIQUE (1 repeated values), 5 values, " \
+                       "1 NULL"
+    assert lines[1] == "key orders.o_orderkey: NOT UNIQUE (1 repeated values), 6 values, 0 NULL"
+    assert errors[0].startswith("customer.c_custkey is not unique (1 values repeat): two rows "
+                                "of the unit table would be one unit")
+    assert errors[1].startswith("orders.o_orderkey is not unique (1 values repeat): a row "
+                                "referencing a repeated value would belong to several units")
+    assert warnings[0] == ("customer: 1 rows have a NULL c_custkey; they are no unit, and rows "
+                           "linked to them belong to no unit")
+    assert warnings[1] == ("orders: 2 of 6 rows belong to no unit (1 with a NULL o_custkey, 1 "
+                           "orphans: o_custkey not in customer.c_custkey), and are answered "
+                           "as such")
+
+
+def test_a_clean_database_has_no_warnings(tmp_path):
+    extra = ("DELETE FROM orders WHERE o_custkey IS NULL OR o_custkey = 9;"
+             "DELETE FROM lineitem WHERE l_orderkey IS NULL OR l_orderkey = 99;")
+    con, fetch = _fetch(make_db(tmp_path, extra))
+    try:
+        md = loads_metadata(METADATA)
+        lines, warnings, errors = report_lines(md, check_units(md, fetch))
+    finally:
+        con.close()
+    assert warnings == errors == []
+    assert lines == [
+        "unit id customer.c_custkey: unique, 4 values, 0 NULL",
+        "key orders.o_orderkey: unique, 3 values, 0 NULL",
+        "path orders.o_custkey -> customer.c_custkey: 3 rows, 0 NULL, 0 orphans, 0 of no unit",
+        "path lineitem.l_orderkey -> orders.o_orderkey: 4 rows, 0 NULL, 0 orphans, 0 of no "
+        "unit",
+    ]
+
+
+def test_the_queries_quote_names(tmp_path):
+    con = duckdb.connect()
+    con.execute('CREATE TABLE "a ""b""" ("k ""1""" INTEGER); INSERT INTO "a ""b""" VALUES (1), '
+                "(1), (NULL), (2)")
+    assert con.execute(key_sql('"a ""b"""', 'k "1"')).fetchall() == [(3, 1, 1)]
+    assert con.execute(orphan_sql('"a ""b"""', 'k "1"', '"a ""b"""', 'k "1"')).fetchall() == \
+        [(4, 1, 0)]
+
+
+def test_reaching_follows_the_whole_path(tmp_path):
+    # customer 4 has no orders; customer 2's order 12 has one lineitem; a NULL customer id
+    # reaches nothing
+    con, fetch = _fetch(make_db(tmp_path, "INSERT INTO customer VALUES (NULL, 'n', 0);"))
+    md = loads_metadata(METADATA)
+    try:
+        assert sorted(v for (v,) in fetch(reaching_sql(md, "customer", "c_name"))) == \
+            ["a", "b", "c", "d"]
+        assert sorted(v for (v,) in fetch(reaching_sql(md, "orders", "o_orderkey"))) == \
+            [10, 11, 12]
+        assert sorted(v for (v,) in fetch(reaching_sql(md, "lineitem", "l_orderkey"))) == \
+            [10, 10, 11, 12]
+    finally:
+        con.close()

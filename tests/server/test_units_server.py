@@ -1,0 +1,72 @@
+"""A real `dpsql serve` process whose metadata declares a privacy unit: psycopg and psql see
+the unit and R2T's interval in the NOTICE, and the charge is the record's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from dpsql.accounting import Ledger
+from dpsql.backends import ledger_identity
+from dpsql.metadata import load_metadata
+from tests.server.serving import PASSWORDS, ServerProcess, launch, prepare
+
+UNITS = "privacy_unit: {table: customers, column: customer_id, max_contribution: 1024}\n"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp("units-server")
+    db, md, ledger_path, _ = prepare(tmp)
+    text = md.read_text()
+    for table in ("orders", "recommendations"):  # both hold the customer's id
+        text = text.replace(f"  {table}:\n", f"  {table}:\n    unit: customer_id\n", 1)
+    md.write_text(UNITS + text)
+    database_id = ledger_identity("duckdb", str(db), load_metadata(md))
+    with Ledger(ledger_path) as ledger:  # the unit changes the metadata: a new identity
+        ledger.set_budget(database_id, "alice", 50.0, 1e-4)
+    proc = launch(db, md, ledger_path, database_id)
+    yield proc
+    proc.stop()
+
+
+def test_psycopg_sees_the_unit_and_the_r2t_interval(server: ServerProcess) -> None:
+    details: list[str | None] = []
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: details.append(d.message_primary + "|" + (
+            d.message_detail or "")))
+        cur = conn.cursor()
+        cur.execute("SET dpsql.epsilon = 1")
+        cur.execute("SELECT COUNT(*) AS n FROM orders o JOIN customers c "
+                    "ON c.customer_id = o.customer_id WHERE c.region = 'north'")
+        (n,) = cur.fetchone()
+        assert isinstance(n, int)
+    text, detail = details[-1].split("|", 1)
+    assert "(r2t), protecting each customers.customer_id" in text
+    record = json.loads(detail)
+    assert record["privacy_unit"] == "customers.customer_id"
+    lower, upper = record["columns"][0]["interval_95"]
+    assert lower <= upper and len(record["columns"][0]["level_scales"]) == 10
+    with Ledger(server.ledger, create=False) as ledger:
+        assert [c.epsilon for c in ledger.status(server.database_id, "alice").history] == [1.0]
+
+
+def test_a_query_of_two_units_is_refused_with_its_reason(server: ServerProcess) -> None:
+    with (psycopg.connect(server.dsn(), autocommit=True) as conn,
+          pytest.raises(psycopg.errors.FeatureNotSupported, match="two units")):
+        conn.execute("SELECT COUNT(*) FROM orders a JOIN orders b ON a.status = b.status")
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql (postgresql-client) not installed")
+def test_psql_prints_the_notice(server: ServerProcess) -> None:
+    out = subprocess.run(
+        ["psql", server.url(), "-c", "SET dpsql.epsilon = 1",
+         "-c", "SELECT SUM(order_cost) AS s FROM orders"],
+        capture_output=True, text=True, timeout=60, env={"PGPASSWORD": PASSWORDS["alice"]})
+    assert out.returncode == 0, out.stderr
+    assert "protecting each customers.customer_id" in out.stderr

@@ -1,0 +1,113 @@
+"""Which queries dpsql.units.paths proves single-unit, and the refusals of the others."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from dpsql.analysis.blocks import analyze_request
+from dpsql.errors import UnsupportedConstructError
+from dpsql.metadata import UnitPath
+from tests.units import tiny
+
+
+@pytest.mark.parametrize("sql,source,hops", [
+    ("SELECT COUNT(*) FROM orders", "orders.o_cust", 0),
+    ("SELECT COUNT(*) FROM customer", "customer.c_id", 0),
+    # lineitem-like: the unit is looked up through orders
+    ("SELECT COUNT(*) FROM items", "items.i_order", 1),
+    # joined along the path: the order's own column, no lookup
+    ("SELECT COUNT(*) FROM items i JOIN orders o ON o.o_id = i.i_order", "orders.o_cust", 0),
+    ("SELECT COUNT(*) FROM items i, orders o WHERE o.o_id = i.i_order", "orders.o_cust", 0),
+    ("SELECT COUNT(*) FROM orders o JOIN customer c ON c.c_id = o.o_cust", "orders.o_cust", 0),
+    # a self-join within one unit
+    ("SELECT COUNT(*) FROM orders a JOIN orders b ON a.o_cust = b.o_cust", "orders.o_cust", 0),
+    ("SELECT COUNT(*) FROM items a JOIN items b ON a.i_order = b.i_order", "items.i_order", 1),
+    # correlated semi- and anti-joins on the path
+    ("SELECT COUNT(*) FROM orders o WHERE EXISTS (SELECT 1 FROM items i "
+     "WHERE i.i_order = o.o_id)", "orders.o_cust", 0),
+    ("SELECT COUNT(*) FROM orders o WHERE NOT EXISTS (SELECT 1 FROM items i "
+     "WHERE i.i_order = o.o_id AND i.qty > 2)", "orders.o_cust", 0),
+    ("SELECT COUNT(*) FROM orders WHERE o_id IN (SELECT i_order FROM items)",
+     "orders.o_cust", 0),
+    # public tables join freely
+    ("SELECT COUNT(*) FROM customer c JOIN regions r ON r.r = c.region", "customer.c_id", 0),
+    ("SELECT COUNT(*) FROM customer c LEFT JOIN regions r ON r.r = c.region",
+     "customer.c_id", 0),
+])
+def test_accepted_queries_and_where_their_unit_comes_from(sql, source, hops):
+    unit = analyze_request(sql, tiny.metadata()).unit
+    assert unit is not None
+    assert unit.source.description == source
+    assert len(unit.source.hops) == hops
+
+
+@pytest.mark.parametrize("sql,fragment", [
+    # a result row of two units
+    ("SELECT COUNT(*) FROM orders a JOIN orders b ON a.amount = b.amount", "two units"),
+    ("SELECT COUNT(*) FROM customer a JOIN customer b ON a.region = b.region", "two units"),
+    ("SELECT COUNT(*) FROM items i JOIN orders o ON o.o_id = i.qty", "two units"),
+    # a subquery whose rows are not the outer row's unit
+    ("SELECT COUNT(*) FROM orders o WHERE EXISTS (SELECT 1 FROM items i "
+     "WHERE i.qty = o.amount)", "two units"),
+    ("SELECT COUNT(*) FROM orders WHERE amount IN (SELECT qty FROM items)", "two units"),
+    # rows of public tables, decided by private ones
+    ("SELECT COUNT(*) FROM regions r WHERE EXISTS (SELECT 1 FROM customer c "
+     "WHERE c.region = r.r)", "public tables only"),
+    ("SELECT COUNT(*) FROM regions r LEFT JOIN customer c ON c.region = r.r",
+     "null-extends the private table customer"),
+    ("SELECT COUNT(*) FROM orders o FULL JOIN regions r ON r.r = o.amount",
+     "null-extends the private table orders"),
+    ("SELECT COUNT(*) FROM orders o RIGHT JOIN regions r ON r.r = o.amount",
+     "null-extends the private table orders"),
+    # not yet: private tables inside CTEs / derived tables / aggregates in subqueries
+    ("WITH x AS (SELECT * FROM orders) SELECT COUNT(*) FROM x", "CTE or derived table"),
+    ("SELECT COUNT(*) FROM (SELECT * FROM orders) t", "CTE or derived table"),
+    ("SELECT COUNT(DISTINCT o_cust) FROM orders", "COUNT(DISTINCT"),
+    ("SELECT c FROM (SELECT COUNT(*) AS c FROM orders) t", "aggregates inside"),
+])
+def test_refusals_name_the_construct(sql, fragment):
+    with pytest.raises(UnsupportedConstructError, match="unit") as err:
+        analyze_request(sql, tiny.metadata())
+    assert fragment in str(err.value)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM orders a, orders b",  # a cross join
+    "SELECT COUNT(*) FROM orders o WHERE EXISTS (SELECT 1 FROM items i "
+    "WHERE i.i_order = o.o_id OR i.qty = 1)",  # no AND-ed correlation
+])
+def test_shapes_the_row_level_rules_refuse_stay_refused(sql):
+    with pytest.raises(UnsupportedConstructError):
+        analyze_request(sql, tiny.metadata())
+
+
+def test_a_path_comparing_different_types_is_refused():
+    md = tiny.metadata()
+    items = md.tables["items"]
+    i_order = dataclasses.replace(items.columns["i_order"], type="VARCHAR")
+    tables = dict(md.tables)
+    tables["items"] = dataclasses.replace(items, columns={**items.columns, "i_order": i_order})
+    md = dataclasses.replace(md, tables=tables)
+    with pytest.raises(UnsupportedConstructError, match="compares VARCHAR with INTEGER"):
+        analyze_request("SELECT COUNT(*) FROM orders", md)
+
+
+def test_a_private_table_without_a_path_is_refused():
+    md = tiny.metadata()
+    tables = dict(md.tables)
+    tables["items"] = dataclasses.replace(md.tables["items"], unit=None)
+    md = dataclasses.replace(md, tables=tables)
+    with pytest.raises(UnsupportedConstructError, match="items declares no path"):
+        analyze_request("SELECT COUNT(*) FROM items", md)
+
+
+def test_public_queries_are_the_row_level_analysis():
+    analysis = analyze_request("SELECT COUNT(*) FROM regions", tiny.metadata())
+    assert analysis.unit is None
+
+
+def test_unit_path_helper_is_direct_or_via():
+    assert UnitPath("o_cust").direct
+    assert not UnitPath("i_order", "orders", "o_id").direct

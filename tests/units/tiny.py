@@ -1,0 +1,103 @@
+"""A tiny shop under a privacy unit, for the unit tests (not a test module).
+
+customer(c_id, region) is the unit table; orders(o_id, o_cust, amount) reach it directly
+(``o_cust``), items(i_order, qty, kind) through orders (``i_order -> orders.o_id``); regions(r) is
+public. Databases are dicts of row tuples; :func:`remove_unit` is the neighbouring relation
+(one unit and every row linked to it: FK cascade); :func:`load` writes one into DuckDB.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+
+import duckdb
+
+from dpsql.metadata import Column, Domain, Metadata, PrivacyUnit, Table, UnitPath
+
+Database = dict[str, list[tuple[int, ...]]]
+
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "customer": ("c_id", "region"),
+    "orders": ("o_id", "o_cust", "amount"),
+    "items": ("i_order", "qty", "kind"),
+    "regions": ("r",),
+}
+
+AMOUNT_BOUNDS = (-3.0, 5.0)
+QTY_BOUNDS = (0.0, 4.0)
+
+
+def metadata(*, max_contribution: int = 8, max_groups: int = 2,
+             max_rows_per_group: int = 2) -> Metadata:
+    def cols(table: str, **extra: Column) -> dict[str, Column]:
+        out = {c: Column(c, type="INTEGER") for c in COLUMNS[table]}
+        out.update(extra)
+        return out
+
+    tables = {
+        "customer": Table("customer", cols("customer", region=Column(
+            "region", type="INTEGER", releasable=True, domain=Domain(table="regions",
+                                                                      column="r"))),
+            unit=UnitPath("c_id")),
+        "orders": Table("orders", cols("orders", amount=Column(
+            "amount", type="INTEGER", bounds=AMOUNT_BOUNDS)), unit=UnitPath("o_cust")),
+        "items": Table("items", cols(
+            "items", qty=Column("qty", type="INTEGER", bounds=QTY_BOUNDS),
+            kind=Column("kind", type="INTEGER", releasable=True, domain=Domain(values=(1, 2, 3)))),
+            unit=UnitPath("i_order", "orders", "o_id")),
+        "regions": Table("regions", cols("regions"), public=True),
+    }
+    return Metadata(tables, privacy_unit=PrivacyUnit(
+        "customer", "c_id", max_contribution=max_contribution, max_groups=max_groups,
+        max_rows_per_group=max_rows_per_group))
+
+
+def random_database(rng: random.Random) -> Database:
+    """1-3 customers, 0-5 orders (unique o_id; some of customer 9, who does not exist: an
+    orphan), 0-8 items (some of order 99: an orphan)."""
+    customers = [(c, rng.randint(1, 2)) for c in range(1, rng.randint(1, 3) + 1)]
+    owners = [c for c, _ in customers] + [9]
+    orders = [(o, rng.choice(owners), rng.randint(-4, 6)) for o in range(1, rng.randint(0, 5) + 1)]
+    keys = [o for o, _, _ in orders] + [99]
+    items = [(rng.choice(keys), rng.randint(0, 5), rng.randint(1, 3))
+             for _ in range(rng.randint(0, 8))]
+    return {"customer": customers, "orders": orders, "items": items, "regions": [(1,), (2,)]}
+
+
+def remove_unit(db: Mapping[str, Sequence[tuple[int, ...]]], unit: int) -> Database:
+    """``db`` without customer ``unit`` and every row linked to it (its orders, their items)."""
+    gone_orders = {o for o, c, _ in db["orders"] if c == unit}
+    return {
+        "customer": [r for r in db["customer"] if r[0] != unit],
+        "orders": [r for r in db["orders"] if r[1] != unit],
+        "items": [r for r in db["items"] if r[0] not in gone_orders],
+        "regions": list(db["regions"]),
+    }
+
+
+def units(db: Mapping[str, Sequence[tuple[int, ...]]]) -> list[int]:
+    """Every unit with a row: the customers, and the ids orders hold directly (customer 9 has
+    orders but no customer row: a direct path's value is the unit id all the same)."""
+    return sorted({c for c, _ in db["customer"]} | {c for _, c, _ in db["orders"]})
+
+
+_CONNECTION: list[duckdb.DuckDBPyConnection] = []
+
+
+def load(db: Mapping[str, Sequence[tuple[int, ...]]]) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB holding ``db`` (one connection per process, its tables replaced)."""
+    if not _CONNECTION:
+        _CONNECTION.append(duckdb.connect())
+    con = _CONNECTION[0]
+    for table, columns in COLUMNS.items():
+        rows = db[table]
+        if rows:
+            values = ", ".join("(" + ", ".join(str(v) for v in r) + ")" for r in rows)
+            names = ", ".join(columns)
+            con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM (VALUES {values}) "
+                        f"AS t({names})")
+        else:
+            con.execute(f"CREATE OR REPLACE TABLE {table} "
+                        f"({', '.join(c + ' INTEGER' for c in columns)})")
+    return con
