@@ -97,7 +97,7 @@ class Cursor:
         params = _check_params(parameters)
         try:
             result = conn._session.run(sql, params, epsilon=eps, delta=dlt, mechanism=mech,
-                                       calibration=cal)
+                                       calibration=cal, raw_counts=conn.raw_counts)
         except Error:
             raise
         except Exception as exc:
@@ -144,7 +144,9 @@ class Cursor:
         return rows
 
     def fetchdf(self) -> Any:
-        """The remaining rows as a pandas DataFrame (needs the ``pandas`` extra)."""
+        """The remaining rows as a pandas DataFrame (needs the ``pandas`` extra); columns
+        as :meth:`fetchall` types them (COUNT and integer SUMs int64, DECIMAL sums Decimal
+        objects, NULL as NaN/None)."""
         result = self._require_result()
         try:
             import pandas
@@ -153,6 +155,15 @@ class Cursor:
                 "fetchdf() needs pandas: pip install 'dpsql[pandas]' (or use fetchall())"
             ) from None
         return pandas.DataFrame.from_records(self.fetchall(), columns=list(result.names))
+
+    def fetch_arrow_table(self) -> Any:
+        """The remaining rows as a ``pyarrow.Table`` (needs the ``arrow`` extra), its schema
+        from :attr:`description` (BIGINT int64, DOUBLE float64, DECIMAL(p,s) decimal128(p, s),
+        VARCHAR string, ...). ProgrammingError naming the extra when pyarrow is missing."""
+        result = self._require_result()
+        from dpsql.arrow import arrow_table
+
+        return arrow_table(result.names, result.types, self.fetchall())
 
     def close(self) -> None:
         """Close the cursor (idempotent); every later use raises InterfaceError."""

@@ -118,6 +118,7 @@ def connect(
     spark: Any = None,
     mechanism: str | None = None,
     calibration: str | None = None,
+    raw_counts: bool = False,
 ) -> Connection:
     """Open a private, read-only connection to a DuckDB database (or to tables in Spark).
 
@@ -129,7 +130,9 @@ def connect(
     metadata's ledger); ``epsilon``/``delta`` are the default per-query budget
     (``Cursor.execute`` may override them; delta defaults to 0); ``mechanism`` is the default
     noise, 'laplace' (the default) or 'gaussian' (needs delta > 0; pure releases only), and
-    ``calibration`` the Gaussian's, 'analytic' (the default) or 'classical' (epsilon < 1).
+    ``calibration`` the Gaussian's, 'analytic' (the default) or 'classical' (epsilon < 1);
+    ``raw_counts=True`` keeps noisy counts as drawn, below 0 included (by default they are
+    clamped at 0: post-processing, see dpsql.execute.typed).
 
     ``backend="spark"`` computes the exact aggregates with Spark SQL (:mod:`dpsql.backends.spark`,
     the ``spark`` extra): ``spark`` is then a SparkSession or a master URL (``local[2]``,
@@ -148,7 +151,8 @@ def connect(
     ``database`` may instead be a server URL, ``postgresql://alice@host:5433/shop``: the result
     is a :class:`~dpsql.remote.RemoteConnection` to a `dpsql serve` process, which holds the
     metadata and the ledger; pass no ``metadata`` and no ``analyst`` (the URL's user is the
-    analyst the server authenticates), and optionally ``epsilon``/``delta`` defaults.
+    analyst the server authenticates), and optionally ``epsilon``/``delta`` defaults and
+    ``raw_counts`` (sent as ``SET dpsql.raw_counts = on``).
     """
     from dpsql.remote import RemoteConnection, is_url
 
@@ -158,14 +162,15 @@ def connect(
                 "a server URL takes no metadata, analyst or ledger: the server holds them and "
                 "the URL's user is the analyst")
         return RemoteConnection(str(database), epsilon=epsilon, delta=delta,  # type: ignore[return-value]
-                                mechanism=mechanism, calibration=calibration)
+                                mechanism=mechanism, calibration=calibration,
+                                raw_counts=raw_counts)
     if metadata is None or analyst is None:
         raise ProgrammingError(
             "dpsql.connect(database, metadata, analyst=...) needs the metadata file and the "
             "analyst's name (or a server URL: dpsql.connect('postgresql://alice@host/db'))")
     return Connection(database, metadata, analyst=analyst, ledger=ledger, epsilon=epsilon,
                       delta=delta, backend=backend, spark=spark, mechanism=mechanism,
-                      calibration=calibration)
+                      calibration=calibration, raw_counts=raw_counts)
 
 
 class Connection:
@@ -184,6 +189,7 @@ class Connection:
         spark: Any = None,
         mechanism: str | None = None,
         calibration: str | None = None,
+        raw_counts: bool = False,
     ) -> None:
         if not isinstance(analyst, str) or not analyst.strip():
             raise ProgrammingError("analyst must be a non-empty string: pass analyst='name'")
@@ -200,6 +206,8 @@ class Connection:
         #: default noise mechanism and Gaussian calibration (execute(..., mechanism=) overrides)
         self.mechanism = mechanism or "laplace"
         self.calibration = calibration or "analytic"
+        #: keep noisy counts below 0 as drawn (default False: clamped at 0)
+        self.raw_counts = bool(raw_counts)
         self.metadata = md
         #: the key under which the ledger keeps this database's budgets and cached answers
         self.database = ledger_identity(backend, database, md)

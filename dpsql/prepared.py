@@ -16,6 +16,7 @@ from dpsql.analysis.parse import DIALECT
 from dpsql.errors import ProgrammingError
 from dpsql.execute.blocks import PreparedBlocks
 from dpsql.execute.exact import CompiledPlan
+from dpsql.execute.typed import OutputRule
 from dpsql.noise.plan import is_public_query
 from dpsql.release.record import ColumnSource
 from dpsql.rewrite.plan import ExecutionPlan
@@ -31,6 +32,8 @@ class Prepared:
     fingerprint: str
     #: the release record's view of each output column
     columns: tuple[ColumnSource, ...] = field(default=())
+    #: how each output column is typed and finished after the noise (dpsql.execute.typed)
+    outputs: tuple[OutputRule, ...] = field(default=())
 
     @property
     def plan(self) -> ExecutionPlan:

@@ -75,7 +75,8 @@ class RemoteConnection:
 
     def __init__(self, url: str, *, password: str | None = None, epsilon: float | None = None,
                  delta: float | None = None, sslmode: str | None = None,
-                 mechanism: str | None = None, calibration: str | None = None) -> None:
+                 mechanism: str | None = None, calibration: str | None = None,
+                 raw_counts: bool = False) -> None:
         import psycopg
 
         kwargs: dict[str, Any] = {"autocommit": True}
@@ -95,6 +96,24 @@ class RemoteConnection:
         #: default noise mechanism and calibration (None: the server's default)
         self.mechanism, self.calibration = mechanism, calibration
         self._sent: tuple[Any, ...] = (None, None, None, None)
+        self._raw_counts = False
+        if raw_counts:
+            self.raw_counts = True
+
+    @property
+    def raw_counts(self) -> bool:
+        """Noisy counts as drawn (True) or clamped at 0 by the server (False, the default)."""
+        return self._raw_counts
+
+    @raw_counts.setter
+    def raw_counts(self, raw: bool) -> None:
+        import psycopg
+
+        try:  # a session setting of the server (SET dpsql.raw_counts)
+            self._conn.execute(f"SET dpsql.raw_counts = {'on' if raw else 'off'}")
+        except psycopg.Error as exc:
+            raise _translate(exc) from None
+        self._raw_counts = bool(raw)
 
     def _check_open(self) -> None:
         if self._conn.closed:
@@ -239,6 +258,29 @@ class RemoteCursor:
 
     def fetchall(self) -> list[tuple[Any, ...]]:
         return self._fetch(lambda: self._cur.fetchall())
+
+    def fetchdf(self) -> Any:
+        """The remaining rows as a pandas DataFrame (needs pandas)."""
+        try:
+            import pandas
+        except ImportError:
+            raise errors.NotSupportedError(
+                "fetchdf() needs pandas: pip install 'dpsql[pandas]' (or use fetchall())"
+            ) from None
+        return pandas.DataFrame.from_records(self.fetchall(), columns=self._names())
+
+    def fetch_arrow_table(self) -> Any:
+        """The remaining rows as a ``pyarrow.Table`` (needs the ``arrow`` extra; the column
+        types are inferred from the values the server sent)."""
+        from dpsql.arrow import arrow_table
+
+        names = self._names()
+        return arrow_table(names, ["" for _ in names], self.fetchall())
+
+    def _names(self) -> list[str]:
+        if self._cur.description is None:
+            raise errors.ProgrammingError("no query has been executed on this cursor")
+        return [d.name for d in self._cur.description]
 
     def _fetch(self, read: Any) -> Any:
         import psycopg

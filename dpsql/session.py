@@ -56,6 +56,13 @@ from dpsql.execute.exact import (
 from dpsql.execute.layout import Domains, selected_bins
 from dpsql.execute.post import PostProcessor, Rows, gc_paused
 from dpsql.execute.post_check import check_rows, measurement_dtypes
+from dpsql.execute.typed import (
+    annotate,
+    final_rules,
+    output_rules,
+    release_notes,
+)
+from dpsql.execute.typed import finish as finish_rows
 from dpsql.metadata import Metadata
 from dpsql.metadata.digest import metadata_digest
 from dpsql.noise import mechanisms
@@ -150,7 +157,8 @@ class Session:
         # than generating the analysed query's text once more.
         prepared = Prepared(
             analysis, compile_plan(self.backend, plan),
-            fingerprint(f"{plan.normal_form}\n{plan.post_sql or ''}"), column_sources(analysis))
+            fingerprint(f"{plan.normal_form}\n{plan.post_sql or ''}"), column_sources(analysis),
+            output_rules(analysis, self.metadata))
         return self._remember(sql, prepared)
 
     def _remember(self, sql: str, prepared: AnyPrepared) -> AnyPrepared:
@@ -163,24 +171,28 @@ class Session:
 
     def run(self, sql: str, params: Sequence[Any] | None = None, *,
             epsilon: float | None = None, delta: float | None = 0.0,
-            mechanism: str | None = None, calibration: str | None = None) -> Result:
+            mechanism: str | None = None, calibration: str | None = None,
+            raw_counts: bool = False) -> Result:
         """Answer ``sql`` privately (module contract). ``epsilon`` may be None only for a
         query that reads public tables only; ``mechanism`` 'laplace' (None: the default) or
-        'gaussian', ``calibration`` 'analytic' (None: the default) or 'classical'."""
+        'gaussian', ``calibration`` 'analytic' (None: the default) or 'classical';
+        ``raw_counts`` keeps noisy counts below 0 (dpsql.execute.typed: clamped by default;
+        an answer is cached per choice)."""
         budget = Budget.of(epsilon, delta, mechanism=mechanism, calibration=calibration)
         prepared = self.prepare(sql)
         if isinstance(prepared, PreparedBlocks):
-            return self._run_blocks(prepared, sql, params, budget)
+            return self._run_blocks(prepared, sql, params, budget, raw_counts)
         values = checked_params(prepared.plan, params)
         if prepared.public:
             return self._release(prepared, values, plan_noise(prepared.analysis, None),
-                                 read_domains(self.backend, prepared.compiled, values), charge=None)
+                                 read_domains(self.backend, prepared.compiled, values), charge=None,
+                                 raw_counts=raw_counts)
         if budget is None:
             raise missing_epsilon()
         key = None
         if self.ledger is not None:
             key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
-                            scope=self._scope(budget))
+                            scope=self._scope(budget) + (":raw" if raw_counts else ""))
             cached = self._cached(key, sql, values, budget)
             if cached is not None:
                 return cached
@@ -203,10 +215,10 @@ class Session:
                                        domains, dtypes))
         # the answer is cached in the audit write's transaction (step 10 with step 9's record)
         return self._release(prepared, values, plans, domains, charge=self.ledger, sql=sql,
-                             cache_key=key, selection=selection)
+                             cache_key=key, selection=selection, raw_counts=raw_counts)
 
     def _run_blocks(self, prepared: PreparedBlocks, sql: str, params: Sequence[Any] | None,
-                    budget: Budget | None) -> Result:
+                    budget: Budget | None, raw_counts: bool = False) -> Result:
         """Steps 3-10 for a query of several releases (dpsql.analysis.blocks): the budget is
         split over them (noise.plan.split_budget), every refusal (each part's noise plan,
         domains and bin limit, binder check) comes before the one charge that covers them
@@ -223,7 +235,7 @@ class Session:
         if self.ledger is not None and not prepared.public:
             assert budget is not None
             key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
-                            scope=self._scope(budget))
+                            scope=self._scope(budget) + (":raw" if raw_counts else ""))
             cached = self._cached(key, sql, values, budget)
             if cached is not None:
                 return cached
@@ -243,10 +255,13 @@ class Session:
             [(p.label, p.columns, pl, d.n_bins) for p, pl, d in zip(parts, plans, domains,
                                                                      strict=True)],
             prepared.fingerprint)
+        rules, notes = final_rules(prepared, self.metadata, raw_counts)
         return self._charged(
-            record, values, charge, sql if charge is not None else None, key,
-            lambda drawn: compute_blocks(self.backend, self._post, prepared, values, plans,
-                                         domains, self._sampler, drawn, public),
+            annotate(record, notes), values, charge, sql if charge is not None else None,
+            key, lambda drawn: finish_rows(
+                compute_blocks(self.backend, self._post, prepared, values, plans, domains,
+                               self._sampler, drawn, public, raw_counts), rules,
+                raw_counts=raw_counts),
             curve=release_curve([p for part in plans for p in part]))
 
     def _scope(self, budget: Budget) -> str:
@@ -284,8 +299,8 @@ class Session:
 
     def _release(self, prepared: Prepared, values: list[Any], plans: tuple[NoisePlan, ...],
                  domains: Domains, *, charge: Ledger | None, sql: str | None = None,
-                 cache_key: str | None = None, selection: SelectionPlan | None = None
-                 ) -> Result:
+                 cache_key: str | None = None, selection: SelectionPlan | None = None,
+                 raw_counts: bool = False) -> Result:
         """Steps 8-9: record, charge (when ``charge`` is a ledger; the audit log gets ``sql``
         and the parameters), read the exact values, noise, post-process, and record the
         released rows in the audit log. Refunded: a failed or cancelled exact read, and a
@@ -293,10 +308,14 @@ class Session:
         Charged: any error once noise is drawn, including a failure to record the rows (the
         answer is then withheld). With ``cache_key`` the answer is cached in the same
         transaction as its audit record. With ``selection`` the groups come from the data and
-        only those the noisy selection keeps are noised and released (dpsql.noise.partition)."""
+        only those the noisy selection keeps are noised and released (dpsql.noise.partition).
+        The rows are typed and finished after the noise (dpsql.execute.typed; ``raw_counts``)
+        and the record says how."""
         unit = prepared.analysis.unit
-        record = release_record(prepared.columns, plans, prepared.fingerprint, domains.n_bins,
-                                selection, unit=unit.label if unit is not None else None)
+        record = annotate(
+            release_record(prepared.columns, plans, prepared.fingerprint, domains.n_bins,
+                           selection, unit=unit.label if unit is not None else None),
+            release_notes(prepared.analysis, prepared.outputs, raw_counts=raw_counts))
         plan = prepared.plan
         finish: list[Callable[[Release], Release]] = []
 
@@ -306,8 +325,10 @@ class Session:
                 bins, noisy, outcomes = r2t_bins(self.backend, prepared.compiled, values, plans,
                                                  unit, drawn, self._sampler)
                 finish.append(lambda r: with_intervals(r, prepared.columns, outcomes))
-                return self._post.rows(plan, bins, noisy, values,
-                                       lambda: post_processing_sql(prepared.analysis))
+                return finish_rows(self._post.rows(plan, bins, noisy, values,
+                                                   lambda: post_processing_sql(
+                                                       prepared.analysis)),
+                                   prepared.outputs, raw_counts=raw_counts)
             if selection is not None:
                 groups = read_groups(self.backend, prepared.compiled, values)
                 drawn()
@@ -319,8 +340,9 @@ class Session:
             noisy = [counts if selection is not None and j == selection.shared and
                      counts is not None else noisy_values(bins.exact[j], plans[j], self._sampler)
                      for j in range(plan.n_measurements)]
-            return self._post.rows(plan, bins, noisy, values,
-                                   lambda: post_processing_sql(prepared.analysis))
+            return finish_rows(self._post.rows(plan, bins, noisy, values,
+                                               lambda: post_processing_sql(prepared.analysis)),
+                               prepared.outputs, raw_counts=raw_counts)
 
         return self._charged(record, values, charge, sql, cache_key, compute, finish,
                              curve=release_curve(plans, selection))

@@ -296,6 +296,15 @@ def _pager(shell: Shell, argument: str) -> None:
     shell.echo(f"pager is {'on' if shell.pager else 'off'}")
 
 
+@COMMANDS.register("\\raw", "\\raw [on|off]",
+                   "Show noisy counts as drawn, negative ones included (on), or clamped at 0 "
+                   "(off, the default; --raw starts the shell with it on).")
+def _raw(shell: Shell, argument: str) -> None:
+    raw = _switch("\\raw", argument, bool(getattr(shell.conn, "raw_counts", False)))
+    shell.conn.raw_counts = raw
+    shell.echo(f"raw counts are {'on' if raw else 'off (clamped at 0)'}")
+
+
 @COMMANDS.register("\\o", "\\o [FILE]",
                    "Append query results to FILE (footers stay on the terminal); without FILE, "
                    "back to standard output.")

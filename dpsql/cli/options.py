@@ -18,6 +18,8 @@ One convention across `query`, `shell`, `explain`, `audit`, `budget`, `serve` an
                     ``$DPSQL_LEDGER`` (:func:`ledger_default`)
 ``-f/--format``     ``table``, ``csv`` or ``json`` for commands that print rows
 ``-c/--command``    the shell's "run this and exit" (psql's ``-c``); ``-e`` is epsilon
+``--raw``           release noisy counts as drawn, below 0 included (default: clamped at 0;
+                    ``dpsql.connect(raw_counts=True)``)
 ==================  ==========================================================================
 
 The epsilon/delta defaults are per-query spending only; they are public constants, never
@@ -123,6 +125,13 @@ def format_option(*, help: str | None = None) -> Decorator:
     return click.option(
         "-f", "--format", "fmt", type=click.Choice(FORMATS), default="table",
         show_default=True, help=help or "How results are printed.")
+
+
+def raw_option() -> Decorator:
+    """``--raw``: keep noisy counts as drawn (``raw_counts``; default off: clamped at 0)."""
+    return click.option(
+        "--raw", "raw_counts", is_flag=True, default=False,
+        help="Show noisy counts as drawn, negative ones included (default: clamped at 0).")
 
 
 def ledger_default(ledger: str | None, metadata_ledger: str | None) -> str | None:

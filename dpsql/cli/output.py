@@ -17,6 +17,17 @@ def _cell(value: Any) -> Any:
     return value
 
 
+def json_value(value: Any) -> Any:
+    """``json.dumps``'s ``default`` for result values: a Decimal (a DECIMAL column's sum) is a
+    JSON number (its exact digits survive in Python's float only up to ~15 places; JSON
+    readers parse numbers as doubles anyway), anything else its text (dates, bytes)."""
+    import decimal
+
+    if isinstance(value, decimal.Decimal) and value.is_finite():
+        return float(value)
+    return str(value)
+
+
 def row_count(n: int) -> str:
     """psql's footer: ``(1 row)``, ``(3 rows)``."""
     return f"({n} row{'' if n == 1 else 's'})"
@@ -47,7 +58,8 @@ def render_rows(names: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, *
         writer.writerows(rows)
         return buf.getvalue().rstrip("\n")
     if fmt == "json":
-        return json.dumps([dict(zip(names, row, strict=True)) for row in rows], default=str)
+        return json.dumps([dict(zip(names, row, strict=True)) for row in rows],
+                          default=json_value)
     from tabulate import tabulate  # imported here: `dpsql --help` should not pay for it
 
     return tabulate([[_cell(v) for v in row] for row in rows], headers=list(names),
@@ -70,4 +82,7 @@ def release_line(release: Any, remaining: tuple[float, float] | None = None) -> 
                for c in release.columns if getattr(c, "interval_95", None) is not None]
     if widths:
         parts.append("95% interval: " + ", ".join(widths))
+    hidden = [c.name for c in release.columns if getattr(c, "accuracy_note", None)]
+    if hidden:
+        parts.append(f"{', '.join(hidden)}: accuracy not publishable (data-dependent noise)")
     return "; ".join(parts)

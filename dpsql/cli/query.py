@@ -20,8 +20,9 @@ from dpsql.cli.options import (
     format_option,
     ledger_option,
     metadata_option,
+    raw_option,
 )
-from dpsql.cli.output import release_line, render_rows
+from dpsql.cli.output import json_value, release_line, render_rows
 from dpsql.errors import Error
 from dpsql.metadata import load_metadata
 
@@ -43,11 +44,12 @@ from dpsql.metadata import load_metadata
 @ledger_option()
 @no_ledger_option
 @format_option()
+@raw_option()
 @backend_options
 @click.argument("sql")
 def command(metadata: Path, database: str | None, epsilon: float, delta: float,
             mechanism: str, calibration: str, analyst: str | None, ledger: str | None,
-            no_ledger: bool, fmt: str, backend: str,
+            no_ledger: bool, fmt: str, raw_counts: bool, backend: str,
             spark_master: str | None, sql: str) -> int:
     """Run SQL with differential privacy and print the noisy rows and the release record.
 
@@ -60,7 +62,7 @@ def command(metadata: Path, database: str | None, epsilon: float, delta: float,
         ledger_arg = ledger_argument(md, ledger, no_ledger)
         who = analyst_required(analyst) if ledger_arg is not None else (analyst or "owner")
         with dpsql.connect(database, md, analyst=who, ledger=ledger_arg, backend=backend,
-                           spark=spark) as conn:
+                           spark=spark, raw_counts=raw_counts) as conn:
             cur = conn.cursor()
             cur.execute(sql, epsilon=epsilon, delta=delta, mechanism=mechanism,
                         calibration=calibration)
@@ -75,7 +77,7 @@ def command(metadata: Path, database: str | None, epsilon: float, delta: float,
         return 1
     if fmt == "json":
         click.echo(json.dumps({"columns": names, "rows": [list(r) for r in rows],
-                               "release": asdict(release)}, default=str))
+                               "release": asdict(release)}, default=json_value))
     else:
         # data on standard output, footers on standard error, in every format (as psql -c)
         click.echo(render_rows(names, rows, fmt))

@@ -35,6 +35,7 @@ from dpsql.cli.options import (
     format_option,
     ledger_option,
     metadata_option,
+    raw_option,
 )
 from dpsql.cli.output import release_line, render_rows, row_count
 from dpsql.cli.script import Statement, script_items, statement_complete
@@ -250,12 +251,13 @@ def _banner(shell: Shell, database: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _remote_shell(url: str, epsilon: float, delta: float, fmt: str, sql: str | None) -> int:
+def _remote_shell(url: str, epsilon: float, delta: float, fmt: str, sql: str | None,
+                  raw_counts: bool = False) -> int:
     """The shell over a `dpsql serve` connection: the analyst-facing schema comes from the
     server (``SHOW dpsql.schema``), the analyst is the URL's authenticated user."""
     from dpsql.remote import RemoteConnection
 
-    conn = RemoteConnection(url, epsilon=epsilon, delta=delta)
+    conn = RemoteConnection(url, epsilon=epsilon, delta=delta, raw_counts=raw_counts)
     try:
         shell = Shell(conn, conn.schema, analyst=conn.analyst, epsilon=epsilon, delta=delta,
                       fmt=fmt, interactive=sql is None and sys.stdin.isatty())
@@ -294,6 +296,7 @@ def history_file() -> Path:
 @delta_option(help="Delta each query may spend; only joins between private tables use it "
               "(\\delta changes it).")
 @format_option(help="How results are printed (\\format changes it).")
+@raw_option()
 @click.option("--owner", is_flag=True,
               help="You own the data: enables \\explain (shows data-dependent values).")
 @click.option("--demo", is_flag=True,
@@ -305,7 +308,7 @@ def history_file() -> Path:
 @backend_options
 def command(database_arg: str | None, database: str | None, metadata: Path | None,
             analyst: str | None, ledger: str | None, no_ledger: bool, epsilon: float,
-            delta: float, fmt: str, owner: bool, demo: bool, sql: str | None,
+            delta: float, fmt: str, raw_counts: bool, owner: bool, demo: bool, sql: str | None,
             execute_sql: str | None, backend: str, spark_master: str | None) -> int:
     """Interactive SQL shell with differential privacy (batch mode with -c or a piped script).
 
@@ -327,7 +330,7 @@ def command(database_arg: str | None, database: str | None, metadata: Path | Non
         if metadata is not None or analyst or ledger is not None or no_ledger or owner or demo:
             raise click.UsageError("a server URL takes no --metadata, --analyst, --ledger, "
                                    "--no-ledger, --owner or --demo: the server holds them")
-        return _remote_shell(database, epsilon, delta, fmt, sql)
+        return _remote_shell(database, epsilon, delta, fmt, sql, raw_counts)
     if demo:
         if backend != "duckdb":
             raise click.UsageError("--demo is a DuckDB database; drop --backend spark")
@@ -351,7 +354,7 @@ def command(database_arg: str | None, database: str | None, metadata: Path | Non
     md = load_metadata(metadata)
     conn = dpsql.connect(database, md,
                          analyst=analyst, ledger=ledger_argument(md, ledger, no_ledger),
-                         backend=backend, spark=spark)
+                         backend=backend, spark=spark, raw_counts=raw_counts)
     try:
         shell = Shell(conn, conn.metadata, analyst=analyst, epsilon=epsilon, delta=delta,
                       owner=owner, fmt=fmt, interactive=sql is None and sys.stdin.isatty())

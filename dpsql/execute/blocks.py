@@ -36,6 +36,7 @@ from dpsql.execute.exact import CompiledPlan, compile_plan, read_bins
 from dpsql.execute.layout import Bins, Domains
 from dpsql.execute.post import PostProcessor, Rows
 from dpsql.execute.post_check import check_rows, check_tables, measurement_dtypes
+from dpsql.execute.typed import clamp_block_counts
 from dpsql.metadata import Metadata
 from dpsql.noise import mechanisms
 from dpsql.noise.apply import noisy_values
@@ -201,9 +202,11 @@ def check_post(post: PostProcessor, prepared: PreparedBlocks, checked: list[Any]
 def compute(backend: Backend, post: PostProcessor, prepared: PreparedBlocks,
             values: list[Any], plans: Sequence[tuple[NoisePlan, ...]],
             domains: Sequence[Domains], sampler: mechanisms.Sampler | None,
-            noise_drawn: Callable[[], None], public: Sequence[PublicRows] = ()) -> Rows:
+            noise_drawn: Callable[[], None], public: Sequence[PublicRows] = (),
+            raw_counts: bool = False) -> Rows:
     """The analyst's rows (module docstring). Call only once the request is charged;
-    ``noise_drawn`` is called before the first noise is drawn."""
+    ``noise_drawn`` is called before the first noise is drawn. A block table's bare COUNT
+    columns are clamped at 0 unless ``raw_counts`` (dpsql.execute.typed)."""
     parts = prepared.parts
     bound: list[Any] = list(values) + [None] * prepared.n_scalars
     # Without scalars to bind, every exact read comes before any noise (a failed read is then
@@ -216,6 +219,8 @@ def compute(backend: Backend, post: PostProcessor, prepared: PreparedBlocks,
         noise_drawn()
         noisy = _noised(b, plans[i], sampler)
         if part.table is not None:
+            if not raw_counts:
+                noisy = clamp_block_counts(part.analysis, noisy)
             tables.append((part.table, _post_sql(part), b, noisy))
             continue
         rows = post.rows(part.compiled.plan, b, noisy, bound,

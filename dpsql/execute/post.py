@@ -153,7 +153,7 @@ def fast_post_process(plan: ExecutionPlan, bins: Bins, noisy: list[np.ndarray]) 
         else:
             assert spec.bounds is not None
             s, c = noisy[spec.index], noisy[spec.count_index]
-            columns.append(np.clip(s / np.maximum(c, 1), spec.bounds[0], spec.bounds[1]))
+            columns.append(_average(s, c, spec.bounds))
             types.append("DOUBLE")
     order = None
     if plan.fast_order:
@@ -173,6 +173,14 @@ def fast_post_process(plan: ExecutionPlan, bins: Bins, noisy: list[np.ndarray]) 
     filled = [bins.key(spec.index, order) if c is None else c
               for c, spec in zip(columns, plan.fast_path, strict=True)]
     return plan.output_names, tuple(types), _rows(filled)
+
+
+def _average(s: np.ndarray, c: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
+    """AVG from its noisy SUM ``s`` and COUNT ``c`` (rewrite.post._avg_expression's numpy
+    twin): the ratio clamped to the bounds, NaN where the noisy count is <= 0 (NULL in the
+    rows: see _rows; ORDER BY sorts it last ascending, as DuckDB's NULLS LAST)."""
+    ratio = np.clip(s / np.maximum(c, 1), bounds[0], bounds[1]).astype(np.float64)
+    return np.where(c > 0, ratio, np.nan)
 
 
 def sort_order(keys: list[np.ndarray], n: int) -> np.ndarray:
@@ -195,8 +203,15 @@ def sort_order(keys: list[np.ndarray], n: int) -> np.ndarray:
 
 
 def _rows(columns: list[np.ndarray]) -> list[tuple[Any, ...]]:
-    """Result rows from columns (run with the garbage collector paused, see ``gc_paused``)."""
-    return list(zip(*(c.tolist() for c in columns), strict=True))
+    """Result rows from columns (run with the garbage collector paused, see ``gc_paused``).
+    NaN in a float column is NULL (an AVG over a count <= 0: noisy values are never NaN)."""
+    return list(zip(*(_values(c) for c in columns), strict=True))
+
+
+def _values(column: np.ndarray) -> list[Any]:
+    if column.dtype.kind == "f" and np.isnan(column).any():
+        return [None if v != v else v for v in column.tolist()]
+    return column.tolist()
 
 
 @contextmanager

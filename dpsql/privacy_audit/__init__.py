@@ -29,6 +29,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,8 @@ def _cells(draws: list[dict[tuple, tuple]]) -> dict[tuple, np.ndarray]:
     for draw in draws:
         for key, row in draw.items():
             for i, value in enumerate(row):
-                if isinstance(value, int | float) and not isinstance(value, bool):
+                # Decimal: a DECIMAL column's sum (dpsql.execute.typed)
+                if isinstance(value, int | float | Decimal) and not isinstance(value, bool):
                     out.setdefault((key, i), []).append(float(value))
     return {cell: np.asarray(v) for cell, v in out.items() if len(v) == len(draws)}
 

@@ -52,6 +52,13 @@ class ColumnRelease:
     #: Gaussian's sigma); for R2T, each truncation level's scale (``level_scales``)
     noise_scale: float | None = None
     level_scales: tuple[float, ...] | None = None
+    #: why no half-width is given, in words, when the reason is the noise itself: a smoothed
+    #: column's scale depends on the data (:data:`NOT_PUBLISHABLE`)
+    accuracy_note: str | None = None
+
+
+#: the record's words for a column whose noise scale is data-dependent (smoothed)
+NOT_PUBLISHABLE = "accuracy not publishable: data-dependent noise"
 
 
 @dataclass(frozen=True)
@@ -192,6 +199,8 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
         calibrations = sorted({p.calibration for p in parts if p.calibration})
         if calibrations and not extra:  # AVG, arithmetic: sigma is not the column's
             extra = {"calibration": "+".join(calibrations)}
+        if not all(p.pure for p in parts):
+            extra["accuracy_note"] = NOT_PUBLISHABLE
         out.append(ColumnRelease(col.name, mech, math.fsum(p.epsilon for p in parts),
                                  math.fsum(p.delta for p in parts), width,
                                  _post_processing(parts), **extra))

@@ -40,13 +40,16 @@ def _replacement_map(analysis: QueryAnalysis) -> dict[str, exp.Expression]:
 
 
 def _avg_expression(sum_i: int, count_i: int, bounds: tuple[float, float]) -> exp.Expression:
-    # Post-processing of noisy values: a noisy count can be <= 0, so divide by max(count, 1)
-    # and clamp to the bounds the true average lies in.
+    # Post-processing of noisy values: NULL where the noisy count is <= 0 (as SQL's AVG of no
+    # row; a ratio there would be a bound or noise, not an average), else the ratio clamped to
+    # the bounds the true average lies in (max(count, 1) keeps a fractional count safe).
+    count = exp.column(f"__m{count_i}")
     ratio = exp.Div(this=exp.column(f"__m{sum_i}"),
-                    expression=exp.func("GREATEST", exp.column(f"__m{count_i}"),
-                                        exp.convert(1)))
-    return exp.func("LEAST", exp.func("GREATEST", ratio, exp.convert(float(bounds[0]))),
-                    exp.convert(float(bounds[1])))
+                    expression=exp.func("GREATEST", copy_tree(count), exp.convert(1)))
+    clamped = exp.func("LEAST", exp.func("GREATEST", ratio, exp.convert(float(bounds[0]))),
+                       exp.convert(float(bounds[1])))
+    return exp.Case(ifs=[exp.If(this=exp.GT(this=count, expression=exp.convert(0)),
+                                true=clamped)])
 
 
 def _avg_parts(analysis: QueryAnalysis, avg: exp.Avg) -> tuple[int, int, tuple[float, float]]:

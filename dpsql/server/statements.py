@@ -142,7 +142,8 @@ class StatementRunner:
         epsilon, delta = self.budget()
         result = self.session.run(text, values, epsilon=epsilon, delta=delta,
                                   mechanism=self.settings.get("dpsql.mechanism"),
-                                  calibration=self.settings.get("dpsql.calibration"))
+                                  calibration=self.settings.get("dpsql.calibration"),
+                                  raw_counts=self.settings.get("dpsql.raw_counts") == "on")
         return Answer(f"SELECT {len(result.rows)}", result.names, result.types, result.rows,
                       result.release, release_notice(result.release))
 
@@ -202,6 +203,8 @@ class StatementRunner:
         elif name in _NOISE_SETTINGS:
             if value is not None and value.lower() != "default":
                 value = value.strip().strip("'\"").lower()
+                if name == "dpsql.raw_counts":
+                    value = _BOOLEAN.get(value, value)
                 if value not in _NOISE_SETTINGS[name]:
                     choices = " or ".join(repr(c) for c in _NOISE_SETTINGS[name])
                     raise ProgrammingError(f"{name} must be {choices}, got {value!r}")
@@ -210,7 +213,7 @@ class StatementRunner:
         elif name.startswith("dpsql."):
             raise ProgrammingError(
                 f'unrecognized configuration parameter "{name}": dpsql has dpsql.epsilon, '
-                "dpsql.delta, dpsql.mechanism and dpsql.calibration")
+                "dpsql.delta, dpsql.mechanism, dpsql.calibration and dpsql.raw_counts")
         if value is None:
             if name in DEFAULT_SETTINGS:
                 self.settings[name] = DEFAULT_SETTINGS[name]
@@ -247,7 +250,12 @@ class StatementRunner:
 
 #: the noise settings (SET dpsql.mechanism / dpsql.calibration): their choices, default first
 _NOISE_SETTINGS: dict[str, tuple[str, ...]] = {
-    "dpsql.mechanism": MECHANISMS, "dpsql.calibration": CALIBRATIONS}
+    "dpsql.mechanism": MECHANISMS, "dpsql.calibration": CALIBRATIONS,
+    # noisy counts as drawn (on) or clamped at 0 (off, the default): dpsql.execute.typed
+    "dpsql.raw_counts": ("off", "on")}
+#: PostgreSQL's spellings of a boolean setting
+_BOOLEAN = {"on": "on", "true": "on", "yes": "on", "1": "on",
+            "off": "off", "false": "off", "no": "off", "0": "off"}
 
 
 def release_notice(release: Release) -> tuple[str, str]:

@@ -37,6 +37,7 @@ SHARED = {
     "--analyst": (("-a", "--analyst"), "analyst"),
     "--ledger": (("-l", "--ledger"), "ledger"),
     "--format": (("-f", "--format"), "fmt"),
+    "--raw": (("--raw",), "raw_counts"),
 }
 # `budget set` grants totals: same flags and names, but required epsilon and a delta of 0
 TOTALS = {"budget set"}
@@ -57,6 +58,7 @@ EXPECTED = {
     "--ledger": {"query", "shell", "serve", "budget set", "budget show", "budget reset",
                  "budget list", "audit log", "metadata build", "analyst add", "analyst list"},
     "--format": {"query", "shell", "budget list"},
+    "--raw": {"query", "shell"},  # counts as drawn (dpsql.connect(raw_counts=True))
 }
 
 

@@ -113,3 +113,13 @@ def test_a_query_of_several_releases_is_audited_as_one_mechanism(world, sampler)
                    runs=200 if sampler is None else 400, confidence=CONFIDENCE, sampler=sampler)
     assert report.exact_change == 4.0  # a row moves between the groups: each n by 1, doubled
     assert report.verdict == ("pass" if sampler is None else "fail")
+def test_decimal_sums_are_audited_cells() -> None:
+    """A DECIMAL column's sum is released as a Decimal (dpsql.execute.typed): still a cell."""
+    from decimal import Decimal
+
+    from dpsql.privacy_audit import _cells
+
+    draws = [{("a",): (Decimal("1.25"), 3, "text")}, {("a",): (Decimal("2.50"), 4, "text")}]
+    cells = _cells(draws)
+    assert sorted(cells) == [(("a",), 0), (("a",), 1)]
+    assert cells[(("a",), 0)].tolist() == [1.25, 2.5]

@@ -52,7 +52,25 @@ def test_a_smoothed_release_shows_no_half_width():
     assert record.mechanism == "smoothed_discrete_laplace"
     assert record.columns[0].half_width_95 is None  # it would reveal the smoothed scale
     assert record.columns[0].noise_scale is None  # so would this
+    # ... and the record says so in words
+    assert record.columns[0].accuracy_note == "accuracy not publishable: data-dependent noise"
     assert (record.epsilon, record.delta) == (0.1, 1e-8)
+
+
+def test_only_a_smoothed_column_carries_the_not_publishable_note():
+    pure, _ = _record("SELECT COUNT(*) AS n, AVG(v) AS m FROM t", BOTH, Budget(0.5))
+    assert [c.accuracy_note for c in pure.columns] == [None, None]
+    public, _ = _record("SELECT COUNT(*) AS n FROM p", BOTH, None)
+    assert public.columns[0].accuracy_note is None
+
+
+def test_the_footer_says_accuracy_is_not_publishable_for_a_smoothed_column():
+    from dpsql.cli.output import release_line
+
+    record, _ = _record(JOIN, FLEX, Budget(0.1, 1e-8))
+    line = release_line(record)
+    assert "n: accuracy not publishable (data-dependent noise)" in line
+    assert "±" not in line
 
 
 def test_a_public_release_is_exact_and_free():

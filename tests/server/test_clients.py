@@ -132,6 +132,27 @@ def test_pandas_read_sql_through_sqlalchemy(server: ServerProcess) -> None:
         engine.dispose()
 
 
+def test_pandas_read_sql_over_the_server_is_typed_and_warns_nothing(
+        server: ServerProcess) -> None:
+    """The typed results (dpsql.execute.typed) encode on the wire: COUNT and the SUM of an
+    INTEGER column arrive as int8, and pandas reads them without a warning."""
+    pd = pytest.importorskip("pandas")
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    import warnings
+
+    engine = sqlalchemy.create_engine(
+        f"postgresql+psycopg://alice:{PASSWORDS['alice']}@{server.host}:{server.port}/shop")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            frame = pd.read_sql("SELECT status, COUNT(*) AS n, SUM(quantity) AS q FROM orders "
+                                "GROUP BY status", engine)
+    finally:
+        engine.dispose()
+    assert str(frame["n"].dtype) == "int64" and str(frame["q"].dtype) == "int64"
+    assert (frame["n"] >= 0).all()
+
+
 def _budget(server: ServerProcess, user: str) -> tuple:
     with psycopg.connect(server.dsn(user), autocommit=True) as conn:
         row = conn.execute("SHOW dpsql.budget").fetchone()
@@ -349,6 +370,33 @@ def test_psycopg_set_and_show_the_gaussian_mechanism(server: ServerProcess) -> N
     with Ledger(server.ledger, create=False) as ledger:
         last = ledger.status(server.database_id, "alice").history[-1]
     assert last.mechanism == "discrete_gaussian" and last.delta == pytest.approx(1e-7)
+
+
+def test_raw_counts_is_a_session_setting(server: ServerProcess) -> None:
+    """SET dpsql.raw_counts (PostgreSQL's boolean spellings) reaches the release: the record
+    names the count's clamp only while it is off; dpsql.connect(url, raw_counts=True) sets it."""
+    details: list[str | None] = []
+    sql = "SELECT COUNT(*) AS n FROM orders WHERE quantity = 9"
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: details.append(d.message_detail))
+        assert conn.execute("SHOW dpsql.raw_counts").fetchone() == ("off",)
+        conn.execute("SET dpsql.epsilon = 0.1")
+        conn.execute(sql).fetchone()
+        assert "clamped at 0" in (details[-1] or "")
+        conn.execute("SET dpsql.raw_counts = true")
+        assert conn.execute("SHOW dpsql.raw_counts").fetchone() == ("on",)
+        conn.execute(sql).fetchone()
+        assert "clamped at 0" not in (details[-1] or "")
+        with pytest.raises(psycopg.Error, match=r"dpsql\.raw_counts must be 'off' or 'on'"):
+            conn.execute("SET dpsql.raw_counts = 'sometimes'")
+    with dpsql.connect(server.url(), epsilon=0.1, raw_counts=True) as remote:
+        cur = remote.execute(sql)  # the raw answer above, cached
+        assert cur.release is not None and cur.release.cached
+        assert cur.release.columns[0].post_processing is None
+        remote.raw_counts = False  # what the shell's \raw off does
+        cur = remote.execute(sql)  # the clamped answer above, cached
+        assert cur.release is not None and cur.release.cached
+        assert "clamped at 0" in (cur.release.columns[0].post_processing or "")
 
 
 def test_remote_driver_passes_the_mechanism(server: ServerProcess) -> None:

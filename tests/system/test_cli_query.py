@@ -128,3 +128,39 @@ def test_mechanism_option_releases_gaussian_noise(run):
     code, out, err = run("-e", "1", "--delta", "1e-6", "--mechanism", "gaussian",
                          "--calibration", "classical", "SELECT COUNT(*) FROM people")
     assert code != 0 and "epsilon < 1" in err
+
+
+def test_counts_are_clamped_at_zero_unless_raw(run):
+    """--raw reaches the connection (dpsql.connect(raw_counts=True)): the record says the count
+    was clamped by default and not with --raw. At epsilon 0.001 (scale 1,000 per bin) a
+    count of 0 rows is released below 0 about half the time: never by default."""
+    sql = "SELECT sex, COUNT(*) AS n FROM people WHERE age > 200 GROUP BY sex"
+    code, out, _ = run("-e", "0.001", "-f", "json", sql)
+    assert code == 0
+    clamped = json.loads(out)
+    assert all(n >= 0 for _, n in clamped["rows"])
+    (note,) = [c["post_processing"] for c in clamped["release"]["columns"] if c["name"] == "n"]
+    assert note == "noisy count clamped at 0 (post-processing)"
+    code, out, _ = run("--raw", "-e", "0.001", "-f", "json", sql)
+    assert code == 0
+    raw = json.loads(out)
+    assert [c["post_processing"] for c in raw["release"]["columns"]] == [None, None]
+
+
+def test_json_output_has_numbers_for_typed_sums(capsys, tmp_path):
+    """A DECIMAL column's sum (a Decimal in Python) is a JSON number, not a string."""
+    import duckdb
+
+    db = tmp_path / "p.duckdb"
+    with duckdb.connect(str(db)) as con:
+        con.execute("CREATE TABLE p AS SELECT 1.25::DECIMAL(15,2) AS price, 3 AS qty")
+    md = tmp_path / "p.yaml"
+    md.write_text("tables:\n  p:\n    columns:\n"
+                  "      price: {bounds: [0, 10], type: 'DECIMAL(15,2)'}\n"
+                  "      qty: {bounds: [0, 10], type: INTEGER}\n")
+    code = main(["query", "-m", str(md), "-d", str(db), "--no-ledger", "-e", "100", "-f", "json",
+                 "SELECT SUM(price) AS s, SUM(qty) AS q FROM p"])
+    assert code == 0
+    ((s, q),) = json.loads(capsys.readouterr().out)["rows"]
+    assert isinstance(s, float) and isinstance(q, int)
+    assert abs(s - 1.25) < 10 and abs(q - 3) < 10  # scale 0.2 per sum: fails w.p. e^-50

@@ -460,3 +460,19 @@ def test_output_to_a_file(shop: DemoFiles, sh: ShellRunner, tmp_path: Path) -> N
 def test_pager_command(shop: DemoFiles, sh: ShellRunner) -> None:
     proc = sh("-c", "\\pager\n\\pager on\n")
     assert proc.stdout.splitlines() == ["pager is off", "pager is on"]
+
+
+def test_raw_switches_clamped_counts_to_counts_as_drawn(shop: DemoFiles, sh: ShellRunner) -> None:
+    """\\raw on: noisy counts as drawn; off (the default): clamped at 0. Every bin below is
+    empty and noised at scale 100, so about half its raw counts are negative (all 50 are
+    non-negative with probability ~1e-15), none of its clamped ones."""
+    sql = ("SELECT product_id, COUNT(*) AS n FROM orders WHERE quantity > 100 "
+           "GROUP BY product_id;\n")
+    proc = sh("-f", "json", "-e", "0.01", stdin=f"{sql}\\raw on\n{sql}\\raw\n")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    clamped, raw = json.loads(lines[0]), json.loads(lines[2])
+    assert len(clamped) == len(raw) >= 30
+    assert all(r["n"] >= 0 for r in clamped)
+    assert any(r["n"] < 0 for r in raw)
+    assert lines[1] == "raw counts are on" and lines[3] == "raw counts are off (clamped at 0)"

@@ -1,0 +1,305 @@
+"""Honest numbers: the released values typed like the columns they summarise.
+
+Post-processing of noisy values only (it runs after the noise, on the rows the analyst's outer
+SELECT produced, and reads nothing else), so it costs no privacy (docs/privacy.md, section 2's
+"honest numbers" row). The rules, one per output column, are chosen from the SQL and the public
+metadata alone (:func:`output_rules`, at prepare time), never from a value:
+
+* a bare ``COUNT`` column (``COUNT(*) AS n``, with or without FILTER) is an integer clamped at 0
+  (a noisy count can fall below zero; no count can), unless the request asks for raw counts;
+* a bare ``SUM`` of a base column of an integer type (TINYINT ... HUGEINT) is rounded to the
+  nearest integer (half to even) and described as BIGINT, saturated at BIGINT's range (only an
+  absurd noise scale reaches it);
+* a bare ``SUM`` of a DECIMAL(p, s) base column is a :class:`decimal.Decimal` quantized to s
+  places (half to even) and described as DECIMAL(38, s), DuckDB's type of that SUM; a value
+  beyond 38 digits saturates like the integer one;
+* a group key that is a base column is described with that column's declared (or
+  database-filled) type, e.g. DECIMAL(15,2), whatever type its domain's values were read as;
+* every other column (AVG, the variance family, arithmetic, computed keys) is left as the
+  post-processing produced it.
+
+A value that is not finite (NaN or infinite noise: never for a finite scale) becomes NULL in
+an integer or decimal column, which cannot hold it. NULL stays NULL.
+
+:func:`release_notes` says, per column, which rule was applied (the release record's
+``post_processing``); the rules are public, so the notes are too.
+
+A request of several releases (dpsql.execute.blocks) gets the rules of its final query when
+that is the second phase of a two-phase query (:func:`final_rules`); a block table's bare
+COUNT columns are clamped at the measurement (:func:`clamp_block_counts`), before the
+analyst's outer query reads them.
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from sqlglot import exp
+from sqlglot.optimizer.scope import build_scope
+
+from dpsql.analysis.checks import key_of
+from dpsql.analysis.keytypes import normalise
+from dpsql.analysis.model import OutputColumn, QueryAnalysis
+from dpsql.metadata import Metadata
+from dpsql.release.record import Release
+
+Rows = tuple[tuple[str, ...], tuple[str, ...], list[tuple[Any, ...]]]
+
+BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
+#: DuckDB's widest DECIMAL, the type of SUM over a DECIMAL column
+DECIMAL_DIGITS = 38
+
+_CONTEXT = decimal.Context(prec=DECIMAL_DIGITS + 2, rounding=decimal.ROUND_HALF_EVEN)
+
+#: the release record's words for each rule (docs/privacy.md, post-processing)
+CLAMPED_COUNT = "noisy count clamped at 0 (post-processing)"
+ROUNDED_SUM = "noisy sum rounded to an integer, like the integer column it sums"
+DECIMAL_SUM = "noisy sum rounded to {scale} decimal places, like the DECIMAL column it sums"
+AVG_NULL = "NULL where the noisy count it divides by is <= 0, else clamped to the bounds"
+
+
+@dataclass(frozen=True)
+class OutputRule:
+    """How one output column is finished: ``kind`` is "count", "integer_sum",
+    "decimal_sum", "key" or "as_is"; ``type`` the type name it is described with (None: the
+    post-processing's); ``scale`` a decimal sum's places."""
+
+    kind: str = "as_is"
+    type: str | None = None
+    scale: int = 0
+
+
+AS_IS = OutputRule()
+
+
+def _base_type(column: exp.Expression, query: exp.Select, metadata: Metadata) -> str | None:
+    """The declared type of ``column`` when it reads a base table of the top-level FROM
+    directly (not a CTE or a derived table), else None."""
+    if not isinstance(column, exp.Column) or not column.table:
+        return None
+    try:
+        scope = build_scope(query)
+    except Exception:  # sqlglot's scope builder on an unusual tree: no rule
+        return None
+    source = None if scope is None else scope.sources.get(column.table)
+    if not isinstance(source, exp.Table):
+        return None
+    table = metadata.tables.get(source.name.lower())
+    if table is None:
+        return None
+    col = table.columns.get(column.name.lower())
+    return None if col is None else col.type
+
+
+def _rule(col: OutputColumn, analysis: QueryAnalysis, metadata: Metadata,
+          keys: dict[tuple[str, str] | str, str | None]) -> OutputRule:
+    inner = col.node.this if isinstance(col.node, exp.Alias) else col.node
+    if inner is None:
+        return AS_IS
+    if col.kind == "group_key":
+        declared = keys.get(key_of(inner))
+        return OutputRule("key", declared) if declared else AS_IS
+    if col.kind != "aggregate" or not col.bare_aggregate or len(col.measurements) != 1:
+        return AS_IS
+    agg = inner.this if isinstance(inner, exp.Filter) else inner
+    if isinstance(agg, exp.Count):
+        return OutputRule("count", "BIGINT")
+    if not isinstance(agg, exp.Sum) or agg.args.get("distinct"):
+        return AS_IS
+    dtype = normalise(_base_type(agg.this, analysis.query, metadata))
+    if dtype is None:
+        return AS_IS
+    if dtype.this in exp.DataType.INTEGER_TYPES:
+        return OutputRule("integer_sum", "BIGINT")
+    if dtype.this == exp.DataType.Type.DECIMAL:
+        sizes = [e.sql() for e in dtype.expressions]
+        scale = int(sizes[1]) if len(sizes) > 1 and sizes[1].isdigit() else 0
+        return OutputRule("decimal_sum", f"DECIMAL({DECIMAL_DIGITS},{scale})", scale)
+    return AS_IS
+
+
+def _key_type(declared: str | None) -> str | None:
+    """A plain key's description: its declared type as written (upper case), when it is a
+    readable type without a collation; else None (the post-processing's)."""
+    if declared is None or normalise(declared) is None:
+        return None
+    return declared.strip().upper()
+
+
+def output_rules(analysis: QueryAnalysis, metadata: Metadata) -> tuple[OutputRule, ...]:
+    """One rule per output column of ``analysis`` (module docstring): a function of the SQL
+    and the metadata only. ``metadata`` should be the session's (types filled from the
+    database)."""
+    keys: dict[tuple[str, str] | str, str | None] = {
+        key_of(k.node): _key_type(k.type) for k in analysis.group_keys
+            if isinstance(k.node, exp.Column) and k.derived_domain is None}
+    return tuple(_rule(c, analysis, metadata, keys) for c in analysis.columns)
+
+
+def _integers(column: Sequence[Any]) -> tuple[Any, ...]:
+    """Integer sums: each value rounded half to even, saturated at BIGINT's range."""
+    if None not in column:
+        floats = np.asarray(column, dtype=np.float64)
+        if np.all(np.abs(floats) < 2.0**62):  # np.rint rounds half to even, as round()
+            return tuple(np.rint(floats).astype(np.int64).tolist())
+    out: list[Any] = []
+    for value in column:
+        if value is None:
+            out.append(None)
+            continue
+        v = float(value)
+        if BIGINT_MIN < v < BIGINT_MAX:
+            out.append(round(v))
+        elif math.isfinite(v):
+            out.append(BIGINT_MAX if v > 0 else BIGINT_MIN)
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+def _decimals(column: Sequence[Any], scale: int) -> tuple[Any, ...]:
+    """DECIMAL sums: each value rounded half to even to ``scale`` places (a float's exact
+    binary value is rounded, so 1.005, stored as 1.00499..., gives 1.00), saturated at
+    DECIMAL(38, scale)'s range."""
+    quantum = decimal.Decimal(1).scaleb(-scale)
+    limit = decimal.Decimal(10) ** (DECIMAL_DIGITS - scale) - quantum
+    float_limit = float(limit)
+    text = f".{scale}f"
+    out: list[Any] = []
+    for value in column:
+        if value is None:
+            out.append(None)
+        elif isinstance(value, decimal.Decimal):
+            out.append(None if not value.is_finite() else
+                       min(max(value, -limit), limit).quantize(quantum, context=_CONTEXT))
+        else:
+            v = float(value)
+            if -float_limit < v < float_limit:
+                out.append(decimal.Decimal(format(v, text)))
+            elif math.isfinite(v):
+                out.append(limit if v > 0 else -limit)
+            else:
+                out.append(None)
+    return tuple(out)
+
+
+def _counts(column: Sequence[Any]) -> tuple[Any, ...]:
+    """Noisy counts clamped at 0 (NULL stays NULL)."""
+    return tuple(None if v is None else (v if v >= 0 else type(v)(0)) for v in column)
+
+
+def _clamped_already(rows: Sequence[Sequence[Any]], i: int) -> bool:
+    """True when no count in column ``i`` is below 0 (the common case: nothing to clamp)."""
+    try:
+        return bool(min(r[i] for r in rows) >= 0)  # rows is not empty (finish checks)
+    except TypeError:  # a NULL count (or a value that is not a number): check one by one
+        try:
+            return min((r[i] for r in rows if r[i] is not None), default=0) >= 0
+        except TypeError:
+            return False
+
+
+def finish(rows: Rows, rules: Sequence[OutputRule], *, raw_counts: bool = False) -> Rows:
+    """``rows`` (names, types, values) with every column finished by its rule. Guarantee:
+    reads nothing but ``rows`` and the rules (post-processing); a column count that does not
+    match the rules (which :func:`output_rules` never gives) leaves the rows as they are."""
+    names, types, values = rows
+    if not rules or len(rules) != len(names) or all(r is AS_IS for r in rules):
+        return rows
+    out_types = tuple(r.type or t for r, t in zip(rules, types, strict=True))
+    fixers = [(i, rule) for i, rule in enumerate(rules)
+              if rule.kind in ("count", "integer_sum", "decimal_sum")]
+    if not fixers or not values:
+        return names, out_types, values
+    work = [(i, rule) for i, rule in fixers
+            if rule.kind != "count" or not (raw_counts or _clamped_already(values, i))]
+    if not work:
+        return names, out_types, values
+    columns = list(zip(*values, strict=True))
+    for i, rule in work:
+        if rule.kind == "count":
+            columns[i] = _counts(columns[i])
+        elif rule.kind == "integer_sum":
+            columns[i] = _integers(columns[i])
+        else:
+            columns[i] = _decimals(columns[i], rule.scale)
+    finished = list(zip(*columns, strict=True))
+    return names, out_types, finished
+
+
+def release_notes(analysis: QueryAnalysis, rules: Sequence[OutputRule], *,
+                  raw_counts: bool = False) -> tuple[str | None, ...]:
+    """Per output column, the words for the post-processing :func:`finish` applies (and for
+    AVG's NULL rule), or None."""
+    notes: list[str | None] = []
+    for col, rule in zip(analysis.columns, rules, strict=True):
+        if rule.kind == "count" and not raw_counts:
+            notes.append(CLAMPED_COUNT)
+        elif rule.kind == "integer_sum":
+            notes.append(ROUNDED_SUM)
+        elif rule.kind == "decimal_sum":
+            notes.append(DECIMAL_SUM.format(scale=rule.scale))
+        elif col.kind == "aggregate" and col.function == "AVG":
+            notes.append(AVG_NULL)
+        else:
+            notes.append(None)
+    return tuple(notes)
+
+
+def annotate(record: Release, notes: Sequence[str | None]) -> Release:
+    """``record`` with each column's note (:func:`release_notes`) added to its
+    ``post_processing`` (after any it has). Columns and notes pair in order; a record with
+    another number of columns is returned as it is."""
+    if len(notes) != len(record.columns) or not any(notes):
+        return record
+    columns = tuple(
+        c if note is None else replace(
+            c, post_processing=note if not c.post_processing else f"{c.post_processing}; {note}")
+        for c, note in zip(record.columns, notes, strict=True))
+    return replace(record, columns=columns)
+
+
+def final_rules(prepared: Any, metadata: Metadata, raw_counts: bool = False
+                ) -> tuple[tuple[OutputRule, ...], tuple[str | None, ...]]:
+    """The rules of a query of several releases (:class:`dpsql.execute.blocks.PreparedBlocks`)
+    and the notes of its combined record (one per column, every part's in order).
+
+    Rules: those of its final query when it is the second phase of a two-phase query (its rows
+    are that query's own, column for column); none when the analyst's query runs over block
+    tables (its columns are the analyst's arithmetic over them). Notes: the final query's, and
+    for each block table the counts :func:`clamp_block_counts` clamps."""
+    notes: list[str | None] = []
+    rules: tuple[OutputRule, ...] = ()
+    for part in prepared.parts:
+        if part.table is not None:
+            counts = _bare_counts(part.analysis)
+            notes += [CLAMPED_COUNT if c.measurements and c.measurements[0] in counts
+                      and c.function == "COUNT" and c.bare_aggregate and not raw_counts
+                      else None for c in part.analysis.columns]
+        elif part.param is None:
+            rules = output_rules(part.analysis, metadata)
+            notes += release_notes(part.analysis, rules, raw_counts=raw_counts)
+        else:
+            notes += [None] * len(part.analysis.columns)
+    return rules, tuple(notes)
+
+
+def _bare_counts(analysis: QueryAnalysis) -> set[int]:
+    """The measurements that are a bare COUNT column of ``analysis``."""
+    return {c.measurements[0] for c in analysis.columns
+            if c.kind == "aggregate" and c.function == "COUNT" and c.bare_aggregate
+            and len(c.measurements) == 1}
+
+
+def clamp_block_counts(analysis: QueryAnalysis, noisy: list[np.ndarray]) -> list[np.ndarray]:
+    """A block table's noisy measurements with each bare COUNT column's clamped at 0, before
+    the block's rows are computed (post-processing). Clamping the measurement itself changes
+    nothing else the block computes from it: an AVG is NULL over a count <= 0 either way, and
+    the variance family divides by max(n, 1) or max(n, 2)."""
+    counts = _bare_counts(analysis)
+    return [np.maximum(v, 0) if j in counts else v for j, v in enumerate(noisy)]
