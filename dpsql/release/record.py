@@ -45,6 +45,9 @@ class ColumnRelease:
     sigma: float | None = None
     accuracy_alpha: float | None = None
     accuracy_beta: float | None = None
+    #: a value chosen by the exponential mechanism over a public grid (MIN / MAX / quantiles,
+    #: dpsql.execute.selection): the grid's step (public: from the declared bounds)
+    grid_step: float | None = None
 
 
 @dataclass(frozen=True)
