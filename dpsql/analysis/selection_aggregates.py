@@ -181,6 +181,18 @@ def _top_level(node: exp.Expression, query: exp.Select) -> bool:
     return node.arg_key in ("expressions", "having", "order")
 
 
+def epsilon_shares(query: QuantileQuery | TopKQuery, epsilon: float) -> tuple[float, ...]:
+    """How a selection query spends ``epsilon`` (basic composition): quantiles, one share per
+    measurement of ``query.outputs`` (epsilon over the distinct aggregates); top-k,
+    (selection, released counts): all to the selection without a COUNT(*) in the select
+    list, else half each. Depends on the SQL and epsilon only."""
+    if isinstance(query, QuantileQuery):
+        return (epsilon / len(query.aggregates),) * len(query.aggregates)
+    if query.count_column is None:
+        return (epsilon, 0.0)
+    return (epsilon / 2.0, epsilon / 2.0)
+
+
 # --------------------------------------------------------------------------- quantiles
 
 

@@ -31,6 +31,7 @@ from dpsql.analysis.selection_aggregates import (
     SelectionAggregate,
     TopKQuery,
     analyze_selection,
+    epsilon_shares,
 )
 from dpsql.backends.base import Backend
 from dpsql.budget import Budget
@@ -118,17 +119,6 @@ def check_budget(budget: Budget) -> None:
             "without mechanism='gaussian'")
 
 
-def epsilon_shares(prepared: PreparedSelection, epsilon: float) -> tuple[float, ...]:
-    """Quantiles: one share per outputs measurement (epsilon over the distinct aggregates,
-    basic composition); top-k: (selection, released counts), the counts 0 without COUNT(*)."""
-    query = prepared.query
-    if isinstance(query, QuantileQuery):
-        return (epsilon / len(query.aggregates),) * len(query.aggregates)
-    if query.count_column is None:
-        return (epsilon, 0.0)
-    return (epsilon / 2.0, epsilon / 2.0)
-
-
 def _grid_note(query: QuantileQuery) -> str:
     grid = query.grid
     kind = ("every integer of the bounds" if grid.integer else
@@ -142,7 +132,7 @@ def release_record(prepared: PreparedSelection, budget: Budget, n_bins: int) -> 
     """The record (before the charge): epsilon as :func:`epsilon_shares`, delta 0, the
     mechanism per column, the public grid step, and no half-width for a chosen value."""
     query = prepared.query
-    shares = epsilon_shares(prepared, budget.epsilon)
+    shares = epsilon_shares(prepared.query, budget.epsilon)
     columns: list[ColumnRelease] = []
     if isinstance(query, QuantileQuery):
         assert prepared.outputs is not None
@@ -210,7 +200,7 @@ def compute(backend: Backend, post: PostProcessor, prepared: PreparedSelection,
     """Read the exact counts (after the charge), choose, and post-process."""
     bins = read_bins(backend, prepared.compiled, values, domains)
     drawn()
-    shares = epsilon_shares(prepared, budget.epsilon)
+    shares = epsilon_shares(prepared.query, budget.epsilon)
     query = prepared.query
     if isinstance(query, QuantileQuery):
         return _quantiles(post, prepared, query, bins, domains, values, shares)
@@ -226,8 +216,7 @@ def _quantiles(post: PostProcessor, prepared: PreparedSelection, query: Quantile
     chosen = []
     for j, aggregate in enumerate(query.aggregates):
         utilities = quantile_utilities(counts, aggregate)
-        picks = np.array([selection.exponential_mechanism(u, shares[j], query.sensitivity)[0]
-                          for u in utilities], dtype=np.int64)
+        picks = selection.exponential_mechanism_rows(utilities, shares[j], query.sensitivity)
         chosen.append(grid[picks].astype(np.int64) if query.grid.integer else grid[picks])
     key_bins = Bins(domains.types[:-1], chosen, counts.shape[0], domains.values[:-1])
     return post.rows(prepared.outputs, key_bins, chosen, values,
