@@ -165,13 +165,18 @@ def analyze_selection(sql: str, metadata: Metadata) -> QuantileQuery | TopKQuery
         return None  # the ordinary path raises the same error
     if not isinstance(query, exp.Select):
         return None
-    found = [node for node in query.find_all(*_SELECTION_TYPES)
-             if in_same_select(node, query) and _top_level(node, query)]
-    if found:
-        return _quantile_query(query, found, metadata)
+    if _selection_nodes(query):
+        return _quantile_query(query, metadata)
     if maybe_top:
         return _top_k_query(query, metadata)
     return None
+
+
+def _selection_nodes(query: exp.Select) -> list[exp.Expression]:
+    """The selection aggregates of ``query``'s select list, HAVING and ORDER BY, in walk
+    order (the same order in any copy of the tree)."""
+    return [node for node in query.find_all(*_SELECTION_TYPES)
+            if in_same_select(node, query) and _top_level(node, query)]
 
 
 def _top_level(node: exp.Expression, query: exp.Select) -> bool:
@@ -227,7 +232,9 @@ def _describe(node: exp.Expression) -> tuple[exp.Expression, SelectionAggregate,
     if isinstance(arg, exp.Distinct) or node.args.get("distinct"):
         raise UnsupportedConstructError(
             f"{sql_text(target)}: DISTINCT changes no quantile's meaning here: remove it")
-    if arg is None or arg.find(exp.Placeholder) is not None or (
+    if arg is None:
+        raise UnsupportedConstructError(f"{sql_text(target)}: give the argument")
+    if arg.find(exp.Placeholder) is not None or (
             q is not None and q.find(exp.Placeholder) is not None):
         raise UnsupportedConstructError(
             f"{sql_text(target)}: the argument and the quantile must be written in the query "
@@ -256,8 +263,7 @@ def _quantile_value(q: exp.Expression | None, node: exp.Expression) -> float:
     return value
 
 
-def _quantile_query(query: exp.Select, found: list[exp.Expression],
-                    metadata: Metadata) -> QuantileQuery:
+def _quantile_query(query: exp.Select, metadata: Metadata) -> QuantileQuery:
     for agg in query.find_all(*AGGREGATES):
         if in_same_select(agg, query) and _top_level(agg, query):
             raise UnsupportedQueryError(
@@ -277,10 +283,12 @@ def _quantile_query(query: exp.Select, found: list[exp.Expression],
             raise UnsupportedConstructError(
                 "a '?' parameter in the select list of a query with MIN / MAX / quantiles: "
                 "write the value in the query")
-    for i, item in enumerate(query.expressions):  # as the ordinary parse names outputs
-        if not isinstance(item, (exp.Alias, exp.Column, exp.Star)):
-            query.expressions[i] = exp.alias_(item, item.sql(dialect=DIALECT), quoted=True)
-    described = [_describe(node) for node in found]
+    # unnamed outputs named by their text, as the ordinary parse names them
+    query.set("expressions", [
+        item if isinstance(item, (exp.Alias, exp.Column, exp.Star))
+        else exp.alias_(item, item.sql(dialect=DIALECT), quoted=True)
+        for item in query.expressions])
+    described = [_describe(node) for node in _selection_nodes(query)]
     args = {sql_text(arg) for _, _, arg in described}
     if len(args) > 1:
         raise UnsupportedQueryError(
@@ -289,10 +297,7 @@ def _quantile_query(query: exp.Select, found: list[exp.Expression],
     aggregates: list[SelectionAggregate] = []
     outputs, sums = copy_tree(query), copy_tree(query)
     # the copies' nodes in the same walk order as ``found``
-    out_nodes = [n for n in outputs.find_all(*_SELECTION_TYPES)
-                 if in_same_select(n, outputs) and _top_level(n, outputs)]
-    sum_nodes = [n for n in sums.find_all(*_SELECTION_TYPES)
-                 if in_same_select(n, sums) and _top_level(n, sums)]
+    out_nodes, sum_nodes = _selection_nodes(outputs), _selection_nodes(sums)
     for (_, spec, arg), out_node, sum_node in zip(described, out_nodes, sum_nodes, strict=True):
         if spec not in aggregates:
             aggregates.append(spec)
