@@ -314,6 +314,11 @@ def _quantile_query(query: exp.Select, metadata: Metadata) -> QuantileQuery:
     except NotSupportedError as exc:
         # the SUM carrier's refusals name SUM(x): name the analyst's aggregate instead
         message = str(exc.args[0]) if exc.args else str(exc)
+        if _date_column(described[0][2], query, metadata):
+            raise UnsupportedConstructError(
+                f"{label}: MIN / MAX / quantiles of a DATE or TIMESTAMP column are not "
+                "supported yet (day bounds give no numeric grid); group the rows by a date "
+                "part instead: SELECT YEAR(d), COUNT(*) ... GROUP BY YEAR(d)") from None
         if "needs bounds: " in message:
             message = (f"{label} needs bounds (the grid the exponential mechanism chooses "
                        f"from): {message.split('needs bounds: ', 1)[1]}")
@@ -369,6 +374,19 @@ def _constant_stability(analysis: QueryAnalysis, label: str) -> float:
             f"{label} over public tables only: nothing private to protect, and dpsql answers "
             "MIN / MAX / quantiles only over private data; query the public table directly")
     return value
+
+
+def _date_column(arg: exp.Expression, query: exp.Select, metadata: Metadata) -> bool:
+    """Whether ``arg`` names a column with day bounds of a table ``query`` reads (by name:
+    for the refusal's message only)."""
+    if not isinstance(arg, exp.Column):
+        return False
+    for table in query.find_all(exp.Table):
+        if table.name in metadata.tables and (not arg.table or arg.table == table.alias_or_name):
+            column = metadata.table(table.name).columns.get(arg.name)
+            if column is not None and column.date_bounds is not None:
+                return True
+    return False
 
 
 def _integer_column(arg: exp.Expression, query: exp.Select, metadata: Metadata) -> bool:

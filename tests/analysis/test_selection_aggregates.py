@@ -33,6 +33,7 @@ tables:
       y: {max_freq: 10, bounds: [0, 10], type: INTEGER}
       v: {max_freq: 10, bounds: [-1.5, 2.5], type: DOUBLE}
       w: {max_freq: 10, type: DOUBLE}
+      d: {max_freq: 10, type: DATE, bounds: ['2020-01-01', '2020-12-31']}
   u:
     columns:
       id: {max_freq: 1, type: INTEGER}
@@ -117,6 +118,7 @@ def test_where_having_and_order_are_kept():
     ("SELECT MEDIAN(t.y) FROM t JOIN u ON t.id = u.id", UnsupportedQueryError,
      "join of private tables"),
     ("SELECT MEDIAN(w) FROM t", MissingMetricError, r"MEDIAN\(w\) needs bounds"),
+    ("SELECT MIN(d) FROM t", UnsupportedConstructError, "DATE or TIMESTAMP"),
     ("SELECT h, MEDIAN(y) FROM t GROUP BY h", UnsupportedQueryError, "declared domain"),
     ("SELECT MEDIAN(y + ?) FROM t", UnsupportedConstructError, "parameter"),
     ("SELECT quantile(y, 1.5) FROM t", UnsupportedConstructError, "between 0 and 1"),
