@@ -31,6 +31,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.backends.replay import ReplayBackend
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.execute.exact import read_exact
+from dpsql.execute.selection import PreparedSelection
 from dpsql.metadata import Metadata
 from dpsql.noise.mechanisms import Sampler
 from dpsql.privacy_audit.bounds import LossBounds, loss_lower_bounds
@@ -70,6 +71,11 @@ class AuditReport:
 
 def _single_release(session: Session, sql: str) -> Prepared:
     prepared = session.prepare(sql)
+    if isinstance(prepared, PreparedSelection):
+        raise NotSupportedError(
+            "the audit measures noisy values: MIN / MAX / quantiles and top-k by COUNT(*) "
+            "release a choice by the exponential mechanism, which it does not model yet; "
+            "tests/statistical/test_engine_selection_privacy_loss.py checks that path")
     if not isinstance(prepared, Prepared):
         raise NotSupportedError(
             "the audit runs single-release queries: a query with aggregates in CTEs or derived "

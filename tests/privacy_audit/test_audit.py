@@ -91,3 +91,5 @@ def test_queries_with_nothing_to_audit_are_refused(world):
     with pytest.raises(NotSupportedError, match="single-release"):
         audit(database, metadata, "WITH c AS (SELECT COUNT(*) AS n FROM t) SELECT n * 2 FROM c",
               epsilon=1.0)
+    with pytest.raises(NotSupportedError, match="exponential mechanism"):
+        audit(database, metadata, "SELECT MEDIAN(v) FROM t", epsilon=1.0)
