@@ -55,7 +55,7 @@ from dpsql.execute.exact import (
 from dpsql.execute.layout import Domains, selected_bins
 from dpsql.execute.post import PostProcessor, Rows, gc_paused
 from dpsql.execute.post_check import check_rows, measurement_dtypes
-from dpsql.execute.selection import PreparedSelection, prepare_selection
+from dpsql.execute.selection import PreparedSelection, prepare_selection, selection_dtypes
 from dpsql.execute.selection import check_budget as check_selection_budget
 from dpsql.execute.selection import compute as compute_selection
 from dpsql.execute.selection import release_record as selection_record
@@ -275,13 +275,12 @@ class Session:
             self._check_binds(prepared.compiled, values)
             post_sql = outputs.post_sql if outputs is not None else None
             if outputs is not None and post_sql is not None:
-                functions = ["COUNT" if outputs.integer_measurements[0] else "SUM"
-                             ] * outputs.n_measurements
+                dtypes = selection_dtypes(prepared)
                 key_domains = Domains(domains.values[:-1], domains.types[:-1])
                 self._check_post_once(
-                    (post_sql, *domains.types, *functions), values,
+                    (post_sql, *domains.types, *(d.__name__ for d in dtypes)), values,
                     lambda: check_rows(self._post.cursor(), post_sql, outputs.post_params,
-                                       values, key_domains, measurement_dtypes(functions)))
+                                       values, key_domains, dtypes))
         record = selection_record(prepared, budget, domains.n_bins)
         return self._charged(
             record, values, self.ledger, sql, key,

@@ -28,9 +28,10 @@ change-one-row neighbours (docs/privacy.md, section 2, "Selection: quantiles and
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from sqlglot import exp
@@ -50,7 +51,7 @@ from dpsql.errors import (
     UnsupportedConstructError,
     UnsupportedQueryError,
 )
-from dpsql.metadata import Domain, Metadata
+from dpsql.metadata import Column, Domain, Metadata
 
 #: most grid cells a quantile chooses among (a public constant): a float column's bounds are
 #: cut into this many cells; an integer column whose bounds hold at most this many integers
@@ -86,6 +87,16 @@ class Grid:
     cells: int
     step: float
     integer: bool
+    #: a DATE argument: values are days after ``origin`` (the first day of the bounds), and
+    #: the released values are dates
+    origin: datetime.date | None = None
+
+    @staticmethod
+    def of_days(first: datetime.date, last: datetime.date) -> Grid:
+        """The grid of a DATE column with day bounds: every day when there are at most
+        MAX_CELLS of them, else MAX_CELLS cells of equal length (in days)."""
+        grid = Grid.of((0, (last - first).days), True)
+        return replace(grid, origin=first)
 
     @staticmethod
     def of(bounds: tuple[float, float], integer_type: bool) -> Grid:
@@ -104,11 +115,28 @@ class Grid:
             return np.full(self.cells, self.lower)
         return self.lower + (j + 0.5) * self.step
 
+    def released(self) -> np.ndarray:
+        """What cell j releases: int64 on an exact integer grid, dates on a DATE grid (the
+        day of the cell's midpoint, rounded down), else float64."""
+        values = self.values()
+        if self.origin is not None:
+            origin = self.origin
+            out = np.empty(self.cells, dtype=object)
+            out[:] = [origin + datetime.timedelta(days=math.floor(v)) for v in values]
+            return out
+        return values.astype(np.int64) if self.integer else values
+
     def cell_sql(self, arg: exp.Expression) -> exp.Expression:
         """The cell of ``arg`` clamped to the bounds; NULL stays NULL (CASE, never LEAST or
         GREATEST, which skip NULLs). Total for any value, NaN and infinities included (the
         clamp's CASE sends NaN to the upper bound, as the SUM clamp does, so the cast to
         BIGINT is of a finite number in [0, cells]): the exact query cannot fail on one row."""
+        if self.origin is not None:  # days after the first day of the bounds
+            arg = exp.DateDiff(
+                this=exp.TryCast(this=copy_tree(arg), to=exp.DataType.build("DATE")),
+                expression=exp.Cast(this=exp.Literal.string(self.origin.isoformat()),
+                                    to=exp.DataType.build("DATE")),
+                unit=exp.var("DAY"))
         value: exp.Expression = exp.TryCast(this=copy_tree(arg),
                                             to=exp.DataType.build("DOUBLE"))
         clamped = clamp_case(value, self.lower, self.upper)
@@ -315,10 +343,7 @@ def _quantile_query(query: exp.Select, metadata: Metadata) -> QuantileQuery:
         # the SUM carrier's refusals name SUM(x): name the analyst's aggregate instead
         message = str(exc.args[0]) if exc.args else str(exc)
         if _date_column(described[0][2], query, metadata):
-            raise UnsupportedConstructError(
-                f"{label}: MIN / MAX / quantiles of a DATE or TIMESTAMP column are not "
-                "supported yet (day bounds give no numeric grid); group the rows by a date "
-                "part instead: SELECT YEAR(d), COUNT(*) ... GROUP BY YEAR(d)") from None
+            return _date_quantiles(query, described, aggregates, out_analysis, metadata, label)
         if "needs bounds: " in message:
             message = (f"{label} needs bounds (the grid the exponential mechanism chooses "
                        f"from): {message.split('needs bounds: ', 1)[1]}")
@@ -345,6 +370,51 @@ def _quantile_query(query: exp.Select, metadata: Metadata) -> QuantileQuery:
         grid=grid,
         sensitivity=(2.0 if grouped else 1.0) * stability,
         argument=sql_text(arg))
+
+
+def _date_quantiles(query: exp.Select, described: list, aggregates: list[SelectionAggregate],
+                    out_analysis: QueryAnalysis, metadata: Metadata,
+                    label: str) -> QuantileQuery:
+    """Quantiles of a DATE (or TIMESTAMP) base column with day bounds: the grid is the days
+    of the bounds (Grid.of_days); the relation, keys and the qualified argument come from the
+    query with each aggregate replaced by ``COUNT(x)``."""
+    counts = copy_tree(query)
+    arg = described[0][2]
+    for node in _selection_nodes(counts):
+        _target(node).replace(exp.Count(this=copy_tree(arg)))
+    for clause in ("having", "order", "limit", "offset"):
+        counts.set(clause, None)
+    count_analysis = _analysis(counts, metadata, label)
+    stability = _constant_stability(count_analysis, label)
+    if any(k.partition for k in count_analysis.group_keys):
+        raise UnsupportedQueryError(
+            f"{label} per group of a key without a declared domain: the groups would come from "
+            "the data; group by a column with a declared domain")
+    qualified = count_analysis.measurements[0].node.this
+    column = _base_column(qualified, count_analysis.query, metadata)
+    if column is None or column.date_bounds is None:
+        raise UnsupportedConstructError(
+            f"{label}: MIN / MAX / quantiles of dates read a DATE or TIMESTAMP column of a "
+            "declared table with day bounds directly (not a computed or derived value)")
+    grid = Grid.of_days(*column.date_bounds)
+    grouped = bool(count_analysis.group_keys)
+    by_measurement = tuple(aggregates[int(m.node.this.this) - 1]
+                           for m in out_analysis.measurements)
+    return QuantileQuery(
+        outputs=out_analysis,
+        histogram=_histogram(count_analysis, qualified, grid, stability),
+        aggregates=by_measurement, grid=grid,
+        sensitivity=(2.0 if grouped else 1.0) * stability, argument=sql_text(qualified))
+
+
+def _base_column(arg: exp.Expression, query: exp.Select, metadata: Metadata) -> Column | None:
+    """The declared column a qualified column reference reads directly, or None."""
+    if not isinstance(arg, exp.Column):
+        return None
+    for table in query.find_all(exp.Table):
+        if table.alias_or_name == arg.table and table.name in metadata.tables:
+            return metadata.table(table.name).columns.get(arg.name)
+    return None
 
 
 def _target(node: exp.Expression) -> exp.Expression:

@@ -16,6 +16,7 @@ one. The mechanisms are pure: the record's delta is 0.
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -89,8 +90,12 @@ def prepare_selection(sql: str, metadata: Metadata, backend: Backend,
     if isinstance(query, QuantileQuery):
         exact = plan_execution(query.histogram, metadata, stored)
         outputs = plan_execution(query.outputs, metadata, stored)
-        integer = query.grid.integer
+        integer = query.grid.integer and query.grid.origin is None
         outputs = replace(outputs, integer_measurements=(integer,) * outputs.n_measurements)
+        if query.grid.origin is not None:  # dates: the numpy path orders numbers only
+            post_sql, post_params = post_processing_sql(query.outputs)
+            outputs = replace(outputs, fast_path=None, fast_order=(), post_sql=post_sql,
+                              post_params=post_params)
         described = ", ".join(f"{a.function}:{a.quantile!r}" for a in query.aggregates)
         qualified = query.outputs.query.sql(dialect=DIALECT)
         text = (f"selection quantiles [{described}] grid {query.grid}\n{exact.normal_form}\n"
@@ -119,8 +124,25 @@ def check_budget(budget: Budget) -> None:
             "without mechanism='gaussian'")
 
 
+def selection_dtypes(prepared: PreparedSelection) -> list[type]:
+    """The type of each chosen-value column the post-processing sees (dpsql.execute.post_check
+    binds the post-processing SQL over empty columns of these types before the charge)."""
+    query = prepared.query
+    assert isinstance(query, QuantileQuery)
+    kind: type = (datetime.date if query.grid.origin is not None else
+                  np.int64 if query.grid.integer else np.float64)
+    return [kind] * len(query.aggregates)
+
+
 def _grid_note(query: QuantileQuery) -> str:
     grid = query.grid
+    if grid.origin is not None:
+        last = grid.origin + datetime.timedelta(days=int(grid.upper))
+        kind = ("every day" if grid.integer else
+                f"the middle days of {grid.cells} periods of {grid.step:g} days")
+        return (f"exponential mechanism over {kind} from {grid.origin} to {last} (utility "
+                "-|rank - target rank|); no 95% interval: the error depends on how spread the "
+                "data are around the quantile, which is private")
     kind = ("every integer of the bounds" if grid.integer else
             f"the midpoints of {grid.cells} cells of width {grid.step:g}")
     return (f"exponential mechanism over {kind} in [{grid.lower:g}, {grid.upper:g}] "
@@ -212,12 +234,12 @@ def _quantiles(post: PostProcessor, prepared: PreparedSelection, query: Quantile
                shares: Sequence[float]) -> Rows:
     assert prepared.outputs is not None
     counts = cell_counts(bins, query.grid.cells)
-    grid = query.grid.values()
+    grid = query.grid.released()
     chosen = []
     for j, aggregate in enumerate(query.aggregates):
         utilities = quantile_utilities(counts, aggregate)
         picks = selection.exponential_mechanism_rows(utilities, shares[j], query.sensitivity)
-        chosen.append(grid[picks].astype(np.int64) if query.grid.integer else grid[picks])
+        chosen.append(grid[picks])
     key_bins = Bins(domains.types[:-1], chosen, counts.shape[0], domains.values[:-1])
     return post.rows(prepared.outputs, key_bins, chosen, values,
                      lambda: post_processing_sql(query.outputs))

@@ -4,6 +4,8 @@ opened here at all)."""
 
 from __future__ import annotations
 
+import datetime
+
 import numpy as np
 import pytest
 
@@ -93,6 +95,18 @@ def test_grid_is_exact_for_integers_and_cells_otherwise():
     assert Grid.of((3, 3), False).values().tolist() == [3.0]
 
 
+def test_dates_choose_among_the_days_of_their_bounds():
+    query = quantile("SELECT g, MIN(d), MEDIAN(d) FROM t GROUP BY g")
+    assert query.grid.origin == datetime.date(2020, 1, 1)
+    assert (query.grid.cells, query.grid.integer) == (366, True)  # 2020 is a leap year
+    assert query.grid.released()[[0, -1]].tolist() == [datetime.date(2020, 1, 1),
+                                                      datetime.date(2020, 12, 31)]
+    assert query.sensitivity == 2.0
+    long = Grid.of_days(datetime.date(1992, 1, 1), datetime.date(1998, 12, 31))
+    assert (long.cells, long.integer) == (MAX_CELLS, False)
+    assert long.released()[0] == datetime.date(1992, 1, 2)  # the middle day of 2.5 days
+
+
 def test_distinct_aggregates_are_measurements_with_equal_shares():
     query = quantile("SELECT MIN(y) AS lo, MEDIAN(y), MAX(y) AS hi, MIN(y) + 1 AS lo1 FROM t")
     # measurement j of the outputs carrier is aggregates[j]; MIN(y) + 1 reuses MIN's
@@ -118,7 +132,8 @@ def test_where_having_and_order_are_kept():
     ("SELECT MEDIAN(t.y) FROM t JOIN u ON t.id = u.id", UnsupportedQueryError,
      "join of private tables"),
     ("SELECT MEDIAN(w) FROM t", MissingMetricError, r"MEDIAN\(w\) needs bounds"),
-    ("SELECT MIN(d) FROM t", UnsupportedConstructError, "DATE or TIMESTAMP"),
+    ("SELECT MIN(YEAR(d)) FROM t", MissingMetricError, r"MIN\(YEAR\(d\)\) needs bounds"),
+    ("SELECT MIN(d) FROM (SELECT d FROM t) s", UnsupportedConstructError, "DATE or TIMESTAMP"),
     ("SELECT h, MEDIAN(y) FROM t GROUP BY h", UnsupportedQueryError, "declared domain"),
     ("SELECT MEDIAN(y + ?) FROM t", UnsupportedConstructError, "parameter"),
     ("SELECT quantile(y, 1.5) FROM t", UnsupportedConstructError, "between 0 and 1"),

@@ -29,11 +29,15 @@ tables:
       g: {max_freq: 10, releasable: true, domain: {values: [1, 2, 3]}, type: INTEGER}
       y: {max_freq: 10, bounds: [0, 10], type: INTEGER}
       v: {max_freq: 10, bounds: [0, 4], type: DOUBLE}
+      d: {max_freq: 10, bounds: ['2020-01-01', '2020-12-31'], type: DATE}
 """)
 
 #: g = 1: y 1, 2, 2, 3, 7 (and a NULL); g = 2: y 5, 5, 6, 12 (12 is clamped to 10); g = 3: none
 ROWS = [(1, 1, 1, 0.1), (2, 1, 2, 0.5), (3, 1, 2, 2.0), (4, 1, 3, None), (5, 1, 7, 1.0),
         (6, 1, None, 3.5), (7, 2, 5, 0.2), (8, 2, 5, 0.3), (9, 2, 6, 0.4), (10, 2, 12, 9.0)]
+#: the date of each row (2019-12-25 lies before the bounds: clamped to 2020-01-01)
+DATES = ["2020-03-01", "2020-02-29", None, "2020-07-04", "2020-12-31", "2020-01-15",
+         "2019-12-25", "2020-05-05", "2020-05-06", "2020-11-11"]
 
 HUGE = 1e6  # every utility below the maximum has weight exp(-HUGE / 4): never drawn
 
@@ -101,8 +105,9 @@ def test_rows_validate_their_input():
 def database(tmp_path_factory):
     path = tmp_path_factory.mktemp("selection") / "t.duckdb"
     con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE t (id INTEGER, g INTEGER, y INTEGER, v DOUBLE)")
-    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", ROWS)
+    con.execute("CREATE TABLE t (id INTEGER, g INTEGER, y INTEGER, v DOUBLE, d DATE)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)",
+                    [(*r, d) for r, d in zip(ROWS, DATES, strict=True)])
     con.close()
     return path
 
@@ -141,6 +146,23 @@ def test_continuous_quantiles_pick_a_neighbouring_order_statistic(session):
     (row,) = session.run("SELECT quantile_cont(y, 0.5) AS m FROM t WHERE g = 2",
                          epsilon=HUGE).rows
     assert row[0] in (5, 6)  # 5 5 6 10: CONT interpolates 5.5; the grid has 5 or 6
+
+
+def test_dates_are_exact_when_noise_is_negligible(session, database):
+    result = session.run("SELECT g, MIN(d) AS lo, MAX(d) AS hi, quantile_disc(d, 0.5) AS med "
+                         "FROM t WHERE g < 3 GROUP BY g ORDER BY g", epsilon=HUGE)
+    clamped = "CASE WHEN d < DATE '2020-01-01' THEN DATE '2020-01-01' ELSE d END"
+    assert result.rows == reference(
+        database, f"SELECT g, MIN({clamped}), MAX({clamped}), quantile_disc({clamped}, 0.5) "
+        "FROM t WHERE g < 3 GROUP BY g ORDER BY g")
+    assert result.types == ("INTEGER", "DATE", "DATE", "DATE")
+    # post-processing on dates: DuckDB's date arithmetic and comparisons
+    span = session.run("SELECT g, MAX(d) - MIN(d) AS days FROM t WHERE g = 1 GROUP BY g "
+                       "HAVING MAX(d) > DATE '2020-06-01'", epsilon=HUGE)
+    assert span.rows == [(1, 351)]  # 2020-01-15 to 2020-12-31
+    record = session.run("SELECT MIN(d) FROM t", epsilon=1.0).release
+    assert record.columns[0].grid_step == 1.0 and "every day" in (
+        record.columns[0].post_processing or "")
 
 
 def test_float_grid_releases_a_cell_midpoint(session):

@@ -2,11 +2,12 @@
 module once per backend): the histogram of (bin, grid cell) counts the exponential mechanism
 reads (dpsql.execute.selection) equals the counts computed in Python from the raw rows (the
 value clamped to the bounds, NULL dropped, cell = floor((v - lower) / step) capped at the last
-cell; a float column's NaN and infinities clamped as the SUM clamp does), and the top-k read
-equals a direct GROUP BY."""
+cell; a float column's NaN and infinities clamped as the SUM clamp does; a date as its days
+after the first day of its bounds), and the top-k read equals a direct GROUP BY."""
 
 from __future__ import annotations
 
+import datetime
 import math
 
 import duckdb
@@ -26,6 +27,7 @@ tables:
       g: {max_freq: 100, releasable: true, domain: {values: [a, b, c]}, type: VARCHAR}
       y: {max_freq: 100, bounds: [-3, 40], type: INTEGER}
       v: {max_freq: 100, bounds: [-1.0, 2.5], type: DOUBLE}
+      d: {max_freq: 100, bounds: ['2020-01-01', '2022-12-31'], type: DATE}
   k:
     public: true
     columns:
@@ -39,7 +41,8 @@ def _rows() -> list[tuple]:
         y = None if i % 17 == 0 else (i * 7) % 53 - 6  # -6..46: both bounds are crossed
         v = [None, float("nan"), float("inf"), -float("inf"), 2.5, -1.0][i % 6] \
             if i % 5 == 0 else ((i * 37) % 101) / 25.0 - 1.3
-        out.append((i, "abcd"[i % 4], y, v))
+        d = None if i % 23 == 0 else datetime.date(2019, 11, 1) + datetime.timedelta(i * 5)
+        out.append((i, "abcd"[i % 4], y, v, d))
     return out
 
 
@@ -50,8 +53,8 @@ ROWS = _rows()
 def engine(tmp_path_factory, make_backend):
     path = tmp_path_factory.mktemp("selection_rewrite") / "m.duckdb"
     con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE m (id INTEGER, g VARCHAR, y INTEGER, v DOUBLE)")
-    con.executemany("INSERT INTO m VALUES (?, ?, ?, ?)", ROWS)
+    con.execute("CREATE TABLE m (id INTEGER, g VARCHAR, y INTEGER, v DOUBLE, d DATE)")
+    con.executemany("INSERT INTO m VALUES (?, ?, ?, ?, ?)", ROWS)
     con.execute("CREATE TABLE k AS SELECT * FROM (VALUES ('a'), ('a'), ('b')) t(g)")
     con.close()
     backend = make_backend(path, METADATA)
@@ -61,9 +64,12 @@ def engine(tmp_path_factory, make_backend):
     backend.close()
 
 
-def _cell(value, lower: float, upper: float, cells: int, step: float, integer: bool):
+def _cell(value, lower: float, upper: float, cells: int, step: float, integer: bool,
+          origin: datetime.date | None = None):
     if value is None:
         return None
+    if origin is not None:
+        value = (value - origin).days
     value = upper if math.isnan(value) else min(max(value, lower), upper)
     if integer:
         return int(value - lower)
@@ -84,6 +90,8 @@ CASES = [
      lambda r: r[0] % 3 != 0),
     ("SELECT g, quantile_cont(v, 0.3) FROM m GROUP BY g", 3, ["a", "b", "c"], lambda r: True),
     ("SELECT MAX(v) FROM m WHERE y > 3", 3, None, lambda r: r[2] is not None and r[2] > 3),
+    # dates: 1,096 days in the bounds, so 1,024 cells; the data start two months early
+    ("SELECT g, MIN(d), MEDIAN(d) FROM m GROUP BY g", 4, ["a", "b", "c"], lambda r: True),
 ]
 
 
@@ -95,7 +103,8 @@ def test_cell_counts_equal_the_raw_rows(engine, sql, column, keys, keep):
     for row in ROWS:
         if not keep(row) or (keys is not None and row[1] not in keys):
             continue
-        cell = _cell(row[column], grid.lower, grid.upper, grid.cells, grid.step, grid.integer)
+        cell = _cell(row[column], grid.lower, grid.upper, grid.cells, grid.step, grid.integer,
+                     grid.origin)
         if cell is not None:
             expected[keys.index(row[1]) if keys else 0, cell] += 1
     if keys:
