@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from sqlglot import exp
 
-from dpsql.analysis import rules
+from dpsql.analysis import hygiene, rules
 from dpsql.analysis.aggregates import clamp_case
 from dpsql.analysis.blocks import analyze_request
 from dpsql.analysis.checks import AGGREGATES, in_same_select, sql_text
@@ -187,10 +187,12 @@ def analyze_selection(sql: str, metadata: Metadata) -> QuantileQuery | TopKQuery
     maybe_top = "LIMIT" in upper and "ORDER" in upper and "COUNT" in upper
     if not (maybe_quantile or maybe_top):
         return None
+    hygiene.check_size(sql)  # the ordinary parse's first checks, with its messages
     try:
         query = parse_sql(sql)
     except Error:
         return None  # the ordinary path raises the same error
+    hygiene.check_shape(query)  # before anything recursive walks the tree
     if not isinstance(query, exp.Select):
         return None
     if _selection_nodes(query):
@@ -259,7 +261,8 @@ def _describe(node: exp.Expression) -> tuple[exp.Expression, SelectionAggregate,
             "move the condition to WHERE")
     if isinstance(arg, exp.Distinct) or node.args.get("distinct"):
         raise UnsupportedConstructError(
-            f"{sql_text(target)}: DISTINCT changes no quantile's meaning here: remove it")
+            f"{sql_text(target)}: DISTINCT is not supported in MIN / MAX / quantiles (a "
+            "quantile of the distinct values is not offered): remove it")
     if arg is None:
         raise UnsupportedConstructError(f"{sql_text(target)}: give the argument")
     if arg.find(exp.Placeholder) is not None or (

@@ -95,8 +95,15 @@ CASES = [
 ]
 
 
+#: Spark runs one case of each kind (integer grid with keys, float cells with NaN, dates):
+#: each Spark query costs seconds
+ON_SPARK = {CASES[1][0], CASES[2][0], CASES[4][0]}
+
+
 @pytest.mark.parametrize(("sql", "column", "keys", "keep"), CASES, ids=[c[0] for c in CASES])
-def test_cell_counts_equal_the_raw_rows(engine, sql, column, keys, keep):
+def test_cell_counts_equal_the_raw_rows(engine, backend_name, sql, column, keys, keep):
+    if backend_name == "spark" and sql not in ON_SPARK:
+        pytest.skip("on DuckDB only: Spark runs one case of each kind (ON_SPARK)")
     prepared, domains, counts = _histogram(engine, sql)
     grid = prepared.query.grid
     expected = np.zeros((len(keys) if keys else 1, grid.cells), dtype=np.int64)
@@ -113,7 +120,9 @@ def test_cell_counts_equal_the_raw_rows(engine, sql, column, keys, keep):
     assert counts.sum() > 50  # the data reach the grid (not vacuous)
 
 
-def test_public_join_counts_each_joined_row(engine):
+def test_public_join_counts_each_joined_row(engine, backend_name):
+    if backend_name == "spark":
+        pytest.skip("on DuckDB only: the join is the ordinary rewrite's")
     prepared, _, counts = _histogram(engine, "SELECT MIN(m.y) FROM m JOIN k ON m.g = k.g")
     assert prepared.query.sensitivity == 2.0  # k.g has max frequency 2
     joined = [r for r in ROWS if r[2] is not None for _ in range({"a": 2, "b": 1}.get(r[1], 0))]
