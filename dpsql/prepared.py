@@ -16,6 +16,7 @@ from dpsql.analysis.parse import DIALECT
 from dpsql.errors import ProgrammingError
 from dpsql.execute.blocks import PreparedBlocks
 from dpsql.execute.exact import CompiledPlan
+from dpsql.execute.selection import PreparedSelection
 from dpsql.execute.typed import OutputRule
 from dpsql.noise.plan import is_public_query
 from dpsql.release.record import ColumnSource
@@ -59,8 +60,9 @@ class Prepared:
         return is_public_query(self.analysis)
 
 
-#: what Session.prepare gives: one release, or several (aggregates in CTEs / subqueries)
-AnyPrepared = Prepared | PreparedBlocks
+#: what Session.prepare gives: one release, several (aggregates in CTEs / subqueries), or a
+#: selection (MIN / MAX / quantiles, top-k: dpsql.execute.selection)
+AnyPrepared = Prepared | PreparedBlocks | PreparedSelection
 
 
 def fingerprint(sql: str) -> str:

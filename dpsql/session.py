@@ -56,6 +56,10 @@ from dpsql.execute.exact import (
 from dpsql.execute.layout import Domains, selected_bins
 from dpsql.execute.post import PostProcessor, Rows, gc_paused
 from dpsql.execute.post_check import check_rows, measurement_dtypes
+from dpsql.execute.selection import PreparedSelection, prepare_selection, selection_dtypes
+from dpsql.execute.selection import check_budget as check_selection_budget
+from dpsql.execute.selection import compute as compute_selection
+from dpsql.execute.selection import release_record as selection_record
 from dpsql.execute.typed import (
     annotate,
     final_rules,
@@ -147,6 +151,9 @@ class Session:
         if hit is not None:
             self._prepared.move_to_end(sql)
             return hit
+        chosen = prepare_selection(sql, self.metadata, self.backend, self._stored, fingerprint)
+        if chosen is not None:  # MIN / MAX / quantiles, top-k (dpsql.execute.selection)
+            return self._remember(sql, chosen)
         request = analyze_request(sql, self.metadata)
         if isinstance(request, BlockQuery):
             blocks = prepare_blocks(request, self.backend, self.metadata, self._stored)
@@ -182,6 +189,8 @@ class Session:
         prepared = self.prepare(sql)
         if isinstance(prepared, PreparedBlocks):
             return self._run_blocks(prepared, sql, params, budget, raw_counts)
+        if isinstance(prepared, PreparedSelection):
+            return self._run_selection(prepared, sql, params, budget)
         values = checked_params(prepared.plan, params)
         if prepared.public:
             return self._release(prepared, values, plan_noise(prepared.analysis, None),
@@ -263,6 +272,39 @@ class Session:
                                self._sampler, drawn, public, raw_counts), rules,
                 raw_counts=raw_counts),
             curve=release_curve([p for part in plans for p in part]))
+
+    def _run_selection(self, prepared: PreparedSelection, sql: str,
+                       params: Sequence[Any] | None, budget: Budget | None) -> Result:
+        """Steps 3-10 for MIN / MAX / quantiles and top-k (dpsql.execute.selection): the same
+        order as :meth:`run` (refusals, then the charge, then the one private read)."""
+        values = checked_params(prepared.plan, params)
+        if budget is None:
+            raise missing_epsilon()
+        check_selection_budget(budget)
+        key = None
+        if self.ledger is not None:
+            key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
+                            scope=self._scope(budget))
+            cached = self._cached(key, sql, values, budget)
+            if cached is not None:
+                return cached
+        domains = read_domains(self.backend, prepared.compiled, values)
+        outputs = prepared.outputs
+        if self.ledger is not None:
+            self._check_binds(prepared.compiled, values)
+            post_sql = outputs.post_sql if outputs is not None else None
+            if outputs is not None and post_sql is not None:
+                dtypes = selection_dtypes(prepared)
+                key_domains = Domains(domains.values[:-1], domains.types[:-1])
+                self._check_post_once(
+                    (post_sql, *domains.types, *(d.__name__ for d in dtypes)), values,
+                    lambda: check_rows(self._post.cursor(), post_sql, outputs.post_params,
+                                       values, key_domains, dtypes))
+        record = selection_record(prepared, budget, domains.n_bins)
+        return self._charged(
+            record, values, self.ledger, sql, key,
+            lambda drawn: compute_selection(self.backend, self._post, prepared, values, domains,
+                                            budget, drawn, self._sampler))
 
     def _scope(self, budget: Budget) -> str:
         """The answer-cache scope of a request: a Gaussian answer is cached apart from a

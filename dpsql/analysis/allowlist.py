@@ -203,8 +203,10 @@ def _check_function(node: exp.Func) -> None:
         return
     if isinstance(node, exp.AggFunc):
         raise UnsupportedConstructError(
-            f"aggregate {node.sql_name()} is not supported: {_BOUNDLESS_AGGREGATES} have no "
-            "bounded sensitivity; use COUNT, SUM or AVG (with declared bounds)"
+            f"aggregate {node.sql_name()} is not supported here: {_BOUNDLESS_AGGREGATES} have "
+            "no bounded sensitivity; use COUNT, SUM or AVG (with declared bounds), or MIN / MAX "
+            "/ MEDIAN / quantiles of one bounded column in the top-level SELECT of a query with "
+            "no other aggregate (the exponential mechanism)"
         )
     raise UnsupportedConstructError(
         f"function {node.sql_name()}() is not allowed: dpsql runs only allow-listed "

@@ -19,6 +19,8 @@ from dpsql.analysis.blocks import BlockQuery, analyze_request
 from dpsql.analysis.elastic import analyze
 from dpsql.analysis.model import Derivation, QueryAnalysis
 from dpsql.analysis.parse import DIALECT
+from dpsql.analysis.selection_aggregates import analyze_selection
+from dpsql.analysis.selection_explain import selection_lines, selection_report
 from dpsql.budget import Budget
 from dpsql.errors import Error
 from dpsql.metadata import Metadata
@@ -138,6 +140,9 @@ def explain(
     ``smooth_sensitivity`` None and ``delta`` 0. Errors raise the dpsql exception classes.
     """
     md = _load(metadata)
+    chosen = analyze_selection(sql, md)
+    if chosen is not None:  # MIN / MAX / quantiles, top-k (dpsql.analysis.selection_explain)
+        return selection_report(chosen, Budget(epsilon, delta).epsilon)
     request = _request(sql, md)
     if isinstance(request, QueryAnalysis):
         return explain_report(request, epsilon, delta, distance)
@@ -193,6 +198,9 @@ def explain_text(
     """A readable derivation: the relational tree with stabilities and max frequencies, then
     each measurement's ES, smoothing scan, S and noise scale."""
     md = _load(metadata)
+    chosen = analyze_selection(sql, md)
+    if chosen is not None:
+        return "\n".join(selection_lines(chosen, Budget(epsilon, delta).epsilon))
     request = _request(sql, md)
     if isinstance(request, QueryAnalysis):
         return "\n".join(_analysis_lines(request, epsilon, delta, distance))

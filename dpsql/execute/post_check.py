@@ -24,6 +24,7 @@ check uses (0.0).
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any
@@ -69,12 +70,22 @@ def _create_noisy(cur: duckdb.DuckDBPyConnection, domains: Domains, dtypes: Sequ
     order = np.arange(n, dtype=np.intp)
     sample: dict[str, np.ndarray] = {
         f"__k{i}": bins.key(i, order) for i in range(len(domains.values))}
-    sample.update({f"__m{j}": np.zeros(n, dtype=d) for j, d in enumerate(dtypes)})
+    sample.update({f"__m{j}": _zeros(n, d) for j, d in enumerate(dtypes)})
     cur.register(_SAMPLE, sample)
     try:
         cur.execute(f"CREATE TEMP TABLE {NOISY_TABLE} AS SELECT * FROM {_SAMPLE} LIMIT {rows}")
     finally:
         cur.unregister(_SAMPLE)
+
+
+def _zeros(n: int, dtype: type) -> np.ndarray:
+    """``n`` zeros of a measurement's type; ``datetime.date`` (a date chosen by the
+    exponential mechanism, dpsql.execute.selection) as an object column of one date."""
+    if dtype is datetime.date:
+        column = np.empty(n, dtype=object)
+        column[:] = [datetime.date(1970, 1, 1)] * n
+        return column
+    return np.zeros(n, dtype=dtype)
 
 
 def _refusal(err: duckdb.Error) -> ProgrammingError:

@@ -37,9 +37,10 @@ import numpy as np
 
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.backends.replay import ReplayBackend
-from dpsql.errors import ProgrammingError
+from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.execute.blocks import PreparedBlocks
 from dpsql.execute.exact import read_exact
+from dpsql.execute.selection import PreparedSelection
 from dpsql.metadata import Metadata
 from dpsql.noise.mechanisms import Sampler
 from dpsql.privacy_audit.bounds import LossBounds, loss_lower_bounds
@@ -92,6 +93,11 @@ class _Noiseless:
 def _exact_vector(session: Session, sql: str, params: Sequence[Any], epsilon: float,
                   delta: float) -> np.ndarray:
     prepared = session.prepare(sql)
+    if isinstance(prepared, PreparedSelection):
+        raise NotSupportedError(
+            "the audit measures noisy values: MIN / MAX / quantiles and top-k by COUNT(*) "
+            "release a choice by the exponential mechanism, which it does not model yet; "
+            "tests/statistical/test_engine_selection_privacy_loss.py checks that path")
     if isinstance(prepared, PreparedBlocks):
         noiseless = Session(session.metadata, session.backend, sampler=_Noiseless())
         try:

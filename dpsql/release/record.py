@@ -55,6 +55,9 @@ class ColumnRelease:
     #: why no half-width is given, in words, when the reason is the noise itself: a smoothed
     #: column's scale depends on the data (:data:`NOT_PUBLISHABLE`)
     accuracy_note: str | None = None
+    #: a value chosen by the exponential mechanism over a public grid (MIN / MAX / quantiles,
+    #: dpsql.execute.selection): the grid's step (public: from the declared bounds)
+    grid_step: float | None = None
 
 
 #: the record's words for a column whose noise scale is data-dependent (smoothed)

@@ -220,9 +220,11 @@ CORPUS: dict[str, list[tuple[str, type[Error]]]] = {
         ("SELECT COUNT(*) FROM orders WHERE struct_pack(a := 1) IS NULL", UC),
         ("SELECT COUNT(*) FROM orders WHERE status = 'x' COLLATE nocase", UC),
         ("SELECT COUNT(*) FROM orders WHERE status SIMILAR TO 'n.*'", UC),
-        ("SELECT MAX(order_cost) FROM orders", UC),
-        ("SELECT MIN(order_cost) FROM orders", UC),
-        ("SELECT MEDIAN(order_cost) FROM orders", UC),
+        # (top-level MIN / MAX / MEDIAN of a bounded column are selections, issue #18)
+        ("SELECT COUNT(*) FROM (SELECT MAX(order_cost) AS m FROM orders) t", UC),
+        ("SELECT MIN(order_cost) FILTER (WHERE quantity > 1) FROM orders", UC),
+        ("SELECT MEDIAN(DISTINCT order_cost) FROM orders", UC),
+        ("SELECT quantile(order_cost, ?) FROM orders", UC),
         ("SELECT COUNT(*) FROM (SELECT STDDEV(order_cost) AS s FROM orders) t", UC),
         ("SELECT string_agg(status, ',') FROM orders", UC),
         ("WITH t AS (SELECT COUNT(*) FILTER (WHERE quantity > 2) AS n FROM orders) "

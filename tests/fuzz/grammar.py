@@ -9,7 +9,9 @@ functions, CASE, COALESCE, non-boolean values in boolean positions, parameters, 
 NOT IN subqueries, derived tables and CTEs with ORDER BY / LIMIT, UNION ALL (BY NAME), a table
 used as a value, CTEs named like declared tables, inner and LEFT / RIGHT / FULL joins on plain
 and collated keys, GROUP BY over listed, table and mistyped domains and computed keys (date
-parts of a column with day bounds, functions of a declared domain, CASE buckets), SUM/AVG over
+parts of a column with day bounds, functions of a declared domain, CASE buckets), MIN / MAX /
+quantiles and top-k by COUNT(*) (issue #18: selection by the exponential mechanism and Report
+Noisy Max), SUM/AVG over
 bounded INTEGER, DOUBLE and DECIMAL(38,20) columns and over expressions of them (CASE,
 LEAST/GREATEST, division), FILTER clauses, the variance family, and long AND chains. The schema
 it draws names from is ``tests/fuzz/worlds.py``.
@@ -46,6 +48,9 @@ class Query:
     params: list[Any] = field(default_factory=list)
     #: the noise the analyst chose (issue #18): its refusals must not depend on data either
     mechanism: str = "laplace"
+    #: False when the released group labels are themselves chosen by noise (top-k by COUNT(*),
+    #: Report Noisy Max): then only the number of rows must not differ
+    labels: bool = True
 
 
 def _col(draw, alias: str = "t", kinds: tuple[str, ...] | None = None) -> tuple[str, str]:
@@ -235,6 +240,13 @@ def _computed_key(draw, alias: str) -> tuple[str, str]:
     return key, draw(st.sampled_from([key, "1"]))
 
 
+#: issue #18: arguments of MIN / MAX / quantiles (n INTEGER [0, 100]: an exact grid; x DOUBLE
+#: [-10, 10] with NaN and infinities in the extreme rows; dec DECIMAL(38,20); an expression;
+#: id without bounds, d a DATE and s a VARCHAR: refused) and the aggregates over them
+SELECTION_ARGS = ["A.n", "A.x", "A.dec", "A.n * 2 - A.x", "A.id", "A.d", "A.s"]
+SELECTIONS = ["MIN({})", "MAX({})", "MEDIAN({})", "quantile({}, 0.9)", "quantile_cont({}, 0.25)",
+              "percentile_disc(0.5) WITHIN GROUP (ORDER BY {})"]
+
 #: scalar aggregate subqueries used as constants (two-phase releases, dpsql.analysis.blocks)
 SCALARS = ["(SELECT COUNT(*) FROM u)", "(SELECT AVG(t2.x) FROM t AS t2)",
            "(SELECT SUM(u.n) * 0.5 FROM u)", "(SELECT COUNT(*) FROM t AS t2 WHERE t2.n > ?)",
@@ -280,7 +292,14 @@ def queries(draw) -> Query:
         "COUNT(*)", "COUNT(A.s)", "SUM(A.n)", "SUM(A.dec)", "AVG(A.x)", "COUNT(DISTINCT A.id)",
         "SUM(A.x)"]), min_size=1, max_size=2, unique=True))
     aggregates = [a.replace("A.", f"{alias}.") for a in aggregates]
-    if draw(st.integers(0, 3)) == 0:  # issue #15: expressions, FILTER, variance (sparingly)
+    selection = draw(st.integers(0, 5)) == 0
+    if selection:  # issue #18: MIN / MAX / quantiles (the exponential mechanism), one argument
+        arg = draw(st.sampled_from(SELECTION_ARGS)).replace("A.", f"{alias}.")
+        aggregates = [p.format(arg) for p in draw(st.lists(
+            st.sampled_from(SELECTIONS), min_size=1, max_size=2, unique=True))]
+        if draw(st.integers(0, 5)) == 4:
+            aggregates.append("COUNT(*)")  # mixed with a noisy count: refused
+    elif draw(st.integers(0, 3)) == 0:  # issue #15: expressions, FILTER, variance (sparingly)
         extra: list[Any] = []
         aggregates.append(_computed_aggregate(draw, extra, alias))
         # the SELECT list comes after a WITH but before any other source in the text
@@ -326,7 +345,7 @@ def queries(draw) -> Query:
         with_ = f"WITH {name} AS {body} "
         source = f"{name} d"
     # (a computed key has no plain column name for the outer query to read)
-    block = not with_ and by is None and draw(st.integers(0, 5)) == 0
+    block = not with_ and by is None and not selection and draw(st.integers(0, 5)) == 0
     if block:  # the aggregate in a CTE or derived table, post-processed outside (named)
         select = ", ".join(([group] if group else [])
                            + [f"{a} AS a{i}" for i, a in enumerate(aggregates)])
@@ -337,8 +356,17 @@ def queries(draw) -> Query:
             and draw(st.integers(0, 3)) == 0):
         # key-only releases of partition-selected keys (issue #16): the selected keys alone
         sql = f"{with_}SELECT DISTINCT {group} FROM {source}{where}"
+    labels = True
+    if (group and not block and not selection and not group.endswith((".s", ".ck"))
+            and " GROUP BY " in sql and draw(st.integers(0, 5)) == 2):
+        # issue #18: top-k by COUNT(*) (Report Noisy Max; a computed key falls back to the
+        # noisy histogram, ordered and cut): which labels are released is noise
+        count = draw(st.sampled_from(["", ", COUNT(*) AS cnt"]))
+        sql = (f"{with_}SELECT {group}{count} FROM {source}{where} GROUP BY {by or group} "
+               f"ORDER BY {'cnt' if count else 'COUNT(*)'} DESC LIMIT {draw(st.integers(1, 3))}")
+        labels = False
     if block:
         sql = _post_processing(draw, sql, group, len(aggregates), params)
     # qmark order follows the text; _value appended in generation order, which is text order
     # except inside the WITH (generated first, also first in the text)
-    return Query(sql, params, draw(st.sampled_from(["laplace", "laplace", "gaussian"])))
+    return Query(sql, params, draw(st.sampled_from(["laplace", "laplace", "gaussian"])), labels)

@@ -25,10 +25,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from dpsql.analysis.selection_aggregates import QuantileQuery
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import Error
 from dpsql.execute.blocks import PreparedBlocks
 from dpsql.execute.exact import read_exact
+from dpsql.execute.selection import PreparedSelection, cell_counts, quantile_utilities
 from dpsql.session import Prepared, Session
 from tests.fuzz import worlds
 from tests.fuzz.grammar import Query, queries
@@ -78,6 +80,8 @@ def outcome(engine: Session, query: Query, epsilon: float) -> tuple[str, object]
                             mechanism=query.mechanism)
     except Error as err:
         return type(err).__name__, str(err)
+    if not query.labels:  # top-k: the labels are chosen by noise, their number is public
+        return "ok", len(result.rows)
     # the grammar puts the group key first; its labels come from the declared domain alone
     return "ok", [row[0] for row in result.rows] if " GROUP BY " in query.sql else None
 
@@ -87,6 +91,8 @@ def _exact(engine: Session, query: Query) -> tuple[list[float], list[np.ndarray]
     from the data (partition selection) differ between neighbours: their bins are aligned on
     every key the worlds can hold (``_GROUPS``), 0 where a group is absent."""
     prepared = engine.prepare(query.sql)
+    if isinstance(prepared, PreparedSelection):
+        return _selection_exact(engine, prepared, query)
     if isinstance(prepared, Prepared) and prepared.plan.selected:
         bins = read_exact(engine.backend, prepared.compiled, list(query.params))
         keys = list(zip(*bins.keys, strict=True))
@@ -109,6 +115,19 @@ def _exact(engine: Session, query: Query) -> tuple[list[float], list[np.ndarray]
     bins = read_exact(engine.backend, prepared.compiled, list(query.params))
     es = [m.sensitivity.at(0) for m in prepared.analysis.measurements]
     return es, [np.asarray(b, dtype=np.float64) for b in bins.exact]
+
+
+def _selection_exact(engine: Session, prepared: PreparedSelection,
+                     query: Query) -> tuple[list[float], list[np.ndarray]]:
+    """A selection query's (bound, values) pairs: per quantile, its utilities (each may move
+    by at most the claimed sensitivity); for top-k, the counts (by at most S)."""
+    bins = read_exact(engine.backend, prepared.compiled, list(query.params))
+    chosen = prepared.query
+    if isinstance(chosen, QuantileQuery):
+        counts = cell_counts(bins, chosen.grid.cells)
+        return ([chosen.sensitivity] * len(chosen.aggregates),
+                [quantile_utilities(counts, a).ravel() for a in chosen.aggregates])
+    return [chosen.sensitivity], [np.asarray(bins.exact[0], dtype=np.float64)]
 
 
 _GROUP_KEYS: dict[str, list[tuple]] = {}

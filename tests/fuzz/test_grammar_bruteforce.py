@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import numpy as np
 import sqlglot
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -263,3 +264,83 @@ def test_partition_selected_histograms_over_the_grammar(query, db):
         assert moved <= 2 * stability, f"PRIVACY BUG: {context}: counts move by {moved}"
         assert len(set(base_n) - set(count)) <= stability, context
         assert len(set(count) - set(base_n)) <= stability, context
+
+
+# --------------------------------------------------------------------------- selection (#18)
+
+#: the selection aggregates drawn over the grammar's sources (dpsql.analysis.selection_aggregates)
+SELECTIONS = ["MIN({y})", "MAX({y})", "MEDIAN({y})", "quantile({y}, 0.3)",
+              "quantile_cont({y}, 0.8)", "percentile_disc(0.5) WITHIN GROUP (ORDER BY {y})"]
+
+
+def _with_y_bounds(md):
+    """``md`` with every table's y bounded by [0, 3] (the grid the quantiles choose from)."""
+    tables = {}
+    for name, table in md.tables.items():
+        columns = {c: dataclasses.replace(col, bounds=(0.0, 3.0)) if c == "y" else col
+                   for c, col in table.columns.items()}
+        tables[name] = dataclasses.replace(table, columns=columns)
+    return dataclasses.replace(md, tables=tables)
+
+
+@st.composite
+def selection_queries(draw) -> str:
+    """A grammar query with its aggregate replaced by one or two quantiles of the source's y
+    (the top-level SELECT's first FROM follows the aggregate: the grammar's keys and
+    aggregates hold no FROM)."""
+    sql, histogram = draw(grammar_queries())
+    _, rest = sql.split(" FROM ", 1)
+    alias = "d" if " d WHERE " in f"{rest} " or rest.split(" GROUP BY ")[0].endswith(") d") \
+        or ") d " in rest else "a"
+    picks = draw(st.lists(st.sampled_from(SELECTIONS), min_size=1, max_size=2, unique=True))
+    aggregates = ", ".join(p.format(y=f"{alias}.y") for p in picks)
+    key = (sqlglot.parse_one(sql, dialect="duckdb").expressions[0].sql(dialect="duckdb") + ", "
+           if histogram else "")
+    return f"SELECT {key}{aggregates} FROM {rest}"
+
+
+@settings(max_examples=max(EXAMPLES // 2, 10), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(sql=selection_queries(), db=databases(hi=4))
+def test_quantile_utilities_over_the_grammar(sql, db):
+    """Every quantile query the selection analysis accepts over the grammar's sources: on
+    every neighbour, each bin's utilities move by at most S and the bins' largest moves sum
+    to at most the claimed sensitivity (dpsql.execute.selection; docs/privacy.md)."""
+    from dpsql.analysis.selection_aggregates import QuantileQuery, analyze_selection
+    from dpsql.execute import layout
+    from dpsql.execute.selection import cell_counts, quantile_utilities
+    from dpsql.rewrite.plan import plan_execution
+    from tests.bruteforce.batch import run_many
+    from tests.bruteforce.test_soundness import _CONN, SCHEMA
+
+    md = _with_y_bounds(exact_metadata(db))
+    try:
+        query = analyze_selection(sql, md)
+    except Error:
+        assume(False)  # refused (the error fuzzer checks refusals are the same on neighbours)
+        return
+    assert isinstance(query, QuantileQuery), sql
+    plan = plan_execution(query.histogram, md)
+    grouped = len(query.histogram.group_keys) > 1
+    stability = query.sensitivity / (2.0 if grouped else 1.0)
+    domain_rows = run_many(_CONN, plan.domain_sql, [db], SCHEMA)[0]
+    # run_many returns values only: the types are those the layout reads (unused here)
+    domains = layout.read_domains(plan.n_keys, domain_rows, [""] * (2 + plan.n_keys))
+    others = list(neighbours(db, PRIVATE))
+    results = run_many(_CONN, plan.exact_sql, [db, *(o for _, o in others)], SCHEMA)
+
+    def utilities(rows) -> list:
+        columns = ([np.array(c, dtype=object) for c in zip(*rows, strict=True)] if rows
+                   else [np.zeros(0, dtype=object), np.zeros(0, dtype=object)])
+        counts = cell_counts(layout.read_bins(domains, [True], columns), query.grid.cells)
+        return [quantile_utilities(counts, a) for a in query.aggregates]
+
+    base, *answers = (utilities(r) for r in results)
+    for (what, _), answer in zip(others, answers, strict=True):
+        for u, v in zip(base, answer, strict=True):
+            per_bin = np.abs(u - v).max(axis=1)
+            assert per_bin.max() <= stability + 1e-9 and per_bin.sum() <= (
+                query.sensitivity + 1e-9), (
+                f"PRIVACY BUG: {sql}\n  D = {_fmt(db)}\n  neighbour: {what}\n"
+                f"  utilities move {per_bin.tolist()} > S = {stability} / "
+                f"{query.sensitivity}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from dpsql.errors import ProgrammingError, UnsupportedQueryError
+from dpsql.errors import NotSupportedError, ProgrammingError, UnsupportedQueryError
 from dpsql.metadata import loads_metadata
 from dpsql.noise.mechanisms import discrete_laplace
 from dpsql.privacy_audit import audit
@@ -88,6 +88,8 @@ def test_queries_with_nothing_to_audit_are_refused(world):
         audit(database, metadata, "SELECT COUNT(*) FROM p", epsilon=1.0)
     with pytest.raises(UnsupportedQueryError):
         audit(database, metadata, "SELECT v FROM t", epsilon=1.0)
+    with pytest.raises(NotSupportedError, match="exponential mechanism"):
+        audit(database, metadata, "SELECT MEDIAN(v) FROM t", epsilon=1.0)
     with pytest.raises(ProgrammingError, match="unknown neighbouring relation"):
         audit(database, metadata, "SELECT SUM(v) FROM t", epsilon=1.0, relation="unit")
 
@@ -113,6 +115,8 @@ def test_a_query_of_several_releases_is_audited_as_one_mechanism(world, sampler)
                    runs=200 if sampler is None else 400, confidence=CONFIDENCE, sampler=sampler)
     assert report.exact_change == 4.0  # a row moves between the groups: each n by 1, doubled
     assert report.verdict == ("pass" if sampler is None else "fail")
+
+
 def test_decimal_sums_are_audited_cells() -> None:
     """A DECIMAL column's sum is released as a Decimal (dpsql.execute.typed): still a cell."""
     from decimal import Decimal

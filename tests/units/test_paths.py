@@ -125,3 +125,13 @@ def test_public_queries_are_the_row_level_analysis():
 def test_unit_path_helper_is_direct_or_via():
     assert UnitPath("o_cust").direct
     assert not UnitPath("i_order", "orders", "o_id").direct
+
+
+def test_selection_aggregates_are_refused_and_top_k_is_the_units_histogram():
+    from dpsql.analysis.selection_aggregates import analyze_selection
+
+    with pytest.raises(UnsupportedConstructError, match="privacy unit, MIN"):
+        analyze_selection("SELECT MAX(qty) FROM items", tiny.metadata())
+    top = "SELECT kind, COUNT(*) AS n FROM items GROUP BY kind ORDER BY COUNT(*) DESC LIMIT 1"
+    assert analyze_selection(top, tiny.metadata()) is None
+    assert analyze_request(top, tiny.metadata()).unit is not None
