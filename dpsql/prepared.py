@@ -19,6 +19,7 @@ from dpsql.execute.exact import CompiledPlan
 from dpsql.noise.plan import is_public_query
 from dpsql.release.record import ColumnSource
 from dpsql.rewrite.plan import ExecutionPlan
+from dpsql.sample_aggregate.prepared import PreparedSampleAggregate
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,9 @@ class Prepared:
         return is_public_query(self.analysis)
 
 
-#: what Session.prepare gives: one release, or several (aggregates in CTEs / subqueries)
-AnyPrepared = Prepared | PreparedBlocks
+#: what Session.prepare gives: one release, or several (aggregates in CTEs / subqueries), or
+#: a sample-and-aggregate release (dpsql.sample_aggregate)
+AnyPrepared = Prepared | PreparedBlocks | PreparedSampleAggregate
 
 
 def fingerprint(sql: str) -> str:
