@@ -4,18 +4,19 @@ From an accepted :class:`~.analysis.SampleAggregateQuery`, :func:`plan_sample_ag
 writes::
 
     SELECT __sa.__sa_block, TRY_CAST(<expr over __sa.__a0..> AS DOUBLE) AS __sa0, ...
-    FROM (SELECT ((HASH(CAST($__dpsql_sa_key AS BIGINT), t.by) % m) + m) % m AS __sa_block,
+    FROM (SELECT ((HASH(HASH(CAST($__dpsql_sa_key AS BIGINT), t.by)) % m) + m) % m
+                   AS __sa_block,
                  <aggregate 0, its arguments made total> AS __a0, ...
           FROM t JOIN public ... WHERE ...            -- the analyst's FROM and WHERE, total
           GROUP BY <the block expression>) AS __sa
 
 Contract (precondition: the analysis accepted the query). With the key bound:
 
-* a row of the private table is in block ``(HASH(key, by) mod m)`` (of every declared column
-  without ``by``): a function of that row alone, the same for every row of the joined relation
-  it produces (the private table is the top-level FROM and every join keeps or drops its rows
-  without null-extending them), so block b's answer is the analyst's expression over exactly
-  the joined rows of private block b;
+* a row of the private table is in block ``HASH(HASH(key, by)) mod m`` (of every declared
+  column without ``by``): a function of that row alone, the same for every row of the joined
+  relation it produces (the private table is the top-level FROM and every join keeps or drops
+  its rows without null-extending them), so block b's answer is the analyst's expression over
+  exactly the joined rows of private block b;
 * an empty block produces no row (the release counts it as the lower bound);
 * nothing can raise on a row: the analyst's WHERE / ON / arguments go through
   :mod:`dpsql.rewrite.totality`, aggregates are on the positive list of
@@ -112,12 +113,16 @@ def plan_sample_aggregate(q: SampleAggregateQuery, metadata: Metadata) -> Sample
 
 
 def block_expression(q: SampleAggregateQuery, metadata: Metadata) -> exp.Expression:
-    """``((HASH(key, cols) % m) + m) % m``: in [0, m) for a signed hash too (Spark's)."""
+    """``((HASH(HASH(key, cols)) % m) + m) % m``: in [0, m) for a signed hash too (Spark's)."""
     columns = ([q.setting.by] if q.setting.by is not None
                else list(metadata.table(q.table).columns))
     key = exp.Cast(this=exp.Placeholder(this=KEY_PARAM), to=_BIGINT.copy())
-    hashed = exp.Anonymous(this="HASH", expressions=[
+    combined = exp.Anonymous(this="HASH", expressions=[
         key, *(exp.column(c, table=q.alias, quoted=True) for c in columns)])
+    # DuckDB combines the arguments' hashes almost linearly: the low bits of HASH(key, x) are
+    # those of HASH(x) relabelled by the key, so for m a power of two every key would give
+    # the same split. Hashing the combination again mixes the key into every bit.
+    hashed = exp.Anonymous(this="HASH", expressions=[combined])
     m = exp.Literal.number(q.blocks)
     return exp.Mod(this=exp.paren(exp.Add(this=exp.paren(exp.Mod(this=hashed, expression=m)),
                                           expression=m.copy())),

@@ -124,3 +124,25 @@ def test_block_answers_are_the_query_over_each_block(database, backend, sql, par
     assert len(want) >= 2  # the split is not degenerate
     for b, answers in want.items():
         assert all(_same(g, w) for g, w in zip(got[b], answers, strict=True)), (b, got, want)
+
+
+def test_the_split_depends_on_the_key(backend):
+    """Which customers share a block changes with the key, for m = 4 too (a power of two:
+    DuckDB's HASH(key, x) alone only relabels one split; the outer HASH mixes the key in)."""
+    prepared = prepare_sample_aggregate("SELECT SAMPLE_AGGREGATE(COUNT(*), 0, 9) FROM t", MD,
+                                        backend)
+    relations = set()
+    for key in range(6):
+        rows = _split_with_key(backend, prepared, key)
+        block_of = {r[1]: r[-1] for r in rows}  # cid -> block (by: cid)
+        relations.add(frozenset((a, b) for a in block_of for b in block_of
+                                if a < b and block_of[a] == block_of[b]))
+    assert len(relations) > 1
+
+
+def _split_with_key(backend, prepared, key: int) -> list[tuple]:
+    q = prepared.query
+    block = block_expression(q, MD).sql(dialect="duckdb")
+    sql = f"SELECT {q.alias}.id, {q.alias}.cid, {block} FROM {q.table} AS {q.alias}"
+    rows, _ = backend.execute(backend.compile(sql), {KEY_PARAM: key})
+    return rows
