@@ -5,9 +5,10 @@ from {-2, 0, 1, 3, NULL}; a fixed public table ``p``), m in {2, 3} blocks, block
 ``k`` or by the whole row, and several block keys, this file
 
 1. plans each query shape with the engine (dpsql.sample_aggregate: analysis, rewrite, release),
-2. runs the engine's exact SQL on DuckDB over D and EVERY neighbour D' (change one row of s to
-   any other tuple of the domain) -- all of them in one statement: the exact query grouped by
-   a database id as well as by the block, which is what running it on each database gives,
+2. runs the engine's exact SQL (tests/bruteforce/sample_blocks.py) on DuckDB over D and EVERY
+   neighbour D' (change one row of s to any other tuple of the domain) -- all of them in one
+   statement: the exact query grouped by a database id as well as by the block, which is what
+   running it on each database gives,
 3. clamps and sums the block answers as the release does (NULL or an empty block: lo), and
 4. checks ``|S(D) - S(D')| <= `` the sensitivity the release plan charges, 2 (hi - lo), for
    every output, and (distance two, small cases) the same between every neighbour D' and every
@@ -24,22 +25,16 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
-import duckdb
 import numpy as np
 import pytest
-import sqlglot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlglot import exp
 
-from dpsql.budget import Budget
 from dpsql.metadata import loads_metadata
 from dpsql.metadata.model import Metadata, SampleAggregate
-from dpsql.sample_aggregate.analysis import analyze_sample_aggregate
-from dpsql.sample_aggregate.release import OutputNoise, clamped_sums, plan_release
-from dpsql.sample_aggregate.rewrite import KEY_PARAM, plan_sample_aggregate
+from tests.bruteforce.sample_blocks import Engine
 
 EXAMPLES = int(os.environ.get("DPSQL_SOUNDNESS_EXAMPLES", "8"))
 DERANDOMIZE = not os.environ.get("DPSQL_SOUNDNESS_RANDOM")
@@ -98,62 +93,12 @@ def neighbours(rows: Rows) -> Iterator[tuple[str, Rows]]:
                 yield f"row {i} {row} -> {new}", (*rows[:i], new, *rows[i + 1:])
 
 
-def batched(exact_sql: str) -> str:
-    """The engine's exact query, grouped by a database id ``s.__db`` as well as by block
-    (what running it once per database returns, tagged with the database)."""
-    tree = sqlglot.parse_one(exact_sql, dialect="duckdb")
-    inner = tree.find(exp.Subquery).this
-    inner.select(exp.alias_(exp.column("__db", table="s"), "__db"), copy=False)
-    inner.args["group"].append("expressions", exp.column("__db", table="s"))
-    tree.select(exp.column("__db", table="__sa"), copy=False)
-    return tree.sql(dialect="duckdb")
-
-
-_CONNECTION: list[duckdb.DuckDBPyConnection] = []
-
-
-def _connection() -> duckdb.DuckDBPyConnection:
-    """One in-memory DuckDB per process (opening one costs more than a query here)."""
-    if not _CONNECTION:
-        con = duckdb.connect()
-        con.execute("CREATE TABLE p (k INTEGER, g INTEGER)")
-        con.execute(f"INSERT INTO p VALUES {', '.join(map(str, PUBLIC_ROWS))}")
-        con.execute("CREATE TABLE s (__db INTEGER, k INTEGER, v INTEGER)")
-        _CONNECTION.append(con)
-    return _CONNECTION[0]
-
-
-class Engine:
-    """One shape's plan on one metadata, evaluated on many databases at once."""
-
-    def __init__(self, sql: str, md: Metadata) -> None:
-        query = analyze_sample_aggregate(sql, md)
-        self.plan = plan_sample_aggregate(query, md)
-        self.outputs: Sequence[OutputNoise] = plan_release(self.plan, Budget(1.0), "bf")[0]
-        self.sql = batched(self.plan.exact_sql)
-
-    def sums(self, databases: Sequence[Rows], key: int) -> np.ndarray:
-        """(database, output) -> the clamped sum S the release noises."""
-        values = ", ".join(f"({d}, {k}, {'NULL' if v is None else v})"
-                           for d, rows in enumerate(databases) for k, v in rows)
-        con = _connection()
-        con.execute("DELETE FROM s")
-        con.execute(f"INSERT INTO s VALUES {values}")
-        result = con.execute(self.sql, {KEY_PARAM: key}).fetchall()
-        m, n = self.plan.blocks, len(self.outputs)
-        answers = np.full((len(databases), n, m), np.nan)
-        for row in result:
-            block, values, db = row[0], row[1:-1], row[-1]
-            assert 0 <= block < m
-            answers[db, :, block] = [np.nan if x is None else float(x) for x in values]
-        return np.array([clamped_sums(a, self.outputs) for a in answers])
-
-
-def assert_within(engine: Engine, base: Rows, key: int, pairs: list[tuple[Rows, list]]) -> None:
+def assert_within(engine: Engine, base: Rows, key: int,
+                  pairs: list[tuple[Rows, list]]) -> None:
     """For each (D1, [(what, D2), ...]): |S(D1) - S(D2)| <= the planned sensitivity."""
     dbs = [base] + [d for d1, others in pairs for d in (d1, *(d2 for _, d2 in others))]
     index = {d: i for i, d in enumerate(dict.fromkeys(dbs))}
-    sums = engine.sums(list(index), key)
+    sums = engine.sums([{"s": d, "p": PUBLIC_ROWS} for d in index], key)
     limit = np.array([o.sensitivity for o in engine.outputs])
     for d1, others in pairs:
         for what, d2 in others:
@@ -201,7 +146,8 @@ def test_the_factor_two_is_attained():
     for key in range(8):
         for a, b in ((1, 2), (1, 3), (2, 3)):
             d, d_prime = ((a, 0), (a, 1)), ((b, 1), (a, 1))
-            sums = engine.sums([d, d_prime], key)
+            sums = engine.sums([{"s": d, "p": PUBLIC_ROWS}, {"s": d_prime, "p": PUBLIC_ROWS}],
+                               key)
             attained.append(abs(sums[1][0] - sums[0][0]))
     assert max(attained) == 2.0  # = 2 (hi - lo): hi - lo alone would be too small
     assert min(attained) == 1.0  # a and b in one block: only that block moves
