@@ -25,6 +25,11 @@ from dpsql.metadata import Metadata
 from dpsql.noise.partition import EXPLAIN_SIZES, SelectionPlan, describe, plan_with_selection
 from dpsql.noise.plan import NoisePlan, plan_noise, split_budget
 from dpsql.noise.r2t import levels as r2t_levels
+from dpsql.sample_aggregate.analysis import mentions_wrapper
+from dpsql.sample_aggregate.explain import (
+    explain_sample_aggregate,
+    explain_sample_aggregate_text,
+)
 from dpsql.units.noise import BETA as R2T_BETA
 
 
@@ -138,6 +143,8 @@ def explain(
     ``smooth_sensitivity`` None and ``delta`` 0. Errors raise the dpsql exception classes.
     """
     md = _load(metadata)
+    if mentions_wrapper(sql):  # dpsql.sample_aggregate
+        return explain_sample_aggregate(sql, md, epsilon)
     request = _request(sql, md)
     if isinstance(request, QueryAnalysis):
         return explain_report(request, epsilon, delta, distance)
@@ -193,6 +200,8 @@ def explain_text(
     """A readable derivation: the relational tree with stabilities and max frequencies, then
     each measurement's ES, smoothing scan, S and noise scale."""
     md = _load(metadata)
+    if mentions_wrapper(sql):  # dpsql.sample_aggregate
+        return explain_sample_aggregate_text(sql, md, epsilon)
     request = _request(sql, md)
     if isinstance(request, QueryAnalysis):
         return "\n".join(_analysis_lines(request, epsilon, delta, distance))
