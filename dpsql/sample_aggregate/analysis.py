@@ -38,10 +38,13 @@ from dpsql.metadata.model import SampleAggregate
 #: the wrapper's name (case-insensitive in SQL)
 WRAPPER = "sample_aggregate"
 
-#: aggregates that cannot fail for any value of any type (their arguments made total)
+#: aggregates that cannot fail for any value of any type (their arguments made total) and
+#: whose answer is a function of the multiset of their inputs (MODE is not: its ties go to
+#: the value met first, which the order rows reach it in decides, and that order can depend
+#: on the rest of the table)
 ANY_TYPE_AGGREGATES: tuple[type[exp.Expression], ...] = (
     exp.Count, exp.Min, exp.Max, exp.Median, exp.PercentileCont, exp.PercentileDisc,
-    exp.Quantile, exp.Mode,
+    exp.Quantile,
 )
 #: aggregates run over their argument cast to DOUBLE (TRY_CAST): a double sum or moment
 #: overflows to infinity or NaN, never to an error (an integer SUM can overflow HUGEINT)
@@ -137,7 +140,7 @@ def _check_aggregates(query: exp.Select) -> None:
     for node in query.find_all(exp.AggFunc):
         if not isinstance(node, AGGREGATES):
             raise _refuse(f"aggregate {node.sql_name()} is not supported; use COUNT, SUM, "
-                          "AVG, MIN, MAX, MEDIAN, QUANTILE_CONT, QUANTILE_DISC, MODE, STDDEV, "
+                          "AVG, MIN, MAX, MEDIAN, QUANTILE_CONT, QUANTILE_DISC, STDDEV, "
                           "VARIANCE, CORR or COVAR")
         wrapped = any(_is_wrapper(a) for a in _ancestors(node))
         if not wrapped and not isinstance(node, (exp.Count, exp.Sum, exp.Avg)):

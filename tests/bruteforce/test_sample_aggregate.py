@@ -67,7 +67,8 @@ SHAPES = {
              "SAMPLE_AGGREGATE(COUNT(v) / COUNT(*), 0, 1), "
              "SAMPLE_AGGREGATE(STDDEV_POP(v), 0, 2), "
              "SAMPLE_AGGREGATE(QUANTILE_DISC(v, 0.25), -2, 3), "
-             "SAMPLE_AGGREGATE(MODE(k), 1, 3), SAMPLE_AGGREGATE(COUNT(DISTINCT k), 0, 2) FROM s",
+             "SAMPLE_AGGREGATE(MAX(k) - MIN(k), 0, 2), "
+             "SAMPLE_AGGREGATE(COUNT(DISTINCT k), 0, 2) FROM s",
     "join": "SELECT SAMPLE_AGGREGATE(MEDIAN(s.v), -1, 2), SAMPLE_AGGREGATE(COUNT(*), 0, 3), "
             "SAMPLE_AGGREGATE(SUM(s.v * p.g), -2, 4) FROM s JOIN p ON s.k = p.k WHERE p.g = 1",
     "left": "SELECT SAMPLE_AGGREGATE(AVG(s.v + p.g), 0, 3), SAMPLE_AGGREGATE(COUNT(p.g), 0, 2) "
