@@ -33,3 +33,10 @@ def test_a_test_sampler_chooses_and_is_checked():
     for bad in (-1, 2**63, 1.5, True, "7"):
         with pytest.raises(ValueError, match="block_key"):
             block_key(_Fixed(bad))
+
+
+def test_randomness_comes_only_from_os_urandom():
+    from dpsql.noise import block_key as module
+    from tests.noise.randomness import assert_secure_randomness
+
+    assert_secure_randomness(module, reads_urandom=True)
