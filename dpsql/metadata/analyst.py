@@ -60,6 +60,7 @@ HEADER = (
     "(the groups shared by enough rows are released, and delta > 0 is needed).",
     "With 'privacy_unit', a release protects one unit (a row of that table) with every row",
     "linked to it through the tables' 'unit' paths, and the bounds given there.",
+    "'sample_aggregate: {blocks: m}' on a table: SAMPLE_AGGREGATE(expr, lo, hi) may read it.",
     "It holds no row counts, max frequencies or file paths: share it.",
     "Written by dpsql from the owner's metadata; write it again after editing that file.",
     "",
