@@ -145,3 +145,51 @@ def test_with_a_privacy_unit_by_must_be_the_unit_column():
     tables["t"] = dataclasses.replace(MD.tables["t"], unit=UnitPath("cid"))
     q = analyze_sample_aggregate(sql, dataclasses.replace(MD, tables=tables, privacy_unit=unit))
     assert q.setting.by == "cid"
+
+
+UNITS = """\
+privacy_unit: {table: customer, column: id}
+tables:
+  customer:
+    sample_aggregate: {blocks: 4, by: id}
+    columns:
+      id: {type: INTEGER, max_freq: 1}
+      age: {type: INTEGER}
+  orders:
+    unit: cid
+    sample_aggregate: {blocks: 4, by: cid}
+    columns:
+      oid: {type: INTEGER, max_freq: 1}
+      cid: {type: INTEGER}
+      cost: {type: DOUBLE}
+  items:
+    unit: {via: oid, to: orders.oid}
+    sample_aggregate: {blocks: 4, by: oid}
+    columns:
+      oid: {type: INTEGER}
+      qty: {type: INTEGER}
+  lines:
+    unit: cid
+    sample_aggregate: {blocks: 4}
+    columns:
+      cid: {type: INTEGER}
+      v: {type: DOUBLE}
+"""
+
+
+@pytest.mark.parametrize(("table", "accepted"), [
+    ("customer", True),  # the unit table, by its own id
+    ("orders", True),  # by the column holding the unit's id
+    ("items", False),  # an indirect path: its rows' units are not its own column
+    ("lines", False),  # no 'by': one unit's rows could spread over every block
+])
+def test_under_a_declared_privacy_unit_blocks_follow_units(table, accepted):
+    from dpsql.metadata import loads_metadata
+
+    md = loads_metadata(UNITS)
+    sql = f"SELECT SAMPLE_AGGREGATE(COUNT(*), 0, 9) FROM {table}"
+    if accepted:
+        assert analyze_sample_aggregate(sql, md).table == table
+    else:
+        with pytest.raises(UnsupportedConstructError, match="privacy unit"):
+            analyze_sample_aggregate(sql, md)
