@@ -76,6 +76,7 @@ from dpsql.sample_aggregate.analysis import mentions_wrapper
 from dpsql.sample_aggregate.prepared import PreparedSampleAggregate, prepare_sample_aggregate
 from dpsql.sample_aggregate.prepared import compute as sample_compute
 from dpsql.sample_aggregate.release import plan_release
+from dpsql.sample_aggregate.release import release_curve as sample_curve
 from dpsql.units.execute import r2t_bins
 from dpsql.units.record import with_intervals
 
@@ -277,7 +278,8 @@ class Session:
                 self.backend.check(prepared.compiled, prepared.bindings(values))
                 self._bound[bound] = None
         return self._charged(record, values, self.ledger, sql, key, lambda drawn: sample_compute(
-            self.backend, prepared, values, outputs, self._sampler, drawn))
+            self.backend, prepared, values, outputs, self._sampler, drawn),
+            curve=sample_curve(outputs))
 
     def _scope(self, budget: Budget) -> str:
         """The answer-cache scope of a request: a Gaussian answer is cached apart from a

@@ -161,3 +161,21 @@ def test_through_the_dbapi_driver(database, tmp_path):
     assert isinstance(value, float)
     assert cur.release.mechanism == MECHANISM
     con.close()
+
+
+def test_charged_by_its_curve_under_the_renyi_filter(database, tmp_path):
+    """A Rényi-filtered budget (dpsql.accounting.filters) admits the release: it has a pure
+    Laplace curve, and the record carries its rho."""
+    from dpsql.accounting import Ledger
+    from tests.ledgers import ANALYST, DATABASE
+
+    md = metadata()
+    ledger = Ledger(tmp_path / "renyi.sqlite")
+    ledger.set_budget(DATABASE, ANALYST, 5.0, 1e-6, filter="renyi")
+    session = ledger_session(md, DuckDBBackend(database, md), ledger)
+    result = session.run("SELECT SAMPLE_AGGREGATE(AVG(x), 0, 100) AS a, "
+                         "SAMPLE_AGGREGATE(COUNT(*), 0, 20) AS n FROM t", epsilon=1.0)
+    assert result.release.rho == pytest.approx(2 * 0.5**2 / 2, rel=1e-8)
+    assert len(charged(session)) == 1
+    session.close()
+    ledger.close()

@@ -17,6 +17,8 @@ from typing import Any
 
 from sqlglot import exp
 
+from dpsql.analysis.blocks import Outputs
+from dpsql.analysis.model import OutputColumn
 from dpsql.analysis.parse import DIALECT
 from dpsql.backends.base import Backend
 from dpsql.errors import NotSupportedError, ProgrammingError
@@ -29,20 +31,6 @@ from dpsql.sample_aggregate.release import OutputNoise, block_answers, noisy_mea
 from dpsql.sample_aggregate.rewrite import SamplePlan, plan_sample_aggregate
 
 _QUANTILES = (exp.PercentileCont, exp.PercentileDisc, exp.Quantile)
-
-
-@dataclass(frozen=True)
-class OutputColumn:
-    """An output column's name (what a server's Describe reads)."""
-
-    name: str
-
-
-@dataclass(frozen=True)
-class Outputs:
-    """The output columns, where other prepared kinds keep their analysis."""
-
-    columns: tuple[OutputColumn, ...]
 
 
 @dataclass(frozen=True)
@@ -69,7 +57,9 @@ class PreparedSampleAggregate:
 
     @cached_property
     def analysis(self) -> Outputs:
-        return Outputs(tuple(OutputColumn(n) for n in self.plan.names))
+        """The output columns, as a block query's (what a server's Describe reads; never a
+        group key: the query is scalar)."""
+        return Outputs(tuple(OutputColumn(n, "expression", None) for n in self.plan.names))
 
     def checked_params(self, params: Sequence[Any] | None) -> list[Any]:
         values = list(params or [])

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from dpsql.accounting.curves import PrivacyCurve, pure_curve
 from dpsql.budget import Budget, missing_epsilon
 from dpsql.errors import NotSupportedError, OperationalError
 from dpsql.noise import mechanisms
@@ -101,6 +102,12 @@ def plan_release(plan: SamplePlan, budget: Budget | None,
     record = Release(epsilon=budget.epsilon, delta=0.0, mechanism=MECHANISM,
                      columns=columns, fingerprint=fingerprint)
     return tuple(outputs), record
+
+
+def release_curve(outputs: Sequence[OutputNoise]) -> PrivacyCurve:
+    """The release's privacy curve (what a Rényi or zCDP budget filter charges): each output
+    is a pure epsilon_j-DP Laplace release (module contract), independent of the others."""
+    return pure_curve([o.epsilon for o in outputs])
 
 
 def block_answers(rows: Sequence[Sequence[Any]], blocks: int, n_outputs: int) -> np.ndarray:

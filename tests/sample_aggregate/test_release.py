@@ -98,3 +98,15 @@ def test_noisy_mean_noise_has_the_planned_scale():
 def test_programming_error_is_the_missing_epsilon_class():
     with pytest.raises(ProgrammingError):
         plan_release(PLAN, None, "fp")
+
+
+def test_the_release_curve_is_pure_laplace_per_output():
+    from dpsql.accounting.curves import ALPHAS, pure_dp_rdp
+    from dpsql.sample_aggregate.release import release_curve
+
+    outputs, _ = plan_release(PLAN, Budget(2.0), "fp")
+    curve = release_curve(outputs)
+    assert curve.rho == pytest.approx(2 * 1.0**2 / 2, rel=1e-8)  # sum of eps_j^2 / 2
+    for alpha, value in zip(ALPHAS, curve.rdp, strict=True):
+        want = min(2 * pure_dp_rdp(alpha, 1.0), pure_dp_rdp(alpha, 2.0))
+        assert value == pytest.approx(want, rel=1e-8) and value >= want
