@@ -21,6 +21,7 @@ from dpsql.execute.typed import OutputRule
 from dpsql.noise.plan import is_public_query
 from dpsql.release.record import ColumnSource
 from dpsql.rewrite.plan import ExecutionPlan
+from dpsql.sample_aggregate.prepared import PreparedSampleAggregate
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,10 @@ class Prepared:
         return is_public_query(self.analysis)
 
 
-#: what Session.prepare gives: one release, several (aggregates in CTEs / subqueries), or a
-#: selection (MIN / MAX / quantiles, top-k: dpsql.execute.selection)
-AnyPrepared = Prepared | PreparedBlocks | PreparedSelection
+#: what Session.prepare gives: one release, several (aggregates in CTEs / subqueries), a
+#: selection (MIN / MAX / quantiles, top-k: dpsql.execute.selection), or a sample-and-aggregate
+#: release (dpsql.sample_aggregate)
+AnyPrepared = Prepared | PreparedBlocks | PreparedSelection | PreparedSampleAggregate
 
 
 def fingerprint(sql: str) -> str:

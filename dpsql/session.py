@@ -83,6 +83,11 @@ from dpsql.release.record import (
 )
 from dpsql.rewrite.plan import plan_execution
 from dpsql.rewrite.post import post_processing_sql
+from dpsql.sample_aggregate.analysis import mentions_wrapper
+from dpsql.sample_aggregate.prepared import PreparedSampleAggregate, prepare_sample_aggregate
+from dpsql.sample_aggregate.prepared import compute as sample_compute
+from dpsql.sample_aggregate.release import plan_release
+from dpsql.sample_aggregate.release import release_curve as sample_curve
 from dpsql.units.execute import r2t_bins
 from dpsql.units.record import with_intervals
 
@@ -151,6 +156,9 @@ class Session:
         if hit is not None:
             self._prepared.move_to_end(sql)
             return hit
+        if mentions_wrapper(sql):  # the analyst asked for sample-and-aggregate
+            sampled = prepare_sample_aggregate(sql, self.metadata, self.backend)
+            return self._remember(sql, sampled)
         chosen = prepare_selection(sql, self.metadata, self.backend, self._stored, fingerprint)
         if chosen is not None:  # MIN / MAX / quantiles, top-k (dpsql.execute.selection)
             return self._remember(sql, chosen)
@@ -191,6 +199,8 @@ class Session:
             return self._run_blocks(prepared, sql, params, budget, raw_counts)
         if isinstance(prepared, PreparedSelection):
             return self._run_selection(prepared, sql, params, budget)
+        if isinstance(prepared, PreparedSampleAggregate):
+            return self._run_sample_aggregate(prepared, sql, params, budget)
         values = checked_params(prepared.plan, params)
         if prepared.public:
             return self._release(prepared, values, plan_noise(prepared.analysis, None),
@@ -272,6 +282,28 @@ class Session:
                                self._sampler, drawn, public, raw_counts), rules,
                 raw_counts=raw_counts),
             curve=release_curve([p for part in plans for p in part]))
+
+    def _run_sample_aggregate(self, prepared: PreparedSampleAggregate, sql: str,
+                              params: Sequence[Any] | None, budget: Budget | None) -> Result:
+        """Steps 3-10 for SAMPLE_AGGREGATE (dpsql.sample_aggregate): every refusal (epsilon,
+        mechanism, bounds, the binder) before the charge; a fresh block key per release."""
+        values = prepared.checked_params(params)
+        outputs, record = plan_release(prepared.plan, budget, prepared.fingerprint)
+        assert budget is not None  # plan_release refuses a missing epsilon
+        key = None
+        if self.ledger is not None:
+            key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
+                            scope=self._scope(budget))
+            cached = self._cached(key, sql, values, budget)
+            if cached is not None:
+                return cached
+            bound = (prepared.compiled, tuple(type(v).__name__ for v in values))
+            if bound not in self._bound:
+                self.backend.check(prepared.compiled, prepared.bindings(values))
+                self._bound[bound] = None
+        return self._charged(record, values, self.ledger, sql, key, lambda drawn: sample_compute(
+            self.backend, prepared, values, outputs, self._sampler, drawn),
+            curve=sample_curve(outputs))
 
     def _run_selection(self, prepared: PreparedSelection, sql: str,
                        params: Sequence[Any] | None, budget: Budget | None) -> Result:

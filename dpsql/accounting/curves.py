@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # the ledger imports this module: keep numpy and the noise pa
     from dpsql.noise.partition import SelectionPlan
     from dpsql.noise.plan import NoisePlan
 
-__all__ = ["ALPHAS", "PrivacyCurve", "pure_dp_rdp", "release_curve"]
+__all__ = ["ALPHAS", "PrivacyCurve", "pure_curve", "pure_dp_rdp", "release_curve"]
 
 #: The public grid of Rényi orders every curve is recorded at (a Rényi filter runs at one of
 #: them, chosen when the owner sets the budget: dpsql.accounting.filters).
@@ -117,6 +117,12 @@ def _laplace_curve(epsilons: Sequence[float]) -> PrivacyCurve:
     rdp = tuple(min(math.fsum(pure_dp_rdp(a, e) for e in epsilons), pure_dp_rdp(a, total))
                 * ROUND_UP for a in ALPHAS)
     return PrivacyCurve(rdp, math.fsum(e * e / 2.0 for e in epsilons) * ROUND_UP)
+
+
+def pure_curve(epsilons: Sequence[float]) -> PrivacyCurve:
+    """The curve of independent pure epsilon_i-DP releases (the pure Laplace case of
+    :func:`release_curve`), for mechanisms that are not noise plans (dpsql.sample_aggregate)."""
+    return _laplace_curve(epsilons)
 
 
 def _gaussian_curve(rhos: Iterable[float]) -> PrivacyCurve:

@@ -76,10 +76,14 @@ _BOUNDLESS_AGGREGATES = "MIN, MAX, MEDIAN, quantiles and other aggregates"
 
 
 def check_allowed(query: exp.Expression, metadata: Metadata,
-                  nodes: Iterable[exp.Expression] | None = None) -> None:
+                  nodes: Iterable[exp.Expression] | None = None, *,
+                  extra_funcs: tuple[type[exp.Expression], ...] = (),
+                  extra_anonymous: frozenset[str] = frozenset()) -> None:
     """Raise unless every node is allow-listed and every table reference is a declared table.
 
     ``nodes``: ``query``'s nodes breadth first (``hygiene.check_shape``), else it is walked.
+    ``extra_funcs`` / ``extra_anonymous`` (lower-case names): functions a caller with its own
+    rules for them also allows (dpsql.sample_aggregate: its aggregates and its wrapper).
     """
     for node in query.walk() if nodes is None else nodes:
         cls = type(node)
@@ -96,7 +100,10 @@ def check_allowed(query: exp.Expression, metadata: Metadata,
                 _check_table(node, metadata)
                 break
             if rule is _FUNC:
-                _check_function(node)
+                if not isinstance(node, extra_funcs):
+                    _check_function(node)
+                break
+            if rule is _ANONYMOUS and str(node.this).lower() in extra_anonymous:
                 break
             if rule is _TOP_LEVEL:
                 _check_top_level(node, query)

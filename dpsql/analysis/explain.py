@@ -27,6 +27,11 @@ from dpsql.metadata import Metadata
 from dpsql.noise.partition import EXPLAIN_SIZES, SelectionPlan, describe, plan_with_selection
 from dpsql.noise.plan import NoisePlan, plan_noise, split_budget
 from dpsql.noise.r2t import levels as r2t_levels
+from dpsql.sample_aggregate.analysis import mentions_wrapper
+from dpsql.sample_aggregate.explain import (
+    explain_sample_aggregate,
+    explain_sample_aggregate_text,
+)
 from dpsql.units.noise import BETA as R2T_BETA
 
 
@@ -140,6 +145,8 @@ def explain(
     ``smooth_sensitivity`` None and ``delta`` 0. Errors raise the dpsql exception classes.
     """
     md = _load(metadata)
+    if mentions_wrapper(sql):  # dpsql.sample_aggregate
+        return explain_sample_aggregate(sql, md, epsilon)
     chosen = analyze_selection(sql, md)
     if chosen is not None:  # MIN / MAX / quantiles, top-k (dpsql.analysis.selection_explain)
         return selection_report(chosen, Budget(epsilon, delta).epsilon)
@@ -198,6 +205,8 @@ def explain_text(
     """A readable derivation: the relational tree with stabilities and max frequencies, then
     each measurement's ES, smoothing scan, S and noise scale."""
     md = _load(metadata)
+    if mentions_wrapper(sql):  # dpsql.sample_aggregate
+        return explain_sample_aggregate_text(sql, md, epsilon)
     chosen = analyze_selection(sql, md)
     if chosen is not None:
         return "\n".join(selection_lines(chosen, Budget(epsilon, delta).epsilon))

@@ -161,12 +161,15 @@ def _drop_annotations(nodes: Iterable[exp.Expression]) -> None:
             node.comments = None
 
 
-def parse_query(sql: str, metadata: Metadata, *, allow_top_star: bool = False) -> exp.Query:
+def parse_query(sql: str, metadata: Metadata, *, allow_top_star: bool = False,
+                extra_funcs: tuple[type[exp.Expression], ...] = (),
+                extra_anonymous: frozenset[str] = frozenset()) -> exp.Query:
     """Parse, allow-list check and qualify ``sql`` against ``metadata`` (see module contract).
 
     ``allow_top_star``: a top-level ``SELECT *`` is expanded rather than refused, and the
     qualified query's ``meta["dpsql_top_star"]`` says it was there (dpsql.analysis.blocks
-    allows it over aggregate CTEs only, and raises :func:`star_error` otherwise)."""
+    allows it over aggregate CTEs only, and raises :func:`star_error` otherwise).
+    ``extra_funcs`` / ``extra_anonymous``: passed to the allow-list (``check_allowed``)."""
     hygiene.check_size(sql)
     query = parse_sql(sql)
     nodes = hygiene.check_shape(query)  # before anything recursive walks the tree
@@ -174,7 +177,8 @@ def parse_query(sql: str, metadata: Metadata, *, allow_top_star: bool = False) -
     top_star = _top_star(query)
     if top_star and not allow_top_star:
         raise star_error()
-    check_allowed(query, metadata, nodes)
+    check_allowed(query, metadata, nodes, extra_funcs=extra_funcs,
+                  extra_anonymous=extra_anonymous)
     hygiene.check_names(nodes, metadata)
     hygiene.check_modifiers(query, nodes)
     hygiene.check_set_operations(nodes)

@@ -26,6 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dpsql.metadata import sample_aggregate
 from dpsql.metadata.model import Column, Domain, Metadata, Table
 from dpsql.metadata.yaml_io import _column_settings, _emit, _path_setting, _unit_settings
 
@@ -34,7 +35,8 @@ ANALYST_FIELDS: dict[type, tuple[str, ...]] = {
     # the privacy unit (its table, id column and public contribution bounds) and each table's
     # path to it are public decisions: what a release protects, and how
     Metadata: ("tables", "privacy_unit"),
-    Table: ("name", "columns", "public", "unit"),
+    # sample_aggregate: the owner's public choice of blocks (and the column hashed into them)
+    Table: ("name", "columns", "public", "unit", "sample_aggregate"),
     Column: ("name", "bounds", "releasable", "domain", "type", "date_bounds",
              "partition_selection"),
     Domain: ("values", "table", "column"),
@@ -58,6 +60,7 @@ HEADER = (
     "(the groups shared by enough rows are released, and delta > 0 is needed).",
     "With 'privacy_unit', a release protects one unit (a row of that table) with every row",
     "linked to it through the tables' 'unit' paths, and the bounds given there.",
+    "'sample_aggregate: {blocks: m}' on a table: SAMPLE_AGGREGATE(expr, lo, hi) may read it.",
     "It holds no row counts, max frequencies or file paths: share it.",
     "Written by dpsql from the owner's metadata; write it again after editing that file.",
     "",
@@ -105,6 +108,8 @@ def analyst_schema(md: Metadata) -> dict[str, Any]:
         path = _path_setting(t, view)
         if path is not None:
             entry["unit"] = path
+        if t.sample_aggregate is not None:
+            entry[sample_aggregate.KEY] = sample_aggregate.settings(t.sample_aggregate)
         entry["columns"] = {c.name: _column_settings(t, c) for c in t.columns.values()}
         tables[t.name] = entry
     if view.privacy_unit is None:

@@ -89,10 +89,23 @@ class PrivacyUnit:
 
 
 @dataclass(frozen=True)
+class SampleAggregate:
+    """The owner's permission to answer ``SAMPLE_AGGREGATE(expr, lo, hi)`` over this private
+    table (dpsql.sample_aggregate; docs/privacy.md, "Sample-and-aggregate"): its rows are
+    split into ``blocks`` disjoint blocks by a keyed hash of column ``by`` (None: of every
+    declared column), the query runs per block, and the clamped block answers are averaged
+    with Laplace noise. Both are public decisions (they set the noise, not its privacy)."""
+
+    blocks: int
+    by: str | None = None
+
+
+@dataclass(frozen=True)
 class Table:
     """One table. Public tables have stability 0. ``source`` is a CSV/Parquet path or glob the
     owner-side backend registers as a view (None: the table lives in the database). ``unit``
-    is the table's path to the privacy unit (private tables, with a declared unit only)."""
+    is the table's path to the privacy unit (private tables, with a declared unit only).
+    ``sample_aggregate``: the owner enabled sample-and-aggregate on it (None: not enabled)."""
 
     name: str
     columns: Mapping[str, Column]
@@ -100,6 +113,7 @@ class Table:
     rows: int | None = None
     source: str | None = None
     unit: UnitPath | None = None
+    sample_aggregate: SampleAggregate | None = None
 
     def column(self, name: str) -> Column:
         try:

@@ -29,13 +29,14 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Mapping
 
+from dpsql.metadata import sample_aggregate
 from dpsql.metadata.model import Domain, _table_key
 from dpsql.metadata.reader import _FLEX_TO_OURS, _ColSpec, _Reader, _TableSpec
 from dpsql.metadata.unit_paths import _UnitSpec, read_privacy_unit, read_unit_path
 from dpsql.metadata.yaml_io import _Map
 
 _OURS_TOP = ("ledger", "data_version", "privacy_unit", "tables")
-_OURS_TABLE = ("public", "rows", "source", "unit", "columns")
+_OURS_TABLE = ("public", "rows", "source", "unit", "columns", sample_aggregate.KEY)
 _OURS_COLUMN = ("max_freq", "bounds", "releasable", "domain", "type", "partition_selection")
 _OURS_DOMAIN = ("values", "table", "column")
 
@@ -83,6 +84,7 @@ class _OursReader(_Reader):
                 rows=self.rows(spec, "rows", where),
                 source=self.path(spec, "source", where),
                 unit=read_unit_path(self, spec, where),
+                sample_aggregate=sample_aggregate.read_setting(self, spec, where),
             )
             columns = spec.get("columns")
             if columns is None:

@@ -27,7 +27,15 @@ from pathlib import Path
 from typing import NoReturn
 
 from dpsql.errors import ProgrammingError
-from dpsql.metadata.model import Column, Domain, Metadata, Table, _has_scheme
+from dpsql.metadata import sample_aggregate
+from dpsql.metadata.model import (
+    Column,
+    Domain,
+    Metadata,
+    SampleAggregate,
+    Table,
+    _has_scheme,
+)
 from dpsql.metadata.unit_paths import _PathSpec, _UnitSpec, resolve_paths
 from dpsql.metadata.yaml_io import _line_of
 
@@ -92,6 +100,7 @@ class _TableSpec:
     source: str | None = None
     columns: dict[str, _ColSpec] = field(default_factory=dict)
     unit: _PathSpec | None = None
+    sample_aggregate: SampleAggregate | None = None
 
 
 class _Reader:
@@ -342,6 +351,7 @@ class _Reader:
             tables[t.name] = Table(
                 name=t.name, columns=columns, public=t.public, rows=t.rows, source=t.source,
                 unit=unit_paths.get(t.name),
+                sample_aggregate=sample_aggregate.checked_setting(self, t),
             )
         return Metadata(tables=tables, ledger=ledger, data_version=data_version, path=path,
                         privacy_unit=None if privacy_unit is None else privacy_unit.unit)

@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from dpsql.errors import ProgrammingError
+from dpsql.metadata import sample_aggregate
 from dpsql.metadata.model import Column, Metadata, PrivacyUnit, Table, UnitPath, _has_scheme
 
 # --------------------------------------------------------------------------------------------
@@ -224,6 +225,9 @@ def _emit(
         path = _path_setting(t, md)
         if path is not None:
             lines.append(f"    unit: {_flow(path)}")
+        if t.sample_aggregate is not None:
+            setting = sample_aggregate.settings(t.sample_aggregate)
+            lines.append(f"    {sample_aggregate.KEY}: {_flow(setting)}")
         lines.append("    columns:" if t.columns else "    columns: {}")
         for c in t.columns.values():
             settings = _column_settings(t, c)

@@ -51,6 +51,7 @@ from dpsql.privacy_audit.neighbours import (
     copy_database,
     make_neighbour,
 )
+from dpsql.sample_aggregate.prepared import PreparedSampleAggregate
 from dpsql.session import Session
 
 __all__ = ["AuditReport", "audit"]
@@ -98,6 +99,10 @@ def _exact_vector(session: Session, sql: str, params: Sequence[Any], epsilon: fl
             "the audit measures noisy values: MIN / MAX / quantiles and top-k by COUNT(*) "
             "release a choice by the exponential mechanism, which it does not model yet; "
             "tests/statistical/test_engine_selection_privacy_loss.py checks that path")
+    if isinstance(prepared, PreparedSampleAggregate):
+        raise NotSupportedError(
+            "the audit runs ordinary releases only, not SAMPLE_AGGREGATE queries (their "
+            "2(hi - lo)/m bound is checked by dpsql's brute-force and statistical tests)")
     if isinstance(prepared, PreparedBlocks):
         noiseless = Session(session.metadata, session.backend, sampler=_Noiseless())
         try:

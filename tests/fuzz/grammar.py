@@ -13,7 +13,8 @@ parts of a column with day bounds, functions of a declared domain, CASE buckets)
 quantiles and top-k by COUNT(*) (issue #18: selection by the exponential mechanism and Report
 Noisy Max), SUM/AVG over
 bounded INTEGER, DOUBLE and DECIMAL(38,20) columns and over expressions of them (CASE,
-LEAST/GREATEST, division), FILTER clauses, the variance family, and long AND chains. The schema
+LEAST/GREATEST, division), FILTER clauses, the variance family, long AND chains, and
+SAMPLE_AGGREGATE(expr, lo, hi) over aggregates of every type (issue #18). The schema
 it draws names from is ``tests/fuzz/worlds.py``.
 """
 
@@ -284,9 +285,45 @@ def _post_processing(draw, block: str, group: str | None, n_aggregates: int,
     return outer.replace("FROM blk", f"FROM ({block}) blk")
 
 
+#: SAMPLE_AGGREGATE block answers (issue #18): aggregates of every type, some refused
+SAMPLE_AGGREGATES = [
+    "MEDIAN(t.x)", "AVG(t.n)", "MIN(t.s)", "MAX(t.d) - MIN(t.d)", "SUM(t.dec)", "STDDEV(t.x)",
+    "COUNT(*) / COUNT(t.n)", "QUANTILE_CONT(t.x, 0.5)", "MODE(t.g)", "MAX(t.id) - MIN(t.n)",
+    "CORR(t.x, t.n)", "COUNT(DISTINCT t.s)", "SUM(t.n) // (COUNT(*) - 12)", "MAX(t.b)",
+    "SKEWNESS(t.x)", "t.n + COUNT(*)", "MIN(t.x) * 1e300 * 1e300",
+]
+
+
+def _sample_aggregate(draw, params: list[Any]) -> Query:
+    """``SELECT SAMPLE_AGGREGATE(expr, lo, hi), ... FROM <t, public joins or refused sources>
+    [WHERE ...]`` (t enables it with 3 blocks over the whole row; worlds.py)."""
+    outputs = []
+    for _ in range(draw(st.integers(1, 2))):
+        if draw(st.booleans()):
+            expr = draw(st.sampled_from(SAMPLE_AGGREGATES))
+        else:  # an aggregate of a scalar expression of any type (totality, class 2-3)
+            fn = draw(st.sampled_from(["MEDIAN", "AVG", "MAX", "SUM", "COUNT", "STDDEV_POP"]))
+            expr = f"{fn}({_value(draw, params)})"
+        bounds = draw(st.sampled_from(["0, 100", "-1, 1", "-1e300, 1e300", "5, 5", "0, ?"]))
+        if bounds.endswith("?"):
+            params.append(draw(st.sampled_from(PARAMS)))
+        outputs.append(f"SAMPLE_AGGREGATE({expr}, {bounds})")
+    source = draw(st.sampled_from([
+        "t", "t", "t LEFT JOIN p ON t.pid = p.pid", "t JOIN p ON t.pid = p.pid",
+        "t JOIN u ON t.id = u.id", "p RIGHT JOIN t ON t.pid = p.pid",
+        "t WHERE t.id IN (SELECT u.id FROM u)", "(SELECT * FROM t) t"]))
+    where = ""
+    if draw(st.booleans()):
+        where = (" AND " if " WHERE " in source else " WHERE ") + _predicate(draw, params)
+    return Query(f"SELECT {', '.join(outputs)} FROM {source}{where}", params,
+                 draw(st.sampled_from(["laplace", "laplace", "gaussian"])))
+
+
 @st.composite
 def queries(draw) -> Query:
     params: list[Any] = []
+    if draw(st.integers(0, 7)) == 0:  # issue #18: sample-and-aggregate
+        return _sample_aggregate(draw, params)
     source, alias = _source(draw, params)
     aggregates = draw(st.lists(st.sampled_from([
         "COUNT(*)", "COUNT(A.s)", "SUM(A.n)", "SUM(A.dec)", "AVG(A.x)", "COUNT(DISTINCT A.id)",

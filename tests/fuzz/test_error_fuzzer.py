@@ -8,6 +8,8 @@ released group labels, or the exception class and message) must be identical on 
 on a second metadata file whose max frequencies differ (they are not public). Beyond outcomes,
 no exact (noise-free) bin may move by more than the analysis's ES(0) between the base and a
 neighbour, nor at all on the undeclared-column copy; the values themselves legitimately differ.
+For SAMPLE_AGGREGATE the "bins" are the clamped block sums under one fixed key, and ES(0) is
+the release's 2 (hi - lo).
 
 The same queries also run under a privacy unit (``worlds.unit_metadata``; outcomes only: the
 unit-level bounds are brute-forced in ``test_units_grammar_bruteforce.py``).
@@ -27,10 +29,13 @@ from hypothesis import HealthCheck, given, settings
 
 from dpsql.analysis.selection_aggregates import QuantileQuery
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget import Budget
 from dpsql.errors import Error
 from dpsql.execute.blocks import PreparedBlocks
 from dpsql.execute.exact import read_exact
 from dpsql.execute.selection import PreparedSelection, cell_counts, quantile_utilities
+from dpsql.sample_aggregate.prepared import PreparedSampleAggregate
+from dpsql.sample_aggregate.release import block_answers, clamped_sums, plan_release
 from dpsql.session import Prepared, Session
 from tests.fuzz import worlds
 from tests.fuzz.grammar import Query, queries
@@ -103,6 +108,13 @@ def _exact(engine: Session, query: Query) -> tuple[list[float], list[np.ndarray]
                               strict=True))
             out.append(np.array([by_key.get(k, 0.0) for k in _groups(engine, query)]))
         return es, out
+    if isinstance(prepared, PreparedSampleAggregate):  # the clamped block sums, one key
+        outputs, _ = plan_release(prepared.plan, Budget(1.0), prepared.fingerprint)
+        rows, _ = engine.backend.execute(prepared.compiled,
+                                         prepared.bindings(list(query.params), 12345))
+        answers = block_answers(rows, prepared.plan.blocks, len(outputs))
+        sums = clamped_sums(answers, outputs)
+        return [o.sensitivity for o in outputs], [np.array([v]) for v in sums]
     if isinstance(prepared, PreparedBlocks):  # every release (the final one's scalars: 0.0)
         es: list[float] = []
         exact: list[np.ndarray] = []

@@ -60,6 +60,7 @@ def metadata(csv: Path, mf: int = 2) -> Metadata:
     return loads_metadata(f"""
 tables:
   t:
+    sample_aggregate: {{blocks: 3}}
     columns:
       id: {{max_freq: 1, type: INTEGER}}
       n: {{max_freq: 12, type: INTEGER, bounds: [0, 100]}}
