@@ -133,7 +133,7 @@ class _Prover:
                 continue
             if not allowed:
                 kind = ("a CTE or derived table" if scope.is_cte or scope.is_derived_table
-                        else "a UNION" if scope.is_union else "a scalar subquery")
+                        else "a UNION" if scope.is_set_operation else "a scalar subquery")
                 raise _refuse(f"{kind} reads a private table "
                               "(read private tables in the top-level FROM, or in EXISTS / IN "
                               "subqueries)")

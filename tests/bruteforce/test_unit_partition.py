@@ -72,13 +72,22 @@ def _databases() -> list[tiny.Database]:
 def test_selected_groups_move_as_the_unit_proof_assumes(sql, relation, kappa, c):
     md = metadata(kappa, c)
     analysis = analyze_request(sql, md)
+    assert (shared_count(analysis) is not None) == (c == 1 and "COUNT(*)" in sql)
+    check_selection(sql, relation, md, _databases())
+
+
+def check_selection(sql: str, relation: str, md: Metadata,
+                    databases: list[tiny.Database]) -> None:
+    """Checks 1-4 of the module docstring for ``sql`` (partition-selected under ``md``'s unit)
+    over every unit removal of each database; ``relation`` is the query's rows' keys."""
+    kappa = md.privacy_unit.max_groups
+    analysis = analyze_request(sql, md)
     assert analysis.unit is not None and analysis.partition_selection
     assert analysis.selection_stability == kappa
     plan = plan_execution(analysis, md)
     assert plan.selected
     n_keys, n_meas = len(analysis.group_keys), len(analysis.measurements)
     shared = shared_count(analysis)
-    assert (shared is not None) == (c == 1 and "COUNT(*)" in sql)
 
     def groups(db: tiny.Database) -> dict[tuple, tuple[int, tuple[float, ...]]]:
         rows = tiny.load(db).execute(plan.exact_sql).fetchall()
@@ -89,7 +98,7 @@ def test_selected_groups_move_as_the_unit_proof_assumes(sql, relation, kappa, c)
             out[key] = (int(n), tuple(float(v or 0) for v in ms))
         return out
 
-    for db in _databases():
+    for db in databases:
         big = groups(db)
         keys_in_data = set(tiny.load(db).execute(relation).fetchall())
         assert set(big) <= keys_in_data, f"{sql}\ndb={db}: {set(big) - keys_in_data}"
