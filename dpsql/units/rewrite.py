@@ -135,6 +135,8 @@ def _two_stage(select: exp.Select, release: UnitRelease, ctx: RewriteContext) ->
         value = _least(_col(f"__m{m.index}", "__r"), hi)
         if m.function != "COUNT":
             value = _greatest(value, lo)
+        else:  # typed, so Spark's exact-sum rewrite knows what it sums (at most C per unit)
+            value = exp.Cast(this=value, to=exp.DataType.build("BIGINT"))
         outer.select(exp.alias_(exp.Sum(this=_as_total(value, m.integer)), f"__m{m.index}"),
                      copy=False)
     outer = outer.from_(exp.alias_(exp.Subquery(this=ranked), "__r", table=True), copy=False)
