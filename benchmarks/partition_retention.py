@@ -9,7 +9,10 @@ whose COUNT is the selection's own noisy count) and with the share one other agg
 it (epsilon/2, e.g. GROUP BY ... SUM(x)); and, as the issue's reference, the
 optimal mechanism of Desfontaines et al. (PoPETs 2022) for one touched group per change
 (add/remove-one-user neighbours, C = 1), which dpsql's change-one-row neighbours (C = 2: a row
-leaves one group and joins another) cannot use as is. Writes partition-retention.json.
+leaves one group and joins another) cannot use as is. Under a privacy unit (issue #17,
+dpsql.noise.unit_partition: add/remove one unit, kappa = max_groups groups per unit) the same
+curves at kappa = 1 (one person, one group: the optimal mechanism's setting) and kappa = 2,
+n counting units. Writes partition-retention.json.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from dpsql.budget import Budget
+from dpsql.noise import unit_partition
 from dpsql.noise.partition import plan_selection, select
 
 EPSILON, DELTA = 1.0, 1e-5
@@ -46,16 +50,26 @@ def _first(curve: dict[int, float], level: float) -> int | None:
 
 def run(draws: int) -> dict:
     rows = {}
-    for label, share in (("dpsql, GROUP BY + COUNT(*) or key-only (selection eps 1)", EPSILON),
-                         ("dpsql, GROUP BY + one other aggregate (selection eps 0.5)",
-                          EPSILON / 2)):
-        plan = plan_selection(1.0, Budget(share, DELTA))
+    curves = (
+        ("dpsql, GROUP BY + COUNT(*) or key-only (selection eps 1)", EPSILON, None),
+        ("dpsql, GROUP BY + one other aggregate (selection eps 0.5)", EPSILON / 2, None),
+        ("dpsql under a unit, kappa 1: GROUP BY + COUNT(*) (C = 1) or key-only (eps 1)",
+         EPSILON, 1),
+        ("dpsql under a unit, kappa 1: GROUP BY + one other aggregate (eps 0.5)",
+         EPSILON / 2, 1),
+        ("dpsql under a unit, kappa 2: GROUP BY + COUNT(*) (C = 1) or key-only (eps 1)",
+         EPSILON, 2),
+    )
+    for label, share, kappa in curves:
+        plan = (plan_selection(1.0, Budget(share, DELTA)) if kappa is None
+                else unit_partition.plan_selection(kappa, Budget(share, DELTA)))
         exact = {n: plan.keep_probability(n) for n in SIZES}
         sampled = {}
         for n in (plan.threshold - 5, plan.threshold, plan.threshold + 5):
             kept = select(np.full(draws, n, dtype=np.int64), plan)
             sampled[n] = len(kept) / draws
         rows[label] = {
+            "neighbours": plan.relation, "kappa": kappa,
             "epsilon_selection": share, "delta": DELTA, "threshold": plan.threshold,
             "noise_scale": plan.scale, "n_at_50pct": _first(exact, 0.5),
             "n_at_99pct": _first(exact, 0.99), "keep_probability": exact,

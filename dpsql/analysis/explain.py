@@ -314,7 +314,7 @@ def _unit_lines(analysis: QueryAnalysis, epsilon: float, delta: float) -> list[s
     release = analysis.unit
     assert release is not None
     unit = release.unit
-    plans = plan_noise(analysis, Budget(epsilon, delta))
+    plans, selection = _plans(analysis, Budget(epsilon, delta), 0)
     src = release.source
     path = "".join(f" -> {h.table}[{h.key}].{h.column}" for h in src.hops)
     lines = ["query (qualified):", "  " + analysis.query.sql(dialect=DIALECT), "",
@@ -327,7 +327,10 @@ def _unit_lines(analysis: QueryAnalysis, epsilon: float, delta: float) -> list[s
     else:
         lines += [f"  two-stage: each unit keeps {unit.max_groups} group(s) (max_groups), at most "
                   f"{unit.max_rows_per_group} row(s) each (max_rows_per_group)"]
-    lines += ["", f"measurements (epsilon {epsilon:g} split evenly):"]
+    if selection is not None:
+        lines += _unit_selection_lines(selection)
+    lines += ["", f"measurements (epsilon {epsilon:g} split evenly"
+              + (", after the selection's share" if selection is not None else "") + "):"]
     for p in plans:
         lines.append(f"  {p.measurement.label}")
         if p.r2t is not None:
@@ -340,3 +343,18 @@ def _unit_lines(analysis: QueryAnalysis, epsilon: float, delta: float) -> list[s
             lines.append(f"    sensitivity {p.elastic_sensitivity:g} (public): Laplace scale "
                          f"{p.scale:.6g}  (epsilon {p.epsilon:g})")
     return lines
+
+
+def _unit_selection_lines(plan: SelectionPlan) -> list[str]:
+    """Partition selection under a privacy unit (dpsql.noise.unit_partition)."""
+    curve = ", ".join(f"n={n}: {plan.keep_probability(n):.3g}" for n in EXPLAIN_SIZES)
+    return [
+        "", "partition selection (a group is released iff its number of kept units + discrete "
+        "Laplace noise >= tau; dpsql/noise/unit_partition.py):",
+        f"  share: epsilon {plan.epsilon:g}, delta {plan.delta:g} "
+        + ("(the COUNT(*)'s share: its noisy counts are the selection's; and all of delta)"
+           if plan.shared is not None else "(one share of the even split, and all of delta)"),
+        f"  one unit is in at most kappa = {plan.stability} group(s): noise scale "
+        f"kappa/epsilon = {plan.scale:.6g}, threshold tau = {plan.threshold}",
+        f"  P(a group of n units is kept): {curve}",
+    ]

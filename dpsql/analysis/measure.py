@@ -61,7 +61,8 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
     _distinct_as_group(query, rel, metadata)
     keys = list(query.args["group"].expressions) if query.args.get("group") else []
     group_keys = _group_keys(keys, rel, metadata, query.args.get("where"))
-    selection_stability = _selection_stability(group_keys, rel)
+    unit = metadata.privacy_unit is not None
+    selection_stability = _selection_stability(group_keys, rel, unit)
     grouped = bool(keys)
     check_filter(query.args.get("having"), "HAVING")
 
@@ -160,7 +161,7 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
         _check_over_keys_or_aggs(node, key_sql, clause.upper(), {c.name for c in columns})
     if not measurements and selection_stability is None:
         # a key-only GROUP BY over private rows asks which keys occur: the selected ones
-        selection_stability = _key_only_stability(group_keys, rel)
+        selection_stability = _key_only_stability(group_keys, rel, unit)
     if not measurements and selection_stability is None:
         # (a key-only GROUP BY over partition-selected keys releases the selected keys)
         raise UnsupportedQueryError(
@@ -202,15 +203,19 @@ def _distinct_as_group(query: exp.Select, rel: Relation, metadata: Metadata) -> 
     query.set("distinct", None)
 
 
-def _key_only_stability(keys: list[GroupKey], rel: Relation) -> float | None:
+def _key_only_stability(keys: list[GroupKey], rel: Relation, unit: bool = False
+                        ) -> float | None:
     """A key-only GROUP BY (no aggregate anywhere) over private rows, every key with a
     declared or derived domain: the keys that occur are chosen by DP partition selection (as
     for a partition-selected key), restricted to the domains, never the whole domain (SQL
     returns only the keys present). None when nothing private is read (public keys stay
     refused as before) or there is no key. Refuses a k-dependent stability as
-    :func:`_selection_stability` does. Depends on the SQL and the public metadata alone."""
+    :func:`_selection_stability` does (not under a privacy unit). Depends on the SQL and the
+    public metadata alone."""
     if not keys or is_zero(rel.stability):
         return None
+    if unit:
+        return 1.0  # dpsql.units.analysis bounds the groups one unit changes
     if rel.stability.depends_on_k:
         raise ProtectedBinError(
             f"GROUP BY {sql_text(keys[0].node)} without an aggregate asks which keys occur, "
@@ -221,14 +226,20 @@ def _key_only_stability(keys: list[GroupKey], rel: Relation) -> float | None:
     return rel.stability.at(0)
 
 
-def _selection_stability(keys: list[GroupKey], rel: Relation) -> float | None:
+def _selection_stability(keys: list[GroupKey], rel: Relation, unit: bool = False
+                         ) -> float | None:
     """The constant stability S partition selection needs (dpsql.noise.partition), or None
     when no key is partition-selected. A k-dependent stability (a join of private tables) is
     refused: the selection's delta bound counts the groups one change can empty or create,
-    which there depends on the data. Depends on the SQL and the public metadata alone."""
+    which there depends on the data. Under a privacy unit (``unit``) the row-level stability
+    is not what bounds the selection: dpsql.units.analysis replaces it by the unit's bound (the
+    two-stage GROUP BY keeps each unit in at most max_groups groups, joins included). Depends
+    on the SQL and the public metadata alone."""
     selected = [k for k in keys if k.partition]
     if not selected:
         return None
+    if unit:
+        return 1.0  # replaced by dpsql.units.analysis (max_groups)
     if rel.stability.depends_on_k:
         raise ProtectedBinError(
             f"GROUP BY {sql_text(selected[0].node)}: the column has no declared domain, and its "

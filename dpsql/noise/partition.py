@@ -90,6 +90,8 @@ class SelectionPlan:
     #: the index of the COUNT(*) measurement whose noisy values ARE the selection's noisy
     #: counts (:func:`shared_count`): its epsilon is the selection's, charged once
     shared: int | None = None
+    #: the neighbouring relation the threshold is for (dpsql.noise.unit_partition: a unit's)
+    relation: str = "change one row"
 
     def keep_probability(self, n: int) -> float:
         """P(a group of ``n`` rows is kept) = P(n + Z >= tau)."""
@@ -136,6 +138,7 @@ def describe(plan: SelectionPlan) -> dict[str, object]:
     """The selection's public parameters and its retention curve (``dpsql explain``)."""
     return {
         "mechanism": "laplace_thresholding",
+        "neighbours": plan.relation,
         "shares_count_measurement": plan.shared,
         "epsilon": plan.epsilon,
         "delta": plan.delta,
@@ -220,8 +223,13 @@ def plan_with_selection(analysis: QueryAnalysis, budget: Budget | None, *, dista
     a partition-selected key: the selection takes its :func:`split` share, the measurements
     split the rest as :func:`dpsql.noise.plan.plan_noise` does. The shares sum to ``budget``
     (what the ledger charges). Every refusal (no epsilon, delta = 0, too much noise) comes
-    before the charge and depends on the SQL, the public metadata and the budget alone."""
+    before the charge and depends on the SQL, the public metadata and the budget alone.
+    Under a privacy unit, the unit relation's planner (dpsql.noise.unit_partition) answers."""
     assert analysis.selection_stability is not None
+    if analysis.unit is not None:
+        from dpsql.noise import unit_partition  # it builds on this module
+
+        return unit_partition.plan_with_selection(analysis, budget, distance=distance)
     if budget is None:
         raise missing_epsilon()
     if budget.mechanism != "laplace":

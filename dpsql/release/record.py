@@ -229,6 +229,7 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
         selection_epsilon=selection.epsilon,
         selection_delta=selection.delta,
         selection_threshold=selection.threshold,
+        privacy_unit=unit,
     )
 
 

@@ -17,10 +17,14 @@ metadata alone:
   (chosen by a hash of the group's keys, a function of the unit's own rows) and contributes at
   most ``max_rows_per_group`` rows' worth to each (its count clamped to C, its sum to
   [min(0, C*l), max(0, C*u)]), so one unit moves the histogram by at most kappa*C (counts) or
-  kappa*C*max(|l|, |u|) (sums) in L1: a pure release at that global sensitivity.
+  kappa*C*max(|l|, |u|) (sums) in L1: a pure release at that global sensitivity. A key
+  without a declared domain (``partition_selection: true``), or a key-only GROUP BY / DISTINCT,
+  releases the groups whose noisy number of kept units passes a threshold
+  (:mod:`dpsql.noise.unit_partition`); ``selection_stability`` is then kappa, the most groups
+  one unit is in.
 
-Refused under a unit (clear errors, before anything runs): COUNT(DISTINCT ..), partition-
-selected keys, and what :mod:`dpsql.units.paths` cannot prove.
+Refused under a unit (clear errors, before anything runs): COUNT(DISTINCT ..) and what
+:mod:`dpsql.units.paths` cannot prove.
 """
 
 from __future__ import annotations
@@ -116,10 +120,6 @@ def analyze_units(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
     analysis = analyze_query(query, structural_metadata(metadata))
     if all(is_public(m) for m in analysis.measurements) and not analysis.partition_selection:
         return analysis
-    if analysis.partition_selection:
-        raise UnsupportedConstructError(
-            "under a privacy unit, GROUP BY keys need a declared domain: partition selection "
-            "is not available with a unit yet")
     for m in analysis.measurements:
         if m.function not in ("COUNT", "SUM"):  # the bounds below are for counts and sums
             raise UnsupportedConstructError(
@@ -153,7 +153,11 @@ def analyze_units(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
             bound = unit.max_contribution * width  # nominal: R2T plans its own scales
         measurements.append(dataclasses.replace(m, sensitivity=Const(float(bound))))
     release = UnitRelease(unit, source, tuple(parts))
-    return dataclasses.replace(analysis, measurements=tuple(measurements), unit=release)
+    # partition selection under the unit (dpsql.noise.unit_partition): one unit is in at most
+    # max_groups of the two-stage's groups, whatever the joins
+    stability = (float(unit.max_groups) if analysis.partition_selection else None)
+    return dataclasses.replace(analysis, measurements=tuple(measurements), unit=release,
+                               selection_stability=stability)
 
 
 def per_group_clamp(m: Measurement, unit: PrivacyUnit) -> tuple[float, float] | None:

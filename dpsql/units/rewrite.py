@@ -13,6 +13,9 @@ unique keys: dpsql.units.paths), so each row of it is one unit's contribution. T
   hash of their keys (ties by the keys: deterministic, and a function of the unit's own rows),
   its contribution to each clamped per group (dpsql.units.analysis.per_group_clamp); the
   result has the layout's ``__k<i>, __m<j>`` columns, so domains and bins work as without a unit.
+  With a partition-selected key, dpsql.rewrite.plan adds ``COUNT(*) AS __n`` to this outer
+  query: the number of kept (unit, group) pairs, i.e. of distinct units kept in the group (the
+  rows of no unit one pseudo-unit), which dpsql.noise.unit_partition thresholds.
 
 Rows whose path does not resolve (NULL or orphan keys) have ``__u`` NULL: one group of rows
 that belong to no unit, the same in both neighbours (docs/privacy.md, "Privacy units").
@@ -132,6 +135,8 @@ def _two_stage(select: exp.Select, release: UnitRelease, ctx: RewriteContext) ->
         value = _least(_col(f"__m{m.index}", "__r"), hi)
         if m.function != "COUNT":
             value = _greatest(value, lo)
+        else:  # typed, so Spark's exact-sum rewrite knows what it sums (at most C per unit)
+            value = exp.Cast(this=value, to=exp.DataType.build("BIGINT"))
         outer.select(exp.alias_(exp.Sum(this=_as_total(value, m.integer)), f"__m{m.index}"),
                      copy=False)
     outer = outer.from_(exp.alias_(exp.Subquery(this=ranked), "__r", table=True), copy=False)

@@ -407,3 +407,28 @@ def queries(draw) -> Query:
     # qmark order follows the text; _value appended in generation order, which is text order
     # except inside the WITH (generated first, also first in the text)
     return Query(sql, params, draw(st.sampled_from(["laplace", "laplace", "gaussian"])), labels)
+
+
+@st.composite
+def unit_queries(draw) -> Query:
+    """Queries the unit world (``worlds.metadata(..., unit=True)``) accepts often: ``t`` (its own
+    unit table), joined to ``u`` on the unit id or with an EXISTS over ``u``, grouped by the
+    partition-selected ``t.s`` (``t.ck``: the same under NOCASE, refused) or the domain key
+    ``t.g``, with the grammar's predicates; key-only GROUP BY and DISTINCT forms included."""
+    params: list[Any] = []
+    source = draw(st.sampled_from(["t", "t JOIN u ON u.id = t.id", "exists"]))
+    if source == "exists":
+        source = (f"t WHERE EXISTS (SELECT 1 FROM u WHERE u.id = t.id AND "
+                  f"{_predicate(draw, params, 'u', 2)})")
+    keys = draw(st.sampled_from(["t.s", "t.s", "t.ck", "t.g", "t.s, t.g"]))
+    aggregates = draw(st.lists(st.sampled_from(
+        ["COUNT(*)", "SUM(t.n)", "AVG(t.x)", "COUNT(t.s)", "SUM(t.dec)"]),
+        min_size=0, max_size=2, unique=True))
+    where = ""
+    if draw(st.booleans()):
+        where = (" AND " if " WHERE " in source else " WHERE ") + _predicate(draw, params)
+    if not aggregates and draw(st.booleans()):
+        sql = f"SELECT DISTINCT {keys} FROM {source}{where}"
+    else:
+        sql = f"SELECT {', '.join([keys, *aggregates])} FROM {source}{where} GROUP BY {keys}"
+    return Query(sql, params, draw(st.sampled_from(["laplace", "laplace", "gaussian"])))

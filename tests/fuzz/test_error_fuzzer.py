@@ -21,24 +21,26 @@ parameters and both outcomes; hypothesis shrinks it to a minimal one first.
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dpsql.analysis.selection_aggregates import QuantileQuery
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.budget import Budget
 from dpsql.errors import Error
 from dpsql.execute.blocks import PreparedBlocks
-from dpsql.execute.exact import read_exact
+from dpsql.execute.exact import read_exact, read_groups
 from dpsql.execute.selection import PreparedSelection, cell_counts, quantile_utilities
 from dpsql.sample_aggregate.prepared import PreparedSampleAggregate
 from dpsql.sample_aggregate.release import block_answers, clamped_sums, plan_release
 from dpsql.session import Prepared, Session
 from tests.fuzz import worlds
-from tests.fuzz.grammar import Query, queries
+from tests.fuzz.grammar import Query, queries, unit_queries
 from tests.shop_fixture import ZeroNoise
 
 FUZZ_EXAMPLES = int(os.environ.get("DPSQL_FUZZ_EXAMPLES", "150"))
@@ -216,3 +218,75 @@ def test_outcomes_under_a_privacy_unit_never_tell_neighbours_apart(unit_engines,
     two-stage ranking (hash, ROW_NUMBER) may not fail on one neighbour only; refusals read
     the SQL and the metadata alone."""
     _check(unit_engines, query, epsilon=1.0)
+
+
+# --------------------------------------------------------------- partition selection under a unit
+
+#: the unit world of worlds.metadata(..., unit=True), where t is its own unit table
+UNIT_PARTITION_SETTINGS = settings(SETTINGS, max_examples=max(1, FUZZ_EXAMPLES // 3))
+
+
+@pytest.fixture(scope="module")
+def partition_unit_engines(tmp_path_factory):
+    """The same worlds under a privacy unit (worlds.UNIT): each extreme neighbour adds one
+    unit; ``u_row`` changes one (its values are not bounded by one step)."""
+    base, neighbours, csv = worlds.build(tmp_path_factory.mktemp("fuzz_unit"))
+    md = worlds.metadata(csv, unit=True)
+    out = {name: Session(md, DuckDBBackend(path, md), sampler=ZeroNoise())
+           for name, path in [("base", base), *neighbours.items()]}
+    md_mf = worlds.metadata(csv, mf=worlds.MAX_FREQS[1], unit=True)
+    out["mf"] = Session(md_mf, DuckDBBackend(base, md_mf), sampler=ZeroNoise())
+    yield out
+    for engine in out.values():
+        engine.backend.close()
+
+
+def _unit_groups(engine: Session, query: Query) -> dict[tuple, tuple[int, tuple[float, ...]]]:
+    """Every group the selection would see: its key, ``__n`` (kept units) and exact values."""
+    prepared = engine.prepare(query.sql)
+    assert isinstance(prepared, Prepared)
+    groups = read_groups(engine.backend, prepared.compiled, list(query.params))
+    keys = list(zip(*groups.keys, strict=True))
+    values = list(zip(*(np.asarray(e, dtype=np.float64).tolist() for e in groups.exact),
+                      strict=True)) or [()] * len(keys)
+    return {k: (int(n), v) for k, n, v in zip(keys, groups.counts.tolist(), values,
+                                                strict=True)}
+
+
+@UNIT_PARTITION_SETTINGS
+@given(query=st.one_of(unit_queries(), queries()))
+def test_selected_groups_under_a_unit_move_by_at_most_kappa(partition_unit_engines, query):
+    """Under a privacy unit: the same outcome on every world (refusals read the SQL and the
+    metadata alone); for groups selected from the data (partition selection under the unit,
+    the grammar's t.s) adding a unit raises each group's ``__n`` by 0 or 1 and kappa in L1,
+    creates at most kappa groups (at ``__n`` 1), and moves no measurement by more than the
+    two-stage's kappa*C*w in L1; the undeclared copy moves nothing."""
+    _check(partition_unit_engines, query, epsilon=1.0)
+    if outcome(partition_unit_engines["base"], query, 1.0)[0] != "ok":
+        return
+    prepared = partition_unit_engines["base"].prepare(query.sql)
+    if not (isinstance(prepared, Prepared) and prepared.plan.selected):
+        return
+    kappa = partition_unit_engines["base"].metadata.privacy_unit.max_groups
+    es = [m.sensitivity.at(0) for m in prepared.analysis.measurements]
+    small = _unit_groups(partition_unit_engines["base"], query)
+    for name, engine in partition_unit_engines.items():
+        if name in ("base", "mf", "u_row"):
+            continue
+        big = _unit_groups(engine, query)
+        info = f"\n  query: {query.sql}\n  params: {query.params!r}\n  neighbour: {name}"
+        if name == worlds.UNDECLARED:
+            assert big == small, f"PRIVACY BUG: undeclared data moved the groups{info}"
+            continue
+        assert set(small) <= set(big), f"PRIVACY BUG: a unit removed a group{info}"
+        created = set(big) - set(small)
+        assert len(created) <= kappa and all(big[g][0] == 1 for g in created), (
+            f"PRIVACY BUG: one unit created {len(created)} groups{info}")
+        moves = [big[g][0] - small.get(g, (0, ()))[0] for g in big]
+        assert all(0 <= d <= 1 for d in moves) and sum(moves) <= kappa, (
+            f"PRIVACY BUG: __n moved by {moves}{info}")
+        zero = (0.0,) * len(es)
+        for j, bound in enumerate(es):
+            moved = math.fsum(abs(big[g][1][j] - small.get(g, (0, zero))[1][j]) for g in big)
+            assert moved <= bound * (1 + 1e-9) + 1e-9, (
+                f"PRIVACY BUG: measurement {j} moves by {moved} (L1) > {bound}{info}")

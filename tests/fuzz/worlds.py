@@ -56,9 +56,18 @@ U_ROW = (1, "1", "k0", 1, "true", True)
 MAX_FREQS = (2, 10**9)
 
 
-def metadata(csv: Path, mf: int = 2) -> Metadata:
+#: the unit the fuzzers' unit world declares (every row of t is one unit; u reaches it by id)
+UNIT = """privacy_unit: {table: t, column: id, max_contribution: 4, max_groups: 2,
+               max_rows_per_group: 2}
+"""
+
+
+def metadata(csv: Path, mf: int = 2, *, unit: bool = False) -> Metadata:
+    """The worlds' metadata; with ``unit`` under a privacy unit (t's id; u's rows reach it by
+    their id), where each extreme neighbour adds one unit (a new id) and ``u_row`` changes one
+    unit (two steps of the add/remove relation)."""
     return loads_metadata(f"""
-tables:
+{UNIT if unit else ""}tables:
   t:
     sample_aggregate: {{blocks: 3}}
     columns:
@@ -75,6 +84,7 @@ tables:
       pid: {{type: INTEGER, releasable: true, domain: {{table: p, column: pid}}}}
       h: {{type: VARCHAR, releasable: true, domain: {{values: [1, 2]}}}}
   u:
+    {"unit: id" if unit else ""}
     columns:
       id: {{max_freq: 1, type: INTEGER}}
       s: {{max_freq: {mf + 5}, type: VARCHAR}}
