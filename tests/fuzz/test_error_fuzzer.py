@@ -220,6 +220,14 @@ def test_outcomes_under_a_privacy_unit_never_tell_neighbours_apart(unit_engines,
     _check(unit_engines, query, epsilon=1.0)
 
 
+@UNIT_SETTINGS
+@given(query=queries())
+def test_unit_outcomes_do_not_depend_on_max_frequencies_at_tiny_epsilon(unit_engines, query):
+    # under a unit no bound reads a max frequency (dpsql.units.analysis.structural_metadata
+    # keeps the declared ones for the query's shape only): refusals may not depend on them
+    _check({"base": unit_engines["base"], "mf": unit_engines["mf"]}, query, epsilon=1e-4)
+
+
 # --------------------------------------------------------------- partition selection under a unit
 
 #: the unit world of worlds.metadata(..., unit=True), where t is its own unit table
