@@ -11,8 +11,8 @@ from .report import _f, _met, _reject
 def _pct(x: float | None) -> str:
     if x is None:
         return "-"
-    if x == 0:
-        return "0"
+    if abs(x) < 1e-9:
+        return "0" if x == 0 else "~0 (float rounding)"
     return f"{x * 100:.3g}%"
 
 
@@ -52,6 +52,18 @@ def r2t_md(data: dict[str, Any]) -> list[str]:
             head + f"| {_pct(q['median_rel_error'])} | {_pct(q['r2t_statistic_rel_error'])} "
             f"| {_pct(q['r2t_figure'])} | {_pct(q['median_signed_rel_error'])} "
             f"| {q['interval_95_covered']:.0%} " + timing)
+    slow = [q for q in data["r2t"] if (q.get("time") or {}).get("breakdown")]
+    if slow:
+        lines += ["", "Where the time goes in the queries over the goal (`units_profile.py`: cuts "
+                  "of the exact query, timed side by side, medians, ms):", "",
+                  "| query | unit | raw | + unit lookup joins | + GROUP BY unit | + 20 truncated "
+                  "sums | exact |", "|---|---|---:|---:|---:|---:|---:|"]
+        for q in slow:
+            b = q["time"]["breakdown"]
+            lookup = _f(b["lookup_adds_ms"]) if "lookup_ms" in b else "none"
+            lines.append(f"| {q['name']} | {q['unit']} | {_f(b['raw_ms'])} | {lookup} "
+                         f"| {_f(b['grouping_adds_ms'])} | {_f(b['levels_add_ms'])} "
+                         f"| {_f(b['exact_ms'])} |")
     lines += [
         "",
         f"- time <= {s['time_ratio_target']:g}x raw: "

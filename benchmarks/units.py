@@ -41,6 +41,7 @@ from . import cells as cellmod
 from .accuracy import FLEX_FIGURES
 from .common import Handles, Settings, interleaved, median_ms, rejection
 from .queries import flex_corpus
+from .units_profile import breakdown
 from .units_queries import (
     FLEX_UNIT,
     GS,
@@ -123,6 +124,9 @@ def r2t_query(q: R2TQuery, unit: str, metadata: Metadata, handles: Handles,
         out["time"] = None
     else:
         out["time"] = _times(q.sql, prepared, handles, settings)
+        if not out["time"]["met"]:  # where the time goes (benchmarks.units_profile)
+            out["time"]["breakdown"] = breakdown(q.sql, prepared.compiled.exact, handles,
+                                                 settings.runs)
     t = out["time"]
     log(f"  {q.name} ({unit}): median relative error {out['median_rel_error']:.3g} "
         f"(R2T {R2T_FIGURES[q.name]:.3g})"

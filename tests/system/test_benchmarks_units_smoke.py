@@ -60,6 +60,10 @@ def test_r2t_queries(results):
         t = q["time"]
         assert t["raw_ms"] > 0 and t["exact_ms"] > 0 and t["runs"] == 2
         assert t["ratio"] == pytest.approx(t["exact_ms"] / t["raw_ms"])
+        if not t["met"]:  # over 2x: where the time goes
+            b = t["breakdown"]
+            assert b["exact_ms"] > 0 and b["grouped_ms"] > 0 and b["raw_ms"] > 0
+            assert ("lookup_ms" in b) == ("__up0" in q["exact_sql"])
     by = {(q["name"], q["unit"]): q for q in rows}
     # Q11 reads supplier, partsupp and nation only: public when customer is the unit
     assert by[("Q11", "customer")]["mechanism"] == "exact"
@@ -87,6 +91,18 @@ def test_flex_queries(results):
         assert _ratio(q["median_rel_error"]) and q["sweep"] == []  # no sweep in smoke
     assert (flex["Q1"]["max_groups"], flex["Q1"]["max_rows_per_group"]) == (4, 64)
     assert data["summary"]["flex"]["rejected"] == ["Q13"]
+
+
+def test_profile_cuts(results):
+    """The cuts of an exact query: the per-unit contributions, and the lookup joins alone
+    where the unit is looked up along a path (Q20 reads lineitem without orders)."""
+    from benchmarks.units_profile import cuts
+
+    by = {(q["name"], q["unit"]): q["exact_sql"] for q in results["json"]["r2t"]}
+    q20, q3 = cuts(by[("Q20", "customer")]), cuts(by[("Q3", "customer")])
+    assert set(q20) == {"grouped", "lookup"} and set(q3) == {"grouped"}
+    assert "GROUP BY" in q20["grouped"] and "GROUP BY" not in q20["lookup"]
+    assert "LEFT JOIN orders AS __up0" in q20["lookup"] and "LEAST" not in q20["grouped"]
 
 
 def test_markdown(results):
