@@ -30,7 +30,8 @@ def results(tmp_path_factory) -> dict:
                  "--data-dir", str(tmp / "data")]) == 0
     return {"json": json.loads((out / "units-sf0.01.json").read_text()),
             "md": (out / "units-sf0.01.md").read_text(),
-            "summary": (out / "summary.md").read_text()}
+            "summary": (out / "summary.md").read_text(),
+            "db": tmp / "data" / "sf0.01-builtin" / "tpch.duckdb"}
 
 
 def _ratio(x) -> bool:
@@ -129,3 +130,21 @@ def test_unit_metadata_is_the_schema_file():
         assert md.privacy_unit is not None and md.privacy_unit.table == table
         assert md.privacy_unit.max_groups == 3 and md.privacy_unit.max_contribution == 2**20
         assert {n for n, t in md.tables.items() if not t.public} == private
+
+
+def test_level_grid_simulation(results):
+    """benchmarks.units_levels: dpsql's grid is dpsql.noise.r2t's levels; R2T's code has 8
+    levels of 5.5^j; the simulation runs on the smoke database."""
+    from benchmarks.units_levels import SINGLE, grid, r2t_code_grid, run
+    from dpsql.noise.r2t import levels
+
+    taus, scales, shifts = grid(2.0, 1.0)
+    assert list(taus) == list(levels(2**20)) and scales[0] == pytest.approx(20 * 2 / 0.8)
+    assert shifts[0] == pytest.approx(scales[0] * math.log(20 / 0.1))
+    code_taus, _, _ = r2t_code_grid()
+    assert len(code_taus) == 8 and code_taus[-1] < 1e6
+    data = run(results["db"], draws=20)
+    assert [q["name"] for q in data["queries"]] == list(SINGLE)
+    for q in data["queries"]:
+        for key in ("dpsql", "base 4", "base 5.5", "r2t_code"):
+            assert _ratio(q[key]), (q["name"], key)
