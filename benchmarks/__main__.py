@@ -1,16 +1,18 @@
 """``python -m benchmarks``: dpsql's TPC-H benchmarks (see benchmarks/README.md).
 
     python -m benchmarks [--scale 0.1|1|10]
-                         [--parts overhead,analysis,accuracy,noise,coverage,peer,scale,server]
+                         [--parts overhead,analysis,accuracy,noise,coverage,units,peer,scale,server]
                          [--smoke] [--out DIR] [--generator auto|tpchgen|builtin]
 
 Writes ``<out>/<part>-sf<scale>.json`` for the TPC-H parts, ``<out>/peer-<dataset>.json`` and
 ``<out>/scale.json`` (+ ``scale.png``) for the parts on their own PUMS-shaped data,
 ``<out>/server.json`` for ``--parts server`` (not run by default: a `dpsql serve` process and
-16 client processes on the demo shop), and regenerates ``<out>/summary.md`` from every such
-file in ``<out>``. ``--smoke`` runs everything at SF 0.01 with the built-in generator (peer and
-scale on 1,000- to 20,000-row tables; server on a 20,000-order shop, 4 clients, 1 s) and a few
-repetitions (seconds; what CI runs), writing to benchmarks/data/smoke-results by default.
+16 client processes on the demo shop), ``<out>/units-sf<scale>.json`` and ``.md`` for ``--parts
+units`` (not run by default: privacy units, issue #17, ~10 min at SF1), and regenerates
+``<out>/summary.md`` from every such file in ``<out>``. ``--smoke`` runs everything at SF
+0.01 with the built-in generator (peer and scale on 1,000- to 20,000-row tables; server on a
+20,000-order shop, 4 clients, 1 s) and a few repetitions (seconds; what CI runs), writing to
+benchmarks/data/smoke-results by default.
 """
 
 from __future__ import annotations
@@ -125,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
                 from . import coverage
                 data = coverage.run(handles, settings, log, args.data_dir)
                 env_settings = replace(settings, epsilon=coverage.EPSILON, delta=coverage.DELTA)
+            elif part == "units":  # R2T's queries at 0.8 (pure); FLEX's at 0.1, 1e-8: summary
+                from . import units
+                data = units.run(handles, settings, log, out)
+                env_settings = replace(settings, epsilon=units.R2T_EPSILON, delta=0.0)
             else:
                 module = importlib.import_module(f".{part}", __package__)
                 data = module.run(handles, settings, log)
@@ -134,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
                 round(load_start, 2) if load_start is not None else None)
             path = out / f"{part}-sf{label}.json"
             written.append(write_json(path, data))
+            if part == "units":  # its own markdown beside the JSON (and a summary.md section)
+                from .report_units import units_document
+                md_path = out / f"units-sf{label}.md"
+                md_path.write_text(units_document(data), encoding="utf-8")
+                written.append(md_path)
     finally:
         if handles is not None:
             handles.close()

@@ -9,11 +9,12 @@ from typing import Any
 
 # on their own data (PUMS-shaped; the demo shop for server): see report_peer.py
 OWN_DATA_PARTS = ("peer", "scale", "server")
-PARTS = ("overhead", "analysis", "accuracy", "noise", "coverage", *OWN_DATA_PARTS)
+PARTS = ("overhead", "analysis", "accuracy", "noise", "coverage", "units", *OWN_DATA_PARTS)
 #: what runs without --parts: the server part starts a server and 16 client processes and
-#: needs psycopg, so it is asked for by name (``--parts server``)
-DEFAULT_PARTS = tuple(p for p in PARTS if p != "server")
-_FILE = re.compile(r"^(overhead|analysis|accuracy|noise|coverage)-sf([0-9.e+-]+)\.json$")
+#: needs psycopg, so it is asked for by name (``--parts server``); the units part (issue #17,
+#: ~10 min at SF1) too (``--parts units``)
+DEFAULT_PARTS = tuple(p for p in PARTS if p not in ("server", "units"))
+_FILE = re.compile(r"^(overhead|analysis|accuracy|noise|coverage|units)-sf([0-9.e+-]+)\.json$")
 
 
 def _f(x: Any) -> str:
@@ -183,6 +184,12 @@ def coverage_md(data: dict[str, Any]) -> list[str]:
     return md(data)
 
 
+def units_md(data: dict[str, Any]) -> list[str]:
+    from .report_units import units_md as md  # it uses this module's formatters
+
+    return md(data)
+
+
 _SECTIONS = {
     "overhead": ("Overhead: dpsql end to end vs raw DuckDB", overhead_md),
     "analysis": ("Analysis time (uncached) over the TPC-H corpus", analysis_md),
@@ -190,6 +197,7 @@ _SECTIONS = {
     "noise": ("Noise throughput", noise_md),
     "coverage": ("Coverage: TPC-H's 22 queries verbatim, SmartNoise SQL's PUMS test suite",
                  coverage_md),
+    "units": ("Privacy units (issue #17): R2T's and FLEX's TPC-H queries", units_md),
 }
 
 

@@ -1,0 +1,125 @@
+"""Markdown of the ``units`` part (``units-sf<scale>.json``): its own ``units-sf<scale>.md`` and
+its section of ``summary.md``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .report import _f, _met, _reject
+
+
+def _pct(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if abs(x) < 1e-9:
+        return "0" if x == 0 else "~0 (float rounding)"
+    return f"{x * 100:.3g}%"
+
+
+def _unit_cell(q: dict[str, Any]) -> str:
+    if q["same_private_relations"]:
+        return f"{q['unit']} (as R2T)"
+    r2t = " and ".join(q["r2t_private"])
+    return f"{q['unit']} (R2T: {r2t})"
+
+
+def r2t_md(data: dict[str, Any]) -> list[str]:
+    s = data["summary"]["r2t"]
+    lines = [
+        f"epsilon {s['epsilon']}, beta {s['beta']}, GS {s['max_contribution']:,} (R2T: 10^6); "
+        f"{s['draws']} releases per query, the exact query run once and replayed. dpsql's unit "
+        "is one table: customer (`schemas/tpch-units.yaml`, supplier and partsupp **public**), "
+        "so where R2T also protected supplier (Q5, Q7, Q8, Q21) or protected orders or "
+        "supplier instead, dpsql's release protects something else: the *unit* column says "
+        "which. Q11, Q12 and Q20 also run under R2T's own unit. Time: dpsql's exact query "
+        "(unit lookup, GROUP BY unit, 20 truncated sums) against the same SQL on raw DuckDB, "
+        f"interleaved, medians (goal <= {s['time_ratio_target']:g}x).",
+        "",
+        "| query | unit | exact answer | dpsql median rel. error | R2T's statistic | R2T "
+        "published | signed median | 95% interval held | raw DuckDB ms | dpsql exact ms | "
+        "ratio |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for q in data["r2t"]:
+        head = f"| {q['name']} | {_unit_cell(q)} | {_f(q['exact_answer'])} "
+        if q["status"] != "ok":
+            lines.append(head + f"| {_reject(q)} | | {_pct(q['r2t_figure'])} | | | | | |")
+            continue
+        t = q.get("time")
+        timing = (f"| {_f(t['raw_ms'])} | {_f(t['exact_ms'])} | {t['ratio']:.2f} |" if t
+                  else "| public: exact, free | | |")
+        lines.append(
+            head + f"| {_pct(q['median_rel_error'])} | {_pct(q['r2t_statistic_rel_error'])} "
+            f"| {_pct(q['r2t_figure'])} | {_pct(q['median_signed_rel_error'])} "
+            f"| {q['interval_95_covered']:.0%} " + timing)
+    slow = [q for q in data["r2t"] if (q.get("time") or {}).get("breakdown")]
+    if slow:
+        lines += ["", "Where the time goes in the queries over the goal (`units_profile.py`: cuts "
+                  "of the exact query, timed side by side, medians, ms):", "",
+                  "| query | unit | raw | + unit lookup joins | + GROUP BY unit | + 20 truncated "
+                  "sums | exact |", "|---|---|---:|---:|---:|---:|---:|"]
+        for q in slow:
+            b = q["time"]["breakdown"]
+            lookup = _f(b["lookup_adds_ms"]) if "lookup_ms" in b else "none"
+            lines.append(f"| {q['name']} | {q['unit']} | {_f(b['raw_ms'])} | {lookup} "
+                         f"| {_f(b['grouping_adds_ms'])} | {_f(b['levels_add_ms'])} "
+                         f"| {_f(b['exact_ms'])} |")
+    lines += [
+        "",
+        f"- time <= {s['time_ratio_target']:g}x raw: "
+        + (_met(not s["time_ratio_missed"]) + (f" (missed by {', '.join(s['time_ratio_missed'])})"
+                                              if s["time_ratio_missed"] else "")
+           + f"; median ratio {_f(s['median_time_ratio'])}"),
+    ]
+    return lines
+
+
+def flex_md(data: dict[str, Any]) -> list[str]:
+    s = data["summary"]["flex"]
+    lines = [
+        f"epsilon {s['epsilon']}, delta {s['delta']:g} (two-stage releases are pure: no delta "
+        f"spent), customer as the unit; {s['draws']} releases; median over cells of each "
+        "cell's median relative error. Answering 0 scores 1.",
+        "",
+        "| query | kappa, C | dpsql (unit) | better than 0 | row level (accuracy part) | FLEX "
+        "(row level) | cells | mechanism | other (kappa, C) in hindsight |",
+        "|---|---|---:|---|---:|---:|---:|---|---|",
+    ]
+    for q in data["flex"]:
+        row = q.get("row_level") or {}
+        row_cell = (_f(row.get("median_rel_error")) if row.get("status") == "ok"
+                    else ("refused" if row else "-"))
+        kc = f"{q['max_groups']}, {q['max_rows_per_group']}"
+        if q["status"] != "ok":
+            lines.append(f"| {q['name']} | {kc} | {_reject(q)} | **no** | {row_cell} "
+                         f"| {_f(q['flex'])} | | | |")
+            continue
+        if q["mechanism"] == "exact":
+            kc = "- (public tables only)"
+        sweep = "; ".join(f"({p['max_groups']}, {p['max_rows_per_group']}): "
+                          f"{_f(p['median_rel_error'])}" for p in q.get("sweep", []))
+        better = "yes" if q["better_than_zero"] else "**no**"
+        lines.append(
+            f"| {q['name']} | {kc} | {_f(q['median_rel_error'])} | {better} | {row_cell} "
+            f"| {_f(q['flex'])} | {q['cells']:,} | {q['mechanism']} | {sweep or '-'} |")
+    lines += ["", "Why each kappa and C (from the TPC-H specification, not the data):", ""]
+    lines += [f"- {q['name']}: {q['why']}" for q in data["flex"]]
+    return lines
+
+
+def units_md(data: dict[str, Any]) -> list[str]:
+    """The part's section (R2T's queries, then FLEX's)."""
+    return ["#### R2T's TPC-H queries", "", *r2t_md(data), "",
+            "#### FLEX's TPC-H queries under a privacy unit", "", *flex_md(data)]
+
+
+def units_document(data: dict[str, Any]) -> str:
+    """``units-sf<scale>.md``: the section with a title and what it was measured on."""
+    env = data["environment"]
+    head = [f"# Privacy units (issue #17): TPC-H SF {env['scale']:g}", "",
+            f"Data: {env.get('generator', '?')} generator; dpsql commit "
+            f"{env.get('git_commit') or '?'}, {env.get('time', '?')}; 1-minute load average "
+            f"{_f(env.get('load_average_1m_start'))} -> {_f(env.get('load_average_1m'))} on "
+            f"{env.get('cpus', '?')} CPUs. Generated by `python -m benchmarks --parts units` "
+            "(see benchmarks/README.md).", ""]
+    return "\n".join([*head, *units_md(data)]).rstrip() + "\n"
