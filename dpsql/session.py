@@ -44,8 +44,7 @@ from dpsql.backends.stored import StoredFacts
 from dpsql.backends.types import fill_column_types
 from dpsql.budget import Budget, missing_epsilon
 from dpsql.errors import OperationalError, ProgrammingError, QueryCancelledError
-from dpsql.execute.blocks import PreparedBlocks, check_post, prepare_blocks, read_public
-from dpsql.execute.blocks import compute as compute_blocks
+from dpsql.execute.blocks import PreparedBlocks, prepare_blocks
 from dpsql.execute.exact import (
     CompiledPlan,
     compile_plan,
@@ -56,13 +55,9 @@ from dpsql.execute.exact import (
 from dpsql.execute.layout import Domains, selected_bins
 from dpsql.execute.post import PostProcessor, Rows, gc_paused
 from dpsql.execute.post_check import check_rows, measurement_dtypes
-from dpsql.execute.selection import PreparedSelection, prepare_selection, selection_dtypes
-from dpsql.execute.selection import check_budget as check_selection_budget
-from dpsql.execute.selection import compute as compute_selection
-from dpsql.execute.selection import release_record as selection_record
+from dpsql.execute.selection import PreparedSelection, prepare_selection
 from dpsql.execute.typed import (
     annotate,
-    final_rules,
     output_rules,
     release_notes,
 )
@@ -72,22 +67,19 @@ from dpsql.metadata.digest import metadata_digest
 from dpsql.noise import mechanisms
 from dpsql.noise.apply import noisy_values
 from dpsql.noise.partition import SelectionPlan, plan_with_selection, select_noisy
-from dpsql.noise.plan import NoisePlan, plan_noise, split_budget
+from dpsql.noise.plan import NoisePlan, plan_noise
 from dpsql.prepared import AnyPrepared, Prepared, checked_params, column_sources, fingerprint
 from dpsql.release.cache import cache_entry, cache_key, load_payload
 from dpsql.release.record import (
     Release,
     Result,
-    combined_record,
     release_record,
 )
 from dpsql.rewrite.plan import plan_execution
 from dpsql.rewrite.post import post_processing_sql
 from dpsql.sample_aggregate.analysis import mentions_wrapper
 from dpsql.sample_aggregate.prepared import PreparedSampleAggregate, prepare_sample_aggregate
-from dpsql.sample_aggregate.prepared import compute as sample_compute
-from dpsql.sample_aggregate.release import plan_release
-from dpsql.sample_aggregate.release import release_curve as sample_curve
+from dpsql.session_kinds import OtherReleases
 from dpsql.units.execute import r2t_bins
 from dpsql.units.record import with_intervals
 
@@ -100,7 +92,7 @@ class Principal:
     analyst: str
 
 
-class Session:
+class Session(OtherReleases):
     """Private queries for one analyst against one backend with one metadata file.
 
     ``ledger`` None: nothing is charged or cached (local experimentation); ``sampler`` is for
@@ -235,108 +227,6 @@ class Session:
         # the answer is cached in the audit write's transaction (step 10 with step 9's record)
         return self._release(prepared, values, plans, domains, charge=self.ledger, sql=sql,
                              cache_key=key, selection=selection, raw_counts=raw_counts)
-
-    def _run_blocks(self, prepared: PreparedBlocks, sql: str, params: Sequence[Any] | None,
-                    budget: Budget | None, raw_counts: bool = False) -> Result:
-        """Steps 3-10 for a query of several releases (dpsql.analysis.blocks): the budget is
-        split over them (noise.plan.split_budget), every refusal (each part's noise plan,
-        domains and bin limit, binder check) comes before the one charge that covers them
-        all, and dpsql.execute.blocks.compute runs after it."""
-        values = list(params or [])
-        if len(values) != prepared.n_params:
-            raise ProgrammingError(
-                f"the query has {prepared.n_params} parameter marker(s) '?' but {len(values)} "
-                "parameter(s) were given")
-        parts = prepared.parts
-        if not prepared.public and budget is None:
-            raise missing_epsilon()
-        key = None
-        if self.ledger is not None and not prepared.public:
-            assert budget is not None
-            key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
-                            scope=self._scope(budget) + (":raw" if raw_counts else ""))
-            cached = self._cached(key, sql, values, budget)
-            if cached is not None:
-                return cached
-        shares = split_budget([p.analysis for p in parts], budget)
-        plans = [plan_noise(p.analysis, b) for p, b in zip(parts, shares, strict=True)]
-        checked = prepared.part_params(values)
-        domains = [read_domains(self.backend, p.compiled, checked) for p in parts]
-        public = read_public(self.backend, prepared)
-        charge = None if prepared.public else self.ledger
-        if charge is not None:
-            for p in parts:
-                self._check_binds(p.compiled, checked)
-            self._check_post_once(
-                (prepared.fingerprint, *(t for d in domains for t in d.types)), checked,
-                lambda: check_post(self._post, prepared, checked, domains, public))
-        record = combined_record(
-            [(p.label, p.columns, pl, d.n_bins) for p, pl, d in zip(parts, plans, domains,
-                                                                     strict=True)],
-            prepared.fingerprint)
-        rules, notes = final_rules(prepared, self.metadata, raw_counts)
-        return self._charged(
-            annotate(record, notes), values, charge, sql if charge is not None else None,
-            key, lambda drawn: finish_rows(
-                compute_blocks(self.backend, self._post, prepared, values, plans, domains,
-                               self._sampler, drawn, public, raw_counts), rules,
-                raw_counts=raw_counts),
-            curve=release_curve([p for part in plans for p in part]))
-
-    def _run_sample_aggregate(self, prepared: PreparedSampleAggregate, sql: str,
-                              params: Sequence[Any] | None, budget: Budget | None) -> Result:
-        """Steps 3-10 for SAMPLE_AGGREGATE (dpsql.sample_aggregate): every refusal (epsilon,
-        mechanism, bounds, the binder) before the charge; a fresh block key per release."""
-        values = prepared.checked_params(params)
-        outputs, record = plan_release(prepared.plan, budget, prepared.fingerprint)
-        assert budget is not None  # plan_release refuses a missing epsilon
-        key = None
-        if self.ledger is not None:
-            key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
-                            scope=self._scope(budget))
-            cached = self._cached(key, sql, values, budget)
-            if cached is not None:
-                return cached
-            bound = (prepared.compiled, tuple(type(v).__name__ for v in values))
-            if bound not in self._bound:
-                self.backend.check(prepared.compiled, prepared.bindings(values))
-                self._bound[bound] = None
-        return self._charged(record, values, self.ledger, sql, key, lambda drawn: sample_compute(
-            self.backend, prepared, values, outputs, self._sampler, drawn),
-            curve=sample_curve(outputs))
-
-    def _run_selection(self, prepared: PreparedSelection, sql: str,
-                       params: Sequence[Any] | None, budget: Budget | None) -> Result:
-        """Steps 3-10 for MIN / MAX / quantiles and top-k (dpsql.execute.selection): the same
-        order as :meth:`run` (refusals, then the charge, then the one private read)."""
-        values = checked_params(prepared.plan, params)
-        if budget is None:
-            raise missing_epsilon()
-        check_selection_budget(budget)
-        key = None
-        if self.ledger is not None:
-            key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
-                            scope=self._scope(budget))
-            cached = self._cached(key, sql, values, budget)
-            if cached is not None:
-                return cached
-        domains = read_domains(self.backend, prepared.compiled, values)
-        outputs = prepared.outputs
-        if self.ledger is not None:
-            self._check_binds(prepared.compiled, values)
-            post_sql = outputs.post_sql if outputs is not None else None
-            if outputs is not None and post_sql is not None:
-                dtypes = selection_dtypes(prepared)
-                key_domains = Domains(domains.values[:-1], domains.types[:-1])
-                self._check_post_once(
-                    (post_sql, *domains.types, *(d.__name__ for d in dtypes)), values,
-                    lambda: check_rows(self._post.cursor(), post_sql, outputs.post_params,
-                                       values, key_domains, dtypes))
-        record = selection_record(prepared, budget, domains.n_bins)
-        return self._charged(
-            record, values, self.ledger, sql, key,
-            lambda drawn: compute_selection(self.backend, self._post, prepared, values, domains,
-                                            budget, drawn, self._sampler))
 
     def _scope(self, budget: Budget) -> str:
         """The answer-cache scope of a request: a Gaussian answer is cached apart from a
