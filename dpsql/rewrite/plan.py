@@ -34,7 +34,7 @@ from dpsql.execute import layout
 from dpsql.metadata import Metadata
 from dpsql.rewrite.clamps import clamp_measurements
 from dpsql.rewrite.context import RewriteContext, StoredData
-from dpsql.rewrite.domains import domain_relations
+from dpsql.rewrite.domains import domain_relations, relation_sql
 from dpsql.rewrite.not_in import not_in_as_not_exists, null_safe_not_in
 from dpsql.rewrite.parameters import bind_params, number_parameters, used_params
 from dpsql.rewrite.post import NOISY_TABLE, OutputSpec, build_post, fast_order, fast_path
@@ -160,12 +160,10 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
         # each group's row count, what the partition selection thresholds
         assert isinstance(tree, exp.Select)
         tree.select(exp.alias_(exp.Count(this=exp.Star()), "__n", copy=False), copy=False)
-        optional = [None if d is None else d.sql(dialect=DIALECT, copy=False)
-                    for d in ctx.domains]
+        optional = [None if d is None else relation_sql(d) for d in ctx.domains]
         write = lambda inner: layout.write_selected(inner, optional, n)  # noqa: E731
     else:
-        domain_sqls = [d.sql(dialect=DIALECT, copy=False) for d in ctx.domains
-                       if d is not None]
+        domain_sqls = [relation_sql(d) for d in ctx.domains if d is not None]
         write = lambda inner: layout.write(inner, domain_sqls, n)  # noqa: E731
     # The exact tree is a fresh copy owned here: generate without another copy.
     canonical = write(tree.sql(dialect=DIALECT, copy=False))
