@@ -21,6 +21,8 @@ private data, and a SUM clamp is left out only where it cannot change any value.
 from __future__ import annotations
 
 import math
+import re
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +35,7 @@ from dpsql.analysis.trees import copy_tree
 from dpsql.execute import layout
 from dpsql.metadata import Metadata
 from dpsql.rewrite.clamps import clamp_measurements
-from dpsql.rewrite.context import RewriteContext, StoredData
+from dpsql.rewrite.context import Removable, RewriteContext, StoredData
 from dpsql.rewrite.domains import domain_relations, relation_sql
 from dpsql.rewrite.not_in import not_in_as_not_exists, null_safe_not_in
 from dpsql.rewrite.parameters import bind_params, number_parameters, used_params
@@ -125,6 +127,42 @@ class ExecutionPlan:
         return max(used) + 1 if used else 0
 
 
+def _with_and_without_clamps(tree: exp.Expression, removable: Sequence[Removable]
+                             ) -> tuple[str, str | None]:
+    """The SQL of ``tree`` (which this consumes) with every clamp, and without the
+    ``removable`` ones, each replaced by its column (None when there are none).
+
+    Generated once: each removable clamp is replaced by a marker column whose name holds a
+    fresh random token, and each marker's text, found exactly once in the generated template,
+    is then replaced by the clamp's text or the column's (both single operands, whose text does
+    not depend on what surrounds them). Should a marker occur other than once (no analyst can
+    write the token), both statements are generated in full instead."""
+    if not removable:
+        return tree.sql(dialect=DIALECT, copy=False), None
+    token = secrets.token_hex(8)
+    texts: dict[str, tuple[str, str]] = {}  # marker's text -> (clamp's, column's)
+    markers = []
+    for i, (clamp, column) in enumerate(removable):
+        marker = exp.column(f"__dpsql_clamp_{token}_{i}")
+        texts[marker.sql(dialect=DIALECT)] = (clamp.sql(dialect=DIALECT),
+                                              column.sql(dialect=DIALECT))
+        clamp.replace(marker)
+        markers.append((marker, clamp, column))
+    template = tree.sql(dialect=DIALECT, copy=False)
+    pieces = re.split("(" + "|".join(map(re.escape, texts)) + ")", template)
+    found = pieces[1::2]
+    if sorted(found) == sorted(texts):  # each marker exactly once
+        canonical = "".join(texts[p][0] if i % 2 else p for i, p in enumerate(pieces))
+        exact = "".join(texts[p][1] if i % 2 else p for i, p in enumerate(pieces))
+        return canonical, exact
+    for marker, clamp, _ in markers:  # a marker's text occurs elsewhere
+        marker.replace(clamp)
+    canonical = tree.sql(dialect=DIALECT, copy=False)
+    for _, clamp, column in markers:
+        clamp.replace(copy_tree(column))
+    return canonical, tree.sql(dialect=DIALECT, copy=False)
+
+
 def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
                    stored: StoredData | None = None) -> ExecutionPlan:
     """Run :data:`PASSES` over ``analysis``'s query and lay out the result (module contract).
@@ -166,12 +204,9 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
         domain_sqls = [relation_sql(d) for d in ctx.domains if d is not None]
         write = lambda inner: layout.write(inner, domain_sqls, n)  # noqa: E731
     # The exact tree is a fresh copy owned here: generate without another copy.
-    canonical = write(tree.sql(dialect=DIALECT, copy=False))
-    exact = canonical
-    if ctx.removable:
-        for clamp, column in ctx.removable:
-            clamp.replace(copy_tree(column))
-        exact = write(tree.sql(dialect=DIALECT, copy=False))
+    canonical_sql, exact_sql = _with_and_without_clamps(tree, ctx.removable)
+    canonical = write(canonical_sql)
+    exact = canonical if exact_sql is None else write(exact_sql)
     fast = fast_path(analysis, query)
     order = fast_order(analysis, query) if fast is not None else None
     if order is None:
