@@ -21,7 +21,6 @@ private data, and a SUM clamp is left out only where it cannot change any value.
 from __future__ import annotations
 
 import math
-import re
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -133,27 +132,30 @@ def _with_and_without_clamps(tree: exp.Expression, removable: Sequence[Removable
     ``removable`` ones, each replaced by its column (None when there are none).
 
     Generated once: each removable clamp is replaced by a marker column whose name holds a
-    fresh random token, and each marker's text, found exactly once in the generated template,
-    is then replaced by the clamp's text or the column's (both single operands, whose text does
-    not depend on what surrounds them). Should a marker occur other than once (no analyst can
-    write the token), both statements are generated in full instead."""
+    fresh random token, and each marker, found exactly once in the generated template, is
+    then replaced by the clamp's text or the column's (both single operands, whose text does
+    not depend on what surrounds them). Should a marker occur other than once, or in a
+    replacement's text (no analyst can write the token), both statements are generated in
+    full instead."""
     if not removable:
         return tree.sql(dialect=DIALECT, copy=False), None
     token = secrets.token_hex(8)
-    texts: dict[str, tuple[str, str]] = {}  # marker's text -> (clamp's, column's)
+    swaps: list[tuple[str, str, str]] = []  # (marker, clamp's text, column's text)
     markers = []
     for i, (clamp, column) in enumerate(removable):
-        marker = exp.column(f"__dpsql_clamp_{token}_{i}")
-        texts[marker.sql(dialect=DIALECT)] = (clamp.sql(dialect=DIALECT),
-                                              column.sql(dialect=DIALECT))
+        name = f"__dpsql_clamp_{i}_{token}"  # no marker's name contains another's
+        swaps.append((name, clamp.sql(dialect=DIALECT), column.sql(dialect=DIALECT)))
+        marker = exp.column(name)
         clamp.replace(marker)
         markers.append((marker, clamp, column))
     template = tree.sql(dialect=DIALECT, copy=False)
-    pieces = re.split("(" + "|".join(map(re.escape, texts)) + ")", template)
-    found = pieces[1::2]
-    if sorted(found) == sorted(texts):  # each marker exactly once
-        canonical = "".join(texts[p][0] if i % 2 else p for i, p in enumerate(pieces))
-        exact = "".join(texts[p][1] if i % 2 else p for i, p in enumerate(pieces))
+    if all(template.count(name) == 1 and not any(name in text for _, *texts in swaps
+                                                  for text in texts)
+           for name, _, _ in swaps):
+        canonical = exact = template
+        for name, clamp_sql, column_sql in swaps:
+            canonical = canonical.replace(name, clamp_sql)
+            exact = exact.replace(name, column_sql)
         return canonical, exact
     for marker, clamp, _ in markers:  # a marker's text occurs elsewhere
         marker.replace(clamp)

@@ -57,7 +57,7 @@ QUERIES = [
     "SELECT g, SUM(n) AS a, AVG(price) AS b, SUM(x) AS c FROM t GROUP BY g",
     # the analyst writes a clamp's very text, and a marker's
     "SELECT g, SUM(n) AS a FROM t WHERE (CASE WHEN t.n < -10 THEN -10 WHEN t.n > 20 THEN 20 "
-    "ELSE t.n END) > 0 AND s <> '__dpsql_clamp_00000000000000000_0' GROUP BY g",
+    "ELSE t.n END) > 0 AND s <> '__dpsql_clamp_0_00000000000000000' GROUP BY g",
 ]
 
 
