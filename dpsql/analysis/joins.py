@@ -17,6 +17,7 @@ from sqlglot import exp
 
 from dpsql.analysis import rules
 from dpsql.analysis.checks import has_aggregate, in_same_select, mf_str, sql_text
+from dpsql.analysis.joined_columns import JoinedColumns
 from dpsql.analysis.kexpr import KExpr, is_zero
 from dpsql.analysis.keytypes import collation, comparable, mark_comparable, normalise, type_name
 from dpsql.analysis.model import ColumnFacts, Derivation, Relation
@@ -157,10 +158,9 @@ class JoinBuilder(OuterJoinBuilder):
         stability = rules.several_equi_conjuncts(candidates)
         left_factor = rules.join_key_factor(left_factors)
         right_factor = rules.join_key_factor(right_factors)
-        cols = {k: f.with_mf(rules.join_column_mf(f.mf, left_factor))
-                for k, f in left.columns.items()}
-        cols.update({k: f.with_mf(rules.join_column_mf(f.mf, right_factor))
-                     for k, f in right.columns.items()})
+        # each column's mf_k times the other side's key factor (rules.join_column_mf), on
+        # first read: most columns of a join are never read again
+        cols = JoinedColumns(left.columns, left_factor, right.columns, right_factor)
         rule = ("mf(a)*S2 + mf(b)*S1 + S1*S2 (self-join: shared ancestor "
                 f"{', '.join(sorted(shared))})") if shared else "max(mf(a)*S2, mf(b)*S1)"
         if len(keys) > 1:

@@ -152,6 +152,14 @@ def _op(op: str, args: tuple[KExpr, ...]) -> _Op:
 
 _UFUNCS = {"+": np.add, "*": np.multiply, "max": np.maximum, "min": np.minimum}
 
+
+def shared_array(expr: KExpr, ks: np.ndarray, memo: dict[int, np.ndarray]) -> np.ndarray:
+    """``expr.at_array(ks)`` with a ``memo`` (id of a part -> its values at ``ks``) shared by
+    several calls over the same ``ks``, while every expression they evaluate is alive: a part
+    common to several expressions (one noise plan's measurements share their stability) is
+    evaluated once. The same values as ``at_array``; do not write to the result."""
+    return expr._array(ks, memo)
+
 ZERO = Const(0.0)
 ONE = Const(1.0)
 

@@ -10,6 +10,7 @@ ES(k)), :class:`GroupKey` s and :class:`OutputColumn` s. ``None`` stands for an 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -68,7 +69,7 @@ class Relation:
     """
 
     stability: KExpr
-    columns: dict[tuple[str, str], ColumnFacts]
+    columns: Mapping[tuple[str, str], ColumnFacts]  # read-only (joins compute it lazily)
     ancestors: frozenset[str]
     tree: Derivation
 

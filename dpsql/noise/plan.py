@@ -19,7 +19,7 @@ from dpsql.analysis.elastic import Measurement, QueryAnalysis
 from dpsql.budget import Budget, missing_epsilon
 from dpsql.errors import NotSupportedError
 from dpsql.noise import gaussian_plan, mechanisms
-from dpsql.noise.smooth import Smoothed, smooth
+from dpsql.noise.smooth import ScanMemo, Smoothed, smooth
 
 if TYPE_CHECKING:
     from dpsql.units.noise import PartPlan
@@ -103,13 +103,14 @@ def plan_noise(
     eps_each = epsilon / len(private) if private else 0.0
     delta_each = delta / len(smoothed_ms) if smoothed_ms else 0.0
     plans = []
+    memo = ScanMemo()  # the measurements' scans share their grid and common parts
     for m in analysis.measurements:
         es_at = m.sensitivity.at(distance)
         if is_public(m):
             plans.append(NoisePlan(m, 0.0, 0.0, es_at, None, 0.0))
             continue
         if m.sensitivity.depends_on_k:
-            sm = smooth(m.sensitivity, eps_each, delta_each)
+            sm = smooth(m.sensitivity, eps_each, delta_each, memo=memo)
             plan = _smoothed_plan(m, eps_each, delta_each, es_at, sm)
         else:
             _check_finite(es_at, "elastic sensitivity")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpsql.analysis.kexpr import KExpr
+from dpsql.analysis.kexpr import KExpr, shared_array
 from dpsql.errors import NotSupportedError
 
 #: The scan is O(D / beta); refuse parameters that would make it absurdly long.
@@ -44,8 +44,11 @@ class Smoothed:
     beta: float
 
 
-def smooth(es: KExpr, epsilon: float, delta: float) -> Smoothed:
-    """The smooth sensitivity of ``es`` (see module contract). Scans every k; no early stop."""
+def smooth(es: KExpr, epsilon: float, delta: float, *, memo: ScanMemo | None = None
+           ) -> Smoothed:
+    """The smooth sensitivity of ``es`` (see module contract). Scans every k; no early stop.
+    ``memo`` shares the scan's arrays with other calls of one noise plan (:class:`ScanMemo`);
+    the result does not depend on it."""
     beta = beta_for(epsilon, delta)
     degree = es.degree
     k_scan = math.ceil(degree / beta)
@@ -55,7 +58,7 @@ def smooth(es: KExpr, epsilon: float, delta: float) -> Smoothed:
             "or delta"
         )
     # No early stopping: FLEX stops at the first decrease, which is wrong for sums of terms.
-    best, best_k = _scan(es, beta, k_scan)
+    best, best_k = _scan(es, beta, k_scan, memo)
     # No refusal for a non-finite S here: S depends on max frequencies, so refusing would
     # reveal them; the noise plan caps it with a public window (_smoothed_plan).
     return Smoothed(best, best_k, k_scan, beta)
@@ -65,9 +68,36 @@ def smooth(es: KExpr, epsilon: float, delta: float) -> Smoothed:
 _NEAR_MAX = 1e-9
 #: k values evaluated per numpy pass (bounds the scan's memory).
 _CHUNK = 1 << 20
+#: the longest scan whose arrays a ScanMemo keeps (8 bytes per k per part of ES)
+_SHARED_MAX = 1 << 16
 
 
-def _scan(es: KExpr, beta: float, k_scan: int) -> tuple[float, int]:
+class ScanMemo:
+    """What the scans of one noise plan share: its smoothed measurements have one beta, and
+    their ES(k) are built from one relation's stability (a SUM's is a COUNT's times a
+    width). For a scan of fewer than ``_SHARED_MAX`` k, the k grid, e^(-beta k) and each part of
+    ES at those k are computed once (:func:`~dpsql.analysis.kexpr.shared_array`, by id: keep
+    one ScanMemo for one plan, while its measurements are alive). The values are those an
+    unshared scan computes, so the result is the same."""
+
+    def __init__(self) -> None:
+        self._grids: dict[tuple[float, int], tuple[np.ndarray, np.ndarray,
+                                                   dict[int, np.ndarray]]] = {}
+
+    def grid(self, beta: float, k_scan: int) -> tuple[np.ndarray, np.ndarray,
+                                                      dict[int, np.ndarray]]:
+        """(k = 0..k_scan as floats, e^(-beta k), the parts' values memo)."""
+        hit = self._grids.get((beta, k_scan))
+        if hit is None:
+            ks = np.arange(0, k_scan + 1, dtype=np.float64)
+            with np.errstate(all="ignore"):
+                hit = (ks, np.exp(-beta * ks), {})
+            self._grids[(beta, k_scan)] = hit
+        return hit
+
+
+def _scan(es: KExpr, beta: float, k_scan: int, memo: ScanMemo | None = None
+          ) -> tuple[float, int]:
     """max over k = 0..k_scan of e^(-beta k) ES(k) and the first k attaining it.
 
     The result is exactly that of the scalar loop :func:`_scan_scalar`: numpy evaluates the
@@ -79,9 +109,14 @@ def _scan(es: KExpr, beta: float, k_scan: int) -> tuple[float, int]:
     top = -math.inf
     threshold = -math.inf
     for start in range(0, k_scan + 1, _CHUNK):
-        ks = np.arange(start, min(start + _CHUNK, k_scan + 1), dtype=np.float64)
-        with np.errstate(all="ignore"):
-            values = np.exp(-beta * ks) * es.at_array(ks)
+        if memo is not None and k_scan < _SHARED_MAX:  # one chunk, shared
+            ks, decay, parts = memo.grid(beta, k_scan)
+            with np.errstate(all="ignore"):
+                values = decay * shared_array(es, ks, parts)
+        else:
+            ks = np.arange(start, min(start + _CHUNK, k_scan + 1), dtype=np.float64)
+            with np.errstate(all="ignore"):
+                values = np.exp(-beta * ks) * es.at_array(ks)
         if not bool(np.isfinite(values).all()):
             return _scan_scalar(es, beta, range(k_scan + 1))
         chunk_top = float(values.max())

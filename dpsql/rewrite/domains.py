@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import weakref
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -16,6 +17,7 @@ from dpsql.analysis.derived_keys import INPUT, DerivedDomain
 from dpsql.analysis.domains import typed_value
 from dpsql.analysis.elastic import GroupKey
 from dpsql.analysis.keytypes import normalise
+from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.trees import copy_tree
 from dpsql.metadata import Domain, Metadata, Table
 from dpsql.rewrite.context import RewriteContext, StoredData
@@ -117,6 +119,8 @@ def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
                                             alias=exp.TableAlias(this=exp.to_identifier("__s")))
         order = exp.column("__v")
     else:
+        if inlined is None and not value_filters:  # the listed values and ordinals stand
+            return listed_relation(domain, key.type)
         base = inlined if inlined is not None else _values_relation(domain.values or (),
                                                                     key.type)
         if not value_filters:  # the listed ordinals stand
@@ -132,6 +136,45 @@ def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
     if value_filters:
         relation.set("where", exp.Where(this=_conjunction(value_filters)))
     return relation
+
+
+#: id(domain) -> (a weak reference to it, {key type: its relation}): the relation of a declared
+#: value list nothing narrows is the same in every query (public metadata alone), so it is built
+#: once per Domain object, like a table's base relation; with its SQL (:func:`relation_sql`)
+_LISTED: dict[int, tuple[weakref.ref[Domain], dict[str | None, exp.Select]]] = {}
+#: id(relation) -> (the relation, its SQL) for the relations in _LISTED
+_LISTED_SQL: dict[int, tuple[exp.Select, str]] = {}
+
+
+def listed_relation(domain: Domain, type_text: str | None) -> exp.Select:
+    """``SELECT __v, __o FROM (VALUES ...)`` for a declared value list (:func:`_values_relation`),
+    memoised per Domain object and key type. The returned tree is shared: never mutate it."""
+    key = id(domain)
+    hit = _LISTED.get(key)
+    if hit is None or hit[0]() is not domain:
+        def forget(_ref: object, key: int = key) -> None:
+            entry = _LISTED.pop(key, None)
+            for relation in (entry[1].values() if entry is not None else ()):
+                _LISTED_SQL.pop(id(relation), None)
+
+        hit = (weakref.ref(domain, forget), {})
+        _LISTED[key] = hit
+    relation = hit[1].get(type_text)
+    if relation is None:
+        relation = exp.Select(expressions=[exp.column("__v"), exp.column("__o")],
+                              from_=exp.From(this=_values_relation(domain.values or (),
+                                                                   type_text)))
+        _LISTED_SQL[id(relation)] = (relation, relation.sql(dialect=DIALECT, copy=False))
+        hit[1][type_text] = relation
+    return relation
+
+
+def relation_sql(relation: exp.Expression) -> str:
+    """A domain relation's DuckDB SQL (generated once for a :func:`listed_relation`)."""
+    hit = _LISTED_SQL.get(id(relation))
+    if hit is not None and hit[0] is relation:
+        return hit[1]
+    return relation.sql(dialect=DIALECT, copy=False)
 
 
 def _values_relation(values: Sequence[Any], type_text: str | None) -> exp.Expression:

@@ -21,6 +21,7 @@ private data, and a SUM clamp is left out only where it cannot change any value.
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,8 +34,8 @@ from dpsql.analysis.trees import copy_tree
 from dpsql.execute import layout
 from dpsql.metadata import Metadata
 from dpsql.rewrite.clamps import clamp_measurements
-from dpsql.rewrite.context import RewriteContext, StoredData
-from dpsql.rewrite.domains import domain_relations
+from dpsql.rewrite.context import Removable, RewriteContext, StoredData
+from dpsql.rewrite.domains import domain_relations, relation_sql
 from dpsql.rewrite.not_in import not_in_as_not_exists, null_safe_not_in
 from dpsql.rewrite.parameters import bind_params, number_parameters, used_params
 from dpsql.rewrite.post import NOISY_TABLE, OutputSpec, build_post, fast_order, fast_path
@@ -128,6 +129,45 @@ class ExecutionPlan:
         return max(used) + 1 if used else 0
 
 
+def _with_and_without_clamps(tree: exp.Expression, removable: Sequence[Removable]
+                             ) -> tuple[str, str | None]:
+    """The SQL of ``tree`` (which this consumes) with every clamp, and without the
+    ``removable`` ones, each replaced by its column (None when there are none).
+
+    Generated once: each removable clamp is replaced by a marker column whose name holds a
+    fresh random token, and each marker, found exactly once in the generated template, is
+    then replaced by the clamp's text or the column's (both single operands, whose text does
+    not depend on what surrounds them). Should a marker occur other than once, or in a
+    replacement's text (no analyst can write the token), both statements are generated in
+    full instead."""
+    if not removable:
+        return tree.sql(dialect=DIALECT, copy=False), None
+    token = secrets.token_hex(8)
+    swaps: list[tuple[str, str, str]] = []  # (marker, clamp's text, column's text)
+    markers = []
+    for i, (clamp, column) in enumerate(removable):
+        name = f"__dpsql_clamp_{i}_{token}"  # no marker's name contains another's
+        swaps.append((name, clamp.sql(dialect=DIALECT), column.sql(dialect=DIALECT)))
+        marker = exp.column(name)
+        clamp.replace(marker)
+        markers.append((marker, clamp, column))
+    template = tree.sql(dialect=DIALECT, copy=False)
+    if all(template.count(name) == 1 and not any(name in text for _, *texts in swaps
+                                                  for text in texts)
+           for name, _, _ in swaps):
+        canonical = exact = template
+        for name, clamp_sql, column_sql in swaps:
+            canonical = canonical.replace(name, clamp_sql)
+            exact = exact.replace(name, column_sql)
+        return canonical, exact
+    for marker, clamp, _ in markers:  # a marker's text occurs elsewhere
+        marker.replace(clamp)
+    canonical = tree.sql(dialect=DIALECT, copy=False)
+    for _, clamp, column in markers:
+        clamp.replace(copy_tree(column))
+    return canonical, tree.sql(dialect=DIALECT, copy=False)
+
+
 def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
                    stored: StoredData | None = None) -> ExecutionPlan:
     """Run :data:`PASSES` over ``analysis``'s query and lay out the result (module contract).
@@ -163,20 +203,15 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
         # each group's row count, what the partition selection thresholds
         assert isinstance(tree, exp.Select)
         tree.select(exp.alias_(exp.Count(this=exp.Star()), "__n", copy=False), copy=False)
-        optional = [None if d is None else d.sql(dialect=DIALECT, copy=False)
-                    for d in ctx.domains]
+        optional = [None if d is None else relation_sql(d) for d in ctx.domains]
         write = lambda inner: layout.write_selected(inner, optional, n)  # noqa: E731
     else:
-        domain_sqls = [d.sql(dialect=DIALECT, copy=False) for d in ctx.domains
-                       if d is not None]
+        domain_sqls = [relation_sql(d) for d in ctx.domains if d is not None]
         write = lambda inner: layout.write(inner, domain_sqls, n)  # noqa: E731
     # The exact tree is a fresh copy owned here: generate without another copy.
-    canonical = write(tree.sql(dialect=DIALECT, copy=False))
-    exact = canonical
-    if ctx.removable:
-        for clamp, column in ctx.removable:
-            clamp.replace(copy_tree(column))
-        exact = write(tree.sql(dialect=DIALECT, copy=False))
+    canonical_sql, exact_sql = _with_and_without_clamps(tree, ctx.removable)
+    canonical = write(canonical_sql)
+    exact = canonical if exact_sql is None else write(exact_sql)
     fast = fast_path(analysis, query)
     order = fast_order(analysis, query) if fast is not None else None
     if order is None:

@@ -62,3 +62,40 @@ def test_worked_join_example_unchanged():
     sm = smooth(kmax(PlusK(250.0), PlusK(100.0)), 0.1, 1e-8)
     assert sm.smooth_sensitivity == pytest.approx(270.58156788296145, rel=1e-14)
     assert sm.k_argmax == 133
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(stability=kexprs(3), widths=st.lists(st.sampled_from([1.0, 2.0, 50.0, 105000.0]),
+                                            min_size=1, max_size=3),
+       eps=st.sampled_from([0.05, 0.1, 1.0]), delta=st.sampled_from([1e-8, 2.5e-13]))
+def test_a_shared_scan_memo_changes_no_result(stability, widths, eps, delta):
+    """One plan's measurements (a COUNT's 2 S(k), SUMs' width * 2 S(k)) smoothed with one
+    ScanMemo give exactly what each gives alone."""
+    if not stability.depends_on_k:
+        return
+    count = mul(Const(2.0), stability)
+    measurements = [count] + [mul(count, Const(w)) for w in widths] + [kmax(stability, count)]
+    memo = smooth_mod.ScanMemo()
+    shared = [smooth(es, eps, delta, memo=memo) for es in measurements]
+    assert shared == [smooth(es, eps, delta) for es in measurements]
+
+
+def test_a_shared_part_is_evaluated_once_and_long_scans_keep_nothing(monkeypatch):
+    calls = []
+
+    class Counted(PlusK):
+        def _array(self, ks, memo):
+            calls.append(len(ks))
+            return super()._array(ks, memo)
+
+    stability = kmax(mul(Counted(1.0), PlusK(7.0)), Const(3.0))
+    memo = smooth_mod.ScanMemo()
+    for width in (1.0, 50.0, 2.0):
+        smooth(mul(stability, Const(width)), 0.1, 1e-8, memo=memo)
+    assert len(calls) == 1 and len(memo._grids) == 1
+    # above _SHARED_MAX k, every scan evaluates (and frees) its own arrays
+    monkeypatch.setattr(smooth_mod, "_SHARED_MAX", 10)
+    memo = smooth_mod.ScanMemo()
+    for width in (1.0, 50.0):
+        smooth(mul(stability, Const(width)), 0.1, 1e-8, memo=memo)
+    assert len(calls) == 3 and not memo._grids
