@@ -3,16 +3,17 @@ DISTINCT, LIMIT) over the table of NOISY values, and the fast path that needs no
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from sqlglot import exp
 
 from dpsql.analysis.aggregates import VARIANCE_TYPES, moment_labels, unfilter, variance_sql
 from dpsql.analysis.checks import key_of
-from dpsql.analysis.elastic import QueryAnalysis
+from dpsql.analysis.elastic import Measurement, QueryAnalysis
 from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.trees import copy_tree
-from dpsql.rewrite.parameters import number_parameters, used_params
+from dpsql.rewrite.parameters import PARAM_PREFIX, number_parameters, used_params
 from dpsql.rewrite.totality import AGGREGATES
 
 NOISY_TABLE = "__noisy"
@@ -52,12 +53,25 @@ def _avg_expression(sum_i: int, count_i: int, bounds: tuple[float, float]) -> ex
                                 true=clamped)])
 
 
+_PARAMETER = re.compile(rf"\$?{PARAM_PREFIX}(?:tmp)?\d+|\?")
+
+
+def _by_label(analysis: QueryAnalysis) -> dict[str, Measurement]:
+    """The measurements by label, parameters written ``?`` whether numbered or not: labels and
+    the query post-processing reads may be written before or after number_parameters."""
+    return {_PARAMETER.sub("?", m.label): m for m in analysis.measurements}
+
+
+def _label(node: exp.Expression) -> str:
+    return _PARAMETER.sub("?", node.sql(dialect=DIALECT))
+
+
 def _avg_parts(analysis: QueryAnalysis, avg: exp.Avg) -> tuple[int, int, tuple[float, float]]:
     """The SUM and COUNT measurements an AVG is computed from, and its bounds."""
     arg = avg.this.unnest()
-    by_label = {m.label: m for m in analysis.measurements}
-    total = by_label[exp.Sum(this=copy_tree(arg)).sql(dialect=DIALECT)]
-    count = by_label[exp.Count(this=copy_tree(arg)).sql(dialect=DIALECT)]
+    by_label = _by_label(analysis)
+    total = by_label[_label(exp.Sum(this=copy_tree(arg)))]
+    count = by_label[_label(exp.Count(this=copy_tree(arg)))]
     assert total.bounds is not None
     return total.index, count.index, total.bounds
 
@@ -65,8 +79,9 @@ def _avg_parts(analysis: QueryAnalysis, avg: exp.Avg) -> tuple[int, int, tuple[f
 def _variance_expression(analysis: QueryAnalysis, node: exp.Expression) -> exp.Expression:
     """A variance-family aggregate from its noisy COUNT, centred SUM and SUM of squares
     (:func:`dpsql.analysis.aggregates.variance_sql`)."""
-    by_label = {m.label: m for m in analysis.measurements}
-    count, first, square = (by_label[label] for label in moment_labels(node.this.unnest()))
+    by_label = _by_label(analysis)
+    count, first, square = (by_label[_PARAMETER.sub("?", label)]
+                            for label in moment_labels(node.this.unnest()))
     assert first.bounds is not None
     return variance_sql(node, exp.column(f"__m{count.index}"), exp.column(f"__m{first.index}"),
                         exp.column(f"__m{square.index}"), first.bounds[1])
