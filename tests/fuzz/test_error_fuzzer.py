@@ -205,7 +205,7 @@ def test_outcomes_do_not_depend_on_max_frequencies_at_tiny_epsilon(engines, quer
 
 
 #: the privacy-unit variant draws fewer queries (most touch u off t's path: refused early)
-UNIT_SETTINGS = settings(max_examples=max(FUZZ_EXAMPLES // 2, 10), deadline=None,
+UNIT_SETTINGS = settings(max_examples=max(FUZZ_EXAMPLES // 4, 10), deadline=None,
                          derandomize=True,
                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -231,7 +231,7 @@ def test_unit_outcomes_do_not_depend_on_max_frequencies_at_tiny_epsilon(unit_eng
 # --------------------------------------------------------------- partition selection under a unit
 
 #: the unit world of worlds.metadata(..., unit=True), where t is its own unit table
-UNIT_PARTITION_SETTINGS = settings(SETTINGS, max_examples=max(1, FUZZ_EXAMPLES // 3))
+UNIT_PARTITION_SETTINGS = settings(SETTINGS, max_examples=max(1, FUZZ_EXAMPLES // 5))
 
 
 @pytest.fixture(scope="module")

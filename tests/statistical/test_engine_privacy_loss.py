@@ -42,6 +42,7 @@ import numpy as np
 import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.backends.replay import ReplayBackend
 from dpsql.budget import Budget
 from dpsql.metadata import loads_metadata
 from dpsql.noise.mechanisms import discrete_laplace
@@ -248,9 +249,16 @@ def neighbours(tmp_path_factory):
 
 
 def _scalar_samples(path, sampler=None) -> np.ndarray:
-    engine = Session(METADATA, DuckDBBackend(path, METADATA), sampler=sampler)
-    return np.array([engine.run("SELECT COUNT(*) AS n FROM people", epsilon=EPSILON).rows[0][0]
-                     for _ in range(N_SCALAR)], dtype=np.float64)
+    # the exact read runs once on the file and is replayed (as `dpsql audit` does): every run
+    # still plans, draws, post-processes and releases through the Session
+    inner = DuckDBBackend(path, METADATA)
+    engine = Session(METADATA, ReplayBackend(inner), sampler=sampler)
+    try:
+        return np.array([engine.run("SELECT COUNT(*) AS n FROM people",
+                                    epsilon=EPSILON).rows[0][0]
+                         for _ in range(N_SCALAR)], dtype=np.float64)
+    finally:
+        inner.close()
 
 
 @pytest.mark.slow
