@@ -200,13 +200,9 @@ class Session(OtherReleases):
                                  raw_counts=raw_counts)
         if budget is None:
             raise missing_epsilon()
-        key = None
-        if self.ledger is not None:
-            key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
-                            scope=self._scope(budget) + (":raw" if raw_counts else ""))
-            cached = self._cached(key, sql, values, budget)
-            if cached is not None:
-                return cached
+        key, cached = self._lookup(prepared.qualified_sql, sql, values, budget, raw_counts)
+        if cached is not None:
+            return cached
         selection = None
         if prepared.plan.selected:  # groups from the data: DP partition selection
             plans, selection = plan_with_selection(prepared.analysis, budget)
@@ -357,6 +353,16 @@ class Session(OtherReleases):
         return result
 
     # -- steps 5 and 10 -------------------------------------------------------------------
+
+    def _lookup(self, qualified_sql: str, sql: str, values: list[Any], budget: Budget,
+                raw_counts: bool = False) -> tuple[str | None, Result | None]:
+        """Step 5: (the answer-cache key, the cached answer or None); (None, None) without a
+        ledger (nothing is cached then). A raw answer is cached apart from a clamped one."""
+        if self.ledger is None:
+            return None, None
+        key = cache_key(qualified_sql, values, budget.epsilon, budget.delta,
+                        scope=self._scope(budget) + (":raw" if raw_counts else ""))
+        return key, self._cached(key, sql, values, budget)
 
     def _cached(self, key: str, sql: str, values: list[Any], budget: Budget) -> Result | None:
         assert self.ledger is not None and self.principal is not None

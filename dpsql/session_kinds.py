@@ -29,7 +29,6 @@ from dpsql.execute.typed import annotate, final_rules
 from dpsql.execute.typed import finish as finish_rows
 from dpsql.noise.plan import plan_noise, split_budget
 from dpsql.prepared import checked_params
-from dpsql.release.cache import cache_key
 from dpsql.release.record import Release, Result, combined_record
 from dpsql.sample_aggregate.prepared import PreparedSampleAggregate
 from dpsql.sample_aggregate.prepared import compute as sample_compute
@@ -55,10 +54,8 @@ class OtherReleases:
         _sampler: mechanisms.Sampler | None
         _bound: dict[tuple[str, tuple[str, ...]], None]
 
-        def _scope(self, budget: Budget) -> str: ...
-
-        def _cached(self, key: str, sql: str, values: list[Any],
-                    budget: Budget) -> Result | None: ...
+        def _lookup(self, qualified_sql: str, sql: str, values: list[Any], budget: Budget,
+                    raw_counts: bool = False) -> tuple[str | None, Result | None]: ...
 
         def _check_binds(self, compiled: CompiledPlan, values: list[Any]) -> None: ...
 
@@ -86,11 +83,9 @@ class OtherReleases:
         if not prepared.public and budget is None:
             raise missing_epsilon()
         key = None
-        if self.ledger is not None and not prepared.public:
+        if not prepared.public:
             assert budget is not None
-            key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
-                            scope=self._scope(budget) + (":raw" if raw_counts else ""))
-            cached = self._cached(key, sql, values, budget)
+            key, cached = self._lookup(prepared.qualified_sql, sql, values, budget, raw_counts)
             if cached is not None:
                 return cached
         shares = split_budget([p.analysis for p in parts], budget)
@@ -125,13 +120,10 @@ class OtherReleases:
         values = prepared.checked_params(params)
         outputs, record = plan_release(prepared.plan, budget, prepared.fingerprint)
         assert budget is not None  # plan_release refuses a missing epsilon
-        key = None
+        key, cached = self._lookup(prepared.qualified_sql, sql, values, budget)
+        if cached is not None:
+            return cached
         if self.ledger is not None:
-            key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
-                            scope=self._scope(budget))
-            cached = self._cached(key, sql, values, budget)
-            if cached is not None:
-                return cached
             bound = (prepared.compiled, tuple(type(v).__name__ for v in values))
             if bound not in self._bound:
                 self.backend.check(prepared.compiled, prepared.bindings(values))
@@ -148,13 +140,9 @@ class OtherReleases:
         if budget is None:
             raise missing_epsilon()
         check_selection_budget(budget)
-        key = None
-        if self.ledger is not None:
-            key = cache_key(prepared.qualified_sql, values, budget.epsilon, budget.delta,
-                            scope=self._scope(budget))
-            cached = self._cached(key, sql, values, budget)
-            if cached is not None:
-                return cached
+        key, cached = self._lookup(prepared.qualified_sql, sql, values, budget)
+        if cached is not None:
+            return cached
         domains = read_domains(self.backend, prepared.compiled, values)
         outputs = prepared.outputs
         if self.ledger is not None:
