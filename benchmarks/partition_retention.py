@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -31,17 +30,6 @@ from dpsql.noise.partition import plan_selection, select
 EPSILON, DELTA = 1.0, 1e-5
 SIZES = tuple(range(1, 81))
 HERE = Path(__file__).resolve().parent
-
-
-def optimal_keep(epsilon: float, delta: float, n_max: int) -> list[float]:
-    """Desfontaines et al.'s optimal P(kept | n) for one touched group per change:
-    pi(0) = 0, pi(n) = min(e^eps pi(n-1) + delta, 1 + e^-eps (pi(n-1) + delta - 1), 1)."""
-    pi = [0.0]
-    for _ in range(n_max):
-        prev = pi[-1]
-        pi.append(min(math.exp(epsilon) * prev + delta,
-                      1 + math.exp(-epsilon) * (prev + delta - 1), 1.0))
-    return pi
 
 
 def _first(curve: dict[int, float], level: float) -> int | None:
@@ -75,7 +63,7 @@ def run(draws: int) -> dict:
             "n_at_99pct": _first(exact, 0.99), "keep_probability": exact,
             "sampled": sampled, "draws": draws,
         }
-    pi = optimal_keep(EPSILON, DELTA, max(SIZES))
+    pi = unit_partition.optimal_keep(EPSILON, DELTA, max(SIZES))
     optimal = {n: pi[n] for n in SIZES}
     rows["optimal, one touched group (Desfontaines et al.; not dpsql's neighbours)"] = {
         "epsilon_selection": EPSILON, "delta": DELTA, "n_at_50pct": _first(optimal, 0.5),

@@ -217,6 +217,19 @@ def select_noisy(counts: np.ndarray, plan: SelectionPlan,
     return kept, noisy[kept]
 
 
+def laplace_budget(budget: Budget | None) -> Budget:
+    """``budget``, refused when missing or not for Laplace noise: a selection threshold's proof
+    (and a shared COUNT(*)'s draw) is for discrete Laplace noise, and planning the aggregates
+    with another mechanism would silently not be what was asked. Reads the budget alone."""
+    if budget is None:
+        raise missing_epsilon()
+    if budget.mechanism != "laplace":
+        raise NotSupportedError(
+            "this query's groups are selected from the data (partition selection), with "
+            "Laplace noise: use mechanism='laplace' for it")
+    return budget
+
+
 def plan_with_selection(analysis: QueryAnalysis, budget: Budget | None, *, distance: int = 0
                         ) -> tuple[tuple[NoisePlan, ...], SelectionPlan]:
     """The noise plans of ``analysis``'s measurements and its selection plan, for a query with
@@ -230,14 +243,7 @@ def plan_with_selection(analysis: QueryAnalysis, budget: Budget | None, *, dista
         from dpsql.noise import unit_partition  # it builds on this module
 
         return unit_partition.plan_with_selection(analysis, budget, distance=distance)
-    if budget is None:
-        raise missing_epsilon()
-    if budget.mechanism != "laplace":
-        # the threshold's proof (and a shared COUNT(*)'s draw) is for discrete Laplace noise;
-        # planning the aggregates with another mechanism would silently not be what was asked
-        raise NotSupportedError(
-            "this query's groups are selected from the data (partition selection), with "
-            "Laplace noise: use mechanism='laplace' for it")
+    budget = laplace_budget(budget)
     n_private = sum(1 for m in analysis.measurements if not is_public(m))
     share, rest = split(budget, n_private)
     j = shared_count(analysis)

@@ -67,10 +67,10 @@ import math
 from sqlglot import exp
 
 from dpsql.analysis.elastic import QueryAnalysis
-from dpsql.budget import Budget, missing_epsilon
+from dpsql.budget import Budget
 from dpsql.errors import NotSupportedError
 from dpsql.noise import mechanisms
-from dpsql.noise.partition import SelectionPlan, split, tail
+from dpsql.noise.partition import SelectionPlan, laplace_budget, split, tail
 from dpsql.noise.plan import NoisePlan, is_public, plan_noise
 
 __all__ = [
@@ -163,12 +163,7 @@ def plan_with_selection(analysis: QueryAnalysis, budget: Budget | None, *, dista
     and the budget alone."""
     release = analysis.unit
     assert release is not None and not release.r2t
-    if budget is None:
-        raise missing_epsilon()
-    if budget.mechanism != "laplace":
-        raise NotSupportedError(
-            "this query's groups are selected from the data (partition selection), with "
-            "Laplace noise: use mechanism='laplace' for it")
+    budget = laplace_budget(budget)
     kappa = release.unit.max_groups
     n_private = sum(1 for m in analysis.measurements if not is_public(m))
     share, rest = split(budget, n_private)  # refuses delta = 0
