@@ -160,7 +160,7 @@ def analyze_units(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
                                selection_stability=stability)
 
 
-def per_group_clamp(m: Measurement, unit: PrivacyUnit) -> tuple[float, float] | None:
+def per_group_clamp(m: Measurement, unit: PrivacyUnit) -> tuple[float, float]:
     """The interval one unit's contribution to one group is clamped into (two-stage GROUP
     BY): [0, C] rows for a COUNT, [min(0, C*l), max(0, C*u)] for a SUM over [l, u].
 

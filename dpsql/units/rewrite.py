@@ -131,7 +131,7 @@ def _two_stage(select: exp.Select, release: UnitRelease, ctx: RewriteContext) ->
     for i in range(n_keys):
         outer.select(exp.alias_(_col(f"__k{i}", "__r"), f"__k{i}"), copy=False)
     for m in analysis.measurements:
-        lo, hi = per_group_clamp(m, unit) or (0.0, 0.0)
+        lo, hi = per_group_clamp(m, unit)
         value = _least(_col(f"__m{m.index}", "__r"), hi)
         if m.function != "COUNT":
             value = _greatest(value, lo)
