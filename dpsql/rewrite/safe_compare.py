@@ -261,6 +261,23 @@ def fold_date_intervals(node: exp.Expression, column_kind: ColumnKind) -> None:
             shift.replace(exp.Cast(this=copy_tree(shift), to=exp.DataType.build(T.DATE)))
 
 
+def _sources(select: exp.Select) -> list[exp.Expression]:
+    """The relations ``select``'s FROM and JOINs name (tables, derived tables, ...)."""
+    from_ = select.args.get("from_")
+    sources = [from_.this] if from_ is not None else []
+    sources.extend(j.this for j in select.args.get("joins") or [])
+    return sources
+
+
+def _base_table(source: exp.Expression, metadata: Metadata,
+                cte_names: frozenset[str]) -> Table | None:
+    """The declared table ``source`` reads directly, or None (a CTE, derived table, ...)."""
+    if isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier) \
+            and source.name.lower() not in cte_names:
+        return metadata.tables.get(source.name.lower())
+    return None
+
+
 def base_tables(select: exp.Select, metadata: Metadata | None,
                 cte_names: frozenset[str]) -> dict[str, tuple[exp.Table, Table]]:
     """Alias -> (table node, declared table) for the metadata tables ``select`` reads directly
@@ -268,27 +285,48 @@ def base_tables(select: exp.Select, metadata: Metadata | None,
     out: dict[str, tuple[exp.Table, Table]] = {}
     if metadata is None:
         return out
-    from_ = select.args.get("from_")
-    sources = [from_.this] if from_ is not None else []
-    sources.extend(j.this for j in select.args.get("joins") or [])
-    for source in sources:
-        if isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier) \
-                and source.name.lower() not in cte_names:
-            table = metadata.tables.get(source.name.lower())
-            if table is not None:
-                out[source.alias_or_name] = (source, table)
+    for source in _sources(select):
+        table = _base_table(source, metadata, cte_names)
+        if table is not None:
+            assert isinstance(source, exp.Table)
+            out[source.alias_or_name] = (source, table)
     return out
+
+
+def enclosing_select(select: exp.Select) -> exp.Select | None:
+    """The SELECT whose columns ``select`` may reference: the one it is an expression
+    subquery of (EXISTS, IN, a scalar subquery in WHERE, SELECT, HAVING, ...), through set
+    operations. None for a top-level SELECT, a CTE body, a derived table or a LATERAL source,
+    which do not see an outer query's aliases (read as unknown: the safe side)."""
+    node: exp.Expression = select
+    while True:
+        parent = node.parent
+        if parent is None or isinstance(parent, (exp.CTE, exp.With, exp.From, exp.Join,
+                                                 exp.Lateral)):
+            return None
+        if isinstance(parent, exp.Select):
+            return parent
+        node = parent
 
 
 def column_kinds(select: exp.Select, metadata: Metadata | None,
                  cte_names: frozenset[str]) -> ColumnKind:
-    """Kinds of the columns of ``select``'s own base tables (FROM and JOINs) from the metadata.
+    """Kinds, from the metadata, of the columns of the base tables ``select`` reads (FROM and
+    JOINs) and of those of the SELECTs it is a correlated subquery of
+    (:func:`enclosing_select`), each alias resolved to the innermost scope naming it, as SQL
+    resolves it (the query is qualified, so every column names its scope's alias).
 
-    Columns of CTEs, derived tables and outer queries get None (unknown): their types would
-    need type inference through projections, and unknown stays risky.
+    Columns of CTEs and derived tables get None (unknown): their types would need type
+    inference through projections, and unknown stays risky.
     """
-    aliases = {alias: table for alias, (_, table)
-               in base_tables(select, metadata, cte_names).items()}
+    aliases: dict[str, Table | None] = {}
+    scope: exp.Select | None = select
+    while scope is not None and metadata is not None:
+        for source in _sources(scope):
+            # an inner alias hides an outer one, whatever the inner source is
+            aliases.setdefault(source.alias_or_name,
+                               _base_table(source, metadata, cte_names))
+        scope = enclosing_select(scope)
 
     def kind(column: exp.Column) -> Kind | None:
         table = aliases.get(column.table)

@@ -33,6 +33,7 @@ from dpsql.rewrite.safe_compare import (
     comparison_is_total,
     constant_kind,
     declared_kind,
+    enclosing_select,
     fold_date_intervals,
 )
 from dpsql.session import Session
@@ -340,3 +341,47 @@ def test_comparison_inside_coalesce_is_total_on_duckdb(tmp_path):
     finally:
         backend.close()
     assert rows == [(1,)]  # the '5' row counts; on 'SECRET' TRY makes the COALESCE NULL
+
+
+SCOPES = loads_metadata(
+    "tables:\n  x:\n    columns:\n      bi: {type: BIGINT}\n      v: {type: VARCHAR}\n"
+    "  y:\n    columns:\n      bi: {type: BIGINT}\n      v: {type: VARCHAR}\n")
+
+
+def _innermost(sql: str) -> tuple[exp.Expression, exp.Select]:
+    """The condition of the innermost SELECT's WHERE, and that SELECT (already qualified)."""
+    tree = sqlglot.parse_one(sql, dialect="duckdb")
+    inner = [s for s in tree.find_all(exp.Select) if s.args.get("where") is not None][-1]
+    return inner.args["where"].this, inner
+
+
+@pytest.mark.parametrize(("sql", "total"), [
+    # a correlated comparison of two declared BIGINTs cannot fail: no TRY (TPC-H Q21's
+    # `l2.l_suppkey <> l1.l_suppkey`; TRY there kept DuckDB from decorrelating it)
+    ("SELECT COUNT(*) FROM x AS a WHERE EXISTS (SELECT 1 FROM y AS b WHERE b.bi <> a.bi)", True),
+    ("SELECT COUNT(*) FROM x AS a WHERE a.bi IN (SELECT b.bi FROM y AS b WHERE b.bi < a.bi)",
+     True),
+    # two levels up, through a set operation
+    ("SELECT COUNT(*) FROM x AS a WHERE EXISTS (SELECT 1 FROM y AS c UNION ALL "
+     "SELECT 1 FROM y AS b WHERE b.bi = a.bi)", True),
+    # VARCHAR against BIGINT can fail (a cast): still risky when correlated
+    ("SELECT COUNT(*) FROM x AS a WHERE EXISTS (SELECT 1 FROM y AS b WHERE b.bi = a.v)", False),
+    # an inner alias hides the outer one: here `a` is a derived table of unknown types
+    ("SELECT COUNT(*) FROM x AS a WHERE EXISTS (SELECT 1 FROM (SELECT v AS bi FROM y) AS a "
+     "WHERE a.bi = 1)", False),
+])
+def test_correlated_columns_take_the_enclosing_scopes_types(sql, total):
+    cond, select = _innermost(sql)
+    assert comparison_is_total(cond, column_kinds(select, SCOPES, frozenset())) is total
+
+
+@pytest.mark.parametrize("sql", [
+    # a CTE body, a derived table and a LATERAL source do not see the outer query's aliases
+    "WITH c AS (SELECT 1 FROM y AS b WHERE b.bi = a.bi) SELECT COUNT(*) FROM x AS a, c",
+    "SELECT COUNT(*) FROM x AS a, (SELECT 1 FROM y AS b WHERE b.bi = a.bi) AS d",
+    "SELECT COUNT(*) FROM x AS a, LATERAL (SELECT 1 FROM y AS b WHERE b.bi = a.bi) AS d",
+])
+def test_outer_aliases_are_unknown_outside_expression_subqueries(sql):
+    cond, select = _innermost(sql)
+    assert enclosing_select(select) is None
+    assert not comparison_is_total(cond, column_kinds(select, SCOPES, frozenset()))
