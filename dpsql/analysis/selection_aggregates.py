@@ -17,9 +17,7 @@ quantiles, and answers other ORDER BY ... LIMIT queries by a noisy histogram, po
   analysis built from the second groups by the keys and one more key, x's grid cell (a
   computed key with the public domain 0..cells-1): its COUNT(*) per (bin, cell) is the only
   private read.
-* **top-k**: ``SELECT key[, COUNT(*)] FROM ... [WHERE ...] GROUP BY key ORDER BY COUNT(*) DESC
-  LIMIT k`` with one group key over a declared domain, reading one private table (public
-  joins allowed).
+* **top-k** by COUNT(*): :mod:`dpsql.analysis.selection_topk`.
 
 Contract: every refusal here depends on the SQL, the public metadata and nothing else (no
 data, no max frequency, no row count); the sensitivity returned holds under dpsql's
@@ -28,22 +26,21 @@ change-one-row neighbours (docs/privacy.md, section 2, "Selection: quantiles and
 
 from __future__ import annotations
 
-import datetime
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-import numpy as np
 from sqlglot import exp
 
 from dpsql.analysis import hygiene, rules
-from dpsql.analysis.aggregates import clamp_case
 from dpsql.analysis.blocks import analyze_request
 from dpsql.analysis.checks import AGGREGATES, in_same_select, sql_text
 from dpsql.analysis.derived_keys import INPUT, DerivedDomain
 from dpsql.analysis.kexpr import Const
 from dpsql.analysis.model import GroupKey, Measurement, OutputColumn, QueryAnalysis
 from dpsql.analysis.parse import DIALECT, parse_sql
+from dpsql.analysis.selection_grid import Grid, SelectionAggregate
+from dpsql.analysis.selection_topk import TopKQuery, top_k_query
 from dpsql.analysis.trees import copy_tree
 from dpsql.errors import (
     Error,
@@ -53,103 +50,12 @@ from dpsql.errors import (
 )
 from dpsql.metadata import Column, Domain, Metadata
 
-#: most grid cells a quantile chooses among (a public constant): a float column's bounds are
-#: cut into this many cells; an integer column whose bounds hold at most this many integers
-#: gets one cell per integer (an exact grid)
-MAX_CELLS = 1024
-
 _SELECTION_TYPES = (exp.Min, exp.Max, exp.Median, exp.Quantile, exp.PercentileCont,
                     exp.PercentileDisc)
 _MAYBE = re.compile(r"\b(MIN|MAX|MEDIAN|QUANTILE\w*|PERCENTILE\w*)\s*\(", re.IGNORECASE)
 _INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT",
                             "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "INT2", "INT4",
                             "INT8", "LONG", "SHORT"})
-
-
-@dataclass(frozen=True)
-class SelectionAggregate:
-    """One distinct quantile aggregate: ``quantile`` in [0, 1]; ``discrete`` targets the rank
-    ``floor(q (n - 1)) + 1`` (QUANTILE_DISC, MIN, MAX), else ``q (n - 1) + 1`` (CONT)."""
-
-    function: str
-    quantile: float
-    discrete: bool
-
-
-@dataclass(frozen=True)
-class Grid:
-    """The public candidates of a quantile: ``cells`` cells of width ``step`` from ``lower``;
-    cell j releases :meth:`values` [j] (the integer ``lower + j`` on an exact integer grid,
-    else the cell's midpoint). Depends on the bounds and the declared type only."""
-
-    lower: float
-    upper: float
-    cells: int
-    step: float
-    integer: bool
-    #: a DATE argument: values are days after ``origin`` (the first day of the bounds), and
-    #: the released values are dates
-    origin: datetime.date | None = None
-
-    @staticmethod
-    def of_days(first: datetime.date, last: datetime.date) -> Grid:
-        """The grid of a DATE column with day bounds: every day when there are at most
-        MAX_CELLS of them, else MAX_CELLS cells of equal length (in days)."""
-        grid = Grid.of((0, (last - first).days), True)
-        return replace(grid, origin=first)
-
-    @staticmethod
-    def of(bounds: tuple[float, float], integer_type: bool) -> Grid:
-        lo, hi = float(bounds[0]), float(bounds[1])
-        if integer_type and lo.is_integer() and hi.is_integer() and hi - lo + 1 <= MAX_CELLS:
-            return Grid(lo, hi, int(hi - lo) + 1, 1.0, True)
-        if hi <= lo:  # a single point: one cell
-            return Grid(lo, hi, 1, 0.0, False)
-        return Grid(lo, hi, MAX_CELLS, (hi - lo) / MAX_CELLS, False)
-
-    def values(self) -> np.ndarray:
-        j = np.arange(self.cells, dtype=np.float64)
-        if self.integer:
-            return self.lower + j
-        if self.step == 0.0:
-            return np.full(self.cells, self.lower)
-        return self.lower + (j + 0.5) * self.step
-
-    def released(self) -> np.ndarray:
-        """What cell j releases: int64 on an exact integer grid, dates on a DATE grid (the
-        day of the cell's midpoint, rounded down), else float64."""
-        values = self.values()
-        if self.origin is not None:
-            origin = self.origin
-            out = np.empty(self.cells, dtype=object)
-            out[:] = [origin + datetime.timedelta(days=math.floor(v)) for v in values]
-            return out
-        return values.astype(np.int64) if self.integer else values
-
-    def cell_sql(self, arg: exp.Expression) -> exp.Expression:
-        """The cell of ``arg`` clamped to the bounds; NULL stays NULL (CASE, never LEAST or
-        GREATEST, which skip NULLs). Total for any value, NaN and infinities included (the
-        clamp's CASE sends NaN to the upper bound, as the SUM clamp does, so the cast to
-        BIGINT is of a finite number in [0, cells]): the exact query cannot fail on one row."""
-        if self.origin is not None:  # days after the first day of the bounds
-            arg = exp.DateDiff(
-                this=exp.TryCast(this=copy_tree(arg), to=exp.DataType.build("DATE")),
-                expression=exp.Cast(this=exp.Literal.string(self.origin.isoformat()),
-                                    to=exp.DataType.build("DATE")),
-                unit=exp.var("DAY"))
-        value: exp.Expression = exp.TryCast(this=copy_tree(arg),
-                                            to=exp.DataType.build("DOUBLE"))
-        clamped = clamp_case(value, self.lower, self.upper)
-        if self.step == 0.0:
-            return exp.Case(ifs=[exp.If(this=exp.Is(this=clamped, expression=exp.Null()),
-                                        true=exp.Null())],
-                            default=exp.Literal.number(0))
-        cell = exp.Cast(this=exp.Floor(this=exp.Div(
-            this=exp.Paren(this=exp.Sub(this=clamped, expression=exp.convert(self.lower))),
-            expression=exp.convert(self.step))), to=exp.DataType.build("BIGINT"))
-        last = exp.Literal.number(self.cells - 1)
-        return exp.Case(ifs=[exp.If(this=exp.GT(this=copy_tree(cell), expression=last),
-                                    true=copy_tree(last))], default=cell)
 
 
 @dataclass(frozen=True)
@@ -165,19 +71,6 @@ class QuantileQuery:
     grid: Grid
     sensitivity: float
     argument: str
-
-
-@dataclass(frozen=True)
-class TopKQuery:
-    """A top-k query: ``analysis`` groups by one key and measures COUNT(*) (measurement 0);
-    ``count_column`` is the select-list position of the released COUNT(*), if any; each count
-    moves by at most ``sensitivity`` = S between neighbours."""
-
-    analysis: QueryAnalysis
-    k: int
-    count_column: int | None
-    key_column: int
-    sensitivity: float
 
 
 def analyze_selection(sql: str, metadata: Metadata) -> QuantileQuery | TopKQuery | None:
@@ -204,7 +97,7 @@ def analyze_selection(sql: str, metadata: Metadata) -> QuantileQuery | TopKQuery
     if maybe_top and metadata.privacy_unit is not None:
         return None  # the unit's own GROUP BY (two-stage), then ORDER BY / LIMIT on it
     if maybe_top:
-        return _top_k_query(query, metadata)
+        return top_k_query(query, metadata)
     return None
 
 
@@ -510,79 +403,3 @@ def _histogram(sums: QueryAnalysis, arg: exp.Expression, grid: Grid,
                OutputColumn("__n", "aggregate", "COUNT", (0,), items[-1]))
     return QueryAnalysis(query=query, columns=columns, measurements=(measurement,),
                          group_keys=group_keys, tree=sums.tree)
-
-
-# --------------------------------------------------------------------------- top-k
-
-
-def _top_k_query(query: exp.Select, metadata: Metadata) -> TopKQuery | None:
-    """The top-k shape, or None (then today's noisy histogram and post-processing apply)."""
-    order, limit = query.args.get("order"), query.args.get("limit")
-    group = query.args.get("group")
-    if (order is None or limit is None or group is None or len(group.expressions) != 1
-            or query.args.get("having") is not None or query.args.get("offset") is not None
-            or query.args.get("distinct") is not None or len(order.expressions) != 1):
-        return None
-    k = _limit_value(limit)
-    if k is None:
-        return None
-    ordered = order.expressions[0]
-    if not ordered.args.get("desc"):
-        return None
-    key_sql = sql_text(group.expressions[0])
-    items = query.expressions
-    key_column = count_column = None
-    for i, item in enumerate(items):
-        inner = item.this if isinstance(item, exp.Alias) else item
-        if _is_count_star(inner) and count_column is None:
-            count_column = i
-        elif sql_text(inner) == key_sql and key_column is None:
-            key_column = i
-        else:
-            return None
-    if key_column is None or not _orders_by_count(ordered.this, items, count_column):
-        return None
-    carrier = copy_tree(query)
-    for clause in ("order", "limit"):
-        carrier.set(clause, None)
-    if count_column is None:
-        carrier.set("expressions", [*carrier.expressions,
-                                    exp.alias_(exp.Count(this=exp.Star()), "dpsql_count")])
-    try:
-        analysis = analyze_request(carrier.sql(dialect=DIALECT), metadata)
-    except Error:
-        return None  # the ordinary analysis refuses it with its own message
-    if (not isinstance(analysis, QueryAnalysis) or len(analysis.group_keys) != 1
-            or analysis.group_keys[0].partition or len(analysis.measurements) != 1):
-        return None
-    stability = analysis.tree.children[0].stability
-    if stability.depends_on_k or stability.at(0) <= 0:
-        return None  # joins of private tables, or public data: today's path
-    return TopKQuery(analysis, k, count_column, key_column, stability.at(0))
-
-
-def _limit_value(limit: exp.Expression) -> int | None:
-    value = limit.expression if isinstance(limit, exp.Limit) else None
-    if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
-        k = int(value.this)
-        return k if 1 <= k <= 10_000 else None
-    return None
-
-
-def _is_count_star(node: exp.Expression) -> bool:
-    return (isinstance(node, exp.Count) and isinstance(node.this, exp.Star)
-            and not node.args.get("distinct"))
-
-
-def _orders_by_count(node: exp.Expression, items: list[exp.Expression],
-                     count_column: int | None) -> bool:
-    """``ORDER BY COUNT(*)``, or the alias or position of the COUNT(*) output."""
-    if _is_count_star(node):
-        return True
-    if count_column is None:
-        return False
-    item = items[count_column]
-    if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
-        return int(node.this) == count_column + 1
-    return (isinstance(node, exp.Column) and not node.table and isinstance(item, exp.Alias)
-            and node.name == item.alias)

@@ -29,11 +29,11 @@ from dpsql.analysis.model import QueryAnalysis
 from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.selection_aggregates import (
     QuantileQuery,
-    SelectionAggregate,
     TopKQuery,
     analyze_selection,
     epsilon_shares,
 )
+from dpsql.analysis.selection_grid import SelectionAggregate
 from dpsql.backends.base import Backend
 from dpsql.budget import Budget
 from dpsql.errors import NotSupportedError

@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 
 from dpsql.analysis.selection_aggregates import (
-    MAX_CELLS,
-    Grid,
     QuantileQuery,
     TopKQuery,
     analyze_selection,
     epsilon_shares,
 )
+from dpsql.analysis.selection_grid import MAX_CELLS, Grid
 from dpsql.errors import (
     MissingMetricError,
     NotSupportedError,

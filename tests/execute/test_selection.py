@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dpsql.analysis.explain import explain, explain_text
-from dpsql.analysis.selection_aggregates import SelectionAggregate
+from dpsql.analysis.selection_grid import SelectionAggregate
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import NotSupportedError
 from dpsql.execute.layout import Bins
