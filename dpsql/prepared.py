@@ -9,15 +9,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from sqlglot import exp
-
+from dpsql.analysis.checks import tables_read
 from dpsql.analysis.elastic import QueryAnalysis
+from dpsql.analysis.output_types import OutputRule
 from dpsql.analysis.parse import DIALECT
 from dpsql.errors import ProgrammingError
 from dpsql.execute.blocks import PreparedBlocks
 from dpsql.execute.exact import CompiledPlan
 from dpsql.execute.selection import PreparedSelection
-from dpsql.execute.typed import OutputRule
 from dpsql.noise.plan import is_public_query
 from dpsql.release.record import ColumnSource
 from dpsql.rewrite.plan import ExecutionPlan
@@ -50,10 +49,7 @@ class Prepared:
     @cached_property
     def tables(self) -> frozenset[str]:
         """The tables the query reads (CTE names excluded): where a server checks grants."""
-        query = self.analysis.query
-        ctes = {cte.alias_or_name for cte in query.find_all(exp.CTE)}
-        return frozenset(t.name for t in query.find_all(exp.Table)
-                         if t.name not in ctes or t.db)
+        return tables_read(self.analysis.query)
 
     @cached_property
     def public(self) -> bool:

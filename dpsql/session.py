@@ -39,6 +39,7 @@ from dpsql.accounting import Ledger
 from dpsql.accounting.curves import PrivacyCurve, release_curve
 from dpsql.analysis.blocks import BlockQuery, analyze_request
 from dpsql.analysis.domains import check_domains
+from dpsql.analysis.output_types import output_rules
 from dpsql.backends.base import Backend
 from dpsql.backends.stored import StoredFacts
 from dpsql.backends.types import fill_column_types
@@ -56,11 +57,7 @@ from dpsql.execute.layout import Domains, selected_bins
 from dpsql.execute.post import PostProcessor, Rows, gc_paused
 from dpsql.execute.post_check import check_rows, measurement_dtypes
 from dpsql.execute.selection import PreparedSelection, prepare_selection
-from dpsql.execute.typed import (
-    annotate,
-    output_rules,
-    release_notes,
-)
+from dpsql.execute.typed import annotate, release_notes
 from dpsql.execute.typed import finish as finish_rows
 from dpsql.metadata import Metadata
 from dpsql.metadata.digest import metadata_digest

@@ -106,6 +106,19 @@ def in_same_select(inner: exp.Expression, outer: exp.Expression) -> bool:
     return True
 
 
+def is_count_star(node: exp.Expression | None) -> bool:
+    """``COUNT(*)`` without DISTINCT (a FILTER wraps it, so a filtered count is not one)."""
+    return (isinstance(node, exp.Count) and isinstance(node.this, exp.Star)
+            and not node.args.get("distinct"))
+
+
+def tables_read(query: exp.Expression) -> frozenset[str]:
+    """The names of the tables ``query`` reads anywhere in it, CTE names excluded (a
+    qualified ``db.name`` is a table even when a CTE shares its name)."""
+    ctes = {cte.alias_or_name for cte in query.find_all(exp.CTE)}
+    return frozenset(t.name for t in query.find_all(exp.Table) if t.name not in ctes or t.db)
+
+
 def sql_text(node: exp.Expression) -> str:
     """``node.sql(dialect=DIALECT)``: generated from a copy, taken by copy_tree."""
     return copy_tree(node).sql(dialect=DIALECT, copy=False)

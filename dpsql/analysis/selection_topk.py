@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from dpsql.analysis.blocks import analyze_request
-from dpsql.analysis.checks import sql_text
+from dpsql.analysis.checks import is_count_star, sql_text
 from dpsql.analysis.model import QueryAnalysis
 from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.trees import copy_tree
@@ -55,7 +55,7 @@ def top_k_query(query: exp.Select, metadata: Metadata) -> TopKQuery | None:
     key_column = count_column = None
     for i, item in enumerate(items):
         inner = item.this if isinstance(item, exp.Alias) else item
-        if _is_count_star(inner) and count_column is None:
+        if is_count_star(inner) and count_column is None:
             count_column = i
         elif sql_text(inner) == key_sql and key_column is None:
             key_column = i
@@ -90,15 +90,10 @@ def _limit_value(limit: exp.Expression) -> int | None:
     return None
 
 
-def _is_count_star(node: exp.Expression) -> bool:
-    return (isinstance(node, exp.Count) and isinstance(node.this, exp.Star)
-            and not node.args.get("distinct"))
-
-
 def _orders_by_count(node: exp.Expression, items: list[exp.Expression],
                      count_column: int | None) -> bool:
     """``ORDER BY COUNT(*)``, or the alias or position of the COUNT(*) output."""
-    if _is_count_star(node):
+    if is_count_star(node):
         return True
     if count_column is None:
         return False

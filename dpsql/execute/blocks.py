@@ -25,7 +25,6 @@ from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
-from sqlglot import exp
 
 from dpsql.analysis.blocks import BlockQuery, Outputs
 from dpsql.analysis.elastic import QueryAnalysis
@@ -45,7 +44,7 @@ from dpsql.release.record import ColumnSource
 from dpsql.rewrite.context import StoredData
 from dpsql.rewrite.parameters import used_params
 from dpsql.rewrite.plan import plan_execution
-from dpsql.rewrite.post import post_processing_sql
+from dpsql.rewrite.post import post_processing_sql, public_table_sql
 
 
 @dataclass(frozen=True)
@@ -160,10 +159,8 @@ def prepare_blocks(request: BlockQuery, backend: Backend, metadata: Metadata,
         for name in request.public_tables:
             declared = metadata.table(name).columns.values()
             columns = tuple(c.name for c in declared)
-            select = exp.select(*(exp.column(c, quoted=True) for c in columns)).from_(
-                exp.table_(name, quoted=True))
             reads.append(PublicRead(name, columns, tuple(c.type for c in declared),
-                                    backend.compile(select.sql(dialect=DIALECT))))
+                                    backend.compile(public_table_sql(name, columns))))
     text = "\n".join([*(p.compiled.plan.normal_form for p in parts),
                       *(p.compiled.plan.post_sql or "" for p in parts), post_sql or ""])
     return PreparedBlocks(request, tuple(parts), hashlib.sha256(text.encode()).hexdigest()[:16],

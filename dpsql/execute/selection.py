@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from sqlglot import exp
 
+from dpsql.analysis.checks import tables_read
 from dpsql.analysis.model import QueryAnalysis
 from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.selection_aggregates import (
@@ -108,9 +108,7 @@ def prepare_selection(sql: str, metadata: Metadata, backend: Backend,
         text = (f"selection top {query.k} count {query.count_column} key {query.key_column}\n"
                 f"{exact.normal_form}")
         tables_of = query.analysis.query
-    ctes = {cte.alias_or_name for cte in tables_of.find_all(exp.CTE)}
-    tables = frozenset(t.name for t in tables_of.find_all(exp.Table)
-                       if t.name not in ctes or t.db)
+    tables = tables_read(tables_of)
     return PreparedSelection(query, compile_plan(backend, exact), outputs, fingerprint(text),
                              f"-- {text.splitlines()[0]}\n{qualified}", tables)
 

@@ -47,8 +47,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from sqlglot import exp
 
+from dpsql.analysis.checks import is_count_star
 from dpsql.analysis.elastic import QueryAnalysis
 from dpsql.budget import Budget, missing_epsilon
 from dpsql.errors import NotSupportedError
@@ -265,9 +265,7 @@ def shared_count(analysis: QueryAnalysis) -> int | None:
     noisy release can be the selection's noisy count (one draw, one epsilon). None if none."""
     s = analysis.selection_stability
     for m in analysis.measurements:
-        node = m.node
-        if (m.function == "COUNT" and isinstance(node, exp.Count)
-                and isinstance(node.this, exp.Star) and not node.args.get("distinct")
+        if (m.function == "COUNT" and is_count_star(m.node)
                 and not m.sensitivity.depends_on_k and s is not None
                 and m.sensitivity.at(0) == 2 * math.ceil(s)):
             return m.index

@@ -64,8 +64,7 @@ from __future__ import annotations
 
 import math
 
-from sqlglot import exp
-
+from dpsql.analysis.checks import is_count_star
 from dpsql.analysis.elastic import QueryAnalysis
 from dpsql.budget import Budget
 from dpsql.errors import NotSupportedError
@@ -145,9 +144,7 @@ def shared_count(analysis: QueryAnalysis) -> int | None:
     if release.unit.max_rows_per_group != 1:
         return None
     for m in analysis.measurements:
-        node = m.node
-        if (m.function == "COUNT" and isinstance(node, exp.Count)
-                and isinstance(node.this, exp.Star) and not node.args.get("distinct")
+        if (m.function == "COUNT" and is_count_star(m.node)
                 and not m.sensitivity.depends_on_k
                 and m.sensitivity.at(0) == release.unit.max_groups):
             return m.index

@@ -4,6 +4,7 @@ DISTINCT, LIMIT) over the table of NOISY values, and the fast path that needs no
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -173,3 +174,11 @@ def post_processing_sql(analysis: QueryAnalysis) -> tuple[str, tuple[int, ...]]:
     assert isinstance(query, exp.Select)
     sql = build_post(analysis, query).sql(dialect=DIALECT, copy=False)
     return sql, used_params(sql)
+
+
+def public_table_sql(name: str, columns: Sequence[str]) -> str:
+    """``SELECT "c1", ... FROM "name"``: how a public table a post-processing query joins is
+    read into the post-processing DuckDB (every column named, quoted; no data reaches SQL)."""
+    select = exp.select(*(exp.column(c, quoted=True) for c in columns)).from_(
+        exp.table_(name, quoted=True))
+    return select.sql(dialect=DIALECT)

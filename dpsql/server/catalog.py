@@ -345,3 +345,24 @@ def _unquote(value: str) -> str:
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
         return value[1:-1].replace(value[0] * 2, value[0])
     return value
+
+
+def inline_params(tree: exp.Expression, params: list[Any]) -> exp.Expression:
+    """A catalog query's ``$n`` markers replaced by literals (the shadow holds no data, so
+    inlining is harmless; it keeps DuckDB's binder out of PostgreSQL's parameter types)."""
+
+    def fix(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, (exp.Parameter, exp.Placeholder)):
+            raw = node.name or (node.this.name if isinstance(node.this, exp.Expression) else "")
+            if raw.isdigit() and 1 <= int(raw) <= len(params):
+                value = params[int(raw) - 1]
+                if value is None:
+                    return exp.Null()
+                if isinstance(value, bool):
+                    return exp.Boolean(this=value)
+                if isinstance(value, (int, float)):
+                    return exp.Literal.number(value)
+                return exp.Literal.string(str(value))
+        return node
+
+    return tree.transform(fix)

@@ -22,8 +22,6 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from functools import cached_property
 from typing import Any
 
-from sqlglot import exp
-
 from dpsql.accounting.analysts import AnalystAccount
 from dpsql.analysis.hygiene import check_size
 from dpsql.budget import CALIBRATIONS, MECHANISMS
@@ -34,6 +32,7 @@ from dpsql.server.catalog import (
     DEFAULT_SETTINGS,
     Catalog,
     SettingChange,
+    inline_params,
     is_catalog_query,
     parse_postgres,
     parse_session_command,
@@ -112,7 +111,7 @@ class StatementRunner:
         tree = parse_postgres(sql) if self.is_catalog(sql) else None
         if tree is not None:
             if params:
-                tree = _inline_params(tree, params)
+                tree = inline_params(tree, params)
             got = self.catalog.run(tree, self.settings)
             return Answer(f"SELECT {len(got.rows)}", got.names, got.types, got.rows)
         return self._private(sql, params or [])
@@ -294,24 +293,3 @@ def _number(value: str | None, default: float | None) -> float | None:
     except ValueError:
         return None
     return number if math.isfinite(number) else None
-
-
-def _inline_params(tree: exp.Expression, params: list[Any]) -> exp.Expression:
-    """A catalog query's ``$n`` markers replaced by literals (the shadow holds no data, so
-    inlining is harmless; it keeps DuckDB's binder out of PostgreSQL's parameter types)."""
-
-    def fix(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, (exp.Parameter, exp.Placeholder)):
-            raw = node.name or (node.this.name if isinstance(node.this, exp.Expression) else "")
-            if raw.isdigit() and 1 <= int(raw) <= len(params):
-                value = params[int(raw) - 1]
-                if value is None:
-                    return exp.Null()
-                if isinstance(value, bool):
-                    return exp.Boolean(this=value)
-                if isinstance(value, (int, float)):
-                    return exp.Literal.number(value)
-                return exp.Literal.string(str(value))
-        return node
-
-    return tree.transform(fix)

@@ -18,15 +18,9 @@ import numpy as np
 import pytest
 
 from dpsql.analysis.blocks import analyze_request
+from dpsql.analysis.output_types import AS_IS, OutputRule, output_rules
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.execute.typed import (
-    AS_IS,
-    AVG_NULL,
-    CLAMPED_COUNT,
-    OutputRule,
-    finish,
-    output_rules,
-)
+from dpsql.execute.typed import AVG_NULL, CLAMPED_COUNT, finish
 from dpsql.metadata import loads_metadata
 from dpsql.session import Session
 from tests.shop_fixture import ZeroNoise
