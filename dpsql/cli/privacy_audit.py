@@ -1,4 +1,4 @@
-"""`dpsql audit -m M.yaml -d D.duckdb [-e EPS] [--delta D] [--neighbours change|remove]
+"""`dpsql audit -m M.yaml -d D.duckdb [-e EPS] [--delta D] [--neighbours change|remove|unit]
 [--tries N] "SQL"`: the owner's privacy audit.
 
 Runs :func:`dpsql.privacy_audit.audit` and prints what the samples prove: the neighbouring
@@ -69,10 +69,11 @@ def _relation(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option("--neighbours", "relation", default="change", show_default=True,
               callback=_relation,
               help="The neighbouring relation: change (one row replaced by another's values, "
-                   "dpsql's own) or remove (one row deleted).")
+                   "dpsql's own), remove (one row deleted), or unit (one privacy unit removed "
+                   "with every row linked to it; needs privacy_unit in the metadata).")
 @click.option("--tries", default=8, show_default=True, type=click.IntRange(min=1),
-              help="How many neighbouring databases to try per private table (the one moving "
-                   "the answer most is audited).")
+              help="How many neighbouring databases to try per private table, or units in "
+                   "all with --neighbours unit (the one moving the answer most is audited).")
 @click.option("--runs", default=4000, show_default=True, type=click.IntRange(min=50),
               help="Releases drawn on each of the two databases.")
 @click.option("--confidence", default=0.99, show_default=True,
