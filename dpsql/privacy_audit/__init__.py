@@ -15,7 +15,9 @@ function of the output, so the bound stays valid whatever the estimates. The ver
 Neighbours are built by changing one row (dpsql's relation) or, with ``relation='remove'``,
 removing one (:mod:`.neighbours`), or, with ``relation='unit'`` under a declared privacy unit,
 removing one unit with every row linked to it along the declared paths (:mod:`.units`; the
-units tried are the heaviest and some spread ones). A query of
+units tried are the heaviest and some spread ones). Without a relation, the metadata's own
+decides: ``unit`` under a privacy unit (a changed row may move between two units, a pair
+the unit mechanisms do not claim epsilon for), ``change`` otherwise. A query of
 several releases (aggregates in CTEs or derived tables, scalar subqueries:
 :class:`~dpsql.execute.blocks.PreparedBlocks`) is audited as one mechanism, its output rows
 after post-processing; its neighbour is chosen by the change of those rows computed without
@@ -192,17 +194,20 @@ def _neighbours(base: Path, folder: Path, metadata: Metadata, private: list[str]
 def audit(database: str | Path, metadata: Metadata, sql: str, params: Sequence[Any] = (), *,
           epsilon: float, delta: float = 0.0, neighbours: int = 8, runs: int = 4000,
           confidence: float = 0.99, workdir: str | Path | None = None,
-          sampler: Sampler | None = None, relation: str = "change") -> AuditReport:
+          sampler: Sampler | None = None, relation: str | None = None) -> AuditReport:
     """Audit ``sql`` on ``database`` at (epsilon, delta) (module docstring): ``neighbours``
     candidates tried per private table, ``relation`` ``change`` (one row replaced) or
     ``remove`` (one row deleted); or ``unit`` (one unit and its linked rows removed;
-    ``neighbours`` units tried in all), which needs the metadata's ``privacy_unit``.
+    ``neighbours`` units tried in all), which needs the metadata's ``privacy_unit``; None
+    (the default): ``unit`` when the metadata declares a privacy unit, else ``change``.
 
     ``sampler`` is for the audit's own self-tests (an under-noised mechanism it must catch);
     production audits use the secure default. Raises the engine's own refusal if ``sql`` is
     refused, and ProgrammingError when the query reads no private table stored in the
     database (nothing to audit), ``relation`` is unknown, or ``unit`` has no privacy unit.
     """
+    if relation is None:
+        relation = "unit" if metadata.privacy_unit is not None else "change"
     if relation not in RELATIONS:
         raise ProgrammingError(f"unknown neighbouring relation {relation!r}: choose one of "
                                f"{', '.join(RELATIONS)}")

@@ -90,9 +90,11 @@ tables:
 """
 
 
-def test_unit_neighbours(tmp_path, capsys):
-    """--neighbours unit on a real file: customer 1 (three orders) is the heaviest unit; its
-    removal with its orders moves R2T's truncated count by tau = 2."""
+@pytest.mark.parametrize("flag", [["--neighbours", "unit"], []], ids=["unit", "default"])
+def test_unit_neighbours(tmp_path, capsys, flag):
+    """--neighbours unit (the default under a privacy unit) on a real file: customer 1 (three
+    orders) is the heaviest unit; its removal with its orders moves R2T's truncated count by
+    tau = 2."""
     con = duckdb.connect(str(tmp_path / "u.duckdb"))
     con.execute("CREATE TABLE customer AS SELECT range::INTEGER AS c_id FROM range(1, 11)")
     con.execute("CREATE TABLE orders AS SELECT range::INTEGER AS o_id, "
@@ -101,7 +103,7 @@ def test_unit_neighbours(tmp_path, capsys):
     con.close()
     (tmp_path / "u.yaml").write_text(UNIT_METADATA)
     code = main(["audit", "-m", str(tmp_path / "u.yaml"), "-d", str(tmp_path / "u.duckdb"),
-                 "--neighbours", "unit", "--tries", "2", "--runs", "100", "--json",
+                 *flag, "--tries", "2", "--runs", "100", "--json",
                  "--confidence", "0.999999", "SELECT COUNT(*) FROM orders"])
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["verdict"] == "pass"
