@@ -2,14 +2,17 @@
 shop (1M orders, 50,000 customers), at epsilon = 1.
 
     python -m benchmarks.sample_aggregate [--demo-folder DIR] [--runs N] [--out DIR]
+        [--mechanism laplace|gaussian|both]
 
 For each query and each number of blocks m (``orders`` enabled with ``by: customer_id``), it
 releases the query ``--runs`` times through the engine (no ledger, the secure sampler, a fresh
 block key each time) and reports the exact answer (plain DuckDB), the mean released value, its
 root-mean-square error and the release record's 95% half-width. The direct AVG (the elastic
 path: a noisy SUM over a noisy COUNT) runs at the same epsilon. MEDIAN and a ratio of sums have
-no direct rule: only S&A answers them. Writes ``<out>/sample_aggregate-demo.json`` and prints a
-markdown table (README, "Sample-and-aggregate").
+no direct rule: only S&A answers them. With the Gaussian (``mechanism='gaussian'``, analytic
+sigma at delta = 1e-6) the MEDIAN is released once more (the row "..., Gaussian"). Writes
+``<out>/sample_aggregate-demo.json`` and prints a markdown table (README,
+"Sample-and-aggregate").
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from dpsql.metadata.model import Metadata, SampleAggregate
 from dpsql.session import Session
 
 EPSILON = 1.0
+DELTA = 1e-6
 BLOCKS = (100, 1000, 10000)
 JOIN = "FROM orders o JOIN products p ON o.product_id = p.product_id WHERE p.category = 'books'"
 
@@ -45,6 +49,8 @@ QUERIES = [
     ("SUM(order_cost) / SUM(quantity)", "SUM(order_cost) / SUM(quantity), 0, 500 FROM orders",
      "SELECT SUM(order_cost) / SUM(quantity) FROM orders", None),
 ]
+#: the queries also released with the Gaussian mechanism
+GAUSSIAN = ("MEDIAN(order_cost)",)
 
 
 def enabled(md: Metadata, blocks: int) -> Metadata:
@@ -53,10 +59,11 @@ def enabled(md: Metadata, blocks: int) -> Metadata:
     return dataclasses.replace(md, tables={**md.tables, "orders": orders})
 
 
-def measure(session: Session, sql: str, exact: float, runs: int) -> dict[str, float]:
+def measure(session: Session, sql: str, exact: float, runs: int,
+            mechanism: str = "laplace") -> dict[str, float]:
     values, width, started = [], None, time.perf_counter()
     for _ in range(runs):
-        result = session.run(sql, epsilon=EPSILON, delta=1e-6)
+        result = session.run(sql, epsilon=EPSILON, delta=DELTA, mechanism=mechanism)
         values.append(float(result.rows[0][0]))
         width = result.release.columns[0].half_width_95
     arr = np.array(values)
@@ -70,26 +77,33 @@ def main() -> None:
     parser.add_argument("--demo-folder", default=None)
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--mechanism", choices=("laplace", "gaussian", "both"), default="both")
     args = parser.parse_args()
+    mechanisms = ("laplace", "gaussian") if args.mechanism == "both" else (args.mechanism,)
     demo = create_demo(args.demo_folder)
     base = load_metadata(demo.metadata)
     con = duckdb.connect(str(demo.database), read_only=True)
     rows = []
     for label, sa, exact_sql, direct_sql in QUERIES:
         exact = float(con.execute(exact_sql).fetchone()[0])
-        row: dict[str, object] = {"query": label, "exact": exact}
-        for m in BLOCKS:
-            md = enabled(base, m)
-            session = Session(md, DuckDBBackend(demo.database, md))
-            args_, source = sa.split(" FROM ", 1)
-            row[f"sa_m{m}"] = measure(
-                session, f"SELECT SAMPLE_AGGREGATE({args_}) FROM {source}", exact, args.runs)
-            session.close()
-        if direct_sql is not None:
-            session = Session(base, DuckDBBackend(demo.database, base))
-            row["direct"] = measure(session, direct_sql, exact, args.runs)
-            session.close()
-        rows.append(row)
+        for mechanism in mechanisms:
+            if mechanism == "gaussian" and label not in GAUSSIAN:
+                continue
+            name = label if mechanism == "laplace" else f"{label}, Gaussian (δ = {DELTA:g})"
+            row: dict[str, object] = {"query": name, "exact": exact, "mechanism": mechanism}
+            for m in BLOCKS:
+                md = enabled(base, m)
+                session = Session(md, DuckDBBackend(demo.database, md))
+                args_, source = sa.split(" FROM ", 1)
+                row[f"sa_m{m}"] = measure(
+                    session, f"SELECT SAMPLE_AGGREGATE({args_}) FROM {source}", exact,
+                    args.runs, mechanism)
+                session.close()
+            if direct_sql is not None and mechanism == "laplace":
+                session = Session(base, DuckDBBackend(demo.database, base))
+                row["direct"] = measure(session, direct_sql, exact, args.runs)
+                session.close()
+            rows.append(row)
     con.close()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ import pytest
 
 import dpsql
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget import Budget
 from dpsql.errors import NotSupportedError, ProgrammingError, UnsupportedConstructError
 from dpsql.sample_aggregate.prepared import PreparedSampleAggregate
 from dpsql.sample_aggregate.release import MECHANISM, block_answers
@@ -106,7 +107,7 @@ REFUSED = [
     ("SELECT SAMPLE_AGGREGATE(COUNT(*), 0, 9) FROM q", {}, UnsupportedConstructError,
      "has not enabled"),
     ("SELECT SAMPLE_AGGREGATE(COUNT(*), 0, 9) FROM t", {"mechanism": "gaussian"},
-     NotSupportedError, "Laplace"),
+     NotSupportedError, "needs delta > 0"),
     ("SELECT SAMPLE_AGGREGATE(COUNT(*), 0, 9) FROM t", {"epsilon": None}, ProgrammingError,
      "epsilon"),
     ("SELECT SAMPLE_AGGREGATE(COUNT(*), 0, 9) FROM t WHERE n > ?", {}, ProgrammingError,
@@ -176,6 +177,33 @@ def test_charged_by_its_curve_under_the_renyi_filter(database, tmp_path):
     result = session.run("SELECT SAMPLE_AGGREGATE(AVG(x), 0, 100) AS a, "
                          "SAMPLE_AGGREGATE(COUNT(*), 0, 20) AS n FROM t", epsilon=1.0)
     assert result.release.rho == pytest.approx(2 * 0.5**2 / 2, rel=1e-8)
+    assert len(charged(session)) == 1
+    session.close()
+    ledger.close()
+
+
+def test_gaussian_release_is_charged_by_its_zcdp_curve(database, tmp_path):
+    """mechanism='gaussian': a zCDP-filtered budget admits it and charges rho = the sum of the
+    outputs' l2^2 / (2 sigma^2); the record names the Gaussian, its sigma and delta."""
+    from dpsql.accounting import Ledger
+    from dpsql.sample_aggregate.gaussian import MECHANISM_GAUSSIAN
+    from dpsql.sample_aggregate.release import plan_release
+    from tests.ledgers import ANALYST, DATABASE
+
+    md = metadata()
+    ledger = Ledger(tmp_path / "zcdp.sqlite")
+    ledger.set_budget(DATABASE, ANALYST, 5.0, 1e-6, filter="zcdp")
+    session = ledger_session(md, DuckDBBackend(database, md), ledger)
+    sql = ("SELECT SAMPLE_AGGREGATE(AVG(x), 0, 100) AS a, SAMPLE_AGGREGATE(COUNT(*), 0, 20) "
+           "AS n FROM t")
+    result = session.run(sql, epsilon=1.0, delta=1e-7, mechanism="gaussian")
+    outputs, _ = plan_release(session.prepare(sql).plan,
+                              Budget(1.0, 1e-7, "gaussian"), "fp")
+    rho = sum(o.l2_squared / (2 * o.sigma**2) for o in outputs)
+    assert result.release.rho == pytest.approx(rho, rel=1e-8)
+    assert result.release.mechanism == MECHANISM_GAUSSIAN
+    assert result.release.delta == 1e-7
+    assert [c.sigma for c in result.release.columns] == [o.scale / 4 for o in outputs]
     assert len(charged(session)) == 1
     session.close()
     ledger.close()

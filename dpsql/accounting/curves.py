@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # the ledger imports this module: keep numpy and the noise pa
     from dpsql.noise.partition import SelectionPlan
     from dpsql.noise.plan import NoisePlan
 
-__all__ = ["ALPHAS", "PrivacyCurve", "pure_curve", "pure_dp_rdp", "release_curve"]
+__all__ = ["ALPHAS", "PrivacyCurve", "gaussian_curve", "pure_curve", "pure_dp_rdp", "release_curve"]
 
 #: The public grid of Rényi orders every curve is recorded at (a Rényi filter runs at one of
 #: them, chosen when the owner sets the budget: dpsql.accounting.filters).
@@ -128,6 +128,12 @@ def pure_curve(epsilons: Sequence[float]) -> PrivacyCurve:
 def _gaussian_curve(rhos: Iterable[float]) -> PrivacyCurve:
     rho = math.fsum(rhos) * ROUND_UP
     return PrivacyCurve(tuple(rho * a * ROUND_UP for a in ALPHAS), rho)
+
+
+def gaussian_curve(rhos: Sequence[float]) -> PrivacyCurve:
+    """The curve of independent rho_i-zCDP Gaussian releases (the Gaussian case of
+    :func:`release_curve`), for mechanisms that are not noise plans (dpsql.sample_aggregate)."""
+    return _gaussian_curve(rhos)
 
 
 def gaussian_rho(plan: NoisePlan) -> float:

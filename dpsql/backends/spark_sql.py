@@ -9,7 +9,10 @@ session configuration that goes with it):
   without ANSI mode (add_months, timestampadd) over a column inside TRY are refused;
 * every SUM argument is typed (sqlglot's annotate_types over the registered tables' schemas)
   and integer or DECIMAL arguments are summed as DECIMAL(38, s), as DuckDB's 128-bit sums; a
-  SUM argument of unknown type fails closed.
+  SUM argument of unknown type fails closed;
+* quantiles (QUANTILE_CONT / QUANTILE_DISC / QUANTILE / MEDIAN) of integer or floating-point
+  values become Spark's exact ``percentile`` / ``percentile_disc``
+  (:mod:`dpsql.backends.spark_quantiles`); other argument types fail closed.
 
 A construct that cannot be expressed faithfully raises NotSupportedError before anything runs.
 """
@@ -24,6 +27,7 @@ from sqlglot.errors import ErrorLevel, SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.schema import MappingSchema
 
+from dpsql.backends.spark_quantiles import translate_quantiles
 from dpsql.errors import NotSupportedError
 
 SOURCE_DIALECT = "duckdb"  # what dpsql.rewrite generates
@@ -127,7 +131,7 @@ def to_spark_sql(sql: str, schema: MappingSchema | Mapping[str, Mapping[str, str
         schema = MappingSchema(dict(schema), dialect=SOURCE_DIALECT)
     try:
         tree = sqlglot.parse_one(sql, read=SOURCE_DIALECT)
-        tree = _exact_sums(_translate_try(tree), schema)
+        tree = translate_quantiles(_exact_sums(_translate_try(tree), schema))
         return tree.sql(dialect=TARGET_DIALECT, comments=False,
                         unsupported_level=ErrorLevel.RAISE)
     except SqlglotError as err:

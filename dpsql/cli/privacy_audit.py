@@ -1,4 +1,4 @@
-"""`dpsql audit -m M.yaml -d D.duckdb [-e EPS] [--delta D] [--neighbours change|remove]
+"""`dpsql audit -m M.yaml -d D.duckdb [-e EPS] [--delta D] [--neighbours change|remove|unit]
 [--tries N] "SQL"`: the owner's privacy audit.
 
 Runs :func:`dpsql.privacy_audit.audit` and prints what the samples prove: the neighbouring
@@ -51,10 +51,10 @@ def _text(report: AuditReport) -> str:
     ])
 
 
-def _relation(ctx: click.Context, param: click.Parameter, value: str) -> str:
+def _relation(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     from dpsql.privacy_audit.neighbours import RELATIONS
 
-    if value in RELATIONS:
+    if value is None or value in RELATIONS:
         return value
     hint = (" (the number of neighbours to try is now --tries N)" if value.isdigit() else "")
     raise click.BadParameter(f"{value!r} is not one of {', '.join(RELATIONS)}{hint}")
@@ -66,13 +66,14 @@ def _relation(ctx: click.Context, param: click.Parameter, value: str) -> str:
                  "use a test database or a sample).")
 @epsilon_option(help="The epsilon each release claims.")
 @delta_option(help="The delta each release claims (only joins of private tables use it).")
-@click.option("--neighbours", "relation", default="change", show_default=True,
-              callback=_relation,
+@click.option("--neighbours", "relation", default=None, callback=_relation,
               help="The neighbouring relation: change (one row replaced by another's values, "
-                   "dpsql's own) or remove (one row deleted).")
+                   "dpsql's own), remove (one row deleted), or unit (one privacy unit removed "
+                   "with every row linked to it; needs privacy_unit in the metadata). "
+                   "Default: unit under a privacy_unit, else change.")
 @click.option("--tries", default=8, show_default=True, type=click.IntRange(min=1),
-              help="How many neighbouring databases to try per private table (the one moving "
-                   "the answer most is audited).")
+              help="How many neighbouring databases to try per private table, or units in "
+                   "all with --neighbours unit (the one moving the answer most is audited).")
 @click.option("--runs", default=4000, show_default=True, type=click.IntRange(min=50),
               help="Releases drawn on each of the two databases.")
 @click.option("--confidence", default=0.99, show_default=True,
@@ -80,7 +81,7 @@ def _relation(ctx: click.Context, param: click.Parameter, value: str) -> str:
               help="Confidence of the lower bounds.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.argument("sql")
-def privacy(metadata: Path, database: str, epsilon: float, delta: float, relation: str,
+def privacy(metadata: Path, database: str, epsilon: float, delta: float, relation: str | None,
             tries: int, runs: int, confidence: float, as_json: bool, sql: str) -> int:
     """Audit a query's privacy empirically (data owner): lower bounds, pass or fail."""
     from dpsql.metadata import load_metadata

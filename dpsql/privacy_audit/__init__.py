@@ -13,7 +13,11 @@ function of the output, so the bound stays valid whatever the estimates. The ver
 ``pass`` only means they do not contradict it.
 
 Neighbours are built by changing one row (dpsql's relation) or, with ``relation='remove'``,
-removing one (:mod:`.neighbours`, which is also where privacy units will plug in). A query of
+removing one (:mod:`.neighbours`), or, with ``relation='unit'`` under a declared privacy unit,
+removing one unit with every row linked to it along the declared paths (:mod:`.units`; the
+units tried are the heaviest and some spread ones). Without a relation, the metadata's own
+decides: ``unit`` under a privacy unit (a changed row may move between two units, a pair
+the unit mechanisms do not claim epsilon for), ``change`` otherwise. A query of
 several releases (aggregates in CTEs or derived tables, scalar subqueries:
 :class:`~dpsql.execute.blocks.PreparedBlocks`) is audited as one mechanism, its output rows
 after post-processing; its neighbour is chosen by the change of those rows computed without
@@ -27,7 +31,7 @@ a sample of the data.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -51,6 +55,7 @@ from dpsql.privacy_audit.neighbours import (
     copy_database,
     make_neighbour,
 )
+from dpsql.privacy_audit.units import make_unit_neighbour, unit_candidates
 from dpsql.sample_aggregate.prepared import PreparedSampleAggregate
 from dpsql.session import Session
 
@@ -171,22 +176,45 @@ class LikelihoodRatio:
         return ((np.abs(x - self.far) - np.abs(x - self.near)) / self.scale).sum(axis=1)
 
 
+def _neighbours(base: Path, folder: Path, metadata: Metadata, private: list[str],
+                relation: str, count: int) -> Iterator[Neighbour]:
+    """The candidate neighbours of ``base`` (copies in ``folder``), one at a time."""
+    if relation == "unit":
+        assert metadata.privacy_unit is not None
+        for n, unit in enumerate(unit_candidates(base, metadata, count)):
+            path, removed = make_unit_neighbour(base, folder / f"u-{n}.duckdb", metadata, unit)
+            yield Neighbour(metadata.privacy_unit.table, None, None, path, unit, removed)
+        return
+    for table in private:
+        for n, (replaced, replacement) in enumerate(candidates(base, table, relation, count)):
+            yield make_neighbour(base, folder / f"n-{table}-{n}.duckdb", table, replaced,
+                                 replacement)
+
+
 def audit(database: str | Path, metadata: Metadata, sql: str, params: Sequence[Any] = (), *,
           epsilon: float, delta: float = 0.0, neighbours: int = 8, runs: int = 4000,
           confidence: float = 0.99, workdir: str | Path | None = None,
-          sampler: Sampler | None = None, relation: str = "change") -> AuditReport:
+          sampler: Sampler | None = None, relation: str | None = None) -> AuditReport:
     """Audit ``sql`` on ``database`` at (epsilon, delta) (module docstring): ``neighbours``
     candidates tried per private table, ``relation`` ``change`` (one row replaced) or
-    ``remove`` (one row deleted).
+    ``remove`` (one row deleted); or ``unit`` (one unit and its linked rows removed;
+    ``neighbours`` units tried in all), which needs the metadata's ``privacy_unit``; None
+    (the default): ``unit`` when the metadata declares a privacy unit, else ``change``.
 
     ``sampler`` is for the audit's own self-tests (an under-noised mechanism it must catch);
     production audits use the secure default. Raises the engine's own refusal if ``sql`` is
     refused, and ProgrammingError when the query reads no private table stored in the
-    database (nothing to audit) or ``relation`` is unknown.
+    database (nothing to audit), ``relation`` is unknown, or ``unit`` has no privacy unit.
     """
+    if relation is None:
+        relation = "unit" if metadata.privacy_unit is not None else "change"
     if relation not in RELATIONS:
         raise ProgrammingError(f"unknown neighbouring relation {relation!r}: choose one of "
                                f"{', '.join(RELATIONS)}")
+    if relation == "unit" and metadata.privacy_unit is None:
+        raise ProgrammingError("--neighbours unit needs a privacy unit in the metadata "
+                               "(privacy_unit: {table: T, column: C} and each private table's "
+                               "unit path); audit with change or remove otherwise")
     database = Path(database)
     original = Session(metadata, DuckDBBackend(database, metadata))
     try:
@@ -204,20 +232,16 @@ def audit(database: str | Path, metadata: Metadata, sql: str, params: Sequence[A
         base = copy_database(database, folder / "base.duckdb")
         best: tuple[float, Neighbour] | None = None
         tried = 0
-        for table in private:
-            for n, (replaced, replacement) in enumerate(
-                    candidates(base, table, relation, neighbours)):
-                candidate = make_neighbour(base, folder / f"n-{table}-{n}.duckdb", table,
-                                           replaced, replacement)
-                tried += 1
-                session = Session(metadata, DuckDBBackend(candidate.path, metadata))
-                try:
-                    change = float(np.abs(_exact_vector(session, sql, params, epsilon, delta)
-                                          - base_exact).sum())
-                finally:
-                    session.backend.close()
-                if best is None or change > best[0]:
-                    best = (change, candidate)
+        for candidate in _neighbours(base, folder, metadata, private, relation, neighbours):
+            tried += 1
+            session = Session(metadata, DuckDBBackend(candidate.path, metadata))
+            try:
+                change = float(np.abs(_exact_vector(session, sql, params, epsilon, delta)
+                                      - base_exact).sum())
+            finally:
+                session.backend.close()
+            if best is None or change > best[0]:
+                best = (change, candidate)
         if best is None:
             raise ProgrammingError("the private tables have too few rows to build a "
                                    f"neighbour by {relation}: nothing to compare with")

@@ -1,5 +1,5 @@
 """Neighbouring databases for the privacy audit: one row of one private table changed, or
-removed.
+removed; or, under a privacy unit, one unit removed with its rows (:mod:`.units`).
 
 dpsql's neighbouring relation (docs/privacy.md section 1) is "change one row of one private
 table": a row is replaced by another row's values (``change``, the default). The owner may
@@ -9,11 +9,10 @@ candidates among rows spread evenly over each private table the query reads
 (deterministically: no randomness outside the noise module) and keeps the one with the largest
 L1 change. That is a heuristic search for a bad case, not a proof that none is worse.
 
-Hook for privacy units (issue #17): a relation is a name in :data:`RELATIONS` and a branch of
-:func:`candidates` that yields (replaced rowid, replacement rowid or None) pairs for one table;
-a ``unit`` relation (one unit's rows, with their foreign-key cascade, removed or replaced)
-will yield whole row sets instead, so :class:`Neighbour` and :func:`make_neighbour` are the
-two places it extends.
+Privacy units (issue #17): the ``unit`` relation removes one unit with every row its declared
+paths link to it (FK cascade); its candidates are units, not rows of one table
+(:func:`dpsql.privacy_audit.units.unit_candidates`), and its :class:`Neighbour` names the unit
+and the rows removed per table.
 """
 
 from __future__ import annotations
@@ -21,32 +20,44 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
 
 from dpsql.errors import ProgrammingError
 
-#: The neighbouring relations the audit can build (the first is dpsql's own).
-RELATIONS = ("change", "remove")
+#: The neighbouring relations the audit can build (the first is dpsql's own without a privacy
+#: unit; ``unit`` is the relation under one).
+RELATIONS = ("change", "remove", "unit")
 
 
 @dataclass(frozen=True)
 class Neighbour:
     """A copy of the database with row ``replaced`` of ``table`` replaced by row
     ``replacement``'s values, or removed when ``replacement`` is None (rowids of the original
-    database)."""
+    database); or, when ``unit`` is set, with that unit (of unit table ``table``) and every row
+    linked to it removed (``replaced`` and ``replacement`` None; ``removed``: rows per
+    table)."""
 
     table: str
-    replaced: int
+    replaced: int | None
     replacement: int | None
     path: Path
+    unit: Any = None
+    removed: tuple[tuple[str, int], ...] = ()
 
     @property
     def relation(self) -> str:
+        if self.unit is not None:
+            return "unit"
         return "remove" if self.replacement is None else "change"
 
     def describe(self) -> str:
+        if self.unit is not None:
+            rows = ", ".join(f"{t} {n}" for t, n in self.removed) or "none"
+            return (f"{self.table}: unit {self.unit!r} removed with every row linked to it "
+                    f"(rows removed: {rows})")
         if self.replacement is None:
             return f"{self.table}: row {self.replaced} removed"
         return (f"{self.table}: row {self.replaced} replaced by a copy of row "
@@ -112,7 +123,8 @@ def candidates(database: Path, table: str, relation: str,
     if relation == "remove":
         return [(r, None) for r in spread_rowids(database, table, count)]
     raise ProgrammingError(
-        f"unknown neighbouring relation {relation!r}: choose one of {', '.join(RELATIONS)}")
+        f"unknown neighbouring relation {relation!r} for one table's rows: choose change or "
+        "remove (unit neighbours are units: dpsql.privacy_audit.units)")
 
 
 def make_neighbour(base_copy: Path, dest: Path, table: str, replaced: int,

@@ -8,10 +8,12 @@ m, by: col}``) and the analyst asks for it per output (``SAMPLE_AGGREGATE(expr, 
   the whole row), with a fresh secret key per release (dpsql.noise.block_key);
 * the query runs per block in one pass (GROUP BY the block id);
 * each block's answer is clamped to the declared [lo, hi] (an empty block or a NULL answer
-  counts as lo), and their mean is released with Laplace noise for sensitivity 2 (hi - lo) / m.
+  counts as lo), and their mean is released with Laplace noise for sensitivity 2 (hi - lo) / m
+  (or, with ``mechanism='gaussian'``, discrete Gaussian noise for the same sensitivity).
 
 Modules: :mod:`.analysis` (which SQL, refusals), :mod:`.rewrite` (the one-pass SQL),
-:mod:`.release` (noise plan, record, clamped noisy mean), :mod:`.prepared` (what the session
+:mod:`.release` (noise plan, record, clamped noisy mean), :mod:`.gaussian` (the Gaussian's
+sigma, refusals and rho), :mod:`.prepared` (what the session
 keeps, and one release). The session (dpsql.session) routes a query here when its SQL calls
 SAMPLE_AGGREGATE, and keeps the usual order: refusals, charge, read, noise.
 """

@@ -21,7 +21,7 @@ from dpsql.analysis.blocks import Outputs
 from dpsql.analysis.model import OutputColumn
 from dpsql.analysis.parse import DIALECT
 from dpsql.backends.base import Backend
-from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.errors import ProgrammingError
 from dpsql.execute.post import Rows
 from dpsql.metadata import Metadata
 from dpsql.noise import mechanisms
@@ -29,8 +29,6 @@ from dpsql.noise.block_key import block_key
 from dpsql.sample_aggregate.analysis import SampleAggregateQuery, analyze_sample_aggregate
 from dpsql.sample_aggregate.release import OutputNoise, block_answers, noisy_means
 from dpsql.sample_aggregate.rewrite import SamplePlan, plan_sample_aggregate
-
-_QUANTILES = (exp.PercentileCont, exp.PercentileDisc, exp.Quantile)
 
 
 @dataclass(frozen=True)
@@ -78,12 +76,7 @@ def prepare_sample_aggregate(sql: str, metadata: Metadata,
                              backend: Backend) -> PreparedSampleAggregate:
     """Analyse, plan and compile ``sql``; raises the analysis's or the backend's refusal."""
     query = analyze_sample_aggregate(sql, metadata)
-    if backend.dialect != "duckdb" and query.query.find(*_QUANTILES) is not None:
-        # sqlglot writes QUANTILE_CONT(x, q) for Spark as PERCENTILE_CONT(x, q), which Spark
-        # refuses (it wants WITHIN GROUP): refused here, from the SQL and the backend alone
-        raise NotSupportedError(
-            "SAMPLE_AGGREGATE: QUANTILE_CONT / QUANTILE_DISC / QUANTILE are not supported on "
-            "the Spark backend yet; use MEDIAN, or the DuckDB backend")
+    # on Spark, backend.compile translates the quantiles (dpsql.backends.spark_quantiles)
     plan = plan_sample_aggregate(query, metadata)
     return PreparedSampleAggregate(query, plan, backend.compile(plan.exact_sql),
                                    _fingerprint(plan.exact_sql))

@@ -5,7 +5,9 @@ Contract. For one output with public bounds [lo, hi] over m blocks, let ``a_b`` 
 answer (NaN when the block has no row or its answer is NULL / not a number). The released value
 is ``L(S) / m`` where ``S = sum_b c_b``, ``c_b = clip(a_b, lo, hi)`` with NaN taken as ``lo``,
 and ``L`` is :func:`dpsql.noise.mechanisms.release_sums` at scale ``2 (hi - lo) / epsilon_j``
-(``epsilon_j`` = epsilon / k over k outputs, basic composition).
+(``epsilon_j`` = epsilon / k over k outputs, basic composition); with ``mechanism='gaussian'``,
+``L`` adds snapped discrete Gaussian noise instead (:mod:`.gaussian`: the same sensitivity
+``2 (hi - lo)``, calibrated at (epsilon_j, delta_j)).
 
 Why ``2 (hi - lo)``: neighbouring databases differ in one row of the private table (changed in
 place: removed, and another added). A row's block depends on that row alone, so the removed
@@ -30,11 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.accounting.curves import PrivacyCurve, pure_curve
+from dpsql.accounting.curves import PrivacyCurve, gaussian_curve, pure_curve
 from dpsql.budget import Budget, missing_epsilon
 from dpsql.errors import NotSupportedError, OperationalError
 from dpsql.noise import mechanisms
+from dpsql.noise.gaussian_release import release_gaussian_sums
 from dpsql.release.record import CONFIDENCE, ColumnRelease, Release
+from dpsql.sample_aggregate import gaussian
 from dpsql.sample_aggregate.rewrite import SamplePlan
 
 #: the release record's name for this mechanism
@@ -53,20 +57,44 @@ class OutputNoise:
     blocks: int
     epsilon: float
     sensitivity: float  # of the sum of clamped block answers: 2 (hi - lo)
-    scale: float  # Laplace scale of that sum
-    granularity: float  # release_sums' grid step at that scale
+    scale: float  # Laplace scale of that sum (Gaussian: sigma * granularity, value units)
+    granularity: float  # the sum's grid step at that scale
+    #: the Gaussian's (:mod:`.gaussian`): delta_j, sigma in grid steps, the squared L2 move
+    #: in grid steps, and the calibration; None / 0 for Laplace
+    delta: float = 0.0
+    sigma: float | None = None
+    l2_squared: int | None = None
+    calibration: str | None = None
 
     @property
     def half_width_95(self) -> float:
         """|noisy mean - clamped mean| <= this with probability >= 95%: the sum's Laplace
-        half-width plus its grid step, over m (mechanisms.laplace_half_width)."""
+        half-width plus its grid step, over m (mechanisms.laplace_half_width); for the
+        Gaussian, :func:`.gaussian.half_width`."""
+        if self.sigma is not None:
+            return gaussian.half_width(self.sigma, self.granularity, self.blocks, CONFIDENCE)
         sum_width = mechanisms.laplace_half_width(self.scale, CONFIDENCE) + self.granularity
         return sum_width / self.blocks
 
     def note(self) -> str:
+        noise = ("Laplace" if self.sigma is None else
+                 f"discrete Gaussian ({self.calibration} sigma)")
         return (f"mean over {self.blocks} blocks of the block answers clamped to "
                 f"[{self.lower:g}, {self.upper:g}] (an empty block or a NULL answer counts as "
-                f"{self.lower:g}), Laplace noise for sensitivity 2*(hi-lo)/m")
+                f"{self.lower:g}), {noise} noise for sensitivity 2*(hi-lo)/m")
+
+    def column(self) -> ColumnRelease:
+        """The record's column: for the Gaussian, also sigma and seed 003's (alpha, beta)
+        accuracy of the mean (value units; public: from the bounds, m and the budget)."""
+        if self.sigma is None:
+            return ColumnRelease(self.name, MECHANISM, self.epsilon, 0.0, self.half_width_95,
+                                 self.note())
+        width = self.half_width_95
+        return ColumnRelease(
+            self.name, gaussian.MECHANISM_GAUSSIAN, self.epsilon, self.delta, width,
+            self.note(), calibration=self.calibration, sigma=self.scale / self.blocks,
+            accuracy_alpha=width, accuracy_beta=round(1.0 - CONFIDENCE, 12),
+            noise_scale=self.scale / self.blocks)
 
 
 def plan_release(plan: SamplePlan, budget: Budget | None,
@@ -74,39 +102,64 @@ def plan_release(plan: SamplePlan, budget: Budget | None,
     """Each output's noise and the release record (charged as is); refusals before any read."""
     if budget is None:
         raise missing_epsilon()
-    if budget.mechanism != "laplace":
-        raise NotSupportedError(
-            "SAMPLE_AGGREGATE releases use the Laplace mechanism: run it with "
-            "mechanism='laplace' (SET dpsql.mechanism = 'laplace' on the server)")
+    if budget.mechanism == "gaussian":
+        return _plan_gaussian(plan, budget, fingerprint)
     epsilon = budget.epsilon / len(plan.names)
     outputs = []
     for name, (lower, upper) in zip(plan.names, plan.bounds, strict=True):
         sensitivity = 2.0 * (upper - lower)
         scale = sensitivity / epsilon
-        largest = plan.blocks * max(abs(lower), abs(upper))
         try:
             granularity = mechanisms.sum_granularity(scale)
         except ValueError:
             granularity = math.nan
-        if not (math.isfinite(granularity) and largest <= _MAX_SUM
-                and largest / granularity <= _MAX_SUM):
-            raise NotSupportedError(
-                f"SAMPLE_AGGREGATE output {name!r}: the bounds [{lower:g}, {upper:g}] at "
-                f"epsilon {epsilon:g} give a noise scale dpsql cannot sample; declare "
-                "narrower bounds or a larger epsilon")
+        _check_sampleable(name, lower, upper, plan.blocks, epsilon, granularity)
         outputs.append(OutputNoise(name, lower, upper, plan.blocks, epsilon, sensitivity,
                                    scale, granularity))
-    columns = tuple(
-        ColumnRelease(o.name, MECHANISM, o.epsilon, 0.0, o.half_width_95, o.note())
-        for o in outputs)
+    columns = tuple(o.column() for o in outputs)
     record = Release(epsilon=budget.epsilon, delta=0.0, mechanism=MECHANISM,
                      columns=columns, fingerprint=fingerprint)
     return tuple(outputs), record
 
 
+def _check_sampleable(name: str, lower: float, upper: float, blocks: int, epsilon: float,
+                      granularity: float) -> None:
+    """The clamped sum stays a number the snapped release can handle on its grid."""
+    largest = blocks * max(abs(lower), abs(upper))
+    if not (math.isfinite(granularity) and largest <= _MAX_SUM
+            and largest / granularity <= _MAX_SUM):
+        raise NotSupportedError(
+            f"SAMPLE_AGGREGATE output {name!r}: the bounds [{lower:g}, {upper:g}] at "
+            f"epsilon {epsilon:g} give a noise scale dpsql cannot sample; declare "
+            "narrower bounds or a larger epsilon")
+
+
+def _plan_gaussian(plan: SamplePlan, budget: Budget,
+                   fingerprint: str) -> tuple[tuple[OutputNoise, ...], Release]:
+    """plan_release for ``mechanism='gaussian'`` (:mod:`.gaussian`)."""
+    epsilon, delta = gaussian.check_budget(budget, len(plan.names))
+    outputs = []
+    for name, (lower, upper) in zip(plan.names, plan.bounds, strict=True):
+        sigma, grid, l2_squared = gaussian.sum_noise(lower, upper, epsilon, delta,
+                                                     budget.calibration)
+        _check_sampleable(name, lower, upper, plan.blocks, epsilon, grid)
+        outputs.append(OutputNoise(name, lower, upper, plan.blocks, epsilon,
+                                   2.0 * (upper - lower), sigma * grid, grid, delta, sigma,
+                                   l2_squared, budget.calibration))
+    record = Release(epsilon=budget.epsilon, delta=budget.delta,
+                     mechanism=gaussian.MECHANISM_GAUSSIAN,
+                     columns=tuple(o.column() for o in outputs), fingerprint=fingerprint)
+    return tuple(outputs), record
+
+
 def release_curve(outputs: Sequence[OutputNoise]) -> PrivacyCurve:
     """The release's privacy curve (what a Rényi or zCDP budget filter charges): each output
-    is a pure epsilon_j-DP Laplace release (module contract), independent of the others."""
+    is a pure epsilon_j-DP Laplace release (module contract), independent of the others; or
+    each a rho_j-zCDP discrete Gaussian release (:func:`.gaussian.rho`)."""
+    sigmas = [(o.sigma, o.l2_squared) for o in outputs]
+    if any(s is not None for s, _ in sigmas):
+        return gaussian_curve([gaussian.rho(s, n) for s, n in sigmas
+                               if s is not None and n is not None])
     return pure_curve([o.epsilon for o in outputs])
 
 
@@ -143,5 +196,11 @@ def noisy_means(answers: np.ndarray, outputs: Sequence[OutputNoise],
     """The released values: each clamped sum through ``release_sums`` at its scale, over m
     (``sampler`` is for tests only)."""
     sums = clamped_sums(answers, outputs)
-    return [float(mechanisms.release_sums(np.array([s]), o.scale, sampler=sampler)[0])
-            / o.blocks for s, o in zip(sums, outputs, strict=True)]
+    return [float(_release(s, o, sampler)) / o.blocks for s, o in zip(sums, outputs, strict=True)]
+
+
+def _release(total: float, o: OutputNoise, sampler: mechanisms.Sampler | None) -> float:
+    if o.sigma is not None:
+        return float(release_gaussian_sums(np.array([total]), o.sigma, o.granularity,
+                                           sampler=sampler)[0])
+    return float(mechanisms.release_sums(np.array([total]), o.scale, sampler=sampler)[0])

@@ -74,3 +74,44 @@ def test_remove_neighbours(files, capsys):
 def test_neighbours_takes_a_relation_not_a_count(files, capsys):
     assert main(["audit", *files, "--neighbours", "2", "SELECT SUM(v) FROM t"]) == 2
     assert "now --tries N" in capsys.readouterr().err
+
+
+UNIT_METADATA = """
+privacy_unit: {table: customer, column: c_id, max_contribution: 2}
+tables:
+  customer:
+    columns:
+      c_id: {type: INTEGER}
+  orders:
+    unit: o_cust
+    columns:
+      o_id: {type: INTEGER}
+      o_cust: {type: INTEGER}
+"""
+
+
+@pytest.mark.parametrize("flag", [["--neighbours", "unit"], []], ids=["unit", "default"])
+def test_unit_neighbours(tmp_path, capsys, flag):
+    """--neighbours unit (the default under a privacy unit) on a real file: customer 1 (three
+    orders) is the heaviest unit; its removal with its orders moves R2T's truncated count by
+    tau = 2."""
+    con = duckdb.connect(str(tmp_path / "u.duckdb"))
+    con.execute("CREATE TABLE customer AS SELECT range::INTEGER AS c_id FROM range(1, 11)")
+    con.execute("CREATE TABLE orders AS SELECT range::INTEGER AS o_id, "
+                "(CASE WHEN range < 3 THEN 1 ELSE range - 1 END)::INTEGER AS o_cust "
+                "FROM range(0, 12)")
+    con.close()
+    (tmp_path / "u.yaml").write_text(UNIT_METADATA)
+    code = main(["audit", "-m", str(tmp_path / "u.yaml"), "-d", str(tmp_path / "u.duckdb"),
+                 *flag, "--tries", "2", "--runs", "100", "--json",
+                 "--confidence", "0.999999", "SELECT COUNT(*) FROM orders"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["verdict"] == "pass"
+    assert report["relation"] == "unit" and report["exact_change"] == 2.0
+    assert report["neighbour"] == ("customer: unit 1 removed with every row linked to it "
+                                   "(rows removed: customer 1, orders 3)")
+
+
+def test_unit_neighbours_without_a_unit_are_refused(files, capsys):
+    assert main(["audit", *files, "--neighbours", "unit", "SELECT SUM(v) FROM t"]) == 1
+    assert "needs a privacy unit" in capsys.readouterr().err

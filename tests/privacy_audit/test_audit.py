@@ -91,6 +91,8 @@ def test_queries_with_nothing_to_audit_are_refused(world):
     with pytest.raises(NotSupportedError, match="exponential mechanism"):
         audit(database, metadata, "SELECT MEDIAN(v) FROM t", epsilon=1.0)
     with pytest.raises(ProgrammingError, match="unknown neighbouring relation"):
+        audit(database, metadata, "SELECT SUM(v) FROM t", epsilon=1.0, relation="units")
+    with pytest.raises(ProgrammingError, match="needs a privacy unit"):
         audit(database, metadata, "SELECT SUM(v) FROM t", epsilon=1.0, relation="unit")
 
 

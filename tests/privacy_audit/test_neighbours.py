@@ -28,7 +28,7 @@ def rows(path) -> list[int]:
 
 
 def test_change_and_remove_candidates(base):
-    assert RELATIONS == ("change", "remove")
+    assert RELATIONS == ("change", "remove", "unit")
     change = candidates(base, "t", "change", 6)
     assert len(change) == 6 and all(a != b and b is not None for a, b in change)
     remove = candidates(base, "t", "remove", 3)
