@@ -38,8 +38,10 @@ _U = 2.0**-53
 #: the certifier checks every vertex whose tails are at least this (then argues the rest)
 _MIN_TAIL = 1e-290
 
-#: the most terms (about 38.6 sigma) :func:`discrete_mu` sums: sigma up to about 5 10^4
-_MAX_TERMS = 2**21
+#: the most terms (about 38.6 sigma) :func:`discrete_mu` sums: sigma up to about 13,500, at
+#: most about 0.2 s once per sigma (every Gaussian release's curve computes its mu, whatever
+#: the budget's filter, so this bounds the cost a query can add)
+_MAX_TERMS = 2**19
 
 #: the largest integer shift :func:`gaussian_mu` certifies coordinate by coordinate
 MAX_SHIFT = 64
@@ -160,7 +162,7 @@ def _gaussianised_tails(sigma: float) -> tuple[np.ndarray, float] | None:
 @lru_cache(maxsize=4096)
 def discrete_mu(sigma: float, shift: int) -> float | None:
     """A mu for which N_Z(0, sigma^2) and N_Z(shift, sigma^2) are mu-GDP (both orders), or None
-    when this certifier cannot say (sigma beyond about 5 10^4, or a shift beyond the window).
+    when this certifier cannot say (sigma beyond about 13,500, or a shift beyond the window).
 
     Precondition: ``sigma`` > 0 finite; ``shift`` a positive integer.
     Guarantee: with X ~ N_Z(0, sigma^2), P the law of X and Q of X + shift, the trade-off

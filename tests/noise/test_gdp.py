@@ -116,6 +116,7 @@ def test_gaussian_mu_composes_the_coordinates():
     assert nine >= gdp.discrete_mu(s, 3) and nine >= 3 * one
     assert gdp.gaussian_mu(s, 65 * 65) is None  # beyond MAX_SHIFT: not certified
     assert gdp.gaussian_mu(1e6, 1) is None  # beyond the certifier's window
+    assert gdp.gaussian_mu(13000.0, 1) is not None and gdp.gaussian_mu(14000.0, 1) is None
     with pytest.raises(ValueError):
         gdp.gaussian_mu(s, 0)
     with pytest.raises(ValueError):
