@@ -130,13 +130,14 @@ def _gaussianised_tails(sigma: float) -> tuple[np.ndarray, float] | None:
 
     Error bound. Each term ``exp(-x^2 / 2 sigma^2)`` has its argument rounded (relative 2u,
     hence an absolute error of at most 2u * 745 in it where the term does not underflow) and
-    exp's own error (<= 2u): relative (1490 + 2) u per term, below 1500 u. Summing n positive
+    exp's own error (<= 4u): relative (1490 + 4) u per term, below 1500 u. Summing n positive
     terms in sequence adds at most (n - 1) u relatively, as does the normaliser (the same
-    sum); underflowed terms sit below 1e-320, a relative 1e-30 of every tail kept. So
-    ``log p`` is off by at most ``eta = 2 (n + 1500) u (1 + 1e-6)``. ``z`` as a function of
-    ``log p`` has derivative ``-p / phi(z)``, whose size (the Mills ratio, p <= 1/2 here) is at
-    most sqrt(pi / 2) < 1.26; scipy's ``ndtri_exp`` adds at most 1e-14 (1 + |z|) (checked
-    against 60-digit arithmetic in tests/noise/test_gdp.py).
+    sum); underflowed terms sit below 1e-320, a relative 1e-30 of every tail kept. Taking the
+    two logs and subtracting them rounds results of size at most 746 three times (at most
+    746 u each). So ``log p`` is off by at most ``eta = (2 n + 4500) u (1 + 1e-6)``. ``z`` as
+    a function of ``log p`` has derivative ``-p / phi(z)``, whose size (the Mills ratio,
+    p <= 1/2 here) is at most sqrt(pi / 2) < 1.26; scipy's ``ndtri_exp`` adds at most
+    1e-14 (1 + |z|) (checked against 60-digit arithmetic in tests/noise/test_gdp.py).
     """
     from scipy.special import ndtri_exp
 
@@ -154,7 +155,7 @@ def _gaussianised_tails(sigma: float) -> tuple[np.ndarray, float] | None:
     if keep < 2:
         return None
     g = -ndtri_exp(log_p[:keep])
-    eta = 2.0 * (n + 1500) * _U * (1.0 + 1e-6)
+    eta = (2.0 * n + 4500.0) * _U * (1.0 + 1e-6)
     err = 1.26 * eta + 1e-14 * (1.0 + float(np.max(np.abs(g))))
     return g, err
 
