@@ -81,8 +81,8 @@ class BudgetFilter:
                 delta: float) -> BudgetFilter:
         """The filter the owner asked for, validated (ProgrammingError naming the fix): a
         known name; ``renyi``, ``zcdp`` and ``gdp`` need 0 < delta < 1 and epsilon > 0;
-        ``alpha`` is
-        for ``renyi`` only, one of the grid orders (default :func:`default_alpha`)."""
+        ``alpha`` is for ``renyi`` only, one of the grid orders (default
+        :func:`default_alpha`)."""
         if name not in FILTERS:
             raise ProgrammingError(
                 f"unknown budget filter {name!r}: choose one of {', '.join(FILTERS)}")
@@ -170,10 +170,10 @@ class BudgetFilter:
         """Inside the charge's write transaction: raise unless a release of ``curve`` fits.
 
         Guarantee: returns iff spent + cost <= total exactly (``renyi``/``zcdp``/``gdp``;
-        ``basic``
-        always returns: the ledger checks its sums itself); otherwise raises
-        NotSupportedError (the release has no curve) or BudgetExhaustedError (it does not
-        fit), naming amounts that depend on the requests' public curves only. Writes nothing.
+        ``basic`` always returns: the ledger checks its sums itself); otherwise raises
+        NotSupportedError (the release has no curve, or no mu under ``gdp``) or
+        BudgetExhaustedError (it does not fit), naming amounts that depend on the requests'
+        public curves only. Writes nothing.
         """
         if self.name == "basic":
             return
