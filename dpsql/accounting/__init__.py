@@ -28,9 +28,9 @@ reason this package exists):
 
 The ledger enforces each budget's filter, chosen by the owner (:mod:`~dpsql.accounting.filters`):
 basic composition (sum of epsilons, sum of deltas) by default, which stays valid when the
-analyst chooses each (epsilon, delta) adaptively (it is a valid privacy *filter*), or a Rényi or
-zCDP filter over each release's privacy curve (:mod:`~dpsql.accounting.curves`), also valid
-adaptively. The advanced
+analyst chooses each (epsilon, delta) adaptively (it is a valid privacy *filter*), or a Rényi,
+zCDP or GDP (Gaussian releases only) filter over each release's privacy curve
+(:mod:`~dpsql.accounting.curves`), also valid adaptively. The advanced
 (Dwork-Rothblum-Vadhan) and optimal (Kairouz-Oh-Viswanath) bounds are computed for reporting
 only: those theorems assume the sequence of parameters is fixed in advance; with adaptively chosen
 parameters they need the filter versions of Rogers-Roth-Ullman-Vadhan (2016), which we do not
@@ -52,7 +52,7 @@ imported only when a password is set):
 * :mod:`~dpsql.accounting.analysts`: analyst accounts and their policy;
 * :mod:`~dpsql.accounting.composition`: the composition theorems and :func:`compose`;
 * :mod:`~dpsql.accounting.status`: :class:`Charge` and :class:`BudgetStatus`;
-* :mod:`~dpsql.accounting.filters`: the budget filters (basic, Rényi, zCDP);
+* :mod:`~dpsql.accounting.filters`: the budget filters (basic, Rényi, zCDP, GDP);
 * :mod:`~dpsql.accounting.curves`: a release's privacy curve from its noise plans;
 * :mod:`~dpsql.accounting.renyi`: Rényi/zCDP divergences, conversions, pure filters.
 """

@@ -14,6 +14,9 @@ the budget, never on data (docs/privacy.md section 5, "Budget filters"):
 * a **Gaussian** measurement (integer noise N_Z(0, sigma^2) over a move of squared L2 norm
   l2_squared in the same integer units) is rho = l2_squared / (2 sigma^2)-zCDP (Canonne,
   Kamath and Steinke 2020, Theorem 14), hence (alpha, rho alpha)-RDP at every order;
+  it is also mu-GDP with the mu :func:`dpsql.noise.gdp.gaussian_mu` certifies for the discrete
+  law (slightly above sqrt(l2_squared) / sigma), which the ``gdp`` filter charges; a release
+  of Gaussian measurements has ``mu = sqrt(sum mu_j^2)``, any other release none (None);
 * a release's measurements get independent noise: their divergences add (RDP and zCDP
   composition). A pure release is also (sum epsilon_i)-DP, so its RDP is at most
   randomised response's at the sum; the curve takes the smaller of the two;
@@ -50,12 +53,15 @@ ROUND_UP = 1.0 + 1e-9
 
 @dataclass(frozen=True)
 class PrivacyCurve:
-    """Upper bounds on a release's privacy loss: ``rdp[i]`` at order ``alphas[i]``, and
-    ``rho`` (the release is rho-zCDP). Public: computed from epsilon shares and sigmas only."""
+    """Upper bounds on a release's privacy loss: ``rdp[i]`` at order ``alphas[i]``, ``rho``
+    (the release is rho-zCDP) and ``mu`` (mu-GDP, or None). Public: computed from epsilon
+    shares and sigmas only."""
 
     rdp: tuple[float, ...]
     rho: float
     alphas: tuple[float, ...] = ALPHAS
+    #: the release is mu-GDP (Gaussian releases only; None: no GDP certificate)
+    mu: float | None = None
 
     def at(self, alpha: float) -> float:
         """The Rényi divergence bound at ``alpha`` (one of :attr:`alphas`; KeyError if not)."""
@@ -65,7 +71,11 @@ class PrivacyCurve:
         raise KeyError(alpha)
 
     def to_json(self) -> str:
-        return json.dumps({"alphas": list(self.alphas), "rdp": list(self.rdp), "rho": self.rho})
+        data: dict[str, object] = {"alphas": list(self.alphas), "rdp": list(self.rdp),
+                                   "rho": self.rho}
+        if self.mu is not None:  # older curves have no "mu": the same JSON as before
+            data["mu"] = self.mu
+        return json.dumps(data)
 
     @classmethod
     def from_json(cls, text: str) -> PrivacyCurve:
@@ -74,11 +84,13 @@ class PrivacyCurve:
         alphas = tuple(float(a) for a in data["alphas"])
         rdp = tuple(float(t) for t in data["rdp"])
         rho = float(data["rho"])
-        values = (*alphas, *rdp, rho)
+        mu = None if data.get("mu") is None else float(data["mu"])
+        values = (*alphas, *rdp, rho, 0.0 if mu is None else mu)
         if (len(alphas) != len(rdp) or not all(math.isfinite(v) for v in values)
-                or min((*rdp, rho), default=0.0) < 0 or min(alphas, default=2.0) <= 1):
+                or min((*rdp, rho), default=0.0) < 0 or min(alphas, default=2.0) <= 1
+                or (mu is not None and mu < 0)):
             raise ValueError("not a privacy curve")
-        return cls(rdp, rho, alphas)
+        return cls(rdp, rho, alphas, mu)
 
 
 def _log_expm1(z: float) -> float:
@@ -125,9 +137,26 @@ def pure_curve(epsilons: Sequence[float]) -> PrivacyCurve:
     return _laplace_curve(epsilons)
 
 
-def _gaussian_curve(rhos: Iterable[float]) -> PrivacyCurve:
+def _gaussian_curve(rhos: Iterable[float], mus: Sequence[float | None] = ()) -> PrivacyCurve:
     rho = math.fsum(rhos) * ROUND_UP
-    return PrivacyCurve(tuple(rho * a * ROUND_UP for a in ALPHAS), rho)
+    mu = (None if not mus or any(m is None for m in mus)
+          else math.sqrt(math.fsum(m * m for m in mus if m is not None)) * ROUND_UP)
+    return PrivacyCurve(tuple(rho * a * ROUND_UP for a in ALPHAS), rho, mu=mu)
+
+
+def gaussian_plan_mu(plan: NoisePlan) -> float | None:
+    """mu of one Gaussian measurement (:func:`dpsql.noise.gdp.gaussian_mu` at its sigma and
+    L2 move), or None when no GDP certificate covers it."""
+    from dpsql.noise.gdp import gaussian_mu  # numpy and scipy: only for real noise plans
+
+    if plan.sigma is None or plan.l2_squared is None or not plan.sigma > 0:
+        return None
+    if plan.l2_squared == 0:
+        return 0.0
+    try:
+        return gaussian_mu(plan.sigma, plan.l2_squared)
+    except ValueError:
+        return None
 
 
 def gaussian_curve(rhos: Sequence[float]) -> PrivacyCurve:
@@ -153,12 +182,15 @@ def release_curve(plans: Sequence[NoisePlan],
     Guarantee: None for a smoothed measurement, DP partition selection (``selection``), or a
     measurement noised neither by pure Laplace nor by a Gaussian with a known L2 move; a
     request of public measurements only has the zero curve. Otherwise the release is
-    (alpha, rdp_i)-RDP at every grid order and rho-zCDP (module docstring). Depends only on
+    (alpha, rdp_i)-RDP at every grid order and rho-zCDP, and a Gaussian release is mu-GDP
+    when ``mu`` is not None (module docstring). Depends only on
     the plans' public fields (epsilon shares, sigmas, L2 moves).
     """
     if selection is not None:
         return None
     private = [p for p in plans if not (p.pure and p.scale == 0)]
+    if not private:  # public measurements only: nothing spent under any filter
+        return PrivacyCurve(tuple(0.0 for _ in ALPHAS), 0.0, mu=0.0)
     if any(not p.pure for p in private):
         return None
     gaussian = [p for p in private if p.sigma is not None]
@@ -166,7 +198,8 @@ def release_curve(plans: Sequence[NoisePlan],
         return None
     if gaussian:
         try:
-            return _gaussian_curve(gaussian_rho(p) for p in gaussian)
+            return _gaussian_curve([gaussian_rho(p) for p in gaussian],
+                                   [gaussian_plan_mu(p) for p in gaussian])
         except ValueError:
             return None
     return _laplace_curve([p.epsilon for p in private])

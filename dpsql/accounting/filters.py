@@ -13,14 +13,24 @@ The data owner picks one per budget (``dpsql budget set --filter``):
   (CKS 2020, Proposition 12);
 * ``zcdp``: the sum of the counting charges' rho stays within the largest rho whose zCDP
   conversion gives (epsilon_total, delta_total) (a zCDP filter, valid under fully adaptive
-  composition: Whitehouse, Ramdas, Rogers and Wu 2023).
+  composition: Whitehouse, Ramdas, Rogers and Wu 2023);
+* ``gdp``: for Gaussian releases only, the sum of the counting charges' mu_i^2 stays within
+  mu_B^2, mu_B the largest mu whose GDP conversion gives (epsilon_total, delta_total)
+  (:func:`dpsql.noise.gdp.gdp_budget`): Smith and Thakurta's GDP filter (Smith and Thakurta
+  2022, "Fully Adaptive Composition for Gaussian Differential Privacy", arXiv:2210.17520),
+  valid when each mu_i is chosen adaptively; the interaction is mu_B-GDP, hence
+  (epsilon_total, delta_total)-DP (Dong, Roth and Su 2022, Corollary 2.13). It is the exact
+  composition of Gaussians, which the zCDP conversion only bounds (issue #18's 100 counts:
+  sigma 42.25 instead of 45.31).
 
-A charge under ``renyi`` or ``zcdp`` needs the release's curve (:mod:`dpsql.accounting.curves`);
-a release without one (a smoothed release, DP partition selection) is refused before anything
-is charged: an (epsilon, delta)-DP release has no finite Rényi divergence, and composing it
-beside the filter by basic composition would need a concurrent-composition argument dpsql does
-not make. Sums are exact (:class:`fractions.Fraction` of the stored floats, which each curve
-already rounded up); the filter's total is rounded down by :data:`ROUND_DOWN`.
+A charge under ``renyi``, ``zcdp`` or ``gdp`` needs the release's curve
+(:mod:`dpsql.accounting.curves`; under ``gdp`` its mu, which only Gaussian releases have); a
+release without one (a smoothed release, DP partition selection; under ``gdp`` also a Laplace
+release) is refused before anything is charged: an (epsilon, delta)-DP release has no
+finite Rényi divergence, and composing it beside the filter by basic composition would need
+a concurrent-composition argument dpsql does not make. Sums are exact
+(:class:`fractions.Fraction` of the stored floats, which each curve already rounded up); the
+filter's total is rounded down by :data:`ROUND_DOWN`.
 """
 
 from __future__ import annotations
@@ -37,10 +47,13 @@ from dpsql.errors import BudgetExhaustedError, NotSupportedError, OperationalErr
 __all__ = ["FILTERS", "BudgetFilter", "default_alpha"]
 
 #: The filters an owner may choose; the first is the default.
-FILTERS = ("basic", "renyi", "zcdp")
+FILTERS = ("basic", "renyi", "zcdp", "gdp")
 
 #: A filter's total is multiplied by this (float error in rdp_budget is ~1e-15 relative).
 ROUND_DOWN = 1.0 - 1e-9
+
+#: A cost computed here from a stored curve (mu^2) is multiplied by this.
+ROUND_UP_COST = 1.0 + 1e-12
 
 # A charge counts against its budget while it is neither refunded nor cleared by a reset.
 _LIVE = "refunded_at IS NULL AND reset_id IS NULL"
@@ -67,8 +80,9 @@ class BudgetFilter:
     def checked(cls, name: str, alpha: float | None, epsilon: float,
                 delta: float) -> BudgetFilter:
         """The filter the owner asked for, validated (ProgrammingError naming the fix): a
-        known name; ``renyi`` and ``zcdp`` need 0 < delta < 1 and epsilon > 0; ``alpha`` is
-        for ``renyi`` only, one of the grid orders (default :func:`default_alpha`)."""
+        known name; ``renyi``, ``zcdp`` and ``gdp`` need 0 < delta < 1 and epsilon > 0;
+        ``alpha`` is for ``renyi`` only, one of the grid orders (default
+        :func:`default_alpha`)."""
         if name not in FILTERS:
             raise ProgrammingError(
                 f"unknown budget filter {name!r}: choose one of {', '.join(FILTERS)}")
@@ -97,8 +111,8 @@ class BudgetFilter:
 
     @property
     def total(self) -> float:
-        """The filter's total in its own unit (Rényi divergence at alpha, or rho); basic: 0
-        (it enforces the epsilon and delta totals instead)."""
+        """The filter's total in its own unit (Rényi divergence at alpha, rho, or mu^2);
+        basic: 0 (it enforces the epsilon and delta totals instead)."""
         if self.name == "renyi":
             assert self.alpha is not None
             return rdp_budget(self.alpha, self.epsilon_total, self.delta_total) * ROUND_DOWN
@@ -106,20 +120,29 @@ class BudgetFilter:
             from dpsql.accounting.renyi import zcdp_budget
 
             return zcdp_budget(self.epsilon_total, self.delta_total) * ROUND_DOWN
+        if self.name == "gdp":
+            from dpsql.noise.gdp import gdp_budget
+
+            mu = gdp_budget(self.epsilon_total, self.delta_total)
+            return mu * mu * ROUND_DOWN
         return 0.0
 
     @property
     def label(self) -> str:
-        return f"Rényi filter at alpha {self.alpha:g}" if self.name == "renyi" else (
-            "zCDP filter" if self.name == "zcdp" else "basic composition")
+        if self.name == "renyi":
+            return f"Rényi filter at alpha {self.alpha:g}"
+        return {"zcdp": "zCDP filter", "gdp": "GDP filter"}.get(self.name, "basic composition")
 
     def cost(self, curve: PrivacyCurve | None) -> float | None:
-        """What a release of ``curve`` spends under this filter (None: it has no curve)."""
+        """What a release of ``curve`` spends under this filter (None: it has no curve, or
+        no mu under ``gdp``). ``gdp`` charges mu^2, rounded up by :data:`ROUND_UP_COST`."""
         if curve is None:
             return None
         if self.name == "renyi":
             assert self.alpha is not None
             return curve.at(self.alpha)
+        if self.name == "gdp":
+            return None if curve.mu is None else curve.mu * curve.mu * ROUND_UP_COST
         return curve.rho
 
     def spent(self, conn: sqlite3.Connection, key: tuple[str, str]) -> Fraction:
@@ -146,14 +169,22 @@ class BudgetFilter:
               curve: PrivacyCurve | None) -> None:
         """Inside the charge's write transaction: raise unless a release of ``curve`` fits.
 
-        Guarantee: returns iff spent + cost <= total exactly (``renyi``/``zcdp``; ``basic``
-        always returns: the ledger checks its sums itself); otherwise raises
-        NotSupportedError (the release has no curve) or BudgetExhaustedError (it does not
-        fit), naming amounts that depend on the requests' public curves only. Writes nothing.
+        Guarantee: returns iff spent + cost <= total exactly (``renyi``/``zcdp``/``gdp``;
+        ``basic`` always returns: the ledger checks its sums itself); otherwise raises
+        NotSupportedError (the release has no curve, or no mu under ``gdp``) or
+        BudgetExhaustedError (it does not fit), naming amounts that depend on the requests'
+        public curves only. Writes nothing.
         """
         if self.name == "basic":
             return
         cost = self.cost(curve)
+        if cost is None and self.name == "gdp":
+            raise NotSupportedError(
+                "the owner set this budget to the GDP filter, which charges only Gaussian "
+                "releases with a GDP certificate (mechanism='gaussian' counts and histograms; "
+                "this release is Laplace, smoothed, selects groups from the data, or its "
+                "Gaussian move is too large to certify). Nothing was charged; query with "
+                "mechanism='gaussian', or ask the data owner for --filter zcdp or basic")
         if cost is None:
             raise NotSupportedError(
                 f"the owner set this budget to the {self.label}, which charges a release by "
@@ -173,7 +204,8 @@ class BudgetFilter:
     def epsilon_at(self, spent: float) -> float:
         """For display: the epsilon at ``delta_total`` that a whole interaction of this
         filter's ``spent`` would certify (renyi: CKS Proposition 12 inverted; zcdp: its
-        Corollary 13 by bisection), at most epsilon_total while spent <= total."""
+        Corollary 13 by bisection; gdp: mu = sqrt(spent) by DRS Corollary 2.13), at most
+        epsilon_total while spent <= total."""
         if self.name == "renyi":
             assert self.alpha is not None
             a = self.alpha
@@ -190,4 +222,8 @@ class BudgetFilter:
                 mid = 0.5 * (lo + hi)
                 lo, hi = (lo, mid) if zcdp_delta(spent, mid) <= self.delta_total else (mid, hi)
             return hi
+        if self.name == "gdp":
+            from dpsql.noise.gdp import gdp_epsilon
+
+            return gdp_epsilon(math.sqrt(max(0.0, spent)), self.delta_total)
         raise ValueError("basic composition spends epsilon directly")

@@ -4,7 +4,7 @@ One SQLite file (see :mod:`dpsql.accounting.store`) holds, per (database identit
 budget the data owner granted, every charge made against it and the noisy answers already paid
 for. Amounts are exact fixed-point integers (:mod:`dpsql.accounting.units`); the ledger enforces
 the budget's filter (:mod:`dpsql.accounting.filters`: basic composition, the sum of epsilons and
-of deltas, by default; or a Rényi or zCDP filter over the charges' privacy curves) under
+of deltas, by default; or a Rényi, zCDP or GDP filter over the charges' privacy curves) under
 SQLite's write lock.
 """
 
@@ -54,14 +54,14 @@ class Ledger(AnalystBook, AuditBook):
                    filter: str = "basic", alpha: float | None = None) -> None:
         """Grant ``analyst`` a total budget of (epsilon, delta) on ``database`` (owner action),
         enforced by ``filter`` (:mod:`dpsql.accounting.filters`: ``basic``, ``renyi`` at order
-        ``alpha``, or ``zcdp``).
+        ``alpha``, ``zcdp`` or ``gdp``).
 
         Precondition: 0 <= epsilon <= MAX_EPSILON, 0 <= delta <= 1, both finite.
         Guarantee: the totals and the filter are replaced (totals rounded DOWN to whole
         units), charges already made still count; committed durably before returning, with a
         "budget set" event in the audit log. Lowering a total below what was spent is allowed
         and simply blocks further charges. ProgrammingError, writing nothing, for a filter
-        the totals cannot carry (BudgetFilter.checked) or a Rényi/zCDP filter over counting
+        the totals cannot carry (BudgetFilter.checked) or a Rényi/zCDP/GDP filter over counting
         charges without a curve (made under basic composition by a release no curve covers,
         or before schema version 4): reset the spending first.
         """
@@ -195,9 +195,10 @@ class Ledger(AnalystBook, AuditBook):
         nothing. An analyst without a budget can be charged nothing, not even (0, 0).
 
         The budget's filter decides (:mod:`dpsql.accounting.filters`): ``basic`` checks the
-        epsilon and delta sums as above; ``renyi`` and ``zcdp`` check spent + the curve's cost
-        <= the filter's total, exactly, under the same lock (BudgetExhaustedError otherwise),
-        and refuse a release without a curve (NotSupportedError), writing nothing.
+        epsilon and delta sums as above; ``renyi``, ``zcdp`` and ``gdp`` check spent + the
+        curve's cost <= the filter's total, exactly, under the same lock (BudgetExhaustedError
+        otherwise), and refuse a release without a curve (under ``gdp``: without a mu)
+        (NotSupportedError), writing nothing.
         """
         key = principal(database, analyst)
         eps = _eps_units(epsilon, charge=True)

@@ -1,4 +1,4 @@
-"""The ledger file's SQL schema: version 1, the upgrades to versions 2-4, what a valid file holds.
+"""The ledger file's SQL schema: version 1, the upgrades to versions 2-5, what a valid file holds.
 
 A new ledger is made by running :data:`SCHEMA_V1` and then every upgrade in
 :data:`UPGRADES`, so a fresh file and an upgraded old one have the same schema by construction
@@ -28,6 +28,12 @@ privacy curve (:mod:`dpsql.accounting.curves`: Rényi divergences at the public 
 and the zCDP rho, JSON; NULL for a release no curve covers, and for every older charge),
 written with the charge and never changed (``charges_written_once`` is recreated to cover it).
 
+Version 5 adds the ``gdp`` filter (Gaussian differential privacy: a charge's curve may carry
+its ``mu``, in the same JSON, so ``charges`` is unchanged). ``budgets.filter``'s CHECK, which
+names the filters, cannot be altered in place in SQLite: the table (which has no triggers and
+no index beyond its primary key) is rebuilt with the same columns and the new CHECK, its rows
+copied, in the upgrade's one transaction.
+
 Statements are separated by ";" at the end of a line (:func:`statements`); a trigger body's
 inner statements therefore end with "; END" on one line.
 """
@@ -35,7 +41,7 @@ inner statements therefore end with "; END" on one line.
 from __future__ import annotations
 
 APPLICATION_ID = 0x64704C64  # "dpLd"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: Version 1 exactly as released (do not edit: old files were made by it).
 SCHEMA_V1 = """
@@ -157,8 +163,31 @@ WHEN NEW.id IS NOT OLD.id OR NEW.database IS NOT OLD.database OR NEW.analyst IS 
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: a charge is written once'); END;
 """
 
+_V4_TO_V5 = """
+CREATE TABLE budgets_v5 (
+    database      TEXT    NOT NULL,
+    analyst       TEXT    NOT NULL,
+    epsilon_total INTEGER NOT NULL CHECK (typeof(epsilon_total) = 'integer' AND epsilon_total >= 0),
+    delta_total   INTEGER NOT NULL CHECK (typeof(delta_total) = 'integer' AND delta_total >= 0),
+    epsilon_spent INTEGER NOT NULL CHECK (typeof(epsilon_spent) = 'integer' AND epsilon_spent >= 0),
+    delta_spent   INTEGER NOT NULL CHECK (typeof(delta_spent) = 'integer' AND delta_spent >= 0),
+    updated_at    TEXT    NOT NULL,
+    filter        TEXT    NOT NULL DEFAULT 'basic'
+                  CHECK (filter IN ('basic', 'renyi', 'zcdp', 'gdp')),
+    alpha         REAL    CHECK (alpha IS NULL OR alpha > 1),
+    PRIMARY KEY (database, analyst)
+);
+INSERT INTO budgets_v5 (database, analyst, epsilon_total, delta_total, epsilon_spent,
+                        delta_spent, updated_at, filter, alpha)
+    SELECT database, analyst, epsilon_total, delta_total, epsilon_spent, delta_spent,
+           updated_at, filter, alpha FROM budgets;
+DROP TABLE budgets;
+ALTER TABLE budgets_v5 RENAME TO budgets;
+"""
+
 #: (version it upgrades from, its statements), in order.
-UPGRADES: tuple[tuple[int, str], ...] = ((1, _V1_TO_V2), (2, _V2_TO_V3), (3, _V3_TO_V4))
+UPGRADES: tuple[tuple[int, str], ...] = (
+    (1, _V1_TO_V2), (2, _V2_TO_V3), (3, _V3_TO_V4), (4, _V4_TO_V5))
 
 #: Columns every table of the current version must have.
 EXPECTED_COLUMNS: dict[str, frozenset[str]] = {

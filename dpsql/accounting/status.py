@@ -41,12 +41,14 @@ class BudgetStatus:
     remainder is exactly 0.0, not a float residue). ``epsilon_spent`` and ``delta_spent`` are
     the counting charges' sums under every filter.
 
-    Under a Rényi or zCDP filter (``filter``; ``alpha`` the Rényi order), ``filter_total`` is
-    the filter's total and ``filter_spent`` the counting charges' sum in the filter's unit
-    (Rényi divergence at alpha, or rho; infinite when a charge has no readable curve). Then
-    ``epsilon_remaining`` is the largest epsilon of one pure (Laplace) query that surely fits
-    (a pure epsilon-DP release spends at most epsilon at any order, and epsilon^2/2 of rho),
-    and ``delta_remaining`` is ``delta_total`` while the filter has room (the filter spends
+    Under a Rényi, zCDP or GDP filter (``filter``; ``alpha`` the Rényi order),
+    ``filter_total`` is the filter's total and ``filter_spent`` the counting charges' sum in
+    the filter's unit (Rényi divergence at alpha, rho, or mu^2; infinite when a charge has no
+    readable curve). Then ``epsilon_remaining`` is the largest epsilon of one pure (Laplace)
+    query that surely fits (a pure epsilon-DP release spends at most epsilon at any order,
+    and epsilon^2/2 of rho); under the GDP filter, which admits Gaussian releases only, it is
+    the epsilon at ``delta_total`` of the largest Gaussian release that still fits; and
+    ``delta_remaining`` is ``delta_total`` while the filter has room (the filter spends
     no delta: it is part of the conversion), else 0.
     """
 
@@ -75,6 +77,13 @@ class BudgetStatus:
             return self.filter_remaining
         if self.filter == "zcdp":
             return math.sqrt(2.0 * self.filter_remaining)
+        if self.filter == "gdp":  # no Laplace query fits: the epsilon, at delta_total, of
+            # the largest Gaussian release that still does (mu = sqrt(remaining))
+            if self.filter_remaining <= 0:
+                return 0.0
+            from dpsql.noise.gdp import gdp_epsilon
+
+            return gdp_epsilon(math.sqrt(self.filter_remaining), self.delta_total)
         if self._units is not None:
             return _eps_float(max(0, self._units[0] - self._units[2]))
         return max(0.0, self.epsilon_total - self.epsilon_spent)

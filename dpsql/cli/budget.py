@@ -99,8 +99,10 @@ def command() -> None:
               show_default=True,
               help="How charges are composed: basic (sum of epsilons and deltas), renyi "
                    "(Rényi filter: many small Laplace queries fit), zcdp (zCDP filter: many "
-                   "small Gaussian queries fit). renyi and zcdp need a delta total > 0 and "
-                   "refuse releases without a privacy curve (joins of private tables).")
+                   "small Gaussian queries fit), gdp (Gaussian DP filter: Gaussian releases "
+                   "only, composed exactly; the most Gaussian queries fit). renyi, zcdp and "
+                   "gdp need a delta total > 0 and refuse releases without a privacy curve "
+                   "(joins of private tables; under gdp also Laplace releases).")
 @click.option("--alpha", type=float, default=None,
               help="The Rényi filter's order, one of dpsql's grid (default: the one that "
                    "fits the most small queries under these totals).")
@@ -123,7 +125,8 @@ def set_budget(ledger: str | None, analyst: str, database: str | None, metadata:
 def _filter_name(status: BudgetStatus) -> str:
     if status.filter == "renyi":
         return f"Rényi filter at alpha {status.alpha:g}"
-    return "zCDP filter" if status.filter == "zcdp" else "basic composition"
+    return {"zcdp": "zCDP filter", "gdp": "GDP filter (Gaussian releases only)"}.get(
+        status.filter, "basic composition")
 
 
 def _filter_view(status: BudgetStatus) -> dict[str, Any]:
@@ -136,13 +139,15 @@ def _filter_view(status: BudgetStatus) -> dict[str, Any]:
     rule = BudgetFilter(status.filter, status.alpha, status.epsilon_total, status.delta_total)
     spent = status.filter_spent
     view.update(
-        unit="Rényi divergence" if status.filter == "renyi" else "rho",
+        unit={"renyi": "Rényi divergence", "gdp": "mu^2"}.get(status.filter, "rho"),
         total=status.filter_total, spent=spent, remaining=status.filter_remaining,
         epsilon_spent_equivalent=(rule.epsilon_at(spent) if math.isfinite(spent)
                                   else math.inf),
         delta=status.delta_total,
         largest_laplace_epsilon=status.epsilon_remaining,
     )
+    if status.filter == "gdp":  # no Laplace release fits a GDP filter
+        view.update(largest_laplace_epsilon=0.0, largest_gaussian_epsilon=status.epsilon_remaining)
     return view
 
 
@@ -203,7 +208,9 @@ def _status_text(
     ]
     view = _filter_view(status)
     if status.filter != "basic":
-        lines[-1] += "  (the largest epsilon one Laplace query surely fits)"
+        lines[-1] += ("  (the epsilon, at the delta total, of the largest Gaussian query "
+                      "that fits)" if status.filter == "gdp"
+                      else "  (the largest epsilon one Laplace query surely fits)")
         lines.append(
             f"{view['unit']}: spent {view['spent']:.6g} of {view['total']:.6g}, "
             f"{view['remaining']:.6g} remain; were this the whole interaction it would be "

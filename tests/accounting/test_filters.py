@@ -221,7 +221,7 @@ def test_a_version_3_file_keeps_its_budgets_under_basic_composition(tmp_path):
                  (str(DB_ID()), 25 * 10**10))
     conn.close()
     with Ledger(path) as book:
-        assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 4
+        assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 5
         status = book.status(DB, "alice")
         assert (status.filter, status.epsilon_spent, status.epsilon_remaining) == (
             "basic", 0.25, 0.75)

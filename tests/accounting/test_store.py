@@ -1,4 +1,4 @@
-"""The ledger file (dpsql/accounting/store.py and schema.py): version 4, the in-place upgrades of
+"""The ledger file (dpsql/accounting/store.py and schema.py): version 5, the in-place upgrades of
 real version-1, -2 and -3 files, and the append-only audit triggers, on real SQLite files."""
 
 from __future__ import annotations
@@ -78,11 +78,11 @@ def schema_of(path) -> tuple[int, set[str], set[str]]:
     return version, columns, tables
 
 
-def test_new_ledger_is_version_4_with_every_table_and_trigger(tmp_path):
+def test_new_ledger_is_version_5_with_every_table_and_trigger(tmp_path):
     path = tmp_path / "new.sqlite"
     Ledger(path).close()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     for table, expected in EXPECTED_COLUMNS.items():
         assert {r[1] for r in conn.execute(f"PRAGMA table_info({table})")} == expected
     triggers = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
@@ -113,7 +113,7 @@ def test_a_real_v1_file_is_upgraded_in_place_and_keeps_everything(tmp_path):
         book.add_analyst("alice", "s3cret")
         assert book.status(DB, "alice").epsilon_spent == 0.0
     version, columns, tables = schema_of(path)
-    assert version == 4 and columns == EXPECTED_COLUMNS["charges"]
+    assert version == 5 and columns == EXPECTED_COLUMNS["charges"]
     assert {"resets", "analysts", "events"} <= tables
     with Ledger(path, create=False) as book:  # reopening an upgraded file changes nothing
         assert [e.id for e in book.audit()] == [1, 3, 4, 1]
@@ -134,7 +134,7 @@ def test_a_version_2_file_is_upgraded_and_its_old_cache_entries_name_no_charge(t
                                  delta=0.0) == b"*"
         (hit,) = book.audit(events=True)[-1:]
     assert isinstance(hit, AuditEvent) and hit.kind == "cache hit" and hit.charge_id is None
-    assert schema_of(path)[0] == 4
+    assert schema_of(path)[0] == 5
 
 
 def test_a_failed_upgrade_leaves_the_v1_file_untouched(tmp_path):
@@ -175,9 +175,9 @@ def test_newer_schema_version_is_refused(tmp_path):
     path = tmp_path / "l.sqlite"
     Ledger(path).close()
     conn = sqlite3.connect(path)
-    conn.execute("PRAGMA user_version=5")
+    conn.execute("PRAGMA user_version=6")
     conn.close()
-    with pytest.raises(OperationalError, match=r"schema version 5.*newer"):
+    with pytest.raises(OperationalError, match=r"schema version 6.*newer"):
         Ledger(path)
 
 

@@ -260,3 +260,32 @@ def test_filter_options_are_checked(ledger):
     assert refused.exit_code != 0 and "0 < delta < 1" in str(refused.exception)
     done = run(*base, "--delta", "1e-6", "--filter", "zcdp")
     assert done.exit_code == 0 and "zCDP filter" in done.output
+
+
+def test_set_a_gdp_filter_and_show_its_state(ledger):
+    from dpsql.accounting.curves import ALPHAS, PrivacyCurve
+
+    done = run("budget", "set", "-l", ledger, "-a", "alice", "-d", "shop.duckdb", "-e", "1",
+               "--delta", "1e-6", "--filter", "gdp")
+    assert done.exit_code == 0, done.output
+    assert "GDP filter (Gaussian releases only)" in done.output
+    curve = PrivacyCurve(tuple(a / (2 * 42.25**2) for a in ALPHAS), 1 / (2 * 42.25**2),
+                         mu=1 / 42.25)
+    with Ledger(ledger) as book:
+        for _ in range(50):
+            book.charge("shop.duckdb", "alice", fingerprint="q", epsilon=0.02, delta=1e-8,
+                        mechanism="discrete_gaussian", curve=curve)
+    shown = json.loads(run("budget", "show", "-l", ledger, "-a", "alice", "-d", "shop.duckdb",
+                           "--json").output)
+    view = shown["filter"]
+    assert (view["filter"], view["unit"]) == ("gdp", "mu^2")
+    assert view["spent"] == pytest.approx(50 / 42.25**2, rel=1e-9)
+    assert view["total"] == pytest.approx(0.2367043804**2, rel=1e-8)
+    # half the squares spent: mu = sqrt(50)/42.25 = 0.167, about (0.63, 1e-6)-DP
+    assert 0.55 < view["epsilon_spent_equivalent"] < 0.7
+    assert view["largest_laplace_epsilon"] == 0.0
+    assert view["largest_gaussian_epsilon"] == shown["epsilon_remaining"] > 0.5
+    text = run("budget", "show", "-l", ledger, "-a", "alice", "-d", "shop.duckdb").output
+    assert "filter:    GDP filter" in text
+    assert "of the largest Gaussian query that fits" in text
+    assert "mu^2: spent" in text
