@@ -103,11 +103,12 @@ def run(draws: int, copies: int, folder: Path, units: bool = False) -> dict:
     conn = dpsql.connect(str(db), metadata=md, analyst="bench", ledger=None)
     cur = conn.cursor()
     ours = []
-    tau = None
+    tau = mechanism = None
     for _ in range(draws):
         cur.execute(SQL_DPSQL, epsilon=EPSILON, delta=DELTA)
         ours.append(_score(cur.fetchall(), truth))
         tau = cur.release.selection_threshold
+        mechanism = cur.release.selection_mechanism  # the COUNT(*) shares it: thresholding
     conn.close()
     sn_meta = yaml.safe_load((SN_PID_YAML if units else SN_YAML).read_text(encoding="utf-8"))
     table = sn_meta[""]["PUMS"]["PUMS"] if units else sn_meta["PUMS"]["PUMS"]["PUMS"]
@@ -125,7 +126,8 @@ def run(draws: int, copies: int, folder: Path, units: bool = False) -> dict:
     db.unlink()
     return {"copies": copies, "rows": 1000 * copies, "ages_in_data": len(truth),
             "draws": draws, "relation": "add/remove one person" if units else "row",
-            "dpsql": {"epsilon": EPSILON, "delta": DELTA, "threshold": tau, **_summary(ours)},
+            "dpsql": {"epsilon": EPSILON, "delta": DELTA, "threshold": tau,
+                      "selection_mechanism": mechanism, **_summary(ours)},
             "smartnoise": {**spent, "threshold": getattr(reader, "tau", None),
                            **_summary(theirs)}}
 

@@ -67,6 +67,13 @@ class ZeroNoise:
         """The same for the Gaussian path (dpsql.noise.gaussian_release)."""
         return self.discrete_laplace(sigma, size)
 
+    def uniform_words(self, size: int) -> np.ndarray:
+        """The Bernoulli draws' words (dpsql.noise.bernoulli), all 2^52 (U = 1/2): the
+        optimal partition selection keeps a group iff pi(n) > 1/2, its median decision, as
+        zero noise is thresholding's."""
+        self.sizes.append(size)
+        return np.full(size, 1 << 52, dtype=np.int64)
+
 
 @dataclass(frozen=True)
 class Shop:

@@ -346,14 +346,29 @@ def _unit_lines(analysis: QueryAnalysis, epsilon: float, delta: float) -> list[s
 
 
 def _unit_selection_lines(plan: SelectionPlan) -> list[str]:
-    """Partition selection under a privacy unit (dpsql.noise.unit_partition)."""
+    """Partition selection under a privacy unit (dpsql.noise.unit_partition): Laplace
+    thresholding, or at kappa = 1 without a shared COUNT(*) the optimal mechanism
+    (dpsql.noise.optimal_partition)."""
     curve = ", ".join(f"n={n}: {plan.keep_probability(n):.3g}" for n in EXPLAIN_SIZES)
+    share = (f"  share: epsilon {plan.epsilon:g}, delta {plan.delta:g} "
+             + ("(the COUNT(*)'s share: its noisy counts are the selection's; and all of delta)"
+                if plan.shared is not None else "(one share of the even split, and all of delta)"))
+    if plan.keep_table is not None:
+        table = plan.keep_table
+        return [
+            "", f"partition selection, {plan.mechanism}: one unit is in at most kappa = 1 "
+            "group, so each group of n units is kept independently with the largest "
+            "probability pi(n) that (epsilon, delta)-DP allows; only the set is released "
+            "(dpsql/noise/optimal_partition.py):",
+            share,
+            "  pi(n) = min(e^eps pi(n-1) + delta, 1 + e^-eps (pi(n-1) + delta - 1), 1), "
+            f"pi(n) = 1 from n = {len(table) - 1}",
+            f"  P(a group of n units is kept): {curve}",
+        ]
     return [
-        "", "partition selection (a group is released iff its number of kept units + discrete "
-        "Laplace noise >= tau; dpsql/noise/unit_partition.py):",
-        f"  share: epsilon {plan.epsilon:g}, delta {plan.delta:g} "
-        + ("(the COUNT(*)'s share: its noisy counts are the selection's; and all of delta)"
-           if plan.shared is not None else "(one share of the even split, and all of delta)"),
+        "", "partition selection, Laplace thresholding (a group is released iff its number "
+        "of kept units + discrete Laplace noise >= tau; dpsql/noise/unit_partition.py):",
+        share,
         f"  one unit is in at most kappa = {plan.stability} group(s): noise scale "
         f"kappa/epsilon = {plan.scale:.6g}, threshold tau = {plan.threshold}",
         f"  P(a group of n units is kept): {curve}",

@@ -1,4 +1,4 @@
-"""Noise for dpsql: with .selection, the only modules that draw random numbers (design.md, "Noise").
+"""Noise for dpsql: with .selection and .bernoulli, the modules that draw random numbers (design).
 
 Every released number gets its noise here, from the operating system's CSPRNG (``os.urandom``),
 vectorised with numpy. Nothing in this module uses numpy's generators, :mod:`random`, or a seed.

@@ -52,11 +52,12 @@ from dpsql.analysis.checks import is_count_star
 from dpsql.analysis.elastic import QueryAnalysis
 from dpsql.budget import Budget, missing_epsilon
 from dpsql.errors import NotSupportedError
-from dpsql.noise import mechanisms
+from dpsql.noise import mechanisms, optimal_partition
 from dpsql.noise.plan import NoisePlan, is_public, plan_noise
 
 __all__ = [
     "EXPLAIN_SIZES",
+    "LAPLACE_THRESHOLDING",
     "MAX_KEPT",
     "SelectionPlan",
     "describe",
@@ -73,6 +74,9 @@ __all__ = [
 #: group sizes whose probability of being kept ``dpsql explain`` shows
 EXPLAIN_SIZES = (1, 5, 10, 20, 50)
 
+#: SelectionPlan.mechanism of noisy-count thresholding (this module, dpsql.noise.unit_partition)
+LAPLACE_THRESHOLDING = "laplace_thresholding"
+
 #: most groups one selection releases (a public number: kept groups beyond it are dropped,
 #: keeping those of largest noisy count, which is post-processing of the noisy counts)
 MAX_KEPT = 1_000_000
@@ -85,16 +89,23 @@ class SelectionPlan:
     epsilon: float
     delta: float
     stability: int  # S: the most rows of the grouped relation one change of a row moves
-    scale: float  # b = 2S / epsilon
-    threshold: int  # tau
+    scale: float | None  # b = 2S / epsilon (None: the optimal selection draws no noise)
+    threshold: int | None  # tau (None: the optimal selection has no threshold)
     #: the index of the COUNT(*) measurement whose noisy values ARE the selection's noisy
     #: counts (:func:`shared_count`): its epsilon is the selection's, charged once
     shared: int | None = None
     #: the neighbouring relation the threshold is for (dpsql.noise.unit_partition: a unit's)
     relation: str = "change one row"
+    #: LAPLACE_THRESHOLDING, or dpsql.noise.optimal_partition.MECHANISM (kappa = 1 units)
+    mechanism: str = LAPLACE_THRESHOLDING
+    #: the optimal selection's keep probabilities pi(0..N) (dpsql.noise.optimal_partition)
+    keep_table: tuple[float, ...] | None = None
 
     def keep_probability(self, n: int) -> float:
-        """P(a group of ``n`` rows is kept) = P(n + Z >= tau)."""
+        """P(a group of ``n`` rows (units) is kept): P(n + Z >= tau), or pi(n)."""
+        if self.keep_table is not None:
+            return optimal_partition.keep_probability(self.keep_table, n)
+        assert self.threshold is not None and self.scale is not None
         return keep_probability(n, self.threshold, self.scale)
 
 
@@ -137,7 +148,7 @@ def threshold(stability: int, epsilon: float, delta: float) -> int:
 def describe(plan: SelectionPlan) -> dict[str, object]:
     """The selection's public parameters and its retention curve (``dpsql explain``)."""
     return {
-        "mechanism": "laplace_thresholding",
+        "mechanism": plan.mechanism,
         "neighbours": plan.relation,
         "shares_count_measurement": plan.shared,
         "epsilon": plan.epsilon,
@@ -197,7 +208,8 @@ def select(counts: np.ndarray, plan: SelectionPlan,
 
 
 def select_noisy(counts: np.ndarray, plan: SelectionPlan,
-                 sampler: mechanisms.Sampler | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 sampler: mechanisms.Sampler | None = None
+                 ) -> tuple[np.ndarray, np.ndarray | None]:
     """(indices of the kept groups, their noisy counts), given each non-empty group's exact
     row count (the groups in a fixed order that does not depend on the noise).
 
@@ -205,7 +217,12 @@ def select_noisy(counts: np.ndarray, plan: SelectionPlan,
     sampler unless a test passes ``sampler``); at most MAX_KEPT indices, those of largest
     noisy count, in ascending order. The noisy counts of kept groups are what the module's
     proof releases (N outputs them too), so a COUNT(*) of the same groups may be released as
-    them (``plan.shared``)."""
+    them (``plan.shared``). With the optimal selection's table (``plan.keep_table``, kappa = 1
+    units) each group is kept with probability pi(count) instead
+    (:func:`dpsql.noise.optimal_partition.select`) and there are no noisy counts (None)."""
+    if plan.keep_table is not None:
+        return optimal_partition.select(counts, plan.keep_table, MAX_KEPT, sampler), None
+    assert plan.threshold is not None and plan.scale is not None
     counts = np.asarray(counts, dtype=np.int64)
     if not len(counts):
         return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.int64)
@@ -253,7 +270,8 @@ def plan_with_selection(analysis: QueryAnalysis, budget: Budget | None, *, dista
         plans = plan_noise(analysis, Budget(budget.epsilon, 0.0), distance=distance)
         selection = plan_selection(analysis.selection_stability,
                                    Budget(plans[j].epsilon, budget.delta), shared=j)
-        if math.isclose(selection.scale, plans[j].scale, rel_tol=1e-12):
+        if selection.scale is not None and math.isclose(selection.scale, plans[j].scale,
+                                                        rel_tol=1e-12):
             return plans, selection
     return (plan_noise(analysis, rest, distance=distance),
             plan_selection(analysis.selection_stability, share))

@@ -52,12 +52,22 @@ At kappa = 1 the optimal mechanism of Desfontaines et al. ("Differentially priva
 selection", PoPETs 2022) applies as is: one unit touches one group, add/remove neighbours, the
 groups decided independently. It keeps a group of n units with probability
 pi(n) = min(e^eps pi(n-1) + delta, 1 + e^-eps (pi(n-1) + delta - 1), 1): at eps 1, delta 1e-5,
-50% at n = 12 and 99% at n = 16, against 13 and 17 here (:func:`optimal_keep`, for the
-comparison). dpsql keeps Laplace thresholding because its noisy counts may be released as the
-COUNT(*) (one draw, one share: the optimal mechanism releases only the set, so a histogram
-would pay a second share of epsilon and more noise on every count), and one proof covers every
-kappa. The sampler's truncation beyond ~53 scales adds a negligible term to delta, as in
-:mod:`dpsql.noise.partition`.
+50% at n = 12 and 99% at n = 16, against 13 and 17 here. So (:func:`plan_with_selection`):
+
+* kappa = 1 and the selection's noisy counts are NOT released as a COUNT(*) (a key-only
+  GROUP BY / SELECT DISTINCT, or aggregates other than the shared COUNT(*)): the selection
+  DRAWS from the optimal mechanism (:mod:`dpsql.noise.optimal_partition`, its own proof and
+  rounding argument; :func:`plan_optimal`), at the same share of the budget;
+* kappa = 1 with the shared COUNT(*) (C = 1): Laplace thresholding stays -- its noisy counts
+  ARE the released COUNT(*) (one draw, one share), while the optimal mechanism releases only
+  the set, so a histogram would pay a second share of epsilon and more noise on every count;
+* kappa > 1: Laplace thresholding (one proof for every kappa; the optimal mechanism is for
+  one touched group).
+
+:func:`optimal_keep` is the exact recurrence in floats (benchmarks, tests); the drawn table is
+:func:`dpsql.noise.optimal_partition.keep_table`, the same recurrence rounded down on the
+Bernoulli's grid. The Laplace sampler's truncation beyond ~53 scales adds a negligible term to
+delta, as in :mod:`dpsql.noise.partition`.
 """
 
 from __future__ import annotations
@@ -68,7 +78,7 @@ from dpsql.analysis.checks import is_count_star
 from dpsql.analysis.elastic import QueryAnalysis
 from dpsql.budget import Budget
 from dpsql.errors import NotSupportedError
-from dpsql.noise import mechanisms
+from dpsql.noise import mechanisms, optimal_partition
 from dpsql.noise.partition import SelectionPlan, laplace_budget, split, tail
 from dpsql.noise.plan import NoisePlan, is_public, plan_noise
 
@@ -76,6 +86,7 @@ __all__ = [
     "UNIT_RELATION",
     "delta_of",
     "optimal_keep",
+    "plan_optimal",
     "plan_selection",
     "plan_with_selection",
     "shared_count",
@@ -168,15 +179,35 @@ def plan_with_selection(analysis: QueryAnalysis, budget: Budget | None, *, dista
     if j is not None:
         plans = plan_noise(analysis, Budget(budget.epsilon, 0.0), distance=distance)
         selection = plan_selection(kappa, Budget(plans[j].epsilon, budget.delta), shared=j)
-        if math.isclose(selection.scale, plans[j].scale, rel_tol=1e-12):
+        if selection.scale is not None and math.isclose(selection.scale, plans[j].scale,
+                                                        rel_tol=1e-12):
             return plans, selection
-    return (plan_noise(analysis, rest, distance=distance), plan_selection(kappa, share))
+    plans = plan_noise(analysis, rest, distance=distance)
+    if kappa == 1:  # one unit touches one group: the optimal mechanism, if its table fits
+        optimal = plan_optimal(share)
+        if optimal is not None:
+            return plans, optimal
+    return plans, plan_selection(kappa, share)
+
+
+def plan_optimal(budget: Budget) -> SelectionPlan | None:
+    """The optimal selection (:mod:`dpsql.noise.optimal_partition`) at ``budget`` (its share)
+    when one unit is in at most kappa = 1 group and no noisy count is released with it; None
+    when its table would be too long (:data:`~dpsql.noise.optimal_partition.MAX_TABLE`: tiny
+    epsilon). Depends on the budget alone."""
+    table = optimal_partition.keep_table(budget.epsilon, budget.delta)
+    if table is None:
+        return None
+    return SelectionPlan(budget.epsilon, budget.delta, 1, None, None,
+                         relation=UNIT_RELATION, mechanism=optimal_partition.MECHANISM,
+                         keep_table=table)
 
 
 def optimal_keep(epsilon: float, delta: float, n_max: int) -> list[float]:
     """Desfontaines et al.'s optimal P(kept | n units) for one touched group per unit
     (kappa = 1): pi(0) = 0, pi(n) = min(e^eps pi(n-1) + delta, 1 + e^-eps (pi(n-1) + delta - 1),
-    1). For comparison (benchmarks, the module docstring); dpsql does not draw it."""
+    1), in floats (benchmarks, tests). What dpsql draws is its version rounded down on the
+    Bernoulli's grid (dpsql.noise.optimal_partition.keep_table), within a relative 1e-9."""
     pi = [0.0]
     for _ in range(n_max):
         prev = pi[-1]

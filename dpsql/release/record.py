@@ -79,6 +79,9 @@ class Release:
     selection_epsilon: float = 0.0
     selection_delta: float = 0.0
     selection_threshold: int | None = None
+    #: which selection mechanism drew the groups: "laplace_thresholding" or "optimal
+    #: (Desfontaines et al. 2022)" (a privacy unit with max_groups 1, no threshold then)
+    selection_mechanism: str | None = None
     #: the privacy unit the release protects ("customer.c_custkey"); None: one row
     privacy_unit: str | None = None
     #: the release's privacy curve's zCDP parameter (dpsql.accounting.curves: sum of
@@ -229,6 +232,7 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
         selection_epsilon=selection.epsilon,
         selection_delta=selection.delta,
         selection_threshold=selection.threshold,
+        selection_mechanism=selection.mechanism,
         privacy_unit=unit,
     )
 

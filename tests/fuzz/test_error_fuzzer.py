@@ -26,7 +26,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dpsql.analysis.selection_aggregates import QuantileQuery
@@ -36,6 +36,8 @@ from dpsql.errors import Error
 from dpsql.execute.blocks import PreparedBlocks
 from dpsql.execute.exact import read_exact, read_groups
 from dpsql.execute.selection import PreparedSelection, cell_counts, quantile_utilities
+from dpsql.noise import optimal_partition
+from dpsql.noise.partition import plan_with_selection
 from dpsql.sample_aggregate.prepared import PreparedSampleAggregate
 from dpsql.sample_aggregate.release import block_answers, clamped_sums, plan_release
 from dpsql.session import Prepared, Session
@@ -234,15 +236,17 @@ def test_unit_outcomes_do_not_depend_on_max_frequencies_at_tiny_epsilon(unit_eng
 UNIT_PARTITION_SETTINGS = settings(SETTINGS, max_examples=max(1, FUZZ_EXAMPLES // 5))
 
 
-@pytest.fixture(scope="module")
-def partition_unit_engines(tmp_path_factory):
+@pytest.fixture(scope="module", params=[2, 1], ids=["kappa2", "kappa1"])
+def partition_unit_engines(tmp_path_factory, request):
     """The same worlds under a privacy unit (worlds.UNIT): each extreme neighbour adds one
-    unit; ``u_row`` changes one (its values are not bounded by one step)."""
+    unit; ``u_row`` changes one (its values are not bounded by one step). At max_groups 1 a
+    selection without a shared COUNT(*) is the optimal mechanism (its words: U = 1/2)."""
+    kappa = request.param
     base, neighbours, csv = worlds.build(tmp_path_factory.mktemp("fuzz_unit"))
-    md = worlds.metadata(csv, unit=True)
+    md = worlds.metadata(csv, unit=True, max_groups=kappa)
     out = {name: Session(md, DuckDBBackend(path, md), sampler=ZeroNoise())
            for name, path in [("base", base), *neighbours.items()]}
-    md_mf = worlds.metadata(csv, mf=worlds.MAX_FREQS[1], unit=True)
+    md_mf = worlds.metadata(csv, mf=worlds.MAX_FREQS[1], unit=True, max_groups=kappa)
     out["mf"] = Session(md_mf, DuckDBBackend(base, md_mf), sampler=ZeroNoise())
     yield out
     for engine in out.values():
@@ -261,8 +265,17 @@ def _unit_groups(engine: Session, query: Query) -> dict[tuple, tuple[int, tuple[
                                                 strict=True)}
 
 
+#: key-only releases of the partition-selected t.s (the optimal mechanism at kappa 1)
+KEY_ONLY = [Query("SELECT DISTINCT t.s FROM t"),
+            Query("SELECT t.s FROM t WHERE t.n > ? GROUP BY t.s", [3]),
+            Query("SELECT t.s, SUM(t.n) FROM t GROUP BY t.s")]
+
+
 @UNIT_PARTITION_SETTINGS
 @given(query=st.one_of(unit_queries(), queries()))
+@example(query=KEY_ONLY[0])
+@example(query=KEY_ONLY[1])
+@example(query=KEY_ONLY[2])
 def test_selected_groups_under_a_unit_move_by_at_most_kappa(partition_unit_engines, query):
     """Under a privacy unit: the same outcome on every world (refusals read the SQL and the
     metadata alone); for groups selected from the data (partition selection under the unit,
@@ -276,6 +289,9 @@ def test_selected_groups_under_a_unit_move_by_at_most_kappa(partition_unit_engin
     if not (isinstance(prepared, Prepared) and prepared.plan.selected):
         return
     kappa = partition_unit_engines["base"].metadata.privacy_unit.max_groups
+    if kappa == 1 and query in KEY_ONLY:  # not vacuous: these draw the optimal mechanism
+        _, selection = plan_with_selection(prepared.analysis, Budget(1.0, 1e-6))
+        assert selection.mechanism == optimal_partition.MECHANISM, query.sql
     es = [m.sensitivity.at(0) for m in prepared.analysis.measurements]
     small = _unit_groups(partition_unit_engines["base"], query)
     for name, engine in partition_unit_engines.items():

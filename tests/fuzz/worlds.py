@@ -57,17 +57,18 @@ MAX_FREQS = (2, 10**9)
 
 
 #: the unit the fuzzers' unit world declares (every row of t is one unit; u reaches it by id)
-UNIT = """privacy_unit: {table: t, column: id, max_contribution: 4, max_groups: 2,
-               max_rows_per_group: 2}
+UNIT = """privacy_unit: {{table: t, column: id, max_contribution: 4, max_groups: {kappa},
+               max_rows_per_group: 2}}
 """
 
 
-def metadata(csv: Path, mf: int = 2, *, unit: bool = False) -> Metadata:
+def metadata(csv: Path, mf: int = 2, *, unit: bool = False, max_groups: int = 2) -> Metadata:
     """The worlds' metadata; with ``unit`` under a privacy unit (t's id; u's rows reach it by
     their id), where each extreme neighbour adds one unit (a new id) and ``u_row`` changes one
-    unit (two steps of the add/remove relation)."""
+    unit (two steps of the add/remove relation). ``max_groups`` 1: one unit touches one group,
+    where a selection without a released COUNT(*) draws the optimal mechanism (issue #16)."""
     return loads_metadata(f"""
-{UNIT if unit else ""}tables:
+{UNIT.format(kappa=max_groups) if unit else ""}tables:
   t:
     sample_aggregate: {{blocks: 3}}
     columns:

@@ -11,7 +11,7 @@ import pytest
 from dpsql.analysis.explain import explain
 from dpsql.errors import NotSupportedError
 from dpsql.metadata import Metadata, loads_metadata
-from dpsql.noise import unit_partition
+from dpsql.noise import optimal_partition, unit_partition
 from tests.ledgers import charged, ledger_session, open_ledger
 from tests.shop_fixture import ZeroNoise
 
@@ -93,6 +93,7 @@ def test_histogram_is_the_groups_with_tau_units_and_the_count_is_shared(session_
     record = result.release
     assert record.privacy_unit == "people.pid"
     assert record.selection_threshold == tau
+    assert record.selection_mechanism == "laplace_thresholding"  # the shared COUNT(*)
     assert (record.epsilon, record.delta) == (1.0, 1e-5)  # the selection shares the COUNT's
     assert "partition_selection" in record.mechanism
     (charge,) = charged(session)
@@ -113,10 +114,34 @@ def test_a_sum_with_c_2_is_the_sql_over_the_kept_groups(session_of, database):
 
 
 def test_key_only_releases_the_selected_keys(session_of, database):
+    """kappa = 1, no COUNT(*) released: the optimal mechanism (noise off: the test words are
+    U = 1/2, so a group is kept iff pi(n) > 1/2, n >= 12 at eps 1, delta 1e-5)."""
     session = session_of(_metadata())
     result = session.run("SELECT DISTINCT city FROM visits", epsilon=1.0, delta=1e-5)
     assert sorted(result.rows) == [("big",), ("edge",), ("mid",)]
-    assert result.release.selection_epsilon == 1.0
+    record = result.release
+    assert record.selection_epsilon == 1.0 and record.selection_delta == 1e-5
+    assert record.selection_mechanism == optimal_partition.MECHANISM
+    assert record.selection_threshold is None
+    assert (record.epsilon, record.delta) == (1.0, 1e-5)
+    assert "partition_selection" in record.mechanism
+    (charge,) = charged(session)
+    assert (charge.epsilon, charge.delta) == (1.0, 1e-5)
+
+
+def test_a_sum_at_kappa_1_is_selected_by_the_optimal_mechanism(session_of, database):
+    session = session_of(_metadata())
+    result = session.run("SELECT city, SUM(amount) AS s FROM visits GROUP BY city",
+                         epsilon=1.0, delta=1e-5)
+    record = result.release
+    assert record.selection_mechanism == optimal_partition.MECHANISM
+    assert record.selection_epsilon == 0.5  # one share of the even split, as thresholding
+    table = optimal_partition.keep_table(0.5, 1e-5)
+    assert table is not None
+    least = next(n for n, p in enumerate(table) if p > 0.5)  # the median decision
+    assert sorted(result.rows) == _sql(
+        database, f"SELECT city, SUM(amount) FROM visits GROUP BY city "
+                  f"HAVING COUNT(DISTINCT v_pid) >= {least}")
 
 
 def test_refusals_come_before_any_charge(session_of, backend_name):
