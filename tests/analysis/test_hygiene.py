@@ -222,9 +222,9 @@ def _conjuncts(n: int) -> str:
 
 
 def test_the_longest_accepted_and_chain_analyses_quickly():
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: what the limit bounds, whatever the machine's load
     analyze(_conjuncts(MAX_CONNECTIVES + 1), _METADATA)  # n conjuncts: n - 1 connectives
-    assert time.perf_counter() - start < 2.0  # ~0.06 s; generous for a loaded CI machine
+    assert time.process_time() - start < 2.0  # ~0.06 s
 
 
 @pytest.mark.parametrize(("sql", "error", "word"), [
@@ -238,10 +238,10 @@ def test_the_longest_accepted_and_chain_analyses_quickly():
      UnsupportedQueryError, "deep"),
 ])
 def test_oversized_queries_are_refused_before_qualify(sql, error, word):
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: wall time failed at load 30 on 2 cores (3.4 s)
     with pytest.raises(error, match=word):
         analyze(sql, _METADATA)
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
 
 
 def test_limits_admit_every_benchmark_query():

@@ -28,6 +28,9 @@ from tests.fuzz import worlds
 from tests.fuzz.grammar import Query, queries
 from tests.shop_fixture import ZeroNoise
 
+# one xdist worker runs this module: its runners (a session per world database) built once
+pytestmark = pytest.mark.xdist_group("server-fuzzer")
+
 SERVER_FUZZ_EXAMPLES = int(os.environ.get("DPSQL_FUZZ_EXAMPLES", "150"))
 SETTINGS = settings(max_examples=SERVER_FUZZ_EXAMPLES, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

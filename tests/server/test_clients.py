@@ -14,6 +14,9 @@ import dpsql
 from dpsql.accounting import Ledger
 from tests.server.serving import PASSWORDS, ServerProcess
 
+# one xdist worker runs this module: one server process for it, not one per worker
+pytestmark = pytest.mark.xdist_group("server-clients")
+
 
 def _charges(server: ServerProcess, analyst: str) -> int:
     with Ledger(server.ledger, create=False) as ledger:
