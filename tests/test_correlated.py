@@ -139,3 +139,20 @@ def test_other_correlations_are_refused_before_the_charge(charging, sql, error, 
         charging.run(sql, epsilon=1.0, delta=0.0)
     assert charged(charging) == []
     assert charging.backend.seen == []
+
+
+def test_a_lookup_over_too_many_bins_is_refused_before_the_charge(charging,  # noqa: F811
+                                                                   monkeypatch):
+    import dpsql.execute.blocks as blocks
+
+    monkeypatch.setattr(blocks, "MAX_LOOKUP", 19)  # the shop has 20 products
+    sql = ("SELECT COUNT(*) AS n FROM orders o WHERE o.order_cost > (SELECT AVG(i.order_cost) "
+           "FROM orders i WHERE i.product_id = o.product_id)")
+    with pytest.raises(NotSupportedError, match=r"20 bins.*more than the 19.*restrict"):
+        charging.run(sql, epsilon=1.0)
+    assert charged(charging) == [] and charging.backend.seen == []
+    # restricted by the public products' own conjunct, 4 bins: answered
+    charging.run(sql.replace("FROM orders o WHERE", "FROM orders o, products p WHERE "
+                             "p.product_id = o.product_id AND p.category = 'books' AND")
+                 .replace("= o.product_id)", "= p.product_id)"), epsilon=1.0)
+    assert len(charged(charging)) == 1
