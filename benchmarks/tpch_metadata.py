@@ -57,6 +57,9 @@ DOMAINS: dict[str, dict[str, dict[str, Any]]] = {
         "l_shipmode": {"values": sorted(SHIP_MODES)},
         "l_shipinstruct": {"values": sorted(SHIP_INSTRUCT)},
         "l_linenumber": {"values": list(range(1, 8))},
+        # a part's key, public in the part table: Q17's correlated subquery is a histogram
+        # over it (dpsql.analysis.correlated), restricted to the parts Q17's WHERE keeps
+        "l_partkey": {"table": "part", "column": "p_partkey"},
     },
     "orders": {
         "o_orderpriority": {"values": list(PRIORITIES)},

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from dpsql.accounting.curves import PrivacyCurve, release_curve
 from dpsql.budget import Budget, missing_epsilon
 from dpsql.errors import ProgrammingError
-from dpsql.execute.blocks import PreparedBlocks, check_post, read_public
+from dpsql.execute.blocks import PreparedBlocks, check_lookups, check_post, read_public
 from dpsql.execute.blocks import compute as compute_blocks
 from dpsql.execute.exact import CompiledPlan, read_domains
 from dpsql.execute.layout import Domains
@@ -92,11 +92,14 @@ class OtherReleases:
         plans = [plan_noise(p.analysis, b) for p, b in zip(parts, shares, strict=True)]
         checked = prepared.part_params(values)
         domains = [read_domains(self.backend, p.compiled, checked) for p in parts]
+        check_lookups(prepared, domains)
         public = read_public(self.backend, prepared)
         charge = None if prepared.public else self.ledger
         if charge is not None:
             for p in parts:
                 self._check_binds(p.compiled, checked)
+                if p.lookup_form is not None:
+                    self._check_binds(p.lookup_form, checked)
             self._check_post_once(
                 (prepared.fingerprint, *(t for d in domains for t in d.types)), checked,
                 lambda: check_post(self._post, prepared, checked, domains, public))

@@ -202,7 +202,7 @@ class _Splitter(BlockBuilder):
             self._collect(child, found)
 
     def _two_phase(self, query: exp.Select) -> BlockQuery | None:
-        if not self.release_scalars(query):
+        if not self.release_scalars(query, correlated=True):
             return None
         final = analyze_query(query, self.metadata)
         return BlockQuery(self.sql, self.tables, tuple(self.blocks), self.n_params,

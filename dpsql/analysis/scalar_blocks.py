@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from dpsql.analysis.checks import has_aggregate, sql_text
+from dpsql.analysis.correlated import Lookup, correlation_error, lookup_block, outer_references
 from dpsql.analysis.elastic import QueryAnalysis, analyze_query
 from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.sources import cte_references
@@ -48,6 +49,9 @@ class Block:
     scalar: bool  # a scalar subquery: one column, one row (no GROUP BY)
     #: a scalar used as a constant by a later release: the parameter its noisy value binds
     param: int | None = None
+    #: a correlated subquery released as a histogram (dpsql.analysis.correlated): the final
+    #: query reads its noisy rows as a public lookup in place of the parameter ``param``
+    lookup: Lookup | None = None
 
 
 def own_aggregate(select: exp.Select) -> bool:
@@ -128,12 +132,17 @@ class BlockBuilder:
 
     # -- blocks ---------------------------------------------------------------------------
 
-    def release_scalars(self, node: exp.Expression) -> bool:
+    def release_scalars(self, node: exp.Expression, *, correlated: bool = False) -> bool:
         """Make each scalar aggregate subquery below ``node`` a block released first, replaced
-        by the parameter its noisy value binds; whether there was any."""
+        by the parameter its noisy value binds; whether there was any. With ``correlated``
+        (``node`` the final query of two phases), one correlated by an equality in its WHERE
+        is a histogram block read as a lookup (dpsql.analysis.correlated)."""
         found = self._scalar_subqueries(node)
         for select in found:
-            block = self.make_block(select, True, as_param=True)
+            if correlated and isinstance(node, exp.Select) and outer_references(select):
+                block = self._lookup_block(select, node)
+            else:
+                block = self.make_block(select, True, as_param=True)
             assert select.parent is not None and block.param is not None
             select.parent.replace(exp.Placeholder(this=f"{PARAM_PREFIX}{block.param}"))
         return bool(found)
@@ -172,6 +181,17 @@ class BlockBuilder:
             self.n_scalars += 1
         block = Block(name, f"{BLOCK_TABLE}{len(self.blocks)}",
                       analyze_query(standalone, self.metadata), scalar, param)
+        self.blocks.append(block)
+        return block
+
+    def _lookup_block(self, select: exp.Select, enclosing: exp.Select) -> Block:
+        """A correlated subquery of ``enclosing``'s WHERE as a histogram block."""
+        ctes = frozenset(c.alias_or_name.lower() for c in self.query.find_all(exp.CTE))
+        analysis, lookup = lookup_block(select, enclosing, self.metadata, ctes)
+        param = self.n_params + self.n_scalars
+        self.n_scalars += 1
+        block = Block(_block_name(select, len(self.blocks)), f"{BLOCK_TABLE}{len(self.blocks)}",
+                      analysis, False, param, lookup)
         self.blocks.append(block)
         return block
 
@@ -221,15 +241,8 @@ def _block_name(select: exp.Select, index: int) -> str:
 
 def _reject_correlated(select: exp.Select) -> None:
     """A block reads only its own sources: a column of the enclosing query (a correlated
-    subquery, evaluated once per outer row) has no single release to stand for it."""
-    defined = {t.alias_or_name for t in select.find_all(exp.Table)}
-    defined |= {s.alias for s in select.find_all(exp.Subquery) if s.alias}
-    defined |= {c.alias_or_name for c in select.find_all(exp.CTE)}
-    for col in select.find_all(exp.Column):
-        if col.table and col.table not in defined:
-            raise UnsupportedConstructError(
-                f"the aggregate subquery ({sql_text(select)[:40]}...) refers to {sql_text(col)} "
-                "of the enclosing query "
-                "(a correlated subquery), which dpsql cannot release once for every row: "
-                "make it uncorrelated, or join and GROUP BY instead"
-            )
+    subquery, evaluated once per outer row) has no single release to stand for it (but see
+    dpsql.analysis.correlated for the one shape that has)."""
+    refs = outer_references(select)
+    if refs:
+        raise correlation_error(select, refs[0])

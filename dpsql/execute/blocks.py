@@ -13,7 +13,12 @@ order (a scalar block before the releases that use its value):
 * with them, each release is read once the scalars it uses are released: a scalar block is
   read, noised and post-processed into its one value, bound as its parameter for the later
   releases (a threshold inside a block, or the final query of two phases). From the first
-  noise on, a failure stands charged (the session's rule: it may depend on noisy values).
+  noise on, a failure stands charged (the session's rule: it may depend on noisy values);
+* a correlated subquery released as a histogram (dpsql.analysis.correlated) is read the same
+  way, its noisy rows becoming the lookup that replaces its parameter in the final query's
+  exact SQL (dpsql.rewrite.lookups), compiled once they are released; the lookup's form is
+  compiled and bound before the charge (``Part.lookup_form``), its size checked against
+  MAX_LOOKUP on the domain (public data).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from dpsql.analysis.blocks import BlockQuery, Outputs
+from dpsql.analysis.correlated import Lookup
 from dpsql.analysis.elastic import QueryAnalysis
 from dpsql.analysis.parse import DIALECT
 from dpsql.backends.base import Backend
@@ -42,6 +48,7 @@ from dpsql.noise.apply import noisy_values
 from dpsql.noise.plan import NoisePlan, is_public_query
 from dpsql.release.record import ColumnSource
 from dpsql.rewrite.context import StoredData
+from dpsql.rewrite.lookups import MAX_LOOKUP, lookup_case, with_lookups
 from dpsql.rewrite.parameters import used_params
 from dpsql.rewrite.plan import plan_execution
 from dpsql.rewrite.post import post_processing_sql, public_table_sql
@@ -58,6 +65,11 @@ class Part:
     columns: tuple[ColumnSource, ...]
     #: a scalar block bound as a constant of later releases: its parameter position
     param: int | None = None
+    #: a histogram read as a lookup by later releases (dpsql.analysis.correlated)
+    lookup: Lookup | None = None
+    #: a release reading lookups: its exact query with each lookup empty (what the binder
+    #: checks before the charge; the real one is compiled once the histograms are released)
+    lookup_form: CompiledPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -130,10 +142,12 @@ def prepare_blocks(request: BlockQuery, backend: Backend, metadata: Metadata,
     parts: list[Part] = []
     scalars = set(range(request.n_params, request.n_params + request.n_scalars))
     releases = [(b.name, b.table if request.post is not None and b.param is None else None,
-                 b.analysis, b.param) for b in request.blocks]
+                 b.analysis, b.param, b.lookup) for b in request.blocks]
     if request.final is not None:
-        releases.append(("", None, request.final, None))
-    for label, table, analysis, param in releases:
+        releases.append(("", None, request.final, None, None))
+    empty = {b.param: lookup_case(b.lookup, []) for b in request.blocks
+             if b.lookup is not None and b.param is not None}
+    for label, table, analysis, param, lookup in releases:
         if analysis.partition_selection:
             # one selection per request is what dpsql.noise.partition plans and proves
             raise NotSupportedError(
@@ -150,8 +164,10 @@ def prepare_blocks(request: BlockQuery, backend: Backend, metadata: Metadata,
                 "exist would depend on its noisy value: compare it with an aggregate (HAVING) "
                 "or with a column that is not a key"
             )
+        form = (compile_plan(backend, with_lookups(plan, empty))
+                if empty.keys() & set(plan.exact_params) else None)
         parts.append(Part(label, table, analysis, compile_plan(backend, plan),
-                          _sources(analysis), param))
+                          _sources(analysis), param, lookup, form))
     post_sql = None
     reads = []
     if request.post is not None:
@@ -175,6 +191,19 @@ def read_public(backend: Backend, prepared: PreparedBlocks) -> list[PublicRows]:
         rows, _ = backend.execute(read.compiled, {})
         out.append((read.table, read.columns, read.types, rows))
     return out
+
+
+def check_lookups(prepared: PreparedBlocks, domains: Sequence[Domains]) -> None:
+    """Before the charge: each histogram read as a lookup has at most MAX_LOOKUP bins (its
+    domain's size: public data and the SQL)."""
+    for part, d in zip(prepared.parts, domains, strict=True):
+        if part.lookup is not None and d.n_bins > MAX_LOOKUP:
+            raise NotSupportedError(
+                f"the correlated subquery {part.label} is released as {d.n_bins} bins, one per "
+                f"value of its key, more than the {MAX_LOOKUP} dpsql reads as a lookup: "
+                "restrict the outer query's public table (a WHERE on its columns) or the "
+                "subquery's key (a WHERE on it)"
+            )
 
 
 def check_post(post: PostProcessor, prepared: PreparedBlocks, checked: list[Any],
@@ -211,8 +240,12 @@ def compute(backend: Backend, post: PostProcessor, prepared: PreparedBlocks,
     ahead = [] if any(p.param is not None for p in parts) else [
         read_bins(backend, p.compiled, bound, d) for p, d in zip(parts, domains, strict=True)]
     tables = []
+    lookups: dict[int, exp.Expression] = {}
     for i, part in enumerate(parts):
-        b = ahead[i] if ahead else read_bins(backend, part.compiled, bound, domains[i])
+        compiled = part.compiled
+        if part.lookup_form is not None:  # the released histograms it reads, as lookups
+            compiled = compile_plan(backend, with_lookups(compiled.plan, lookups))
+        b = ahead[i] if ahead else read_bins(backend, compiled, bound, domains[i])
         noise_drawn()
         noisy = _noised(b, plans[i], sampler)
         if part.table is not None:
@@ -224,6 +257,9 @@ def compute(backend: Backend, post: PostProcessor, prepared: PreparedBlocks,
                          partial(post_processing_sql, part.analysis))
         if part.param is None:  # the final query of two phases
             return rows
+        if part.lookup is not None:
+            lookups[part.param] = lookup_case(part.lookup, rows[2])
+            continue
         bound[part.param] = _scalar(rows[2], part.label)
     assert prepared.post_sql is not None
     return post.over_tables(tables, bound, prepared.post_sql, prepared.post_params,

@@ -31,7 +31,7 @@ def domain_relations(query: exp.Select, *, ctx: RewriteContext) -> exp.Select:
     Run after the clamps pass (it reads ``ctx.sources``)."""
     if not ctx.analysis.group_keys:
         return query
-    conditions = _row_conditions(query)
+    conditions = _row_conditions(query, ctx)
     ctx.domains = [None if key.partition  # no domain: groups from the data, selected by DP
                    else derived_domain_relation(key.derived_domain, conditions)
                    if key.derived_domain is not None
@@ -53,10 +53,12 @@ class _RowCondition(NamedTuple):
 _NOT_ROW_LOCAL = (exp.Select, exp.Subquery, exp.Exists, exp.AggFunc, exp.Window)
 
 
-def _row_conditions(select: exp.Select) -> list[_RowCondition]:
+def _row_conditions(select: exp.Select, ctx: RewriteContext | None = None
+                    ) -> list[_RowCondition]:
     """The conjuncts every row of ``select``'s FROM/JOIN result satisfies before grouping (its
     WHERE and the ON conditions of its joins, inner: the analysis admits no other) that read
-    at least one column and no subquery, aggregate or window."""
+    at least one column and no subquery, aggregate or window; or that are a semi-join of one
+    column with public data (:func:`public_semi_join`: it reads that column alone)."""
     clauses = []
     where = select.args.get("where")
     if where is not None:
@@ -68,6 +70,10 @@ def _row_conditions(select: exp.Select) -> list[_RowCondition]:
             clauses.append(join.args["on"])
     out = []
     for condition in (c for clause in clauses for c in _conjuncts(clause)):
+        semi = public_semi_join(condition, ctx) if ctx is not None else None
+        if semi is not None:
+            out.append(_RowCondition(condition, frozenset({(semi.table, semi.name)})))
+            continue
         columns = set()
         for node in condition.walk():
             if isinstance(node, _NOT_ROW_LOCAL):
@@ -78,6 +84,46 @@ def _row_conditions(select: exp.Select) -> list[_RowCondition]:
             if columns:
                 out.append(_RowCondition(condition, frozenset(columns)))
     return out
+
+
+def public_semi_join(condition: exp.Expression, ctx: RewriteContext) -> exp.Column | None:
+    """The column ``c`` of a conjunct ``c IN (SELECT ... FROM public tables ...)`` whose
+    subquery is uncorrelated and reads only tables the metadata declares public (no CTE);
+    None for any other conjunct.
+
+    Such a conjunct reads the row's column ``c`` and public rows only, so evaluated on a domain
+    value it is the same public test (dpsql.analysis.correlated restricts a correlated
+    subquery's histogram this way: docs/privacy.md, "Correlated scalar subqueries")."""
+    if not isinstance(condition, exp.In) or not isinstance(condition.this, exp.Column):
+        return None
+    sub = condition.args.get("query")
+    if ctx.metadata is None or not isinstance(sub, exp.Subquery) or condition.expressions:
+        return None
+    if not condition.this.table:
+        return None
+    inner = sub.this
+    defined = set()
+    for node in inner.find_all(exp.Table, exp.Subquery, exp.CTE):
+        if isinstance(node, exp.Table):
+            meta = ctx.metadata.tables.get(node.name.lower())
+            if (meta is None or not meta.public or node.db
+                    or node.name.lower() in ctx.cte_names()):
+                return None
+        defined.add(node.alias_or_name)
+    if any(not col.table or col.table not in defined for col in inner.find_all(exp.Column)):
+        return None
+    return condition.this
+
+
+def _over(condition: exp.Expression, value: exp.Expression) -> exp.Expression:
+    """A copy of a condition on one column, that column replaced by ``value``: the column a
+    semi-join tests (its subquery unchanged), or every column of a row-local conjunct."""
+    node = copy_tree(condition)
+    if isinstance(node, exp.In) and node.args.get("query") is not None:
+        node.this.replace(value)
+        return node
+    return node.transform(lambda n: copy_tree(value) if isinstance(n, exp.Column) else n,
+                          copy=False)
 
 
 def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
@@ -244,9 +290,8 @@ def _substituted(conditions: list[_RowCondition], key: GroupKey,
     out = []
     only_key = {(key.node.table, key.node.name)}
     for condition in (c for c in conditions if c.columns == only_key):
-        out.append(copy_tree(condition.node).transform(
-            lambda n: exp.TryCast(this=exp.column("__v"), to=copy_tree(dtype))
-            if isinstance(n, exp.Column) else n, copy=False))
+        out.append(_over(condition.node,
+                         exp.TryCast(this=exp.column("__v"), to=copy_tree(dtype))))
     return out
 
 
@@ -341,7 +386,5 @@ def _input_filters(derived: DerivedDomain,
     if derived.column is None or dtype is None:
         return []
     only = {derived.column}
-    return [copy_tree(c.node).transform(
-        lambda n: exp.TryCast(this=exp.column(INPUT), to=copy_tree(dtype))
-        if isinstance(n, exp.Column) else n, copy=False)
-        for c in conditions if c.columns == only]
+    return [_over(c.node, exp.TryCast(this=exp.column(INPUT), to=copy_tree(dtype)))
+            for c in conditions if c.columns == only]

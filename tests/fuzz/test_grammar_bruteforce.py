@@ -217,6 +217,48 @@ def test_two_phase_sensitivity_holds_for_every_value_of_the_scalar(query, db, op
                 f"  neighbour: {what}\n  q(D) = {base}, q(D') = {answer} > ES(0) = {es0}")
 
 
+@settings(max_examples=max(EXAMPLES // 4, 5), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(query=grammar_queries(), db=databases(hi=4), op=st.sampled_from(["<", ">=", "="]),
+       lookups=st.lists(st.fixed_dictionaries({x: st.sampled_from([None, -1, 0, 1.5, 2, 3])
+                                               for x in (1, 2, 3)}),
+                        min_size=1, max_size=2))
+def test_a_correlated_lookup_keeps_the_sensitivity_for_every_lookup(query, db, op, lookups):
+    """A correlated subquery keyed by one equality (dpsql.analysis.correlated): the outer
+    query's ES(0) is computed with the subquery as a parameter, and must bound its local
+    sensitivity whatever released histogram the lookup reads (any value per key, NULL too)."""
+    import sqlglot
+
+    from dpsql.analysis.blocks import BlockQuery, analyze_request
+    from dpsql.rewrite.lookups import lookup_case
+
+    sql, histogram = query
+    tree = sqlglot.parse_one(sql, dialect="duckdb")
+    alias = "d" if ") d" in sql else "a"
+    correlated = f"(SELECT COUNT(*) FROM s WHERE s.x = {alias}.x AND s.v > 0)"
+    template = tree.copy().where(f"{alias}.y {op} {correlated}").sql(dialect="duckdb")
+    try:
+        request = analyze_request(template, exact_metadata(db))
+    except Error:
+        assume(False)
+        return
+    assert isinstance(request, BlockQuery)
+    assume(request.final is not None)
+    (block,) = [b for b in request.blocks if b.lookup is not None]
+    assert block.lookup is not None
+    es0 = request.final.measurements[0].sensitivity.at(0)
+    others = list(neighbours(db, PRIVATE))
+    for values in lookups:
+        case = lookup_case(block.lookup, sorted(values.items())).sql(dialect="duckdb")
+        fixed_sql = tree.copy().where(f"{alias}.y {op} ({case})").sql(dialect="duckdb")
+        base, *answers = run_all(fixed_sql, [db, *(o for _, o in others)], histogram=histogram)
+        for (what, _), answer in zip(others, answers, strict=True):
+            per_bin, l1 = change(base, answer)
+            assert per_bin <= _tol(es0) and l1 <= _tol(es0), (
+                f"PRIVACY BUG: {template} with the lookup {values}\n  D = {_fmt(db)}\n"
+                f"  neighbour: {what}\n  q(D) = {base}, q(D') = {answer} > ES(0) = {es0}")
+
+
 def _partition_metadata(db):
     """The exact metadata of ``db`` with a.y releasable without a domain: its groups come
     from the data by partition selection (dpsql.noise.partition)."""
