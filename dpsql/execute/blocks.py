@@ -48,7 +48,7 @@ from dpsql.noise.apply import noisy_values
 from dpsql.noise.plan import NoisePlan, is_public_query
 from dpsql.release.record import ColumnSource
 from dpsql.rewrite.context import StoredData
-from dpsql.rewrite.lookups import MAX_LOOKUP, lookup_case, with_lookups
+from dpsql.rewrite.lookups import MAX_LOOKUP, LookupSQL, lookup_case, with_lookups
 from dpsql.rewrite.parameters import used_params
 from dpsql.rewrite.plan import plan_execution
 from dpsql.rewrite.post import post_processing_sql, public_table_sql
@@ -240,7 +240,7 @@ def compute(backend: Backend, post: PostProcessor, prepared: PreparedBlocks,
     ahead = [] if any(p.param is not None for p in parts) else [
         read_bins(backend, p.compiled, bound, d) for p, d in zip(parts, domains, strict=True)]
     tables = []
-    lookups: dict[int, exp.Expression] = {}
+    lookups: dict[int, LookupSQL] = {}
     for i, part in enumerate(parts):
         compiled = part.compiled
         if part.lookup_form is not None:  # the released histograms it reads, as lookups

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import sqlglot
@@ -40,6 +40,10 @@ __all__ = ["MAX_LOOKUP", "lookup_case", "with_lookups"]
 #: charge on the domain's size (public data); restrict the outer query's public table instead
 MAX_LOOKUP = 10_000
 
+#: a released histogram as the CASE expression that replaces its parameter (what
+#: :func:`lookup_case` builds and :func:`with_lookups` reads; opaque outside the rewrite)
+LookupSQL: TypeAlias = exp.Expression
+
 
 def _number(value: Any) -> exp.Expression:
     if isinstance(value, np.generic):
@@ -52,7 +56,7 @@ def _number(value: Any) -> exp.Expression:
     return exp.Cast(this=exp.Literal.number(repr(number)), to=exp.DataType.build("DOUBLE"))
 
 
-def lookup_case(lookup: Lookup, rows: Sequence[Sequence[Any]]) -> exp.Expression:
+def lookup_case(lookup: Lookup, rows: Sequence[Sequence[Any]]) -> LookupSQL:
     """The lookup of the histogram's released ``rows`` (key, value) for the outer column (module
     docstring); with no row (or only NULL keys), one branch on a NULL key, which nothing
     matches, so the expression is typed as the real one (the binder check before the charge
@@ -71,7 +75,7 @@ def lookup_case(lookup: Lookup, rows: Sequence[Sequence[Any]]) -> exp.Expression
     return exp.Case(this=copy_tree(lookup.column), ifs=ifs, default=_number(None))
 
 
-def with_lookups(plan: ExecutionPlan, lookups: Mapping[int, exp.Expression]) -> ExecutionPlan:
+def with_lookups(plan: ExecutionPlan, lookups: Mapping[int, LookupSQL]) -> ExecutionPlan:
     """``plan`` with each parameter position in ``lookups`` replaced by its expression."""
     tree = sqlglot.parse_one(plan.exact_sql, dialect=DIALECT)
     names = {f"{PARAM_PREFIX}{i}": node for i, node in lookups.items()}
