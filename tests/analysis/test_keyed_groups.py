@@ -161,14 +161,14 @@ def test_near_misses_refused_as_before(sub):
     "ON o.order_id = c.customer_id GROUP BY o.customer_id",
 ])
 def test_a_count_outside_the_shape_is_refused_as_a_key(sub):
-    with pytest.raises(ProtectedBinError, match="COUNT computed in a subquery.*one key"):
+    with pytest.raises(ProtectedBinError, match=r"COUNT computed in a subquery.*one key"):
         analyze(f"SELECT t.n, COUNT(*) FROM ({sub}) t GROUP BY t.n", MD)
 
 
 @pytest.mark.parametrize(("sql", "words"), [
     # a SUM (or any other value) of a subquery is not a count: no domain, refused as before
-    (f"SELECT t.s, COUNT(*) FROM (SELECT c.customer_id, SUM(o.cost) AS s FROM customers c "
-     f"JOIN orders o ON c.customer_id = o.customer_id GROUP BY c.customer_id) t GROUP BY t.s",
+    ("SELECT t.s, COUNT(*) FROM (SELECT c.customer_id, SUM(o.cost) AS s FROM customers c "
+     "JOIN orders o ON c.customer_id = o.customer_id GROUP BY c.customer_id) t GROUP BY t.s",
      "no declared or derivable domain"),
     # a count key computed on outside is not the count itself
     (f"SELECT t.n + 1, COUNT(*) FROM ({Q13}) t GROUP BY 1", "derivable"),
