@@ -53,12 +53,16 @@ from collections.abc import Mapping
 from sqlglot import exp
 
 from dpsql.analysis.checks import conjuncts
+from dpsql.analysis.derived_keys import INPUT, DerivedDomain
 from dpsql.analysis.keytypes import comparable, normalise
 from dpsql.analysis.model import ColumnFacts
-from dpsql.metadata import Metadata
+from dpsql.metadata import Domain, Metadata
 from dpsql.units.identity import EXACT_ID_TYPES
 
-__all__ = ["keyed_group"]
+__all__ = ["MAX_CLAMP", "clamped_count", "keyed_group"]
+
+#: the largest n of ``LEAST(COUNT(...), n)`` taken as the bins 0..n (a public limit)
+MAX_CLAMP = 100_000
 
 Col = tuple[str, str]
 
@@ -184,3 +188,25 @@ def _same_values(columns: Mapping[Col, ColumnFacts], a: Col, b: Col) -> bool:
     fa, fb = columns.get(a), columns.get(b)
     return (fa is not None and fb is not None and _exact(columns, a) and _exact(columns, b)
             and comparable(fa.type, fb.type) is True)
+
+
+def clamped_count(node: exp.Expression) -> tuple[DerivedDomain, int] | None:
+    """The bins 0..n, and n, of ``LEAST(COUNT(...), n)`` (either order; n an integer literal,
+    0 <= n <= MAX_CLAMP) computed per group of a subquery, else None.
+
+    Contract: reads the SQL only. A COUNT is an integer >= 0 (never NULL), so the clamped
+    value is one of 0..n: a GROUP BY outside may take those bins (declared-domain histogram,
+    no delta, empty bins filled) and a SUM / AVG outside the bounds [0, n]. The analyst's
+    clamp, like ``LEAST(GREATEST(x, 0), 100)`` for a SUM's argument.
+    """
+    if not isinstance(node, exp.Least) or len(node.expressions) != 1:
+        return None
+    pair = (node.this, node.expressions[0])
+    for count, limit in (pair, pair[::-1]):
+        if (isinstance(count, exp.Count) and isinstance(limit, exp.Literal) and limit.is_int
+                and 0 <= int(limit.this) <= MAX_CLAMP):
+            n = int(limit.this)
+            bins = DerivedDomain(exp.column(INPUT), values=Domain(values=tuple(range(n + 1))),
+                                 input_type="BIGINT", label=f"LEAST(COUNT(...), {n}): 0..{n}")
+            return bins, n
+    return None

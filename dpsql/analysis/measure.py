@@ -309,7 +309,8 @@ def _sum_bounds(agg: exp.Expression, arg: exp.Expression, rel: Relation) -> tupl
     if not isinstance(arg, exp.Column):
         return argument_bounds(fn, arg, lambda c: rel.columns.get((c.table, c.name)))
     facts = rel.columns.get((arg.table, arg.name))
-    if facts is not None and facts.from_aggregate:
+    if facts is not None and facts.from_aggregate and facts.bounds is None:
+        # (LEAST(COUNT(...), n) in the subquery has the bounds [0, n]: keyed_groups)
         raise AggregateArithmeticError(
             f"{fn}({sql_text(arg)}) sums a value computed by an aggregate in a subquery, which has "
             "no bounds: release the inner aggregate directly instead"

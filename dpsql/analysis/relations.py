@@ -26,7 +26,7 @@ from dpsql.analysis.checks import (
 )
 from dpsql.analysis.derived_keys import DerivedDomain, derive_key, listed_domain, may_derive
 from dpsql.analysis.joins import JoinBuilder
-from dpsql.analysis.keyed_groups import keyed_group
+from dpsql.analysis.keyed_groups import clamped_count, keyed_group
 from dpsql.analysis.keytypes import same_type
 from dpsql.analysis.model import ColumnFacts, Derivation, Relation
 from dpsql.analysis.sources import base_table, cte_references, derived_bounds, keyed
@@ -180,6 +180,10 @@ class Analyzer(JoinBuilder):
                                                                        select)
                     if found is not None:  # a computed GROUP BY key of the subquery
                         out[("", name)] = replace(out[("", name)], derived_domain=found)
+                    clamped = clamped_count(inner) if from_agg else None
+                    if clamped is not None:  # LEAST(COUNT(...), n): bins and bounds 0..n
+                        out[("", name)] = replace(out[("", name)], derived_domain=clamped[0],
+                                                  bounds=(0.0, float(clamped[1])), type="BIGINT")
             having = select.args.get("having")
             if grouped and not aggregated and not (having is not None and has_aggregate(having)):
                 # No aggregate anywhere: the output is the set of distinct keys, as SELECT

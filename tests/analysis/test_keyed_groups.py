@@ -189,3 +189,29 @@ def test_under_a_privacy_unit_the_query_is_refused_as_before():
         analyze_request("SELECT t.n, COUNT(*) FROM (SELECT c.c_id, COUNT(o.o_id) AS n FROM "
                         "customer c LEFT JOIN orders o ON c.c_id = o.o_cust GROUP BY c.c_id) t "
                         "GROUP BY t.n", md)
+
+
+CLAMPED = Q13.replace("COUNT(o.order_id) AS n", "LEAST(COUNT(o.order_id), 5) AS n")
+
+
+def test_a_clamped_count_has_the_bins_and_bounds_zero_to_n():
+    analysis = analyze(f"SELECT t.n, COUNT(*) FROM ({CLAMPED}) t GROUP BY t.n", MD)
+    assert not analysis.partition_selection  # a declared-domain histogram: no delta
+    (key,) = analysis.group_keys
+    assert key.derived_domain is not None
+    assert key.derived_domain.values.values == (0, 1, 2, 3, 4, 5)
+    assert [m.sensitivity.at(k) for m in analysis.measurements for k in KS] == [4] * 4
+    summed = analyze(f"SELECT SUM(t.n), AVG(t.n) FROM ({CLAMPED}) t", MD)
+    assert [(m.function, m.sensitivity.at(3), m.bounds) for m in summed.measurements] == [
+        ("SUM", 10, (0, 5)), ("COUNT", 2, None)]
+
+
+@pytest.mark.parametrize("value", [
+    "LEAST(COUNT(o.order_id), -1)", "LEAST(COUNT(o.order_id), 1000001)",
+    "LEAST(COUNT(o.order_id), 2.5)", "LEAST(SUM(o.cost), 5)",
+    "LEAST(COUNT(o.order_id), 5, 6)", "LEAST(COUNT(o.order_id), ?)",
+])
+def test_other_clamps_give_no_bins(value):
+    sub = Q13.replace("COUNT(o.order_id) AS n", f"{value} AS n")
+    with pytest.raises(Error):
+        analyze(f"SELECT t.n, COUNT(*) FROM ({sub}) t GROUP BY t.n", MD)

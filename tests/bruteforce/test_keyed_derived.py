@@ -237,3 +237,33 @@ def test_the_bound_is_attained():
     before, after = _run_all(con, [db, moved], KEYED[0])
     con.close()
     assert _moved(before, after) == (2, 2)
+
+
+#: the analyst's clamp: LEAST(COUNT(...), n) has the bins 0..n (a declared-domain histogram,
+#: no selection) and the bounds [0, n] for a SUM outside
+CLAMPED = [
+    ("SELECT t.n, COUNT(*) FROM (SELECT c.k, LEAST(COUNT(o.v), 1) AS n FROM c LEFT JOIN o "
+     "ON c.k = o.k GROUP BY c.k) AS t GROUP BY t.n", True),
+    ("SELECT SUM(t.n) FROM (SELECT c.k, LEAST(2, COUNT(*)) AS n FROM c JOIN o ON c.k = o.k "
+     "WHERE o.v <> 3 GROUP BY c.k) AS t", False),
+]
+
+
+@pytest.mark.parametrize(("sql", "grouped"), CLAMPED, ids=range(len(CLAMPED)))
+def test_the_clamped_count_over_every_neighbour(sql, grouped):
+    analysis = analyze(sql, METADATA)
+    assert not analysis.partition_selection
+    (m,) = analysis.measurements
+    es = m.sensitivity.at(0)
+    assert es == (4 if grouped else 2 * 2)  # 2·S per bin; S·n for the SUM of LEAST(.., 2)
+    con = _connect()
+    for db in _databases(len(sql), DATABASES):
+        worlds = [db, *_neighbours(db)]
+        base, *others = [dict((r[0], float(r[1] or 0)) if grouped else (None, float(r[0] or 0))
+                              for r in rows) for rows in _run_all(con, worlds, sql)]
+        if grouped:
+            assert set(base) <= {0, 1}
+        for other, there in zip(worlds[1:], others, strict=True):
+            diffs = [abs(base.get(k, 0.0) - there.get(k, 0.0)) for k in set(base) | set(there)]
+            assert sum(diffs) <= es + 1e-9, (db, other, base, there)
+    con.close()

@@ -333,7 +333,8 @@ def _keyed_counts(draw, params: list[Any]) -> Query:
                                    f"t, u WHERE {on}", f"u RIGHT JOIN t ON {on}"]))
     if draw(st.booleans()):
         source += " JOIN p ON t.pid = p.pid"
-    count = draw(st.sampled_from(["COUNT(u.n)", "COUNT(*)", "COUNT(DISTINCT u.s)"]))
+    count = draw(st.sampled_from(["COUNT(u.n)", "COUNT(*)", "COUNT(DISTINCT u.s)",
+                                  "LEAST(COUNT(u.n), 3)"]))  # the last: bins 0..3
     sql = (f"SELECT d.c, COUNT(*) AS m FROM (SELECT t.{key} AS k, {count} AS c FROM {source} "
            f"GROUP BY t.{key}) d GROUP BY d.c")
     if draw(st.booleans()):
