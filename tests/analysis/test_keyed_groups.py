@@ -215,3 +215,12 @@ def test_other_clamps_give_no_bins(value):
     sub = Q13.replace("COUNT(o.order_id) AS n", f"{value} AS n")
     with pytest.raises(Error):
         analyze(f"SELECT t.n, COUNT(*) FROM ({sub}) t GROUP BY t.n", MD)
+
+
+def test_a_single_release_rule_now_covers_a_histogram_over_a_block_count():
+    """Before the count key, this was post-processing of the block's noisy per-region counts
+    (dpsql.analysis.blocks: an aggregate over a block that no single-release rule covers);
+    a single-release rule covers it now, and that meaning takes precedence (it needs delta)."""
+    request = analyze_request("SELECT t.n, COUNT(*) FROM (SELECT c.region, COUNT(*) AS n "
+                              "FROM customers c GROUP BY c.region) t GROUP BY t.n", MD)
+    assert request.selection_stability == 2  # a QueryAnalysis, by partition selection
