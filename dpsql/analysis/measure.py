@@ -240,6 +240,14 @@ def _selection_stability(keys: list[GroupKey], rel: Relation, unit: bool = False
         return None
     if unit:
         return 1.0  # replaced by dpsql.units.analysis (max_groups)
+    if rel.stability.depends_on_k and _is_count(selected[0], rel):
+        raise ProtectedBinError(
+            f"GROUP BY {sql_text(selected[0].node)}: the column is a COUNT computed in a "
+            "subquery, whose groups dpsql selects from the data only when the subquery's "
+            "stability is a constant: group the subquery by one key that every private table "
+            "is joined on (SELECT c.k, COUNT(o.x) FROM c LEFT JOIN o ON c.k = o.k GROUP BY "
+            "c.k), or clamp the count, LEAST(COUNT(...), n), to group by 0..n"
+        )
     if rel.stability.depends_on_k:
         raise ProtectedBinError(
             f"GROUP BY {sql_text(selected[0].node)}: the column has no declared domain, and its "
@@ -248,6 +256,13 @@ def _selection_stability(keys: list[GroupKey], rel: Relation, unit: bool = False
             "to declare the column's domain, or group by a column that has one"
         )
     return rel.stability.at(0)
+
+
+def _is_count(key: GroupKey, rel: Relation) -> bool:
+    """Whether the partition-selected ``key`` is a subquery's per-group COUNT."""
+    node = key.node
+    facts = rel.columns.get((node.table, node.name)) if isinstance(node, exp.Column) else None
+    return facts is not None and facts.count
 
 
 def _check_over_keys(node: exp.Expression, key_sql: dict[tuple[str, str] | str, int],
@@ -294,7 +309,8 @@ def _sum_bounds(agg: exp.Expression, arg: exp.Expression, rel: Relation) -> tupl
     if not isinstance(arg, exp.Column):
         return argument_bounds(fn, arg, lambda c: rel.columns.get((c.table, c.name)))
     facts = rel.columns.get((arg.table, arg.name))
-    if facts is not None and facts.from_aggregate:
+    if facts is not None and facts.from_aggregate and facts.bounds is None:
+        # (LEAST(COUNT(...), n) in the subquery has the bounds [0, n]: keyed_groups)
         raise AggregateArithmeticError(
             f"{fn}({sql_text(arg)}) sums a value computed by an aggregate in a subquery, which has "
             "no bounds: release the inner aggregate directly instead"
@@ -337,6 +353,11 @@ def _group_keys(keys: list[exp.Expression], rel: Relation, metadata: Metadata,
                                 derived_domain=derived))
             continue
         origin = facts.origin if facts is not None else None
+        if origin is None and facts is not None and facts.count and metadata.privacy_unit is None:
+            # a per-group COUNT of a subquery (TPC-H Q13's c_count): integers, no owner-held
+            # content; its groups come from the data by DP partition selection
+            out.append(GroupKey(i, key, Domain(), key.name, "BIGINT", partition=True))
+            continue
         if origin is None:
             raise ProtectedBinError(
                 f"GROUP BY {sql_text(key)}: the column is computed in a subquery and has no "

@@ -36,10 +36,14 @@ class ColumnFacts:
     #: a computed column whose values range over bins derivable from public metadata
     #: (dpsql.analysis.derived_keys): what a GROUP BY over it takes its bins from
     derived_domain: DerivedDomain | None = None
+    #: a COUNT computed per group of a grouped subquery (an integer, no owner-held content):
+    #: a GROUP BY outside may take its groups by DP partition selection (measure.py)
+    count: bool = False
 
     @staticmethod
-    def derived(from_aggregate: bool = False, type: str | None = None) -> ColumnFacts:
-        return ColumnFacts(mf=None, from_aggregate=from_aggregate, type=type)
+    def derived(from_aggregate: bool = False, type: str | None = None,
+                count: bool = False) -> ColumnFacts:
+        return ColumnFacts(mf=None, from_aggregate=from_aggregate, type=type, count=count)
 
     def with_mf(self, mf: KExpr | None) -> ColumnFacts:
         """These facts with mf_k ``mf`` (``dataclasses.replace`` without its generic cost;
@@ -47,7 +51,7 @@ class ColumnFacts:
         if mf is self.mf:
             return self
         return ColumnFacts(mf, self.bounds, self.origin, self.from_aggregate, self.type,
-                           self.derived_domain)
+                           self.derived_domain, self.count)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from dpsql.analysis.checks import (
 )
 from dpsql.analysis.derived_keys import DerivedDomain, derive_key, listed_domain, may_derive
 from dpsql.analysis.joins import JoinBuilder
+from dpsql.analysis.keyed_groups import clamped_count, keyed_group
 from dpsql.analysis.keytypes import same_type
 from dpsql.analysis.model import ColumnFacts, Derivation, Relation
 from dpsql.analysis.sources import base_table, cte_references, derived_bounds, keyed
@@ -172,12 +173,17 @@ class Analyzer(JoinBuilder):
                     check_aggregate_args(inner)
                     from_agg = has_aggregate(inner)
                     out[("", name)] = ColumnFacts.derived(
-                        from_aggregate=from_agg, type=derived_type(inner)
+                        from_aggregate=from_agg, type=derived_type(inner),
+                        count=isinstance(inner, exp.Count),
                     )
                     found = None if from_agg else self._derived_domain(inner, rel, key_sql,
                                                                        select)
                     if found is not None:  # a computed GROUP BY key of the subquery
                         out[("", name)] = replace(out[("", name)], derived_domain=found)
+                    clamped = clamped_count(inner) if from_agg else None
+                    if clamped is not None:  # LEAST(COUNT(...), n): bins and bounds 0..n
+                        out[("", name)] = replace(out[("", name)], derived_domain=clamped[0],
+                                                  bounds=(0.0, float(clamped[1])), type="BIGINT")
             having = select.args.get("having")
             if grouped and not aggregated and not (having is not None and has_aggregate(having)):
                 # No aggregate anywhere: the output is the set of distinct keys, as SELECT
@@ -186,6 +192,12 @@ class Analyzer(JoinBuilder):
                 # S groups and add at most S (DESIGN.md section 2's stability): S, not 2 * S.
                 stability = rules.group_by_without_aggregate_stability(rel.stability)
                 rule = "GROUP BY without aggregates (distinct keys): S(input)"
+            elif grouped and (rel.stability.depends_on_k or rel.stability.at(0) > 1) and (
+                    keyed := keyed_group(select, rel.columns, self.metadata,
+                                         self.cte_refs)) is not None:
+                # Every private table joined on the one key: a change touches two groups.
+                stability = rules.keyed_group_stability(rel.stability)
+                rule = f"GROUP BY the join key: 2 ({keyed})"
             elif grouped:
                 # Each changed input row moves one group's row: remove it, add the new one.
                 stability = rules.group_by_stability(rel.stability)

@@ -269,6 +269,25 @@ def group_by_stability(stability: KExpr) -> KExpr:
     return mul(TWO, stability)
 
 
+def keyed_group_stability(stability: KExpr) -> KExpr:
+    """GROUP BY the join key of every private table (dpsql.analysis.keyed_groups): S = 2.
+
+    Precondition: a grouped SELECT with an aggregate, used as a relation, whose shape
+    :func:`dpsql.analysis.keyed_groups.keyed_group` accepted: one GROUP BY column k of a table
+    never null-extended, every private table (each occurrence) linked to k by key equalities
+    (inner ON / WHERE, or its own LEFT JOIN ON) whose types compare stored values, row-local
+    ON / WHERE / HAVING, no subquery; ``stability`` is S of its FROM / WHERE relation.
+    Guarantee: the stability of its output under change-one-row neighbours, at every distance:
+    0 over public rows only, else 2.
+    Why: every joined row holding a private row r has k equal to r's key, and whether a
+    kept row is null-extended is decided by rows of its own key, so the group of each key v is
+    a function of the private rows with key v (and public rows). Changing r (key x) into r'
+    (key y) changes the groups x and y only: at most 2 output rows are removed (their old
+    versions) and 2 added, whatever the max frequencies.
+    """
+    return ZERO if is_zero(stability) else TWO
+
+
 def group_by_without_aggregate_stability(stability: KExpr) -> KExpr:
     """GROUP BY without any aggregate (in SELECT or HAVING) feeding another operator: S.
 

@@ -184,16 +184,22 @@ def test_refusals_name_the_construct(sql: str, words: str):
         analyze(sql, MD)
 
 
-def test_group_by_a_derived_count_needs_a_domain():
-    # TPC-H Q13's shape: the per-customer count (zeros included) is fine inside; grouping by it
-    # needs bins no declared domain gives
+def test_group_by_a_derived_count_is_partition_selected():
+    # TPC-H Q13's shape: grouped by the key both tables are joined on, the per-customer count
+    # (zeros included) has the keyed rule's constant S = 2 (tests/analysis/test_keyed_groups.py)
+    # instead of 2 * max(2 * (1+k), 100+k); WHERE keeps it
     inner = ("SELECT c.customer_id, COUNT(o.order_id) AS n FROM customers c LEFT JOIN orders o "
              "ON c.customer_id = o.customer_id GROUP BY c.customer_id")
-    # S(inner) = 2 * max(2 * (1+k), 100+k); WHERE keeps it
-    assert es(f"SELECT COUNT(*) FROM ({inner}) t WHERE t.n = 0") == [
+    assert es(f"SELECT COUNT(*) FROM ({inner}) t WHERE t.n = 0") == [2, 2, 2, 2]
+    # grouping by the count takes its groups by partition selection at S = 2
+    analysis = analyze(f"SELECT t.n, COUNT(*) FROM ({inner}) t GROUP BY t.n", MD)
+    assert analysis.selection_stability == 2
+    # grouped by the key and another column: the general rule, and the count is refused
+    two = inner.replace("GROUP BY c.customer_id", "GROUP BY c.customer_id, c.region")
+    assert es(f"SELECT COUNT(*) FROM ({two}) t WHERE t.n = 0") == [
         2 * max(2 * (1 + k), 100 + k) for k in KS]
     with pytest.raises(ProtectedBinError, match=r"GROUP BY t\.n"):
-        analyze(f"SELECT t.n, COUNT(*) FROM ({inner}) t GROUP BY t.n", MD)
+        analyze(f"SELECT t.n, COUNT(*) FROM ({two}) t GROUP BY t.n", MD)
 
 
 def test_explain_names_the_rule():

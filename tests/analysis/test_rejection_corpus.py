@@ -329,8 +329,8 @@ CORPUS: dict[str, list[tuple[str, type[Error]]]] = {
         ("SELECT customer_id, COUNT(*) FROM orders GROUP BY customer_id", PB),
         ("SELECT c.age, COUNT(*) FROM customers c GROUP BY c.age", PB),
         ("SELECT customer_id + 1, COUNT(*) FROM orders GROUP BY customer_id + 1", PB),
-        ("SELECT t.k, COUNT(*) FROM (SELECT customer_id, COUNT(*) AS k FROM orders "
-         "GROUP BY customer_id) t GROUP BY t.k", PB),
+        ("SELECT t.k, COUNT(*) FROM (SELECT customer_id, SUM(order_cost) AS k FROM orders "
+         "GROUP BY customer_id) t GROUP BY t.k", PB),  # (a per-group COUNT is selected)
     ],
     # The Spark backend: file sources in FROM, Spark commands, UDFs and JVM-reaching functions.
     # Backtick-quoted paths are not DuckDB syntax, so they fail to parse (ProgrammingError).

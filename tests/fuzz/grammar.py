@@ -14,7 +14,8 @@ quantiles and top-k by COUNT(*) (issue #18: selection by the exponential mechani
 Noisy Max), SUM/AVG over
 bounded INTEGER, DOUBLE and DECIMAL(38,20) columns and over expressions of them (CASE,
 LEAST/GREATEST, division), FILTER clauses, the variance family, long AND chains, and
-SAMPLE_AGGREGATE(expr, lo, hi) over aggregates of every type (issue #18). The schema
+SAMPLE_AGGREGATE(expr, lo, hi) over aggregates of every type (issue #18), histograms of
+per-key counts (TPC-H Q13's shape, issue #15). The schema
 it draws names from is ``tests/fuzz/worlds.py``.
 """
 
@@ -327,11 +328,35 @@ def _sample_aggregate(draw, params: list[Any]) -> Query:
                  draw(st.sampled_from(["laplace", "laplace", "gaussian"])))
 
 
+def _keyed_counts(draw, params: list[Any]) -> Query:
+    """TPC-H Q13's shape (issue #15, dpsql.analysis.keyed_groups): a histogram over a
+    per-key count of a subquery grouped by the join key (a partition-selected key at S = 2),
+    and near misses (a collated key, a join on another column: refused)."""
+    key = draw(st.sampled_from(["id", "id", "s", "n", "ck"]))  # ck: NOCASE, not the shape
+    other = draw(st.sampled_from([key, key, key, "id"]))  # "id" beside another key: refused
+    on = f"t.{key} = u.{other}"
+    if draw(st.booleans()):
+        on += f" AND {_predicate(draw, params, 'u')}"
+    source = draw(st.sampled_from([f"t LEFT JOIN u ON {on}", f"t JOIN u ON {on}",
+                                   f"t, u WHERE {on}", f"u RIGHT JOIN t ON {on}"]))
+    if draw(st.booleans()):
+        source += " JOIN p ON t.pid = p.pid"
+    count = draw(st.sampled_from(["COUNT(u.n)", "COUNT(*)", "COUNT(DISTINCT u.s)",
+                                  "LEAST(COUNT(u.n), 3)"]))  # the last: bins 0..3
+    sql = (f"SELECT d.c, COUNT(*) AS m FROM (SELECT t.{key} AS k, {count} AS c FROM {source} "
+           f"GROUP BY t.{key}) d GROUP BY d.c")
+    if draw(st.booleans()):
+        sql += " ORDER BY m DESC, d.c"
+    return Query(sql, params)
+
+
 @st.composite
 def queries(draw) -> Query:
     params: list[Any] = []
     if draw(st.integers(0, 7)) == 0:  # issue #18: sample-and-aggregate
         return _sample_aggregate(draw, params)
+    if draw(st.integers(0, 15)) == 0:  # issue #15: a histogram of per-key counts (Q13)
+        return _keyed_counts(draw, params)
     source, alias = _source(draw, params)
     aggregates = draw(st.lists(st.sampled_from([
         "COUNT(*)", "COUNT(A.s)", "SUM(A.n)", "SUM(A.dec)", "AVG(A.x)", "COUNT(DISTINCT A.id)",
