@@ -148,14 +148,23 @@ class _Splitter(BlockBuilder):
             # grouped subquery counts its groups, 2 S), that meaning stays; where none does
             # (SUM of a block's value, a key computed in a block), the aggregate is
             # post-processing of the blocks' noisy rows. Both refusals depend on the SQL and
-            # metadata alone; the first one is shown if neither applies.
+            # metadata alone; the first one is shown if neither applies. A single release
+            # whose keys need partition selection (a block's per-key COUNT as a key) yields to
+            # the blocks when they can answer: their keys' declared domains need no delta and
+            # keep empty bins (issue #16: declared domains have priority).
             try:
-                return analyze_query(self.original, self.metadata)
+                single = analyze_query(self.original, self.metadata)
             except Error as first:
                 try:
                     return self._post_query(query)
                 except Error:
                     raise first from None
+            if any(k.partition for k in single.group_keys):
+                try:
+                    return self._post_query(query)
+                except Error:
+                    pass
+            return single
         if kind == BLOCK:
             return self._two_phase(query)
         if kind == PRIVATE and not own_aggregate(query):

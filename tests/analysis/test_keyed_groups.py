@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpsql.analysis.blocks import analyze_request
+from dpsql.analysis.blocks import BlockQuery, analyze_request
 from dpsql.analysis.elastic import analyze
 from dpsql.analysis.explain import explain_text
 from dpsql.analysis.kexpr import ONE, ZERO, PlusK
@@ -217,10 +217,12 @@ def test_other_clamps_give_no_bins(value):
         analyze(f"SELECT t.n, COUNT(*) FROM ({sub}) t GROUP BY t.n", MD)
 
 
-def test_a_single_release_rule_now_covers_a_histogram_over_a_block_count():
-    """Before the count key, this was post-processing of the block's noisy per-region counts
-    (dpsql.analysis.blocks: an aggregate over a block that no single-release rule covers);
-    a single-release rule covers it now, and that meaning takes precedence (it needs delta)."""
+def test_a_histogram_over_a_block_count_stays_post_processing_when_the_block_can_answer():
+    """The count key would cover this as one release by partition selection (it would need
+    delta); the block's key has a declared domain, so the block answers it (pure epsilon,
+    empty bins kept) and the outer histogram is post-processing of its noisy counts, as before
+    the count key (dpsql.analysis.blocks: declared domains have priority, issue #16)."""
     request = analyze_request("SELECT t.n, COUNT(*) FROM (SELECT c.region, COUNT(*) AS n "
                               "FROM customers c GROUP BY c.region) t GROUP BY t.n", MD)
-    assert request.selection_stability == 2  # a QueryAnalysis, by partition selection
+    assert isinstance(request, BlockQuery)
+    assert len(request.blocks) == 1
