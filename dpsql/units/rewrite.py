@@ -105,7 +105,7 @@ def _r2t(select: exp.Select, release: UnitRelease) -> exp.Select:
     select.set("expressions", [e for e in select.expressions
                                if not (isinstance(e, exp.Alias) and e.alias.startswith("__m"))])
     outer = exp.Select()
-    taus = levels(release.unit.max_contribution)
+    taus = levels(release.unit.max_contribution, release.unit.level_base)
     for i, part in enumerate(release.parts):
         for j, tau in enumerate(taus):
             least = _least(_col(f"__p{i}", "__c"), tau * part.bound)
