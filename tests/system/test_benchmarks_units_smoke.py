@@ -70,7 +70,10 @@ def test_r2t_queries(results):
     assert by[("Q11", "customer")]["mechanism"] == "exact"
     assert by[("Q11", "supplier")]["mechanism"] == "r2t"
     s = data["summary"]["r2t"]
-    assert s["epsilon"] == 0.8 and s["beta"] == 0.1 and s["max_contribution"] == 2**20
+    assert s["epsilon"] == 0.8 and s["beta"] == 0.1 and s["max_contribution"] == 837339
+    # R2T's code's grid: 8 levels of 5.5^i, floored
+    assert s["level_base"] == 5.5 and s["levels"] == [5, 30, 166, 915, 5032, 27680, 152243,
+                                                      837339]
     assert data["environment"]["epsilon"] == 0.8 and data["environment"]["smoke"] is True
 
 
