@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from dpsql.cli.main import main
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import dump_metadata, load_metadata, loads_metadata
 from dpsql.metadata.analyst import analyst_schema, dumps_analyst_schema
@@ -114,3 +115,11 @@ def test_the_grid_is_public_in_the_analyst_schema_and_the_digest(tmp_path):
     assert analyst_schema(md)["privacy_unit"]["levels"] == {"base": 5.5}
     assert "levels: {base: 5.5}" in dumps_analyst_schema(md)
     assert metadata_digest(md) != metadata_digest(_load(tmp_path, BASE))
+
+
+def test_metadata_check_shows_the_grid(tmp_path, capsys):
+    path = write(tmp_path, _with("{table: customer, column: c_custkey, max_contribution: 837339, "
+                                 "levels: {base: 5.5}}"))
+    assert main(["metadata", "check", "-m", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "privacy unit: customer.c_custkey (max_contribution 837339, levels base 5.5, " in out
