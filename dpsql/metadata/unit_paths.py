@@ -41,7 +41,7 @@ _UNIT_KEYS = ("table", "column", "max_contribution", "max_groups", "max_rows_per
               "levels")
 _LEVELS_KEYS = ("base",)
 _PATH_KEYS = ("via", "to")
-#: the largest max_contribution: the truncation levels 2^j stay exact in floats and BIGINT
+#: the largest max_contribution: the truncation levels (2^j, or floor(B^j)) stay exact in BIGINT
 MAX_CONTRIBUTION_LIMIT = 2**62
 
 _PATH_FORMS = "unit: <column> or unit: {via: <column>, to: <table>.<key>}"
