@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dpsql.metadata.model import PrivacyUnit, UnitPath, _table_key
-from dpsql.noise.r2t import DEFAULT_BASE, MIN_BASE, levels
+from dpsql.noise.r2t_levels import DEFAULT_BASE, MIN_BASE, levels
 
 if TYPE_CHECKING:
     from dpsql.metadata.reader import _Reader, _TableSpec
