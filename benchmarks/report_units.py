@@ -23,16 +23,29 @@ def _unit_cell(q: dict[str, Any]) -> str:
     return f"{q['unit']} (R2T: {r2t})"
 
 
+def _grid(s: dict[str, Any]) -> str:
+    """The level grid of the run (older files: the default 2^j up to GS)."""
+    base = s.get("level_base", 2.0)
+    taus = s.get("levels")
+    if not taus:
+        return "levels 2^j (R2T: 10^6)"
+    return (f"levels floor({base:g}^j) = {', '.join(f'{t:,}' for t in taus)} rows (R2T's code: "
+            f"5.5^i, i = 1..8, for its G = 10^6; `levels: {{base: {base:g}}}`)")
+
+
 def r2t_md(data: dict[str, Any]) -> list[str]:
     s = data["summary"]["r2t"]
     lines = [
-        f"epsilon {s['epsilon']}, beta {s['beta']}, GS {s['max_contribution']:,} (R2T: 10^6); "
+        f"epsilon {s['epsilon']}, beta {s['beta']}, GS {s['max_contribution']:,}, "
+        f"{_grid(s)}; "
         f"{s['draws']} releases per query, the exact query run once and replayed. dpsql's unit "
         "is one table: customer (`schemas/tpch-units.yaml`, supplier and partsupp **public**), "
         "so where R2T also protected supplier (Q5, Q7, Q8, Q21) or protected orders or "
         "supplier instead, dpsql's release protects something else: the *unit* column says "
         "which. Q11, Q12 and Q20 also run under R2T's own unit. Time: dpsql's exact query "
-        "(unit lookup, GROUP BY unit, 20 truncated sums) against the same SQL on raw DuckDB, "
+        f"(unit lookup, GROUP BY unit, {len(s.get('levels') or [0] * 20)} truncated sums; "
+        "counts through the histogram of the units' contributions) against the same SQL on "
+        "raw DuckDB, "
         f"interleaved, medians (goal <= {s['time_ratio_target']:g}x).",
         "",
         "| query | unit | exact answer | dpsql median rel. error | R2T's statistic | R2T "
@@ -56,8 +69,8 @@ def r2t_md(data: dict[str, Any]) -> list[str]:
     if slow:
         lines += ["", "Where the time goes in the queries over the goal (`units_profile.py`: cuts "
                   "of the exact query, timed side by side, medians, ms):", "",
-                  "| query | unit | raw | + unit lookup joins | + GROUP BY unit | + 20 truncated "
-                  "sums | exact |", "|---|---|---:|---:|---:|---:|---:|"]
+                  "| query | unit | raw | + unit lookup joins | + GROUP BY unit | + truncation "
+                  "levels | exact |", "|---|---|---:|---:|---:|---:|---:|"]
         for q in slow:
             b = q["time"]["breakdown"]
             lookup = _f(b["lookup_adds_ms"]) if "lookup_ms" in b else "none"

@@ -1,14 +1,16 @@
 """Part ``units``: queries under a privacy unit (issue #17's "Measured"), asked for by name.
 
-1. **R2T's TPC-H queries** (:mod:`benchmarks.units_queries`) at epsilon 0.8, beta 0.1, GS 2^20,
-   customer as the unit (``schemas/tpch-units.yaml``; supplier and partsupp public there), and
+1. **R2T's TPC-H queries** (:mod:`benchmarks.units_queries`) at epsilon 0.8, beta 0.1, on the
+   level grid R2T's code races (``levels: {base: 5.5}``, GS floor(5.5^8) = 837,339: 8 levels;
+   :data:`benchmarks.units_queries.R2T_CODE_BASE`), customer as the unit
+   (``schemas/tpch-units.yaml`` with that grid; supplier and partsupp public there), and
    Q11, Q12, Q20 again under R2T's own single private relation (supplier, orders, supplier).
    Per query: the exact answer (the SQL on plain DuckDB), dpsql's release over ``draws``
    releases -- the median relative error ``|value - truth| / truth``, R2T's statistic (the
    mean of the middle 60% of the sorted absolute errors: theirs drops 2 of 10 at each end),
    the median signed error (R2T's value is biased low), how often the published 95% interval
    held the truth -- beside R2T's published figure; and the time of dpsql's exact query (the
-   unit looked up along its path, grouped by unit, 20 truncated sums) against the same SQL on
+   unit looked up along its path, grouped by unit, 8 truncated sums) against the same SQL on
    raw DuckDB, interleaved after a warm-up, medians of ``runs`` (goal <= 2x).
 2. **FLEX's five** at epsilon 0.1, delta 1e-8 with customer as the unit and the owner's
    kappa / C per query (:data:`benchmarks.units_queries.FLEX_UNIT`, from the TPC-H
@@ -35,6 +37,7 @@ import numpy as np
 
 from dpsql.backends.replay import ReplayBackend
 from dpsql.metadata import Metadata, load_metadata
+from dpsql.noise.r2t import levels
 from dpsql.session import Session
 
 from . import cells as cellmod
@@ -44,14 +47,16 @@ from .queries import flex_corpus
 from .units_profile import breakdown
 from .units_queries import (
     FLEX_UNIT,
-    GS,
     R2T,
     R2T_BETA,
+    R2T_CODE_BASE,
+    R2T_CODE_GS,
     R2T_EPSILON,
     R2T_FIGURES,
     R2TQuery,
     unit_metadata,
     with_bounds,
+    with_r2t_grid,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -213,13 +218,14 @@ def run(handles: Handles, settings: Settings, log: Log = print,
     customer = load_metadata(UNITS_YAML)
     log(f"units: R2T's TPC-H queries at epsilon {R2T_EPSILON} (customer as the unit), "
         f"{settings.draws} releases each")
-    r2t = [r2t_query(q, "customer", customer, handles, settings, log) for q in R2T]
+    on_grid = with_r2t_grid(customer)
+    r2t = [r2t_query(q, "customer", on_grid, handles, settings, log) for q in R2T]
     own = {}
     for q in R2T:
         if len(q.r2t_private) == 1 and q.r2t_private[0] != "customer":
             table = q.r2t_private[0]
             if table not in own:
-                own[table] = unit_metadata(handles.metadata, table)
+                own[table] = with_r2t_grid(unit_metadata(handles.metadata, table))
             r2t.append(r2t_query(q, table, own[table], handles, settings, log))
     log(f"units: FLEX's queries at epsilon {FLEX_EPSILON}, delta {FLEX_DELTA:g}")
     row_level = _row_level(out_dir, settings.scale)
@@ -228,7 +234,9 @@ def run(handles: Handles, settings: Settings, log: Log = print,
     timed = [q["time"] for q in r2t if q["status"] == "ok" and q["time"]]
     return {
         "summary": {
-            "r2t": {"epsilon": R2T_EPSILON, "beta": R2T_BETA, "max_contribution": GS,
+            "r2t": {"epsilon": R2T_EPSILON, "beta": R2T_BETA, "max_contribution": R2T_CODE_GS,
+                    "level_base": R2T_CODE_BASE,
+                    "levels": list(levels(R2T_CODE_GS, R2T_CODE_BASE)),
                     "unit_metadata": "schemas/tpch-units.yaml", "draws": settings.draws,
                     "time_ratio_target": TIME_RATIO_TARGET,
                     "time_ratio_missed": [f"{q['name']} ({q['unit']})" for q in r2t

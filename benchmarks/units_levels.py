@@ -13,6 +13,9 @@ with continuous Laplace noise (numpy; a simulation of the accuracy, never a rele
   the simulation).
 * ``base <k>``: the same with ``tau_j = k^j`` rows (L = ceil(log_k GS)): any public grid keeps
   the privacy argument (each level epsilon / L, a unit moves level j by at most ``tau_j b``).
+* ``dpsql_r2t_grid``: what the ``units`` part now releases: dpsql's scheme on R2T's code's grid
+  as declared in the unit metadata (``levels: {base: 5.5}``, GS floor(5.5^8) = 837,339:
+  ``tau_j = floor(5.5^j)`` rows times b, 8 levels, dpsql's ``ln`` shift).
 * ``r2t_code``: hkustDB/Race-to-the-Top's ``Code/R2TSJF.py``: ``tau_j = 5.5^j`` in value units,
   ``j = 1..floor(log_5.5 GS)`` with GS = 10^6 (8 levels; the top one, 5.5^8 ~ 837,000, is below
   GS), scale ``L tau_j / epsilon``, shift ``scale log_2.9718(L / beta)`` (a smaller shift than
@@ -34,7 +37,18 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from .units_queries import GS, R2T, R2T_BETA, R2T_EPSILON, R2T_FIGURES, UNITS
+from dpsql.noise.r2t import levels
+
+from .units_queries import (
+    GS,
+    R2T,
+    R2T_BETA,
+    R2T_CODE_BASE,
+    R2T_CODE_GS,
+    R2T_EPSILON,
+    R2T_FIGURES,
+    UNITS,
+)
 
 HERE = Path(__file__).resolve().parent
 DB = HERE / "data" / "sf1-tpchgen" / "tpch.duckdb"
@@ -70,6 +84,14 @@ def grid(base: float, b: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return taus, scales, scales * math.log(n / R2T_BETA)
 
 
+def declared_grid(b: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dpsql's levels on the grid the units part declares (R2T's code's, floored)."""
+    taus = np.array(levels(R2T_CODE_GS, R2T_CODE_BASE), dtype=np.float64) * b
+    n = len(taus)
+    scales = n * taus / R2T_EPSILON
+    return taus, scales, scales * math.log(n / R2T_BETA)
+
+
 def r2t_code_grid() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n = int(math.log(1e6, 5.5))
     taus = np.array([5.5**j for j in range(1, n + 1)])
@@ -90,6 +112,7 @@ def run(db: Path, draws: int, seed: int = 1) -> dict[str, Any]:
         row["dpsql"] = simulate(c, *grid(2.0, b), draws, rng)
         for base in BASES:
             row[f"base {base:g}"] = simulate(c, *grid(base, b), draws, rng)
+        row["dpsql_r2t_grid"] = simulate(c, *declared_grid(b), draws, rng)
         row["r2t_code"] = simulate(c, *r2t_code_grid(), draws, rng)
         out.append(row)
     con.close()
@@ -108,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     for q in data["queries"]:
         print(q["name"], q["unit"], {k: f"{v:.3%}" for k, v in q.items()
-                                    if k in ("dpsql", "r2t_code", "r2t_published")
+                                    if k in ("dpsql", "dpsql_r2t_grid", "r2t_code",
+                                             "r2t_published")
                                     or k.startswith("base")})
     print(args.out)
     return 0

@@ -37,8 +37,16 @@ R2T_FIGURES = {"Q3": 0.0025, "Q5": 0.0163, "Q7": 0.0061, "Q8": 0.0192, "Q10": 0.
                "Q11": 0.0182, "Q12": 0.00023, "Q18": 0.0013, "Q20": 0.0058, "Q21": 0.0065}
 R2T_EPSILON = 0.8
 R2T_BETA = 0.1  # dpsql.units.noise.BETA: the same
-#: GS: R2T used 10^6; dpsql's levels are powers of two, so 2^20 (schemas/tpch-units.yaml)
+#: GS: R2T used 10^6; dpsql's default levels are powers of two, so 2^20
+#: (schemas/tpch-units.yaml)
 GS = 2**20
+#: The grid R2T's code races (hkustDB/Race-to-the-Top, ``Code/R2TSJF.py``, ``RunAlgorithm``:
+#: ``base = 5.5``, ``tau = 5.5^i`` for ``i = 1..int(log_5.5(G))``, G = 10^6 by default): 8
+#: levels, the top one 5.5^8 ~ 837,339 (below G). dpsql declares exactly that grid, floored to
+#: whole rows: ``levels: {base: 5.5}`` with max_contribution = floor(5.5^8), so its levels are
+#: 5, 30, 166, 915, 5032, 27680, 152243, 837339 (times b for a SUM).
+R2T_CODE_BASE = 5.5
+R2T_CODE_GS = 837339
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,16 @@ def unit_metadata(metadata: Metadata, table: str, **bounds: int) -> Metadata:
     unit = PrivacyUnit(table, column, **bounds)
     out = dataclasses.replace(metadata, tables=tables, privacy_unit=unit)
     return loads_metadata(dump_metadata(out), f"<TPC-H metadata with {table} as the unit>")
+
+
+def with_r2t_grid(metadata: Metadata) -> Metadata:
+    """``metadata`` (with a privacy unit) racing R2T's code's levels (:data:`R2T_CODE_BASE`,
+    :data:`R2T_CODE_GS`), written and read back so the loader validates the grid."""
+    assert metadata.privacy_unit is not None
+    unit = dataclasses.replace(metadata.privacy_unit, max_contribution=R2T_CODE_GS,
+                               level_base=R2T_CODE_BASE)
+    out = dataclasses.replace(metadata, privacy_unit=unit)
+    return loads_metadata(dump_metadata(out), "<TPC-H metadata on R2T's level grid>")
 
 
 def with_bounds(metadata: Metadata, max_groups: int, max_rows_per_group: int) -> Metadata:

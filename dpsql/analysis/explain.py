@@ -113,8 +113,8 @@ def explain_report(
             "unit": analysis.unit.label, "unit_of_each_row": analysis.unit.source.description,
             "lookups": [f"{h.table}.{h.key} -> {h.column}" for h in analysis.unit.source.hops],
             "mechanism": "r2t" if analysis.unit.r2t else "two-stage",
-            "max_contribution": unit.max_contribution, "max_groups": unit.max_groups,
-            "max_rows_per_group": unit.max_rows_per_group}
+            "max_contribution": unit.max_contribution, "level_base": unit.level_base,
+            "max_groups": unit.max_groups, "max_rows_per_group": unit.max_rows_per_group}
     if selection is not None:
         report["partition_selection"] = describe(selection)
         if selection.shared is None:  # else its epsilon is the shared COUNT(*)'s
@@ -322,8 +322,10 @@ def _unit_lines(analysis: QueryAnalysis, epsilon: float, delta: float) -> list[s
              "linked to it)",
              f"  unit of each aggregated row: {src.description}{path}"]
     if release.r2t:
-        lines += [f"  R2T: truncation levels 2..2^{len(r2t_levels(unit.max_contribution))} rows "
-                  f"(max_contribution {unit.max_contribution}), beta {R2T_BETA:g}"]
+        taus = r2t_levels(unit.max_contribution, unit.level_base)
+        lines += [f"  R2T: {len(taus)} truncation levels floor({unit.level_base:g}^j) = "
+                  f"{taus[0]}..{taus[-1]} rows (max_contribution {unit.max_contribution}), "
+                  f"beta {R2T_BETA:g}"]
     else:
         lines += [f"  two-stage: each unit keeps {unit.max_groups} group(s) (max_groups), at most "
                   f"{unit.max_rows_per_group} row(s) each (max_rows_per_group)"]

@@ -213,8 +213,9 @@ def check(ctx: click.Context, path: Path | None, metadata: Path | None,
     check_domains(md)  # listed values against declared types
     unit = md.privacy_unit
     if unit is not None:
+        grid = "" if unit.level_base == 2.0 else f", levels base {unit.level_base:g}"
         click.echo(f"privacy unit: {unit.table}.{unit.column} (max_contribution "
-                   f"{unit.max_contribution}, max_groups {unit.max_groups}, "
+                   f"{unit.max_contribution}{grid}, max_groups {unit.max_groups}, "
                    f"max_rows_per_group {unit.max_rows_per_group})")
     for t in md.tables.values():
         click.echo(_summary(t, Path.cwd(), md))

@@ -76,8 +76,9 @@ class PrivacyUnit:
     row linked to it through the tables' unit paths (FK cascade), instead of one row.
 
     The bounds are public parameters of the mechanisms, never facts the privacy rests on:
-    ``max_contribution`` is R2T's GS (the truncation levels are 2, 4, .., 2^ceil(log2 GS) rows;
-    a unit contributing more is truncated, not trusted); ``max_groups`` (kappa) is how many
+    ``max_contribution`` is R2T's GS and ``level_base`` (B >= 2) its grid (the truncation levels
+    are floor(B^j) rows up to the first >= GS: 2, 4, .., 2^ceil(log2 GS) by default; a unit
+    contributing more is truncated, not trusted); ``max_groups`` (kappa) is how many
     groups of one GROUP BY a unit may contribute to and ``max_rows_per_group`` how many rows
     it may contribute to one group (both enforced in the executed query)."""
 
@@ -86,6 +87,7 @@ class PrivacyUnit:
     max_contribution: int = 2**20
     max_groups: int = 1
     max_rows_per_group: int = 1
+    level_base: float = 2.0
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Reading the privacy unit and the tables' paths to it (issue #17; our format only)::
 
     privacy_unit: {table: customer, column: c_custkey, max_contribution: 1048576,
-                   max_groups: 1, max_rows_per_group: 1}
+                   max_groups: 1, max_rows_per_group: 1, levels: {base: 2}}
     tables:
       customer: {columns: ...}                              # the unit table: path implied
       orders:   {unit: o_custkey, columns: ...}             # o_custkey holds the unit's id
@@ -26,18 +26,22 @@ data.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dpsql.metadata.model import PrivacyUnit, UnitPath, _table_key
+from dpsql.noise.r2t_levels import DEFAULT_BASE, MIN_BASE, levels
 
 if TYPE_CHECKING:
     from dpsql.metadata.reader import _Reader, _TableSpec
 
-_UNIT_KEYS = ("table", "column", "max_contribution", "max_groups", "max_rows_per_group")
+_UNIT_KEYS = ("table", "column", "max_contribution", "max_groups", "max_rows_per_group",
+              "levels")
+_LEVELS_KEYS = ("base",)
 _PATH_KEYS = ("via", "to")
-#: the largest max_contribution: the truncation levels 2^j stay exact in floats and BIGINT
+#: the largest max_contribution: the truncation levels (2^j, or floor(B^j)) stay exact in BIGINT
 MAX_CONTRIBUTION_LIMIT = 2**62
 
 _PATH_FORMS = "unit: <column> or unit: {via: <column>, to: <table>.<key>}"
@@ -99,8 +103,36 @@ def read_privacy_unit(reader: _Reader, doc: Mapping) -> _UnitSpec | None:
             reader.fail(where, f"{key} must be at most 2**62 = {MAX_CONTRIBUTION_LIMIT}, got "
                         f"{raw}", spec, key)
         bounds[key] = raw
-    unit = PrivacyUnit(table=_table_key(table), column=column.lower(), **bounds)
+    base = _read_levels(reader, spec, where, bounds["max_contribution"])
+    unit = PrivacyUnit(table=_table_key(table), column=column.lower(), level_base=base,
+                       **bounds)
     return _UnitSpec(unit=unit, node=spec)
+
+
+def _read_levels(reader: _Reader, spec: Mapping, where: str, gs: int) -> float:
+    """``levels: {base: B}``: R2T's grid ``floor(B^j)`` rows up to the first level >= GS
+    (dpsql.noise.r2t.levels); B a number >= 2 (default 2, the paper's), the grid's top within
+    2^62 rows. Public: it sets the noise scales, never the privacy (any public grid is sound)."""
+    value = spec.get("levels")
+    if value is None:
+        return DEFAULT_BASE
+    node = reader.mapping(value, where, "levels (write {base: B}, B >= 2: R2T truncates at "
+                          "floor(B^j) rows up to max_contribution)", spec, "levels")
+    reader.check_keys(node, _LEVELS_KEYS, f"{where}, levels", {})
+    raw = node.get("base")
+    if raw is None:
+        reader.fail(where, "levels needs 'base': R2T's truncation levels are floor(base^j) "
+                    "rows, j = 1, 2, .. up to max_contribution (default base 2)", node)
+    if (isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw)
+            or raw < MIN_BASE):
+        reader.fail(where, f"levels base must be a number >= {MIN_BASE:g} (R2T truncates at "
+                    f"floor(base^j) rows; 2 is the paper's grid), got {raw!r}", node, "base")
+    try:
+        levels(gs, raw)
+    except ValueError as err:
+        reader.fail(where, f"levels base {raw!r} with max_contribution {gs}: {err}", node,
+                    "base")
+    return float(raw)
 
 
 def read_unit_path(reader: _Reader, spec: Mapping, where: str) -> _PathSpec | None:

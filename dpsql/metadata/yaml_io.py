@@ -173,10 +173,15 @@ def _column_settings(table: Table, col: Column) -> dict[str, object]:
 
 
 def _unit_settings(unit: PrivacyUnit) -> dict[str, object]:
-    """``privacy_unit``'s mapping, every bound written (they are public parameters)."""
-    return {"table": unit.table, "column": unit.column,
-            "max_contribution": unit.max_contribution, "max_groups": unit.max_groups,
-            "max_rows_per_group": unit.max_rows_per_group}
+    """``privacy_unit``'s mapping, every bound written (they are public parameters); R2T's
+    grid (``levels``) only when not the default base 2."""
+    out: dict[str, object] = {
+        "table": unit.table, "column": unit.column, "max_contribution": unit.max_contribution,
+        "max_groups": unit.max_groups, "max_rows_per_group": unit.max_rows_per_group}
+    if unit.level_base != 2.0:
+        base = unit.level_base
+        out["levels"] = {"base": int(base) if float(base).is_integer() else base}
+    return out
 
 
 def _path_setting(table: Table, md: Metadata) -> object:

@@ -11,9 +11,15 @@ can contribute (1 for a COUNT, the upper bound of the clamped values for a SUM).
 ``max_contribution`` is the owner's public bound, in rows, on what one unit contributes; it sets
 the levels only (a unit above it is truncated, never trusted).
 
-Mechanism. Levels ``tau_j = 2^j`` rows, ``j = 1..L``, ``L = max(1, ceil(log2 GS))``
-(:func:`levels`). The caller computes the truncated answers ``Q(tau_j) = sum_u min(c_u, tau_j b)``
-(one GROUP BY over the join; :func:`truncated_sums` is the reference). Level j is released with
+Mechanism. Levels ``tau_j = floor(B^j)`` rows, ``j = 1..L``, ``L = max(1, ceil(log_B GS))``
+(:func:`levels`) on the owner's geometric grid of base ``B >= 2`` (``base``; the paper's
+``B = 2`` by default, ``PrivacyUnit.level_base`` in the metadata). The grid is public (GS and B
+only), so any such grid keeps the argument below word for word (the paper's Theorem 5.1): the
+privacy argument uses only that the levels are public, the accuracy one that they increase and
+``tau_L >= GS``; B enters the bias bound alone (fewer, coarser levels: less noise per level, a
+coarser race). The caller computes
+the truncated answers ``Q(tau_j) = sum_u min(c_u, tau_j b)`` (one GROUP BY over the join;
+:func:`truncated_sums` is the reference). Level j is released with
 its own share ``epsilon / L`` of the budget and noise of scale ``scale_j`` (:func:`r2t_scales`),
 then shifted down by the public ``shift_j`` (about ``scale_j ln(L / beta)``), and the release is
 
@@ -57,8 +63,12 @@ Accuracy (each with its probability over the noise alone, for every database):
 * Truncation bias (paper, Theorem 5.1): with probability >= 1 - beta every level's noise lies
   within +- its shift (same tail, two-sided), and then ``value >= Q(tau_j) - 2 shift_j`` for
   every j; at the first level ``tau_j >= tau* = max_u c_u / b`` (the largest unit, in rows),
-  ``Q(tau_j) = Q(I)`` and ``tau_j <= 2 max(tau*, 1)``, so ``Q(I) - value <= 4 L ln(L/beta)
-  max(tau*, 1) b / epsilon`` (+ the rounding of the shifts and grids) when ``tau* <= 2^L``.
+  ``Q(tau_j) = Q(I)`` and ``tau_j <= B max(ceil(tau*), 1)`` (j = 1: ``tau_1 = floor(B)``;
+  j > 1: ``floor(B^(j-1)) < tau*`` so ``B^(j-1) < ceil(tau*)`` and ``tau_j <= B^j``), so
+  ``Q(I) - value <= 2 B L ln(L/beta) max(ceil(tau*), 1) b / epsilon`` with ``L =
+  ceil(log_B GS)`` (+ the rounding of the shifts and grids) when ``tau* <= tau_L``. For
+  ``B = 2`` this is the paper's ``4 log2(GS) ln(log2(GS)/beta) tau* b / epsilon``; a larger B
+  trades the factor B against the smaller L (and ``ln(L / beta)``).
 * The published 95% interval: ``half_width_j`` is the smallest h with ``P(|noisy_j -
   Q(tau_j)| > h) <= 0.05 / L`` under the exact discrete law (sums: ``g_j (k + 1/2)``, the
   snapping's half step added), so with probability >= 0.95 every level is simultaneously within
@@ -87,10 +97,13 @@ import numpy as np
 from dpsql.errors import NotSupportedError
 from dpsql.noise import mechanisms
 from dpsql.noise.mechanisms import Sampler
+from dpsql.noise.r2t_levels import DEFAULT_BASE, MAX_LEVELS, MIN_BASE, levels
 
 __all__ = [
     "CONFIDENCE",
+    "DEFAULT_BASE",
     "MAX_LEVELS",
+    "MIN_BASE",
     "R2TPlan",
     "R2TRelease",
     "R2TReleases",
@@ -104,30 +117,11 @@ __all__ = [
 
 #: Confidence of the published interval (simultaneous over all levels).
 CONFIDENCE = 0.95
-#: Largest number of levels: GS up to 2^62 rows (counts must stay within int64).
-MAX_LEVELS = 62
 
 
 # ---------------------------------------------------------------------------------------------
 # Levels and the public plan
 # ---------------------------------------------------------------------------------------------
-
-
-def levels(max_contribution: int) -> tuple[int, ...]:
-    """The truncation levels ``tau_j = 2^j`` rows for ``j = 1..L``, ``L = max(1, ceil(log2 GS))``.
-
-    Precondition: ``max_contribution`` (GS) an integer in ``[1, 2^62]``; otherwise ``TypeError``
-    / ``ValueError``. Guarantee: ``tau_L = 2^L >= GS`` (so truncation at the top level cuts no
-    unit within GS) and ``tau_L < 2 max(GS, 2)``; exact integers (``ceil(log2 n)`` is
-    ``(n - 1).bit_length()``, no floating point).
-    """
-    if isinstance(max_contribution, bool) or not isinstance(max_contribution, int | np.integer):
-        raise TypeError("max_contribution (GS) must be an integer number of rows")
-    gs = int(max_contribution)
-    if not 1 <= gs <= 2**MAX_LEVELS:
-        raise ValueError("max_contribution (GS) must lie in [1, 2^62] rows")
-    count = max(1, (gs - 1).bit_length())
-    return tuple(2**j for j in range(1, count + 1))
 
 
 @dataclass(frozen=True)
@@ -204,7 +198,7 @@ def _sum_scale(sensitivity: float, epsilon: float) -> tuple[float, float]:
 
 
 def plan_r2t(*, unit_bound: float, max_contribution: int, epsilon: float, beta: float = 0.1,
-             integer: bool) -> R2TPlan:
+             integer: bool, base: float = DEFAULT_BASE) -> R2TPlan:
     """The public plan of an R2T release (levels, scales, grids, shifts, half-widths).
 
     Precondition: ``unit_bound`` (b) finite > 0, a whole number when ``integer``; GS as for
@@ -224,7 +218,7 @@ def plan_r2t(*, unit_bound: float, max_contribution: int, epsilon: float, beta: 
     if integer and not b.is_integer():
         raise ValueError("a count's unit_bound must be a whole number of rows' weight (1 for "
                          "COUNT); use integer=False for sums")
-    taus = levels(max_contribution)
+    taus = levels(max_contribution, base)
     n = len(taus)
     eps_level = eps / n
     beta_level = beta_f / n
@@ -256,12 +250,12 @@ def plan_r2t(*, unit_bound: float, max_contribution: int, epsilon: float, beta: 
 
 
 def r2t_scales(*, unit_bound: float, max_contribution: int, epsilon: float,
-               integer: bool) -> np.ndarray:
+               integer: bool, base: float = DEFAULT_BASE) -> np.ndarray:
     """The public noise scale of every level (value units), for explain and the release record
     before anything runs: ``L tau_j b / epsilon`` for counts, ``L (tau_j b + g_j) / epsilon``
     for sums (:func:`plan_r2t`; the scales do not depend on beta)."""
     plan = plan_r2t(unit_bound=unit_bound, max_contribution=max_contribution, epsilon=epsilon,
-                    integer=integer)
+                    integer=integer, base=base)
     return np.array(plan.scales, dtype=np.float64)
 
 
@@ -271,7 +265,7 @@ def r2t_scales(*, unit_bound: float, max_contribution: int, epsilon: float,
 
 
 def truncated_sums(contributions: np.ndarray, *, unit_bound: float,
-                   max_contribution: int) -> np.ndarray:
+                   max_contribution: int, base: float = DEFAULT_BASE) -> np.ndarray:
     """The reference truncation ``Q(tau_j) = sum_u min(c_u, tau_j b)`` for every level.
 
     Precondition: ``contributions`` a 1-D array of finite ``c_u >= 0`` (one per unit; integer
@@ -287,7 +281,7 @@ def truncated_sums(contributions: np.ndarray, *, unit_bound: float,
     if not np.all(np.isfinite(c)) or (c.size and c.min() < 0):
         raise ValueError("contributions must be finite and >= 0")
     b = _check_positive(unit_bound, "unit_bound")
-    taus = levels(max_contribution)
+    taus = levels(max_contribution, base)
     if c.dtype.kind in "iu" and b.is_integer():
         # caps beyond 2^62 (no int64 count reaches them) are held there: no overflow
         caps = np.array([min(t * int(b), 2**62) for t in taus], dtype=np.int64)
@@ -356,13 +350,14 @@ def _checked_truncated(truncated: np.ndarray, n_levels: int) -> np.ndarray:
 
 def release_r2t_many(truncated: np.ndarray, *, unit_bound: float, max_contribution: int,
                      epsilon: float, beta: float = 0.1, integer: bool,
-                     sampler: Sampler | None = None) -> R2TReleases:
+                     sampler: Sampler | None = None,
+                     base: float = DEFAULT_BASE) -> R2TReleases:
     """:func:`release_r2t` for n independent rows at once: ``truncated`` has shape ``(n, L)``,
     row i holding ``Q_i(tau_1..tau_L)``. Each row is one epsilon-DP release (module docstring);
     how rows compose (e.g. groups, each unit in at most kappa of them) is the caller's job.
     One sampler draw per level for all rows together."""
     plan = plan_r2t(unit_bound=unit_bound, max_contribution=max_contribution, epsilon=epsilon,
-                    beta=beta, integer=integer)
+                    beta=beta, integer=integer, base=base)
     n_levels = len(plan.levels)
     arr = _checked_truncated(truncated, n_levels)
     columns = []
@@ -395,7 +390,7 @@ def release_r2t_many(truncated: np.ndarray, *, unit_bound: float, max_contributi
 
 def release_r2t(truncated: np.ndarray, *, unit_bound: float, max_contribution: int,
                 epsilon: float, beta: float = 0.1, integer: bool,
-                sampler: Sampler | None = None) -> R2TRelease:
+                sampler: Sampler | None = None, base: float = DEFAULT_BASE) -> R2TRelease:
     """Release one COUNT or SUM under a privacy unit with R2T (contract: module docstring).
 
     ``truncated[j]`` is the exact ``Q(tau_j) = sum_u min(c_u, tau_j b)`` for the levels of
@@ -411,5 +406,5 @@ def release_r2t(truncated: np.ndarray, *, unit_bound: float, max_contribution: i
         raise ValueError("truncated answers must be a 1-D array, one per level")
     many = release_r2t_many(arr[None, :], unit_bound=unit_bound,
                             max_contribution=max_contribution, epsilon=epsilon, beta=beta,
-                            integer=integer, sampler=sampler)
+                            integer=integer, sampler=sampler, base=base)
     return many.row(0)

@@ -29,7 +29,7 @@ def read_truncated(backend: Backend, compiled: CompiledPlan, params: Sequence[An
                    release: UnitRelease) -> list[np.ndarray]:
     """Per R2T part, Q(tau_j) at every level (exact: reads private data)."""
     rows, _ = backend.execute(compiled.exact, compiled.plan.exact_bindings(params))
-    n = len(r2t.levels(release.unit.max_contribution))
+    n = len(r2t.levels(release.unit.max_contribution, release.unit.level_base))
     if len(rows) != 1 or len(rows[0]) != n * len(release.parts):
         raise ProgrammingError("the exact result of a query under a privacy unit is malformed")
     row = rows[0]
@@ -50,7 +50,7 @@ def r2t_bins(backend: Backend, compiled: CompiledPlan, params: Sequence[Any],
     truncated = read_truncated(backend, compiled, params, release)
     drawn()
     outcomes = release_r2t_measurements(truncated, plans, release.unit.max_contribution,
-                                        sampler)
+                                        sampler, release.unit.level_base)
     noisy = []
     for plan, outcome in zip(plans, outcomes, strict=True):
         value = 0.0 if outcome is None else outcome.value

@@ -52,6 +52,7 @@ def plan_r2t(analysis: QueryAnalysis, budget: Budget | None) -> tuple[NoisePlan,
             "under a privacy unit, a query without GROUP BY is released by R2T with Laplace "
             "noise: use mechanism='laplace'")
     gs = release.unit.max_contribution
+    base = release.unit.level_base
     n = len(analysis.measurements)
     eps_each = budget.epsilon / n
     plans = []
@@ -63,7 +64,8 @@ def plan_r2t(analysis: QueryAnalysis, budget: Budget | None) -> tuple[NoisePlan,
         eps_part = eps_each / len(parts)
         part_plans = tuple(
             PartPlan(p, eps_part, tuple(float(s) for s in r2t.r2t_scales(
-                unit_bound=p.bound, max_contribution=gs, epsilon=eps_part, integer=p.integer)))
+                unit_bound=p.bound, max_contribution=gs, epsilon=eps_part, integer=p.integer,
+                base=base)))
             for p in parts)
         top = max(s for pp in part_plans for s in pp.scales)
         plans.append(NoisePlan(m, eps_each, 0.0, m.sensitivity.at(0), None, top,
@@ -82,10 +84,11 @@ class R2TOutcome:
 
 def release_r2t_measurements(truncated: Sequence[np.ndarray], plans: Sequence[NoisePlan],
                              max_contribution: int,
-                             sampler: Sampler | None = None) -> list[R2TOutcome | None]:
+                             sampler: Sampler | None = None,
+                             base: float = r2t.DEFAULT_BASE) -> list[R2TOutcome | None]:
     """Release every measurement from its parts' truncated sums (``truncated[i]`` is part
-    i's Q(tau_j) over the levels, in the parts' order): module contract. None for a
-    measurement with no part (released exactly as 0)."""
+    i's Q(tau_j) over the levels of GS ``max_contribution`` and grid ``base``, in the parts'
+    order): module contract. None for a measurement with no part (released exactly as 0)."""
     out: list[R2TOutcome | None] = []
     i = 0
     for plan in plans:
@@ -97,7 +100,7 @@ def release_r2t_measurements(truncated: Sequence[np.ndarray], plans: Sequence[No
             rel = r2t.release_r2t(
                 np.asarray(truncated[i]), unit_bound=pp.part.bound,
                 max_contribution=max_contribution, epsilon=pp.epsilon, beta=BETA,
-                integer=pp.part.integer, sampler=sampler)
+                integer=pp.part.integer, sampler=sampler, base=base)
             i += 1
             if pp.part.sign > 0:
                 value, lower, upper = value + rel.value, lower + rel.lower95, upper + rel.upper95

@@ -8,7 +8,10 @@ unique keys: dpsql.units.paths), so each row of it is one unit's contribution. T
 
 * without GROUP BY (R2T): one row of truncated sums ``__r<i>_<j>`` = sum over units of
   min(c_u, tau_j * bound) for every part i (dpsql.units.analysis.R2TPart: a COUNT, or the
-  non-negative / non-positive part of a SUM) and level j, all in one scan;
+  non-negative / non-positive part of a SUM) and level j (the owner's grid,
+  dpsql.noise.r2t.levels), all in one scan; when every part is a COUNT, through the histogram
+  of the units' contributions (``GROUP BY`` the contributions, then ``min(c, tau_j) * n`` per
+  distinct value: the same integers, far fewer LEASTs);
 * with GROUP BY (two-stage): each unit keeps the ``max_groups`` groups with the smallest
   hash of their keys (ties by the keys: deterministic, and a function of the unit's own rows),
   its contribution to each clamped per group (dpsql.units.analysis.per_group_clamp); the
@@ -104,14 +107,41 @@ def _r2t(select: exp.Select, release: UnitRelease) -> exp.Select:
         select.select(exp.alias_(part_node, name), copy=False)
     select.set("expressions", [e for e in select.expressions
                                if not (isinstance(e, exp.Alias) and e.alias.startswith("__m"))])
+    taus = levels(release.unit.max_contribution, release.unit.level_base)
+    per_unit = exp.alias_(exp.Subquery(this=select), "__c", table=True)
+    if all(part.integer for part in release.parts):
+        return _r2t_histogram(per_unit, release, taus)
     outer = exp.Select()
-    taus = levels(release.unit.max_contribution)
     for i, part in enumerate(release.parts):
         for j, tau in enumerate(taus):
             least = _least(_col(f"__p{i}", "__c"), tau * part.bound)
             outer.select(exp.alias_(exp.Sum(this=_as_total(least, part.integer)),
                                     f"__r{i}_{j}"), copy=False)
-    return outer.from_(exp.alias_(exp.Subquery(this=select), "__c", table=True), copy=False)
+    return outer.from_(per_unit, copy=False)
+
+
+def _r2t_histogram(per_unit: exp.Expression, release: UnitRelease,
+                   taus: tuple[int, ...]) -> exp.Select:
+    """Counts only: the units' contributions as a histogram (``__h<i>`` the contributions,
+    ``__n`` how many units have them; a COUNT per unit has few distinct values), then
+    ``Q(tau_j) = sum over the histogram of min(c, tau_j b) * n``: the same integers as summing
+    ``min(c_u, tau_j b)`` over the units (exact BIGINT arithmetic, each product at most the
+    units' total), with the L LEASTs evaluated once per distinct contribution instead of once
+    per unit."""
+    hist = exp.Select()
+    for i in range(len(release.parts)):
+        hist.select(exp.alias_(_col(f"__p{i}", "__c"), f"__h{i}"), copy=False)
+        hist.group_by(_col(f"__p{i}", "__c"), copy=False)
+    hist.select(exp.alias_(exp.Count(this=exp.Star()), "__n"), copy=False)
+    hist.from_(per_unit, copy=False)
+    outer = exp.Select()
+    for i, part in enumerate(release.parts):
+        for j, tau in enumerate(taus):
+            least = _least(_col(f"__h{i}", "__h"), tau * part.bound)
+            weighted = exp.Mul(this=least, expression=_col("__n", "__h"))
+            outer.select(exp.alias_(exp.Sum(this=_as_total(weighted, True)), f"__r{i}_{j}"),
+                         copy=False)
+    return outer.from_(exp.alias_(exp.Subquery(this=hist), "__h", table=True), copy=False)
 
 
 def _two_stage(select: exp.Select, release: UnitRelease, ctx: RewriteContext) -> exp.Select:

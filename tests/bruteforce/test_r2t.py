@@ -55,19 +55,22 @@ def _neighbours(db: tuple[int, ...], gs: int) -> set[tuple[int, ...]]:
     return out
 
 
-def _q(db: tuple[int, ...], gs: int, b: int = 1) -> tuple[int, ...]:
+def _q(db: tuple[int, ...], gs: int, b: int = 1, base: float = 2) -> tuple[int, ...]:
     c = np.array(db, dtype=np.int64) * b
-    return tuple(int(v) for v in truncated_sums(c, unit_bound=b, max_contribution=gs))
+    return tuple(int(v) for v in truncated_sums(c, unit_bound=b, max_contribution=gs,
+                                                base=base))
 
 
-@pytest.mark.parametrize(("gs", "b"), [(1, 1), (4, 1), (6, 3), (8, 1)])
-def test_truncated_answers_move_by_at_most_tau_b_per_unit(gs, b):
-    caps = np.array(levels(gs)) * b
+# a non-2 base (the owner's grid, PrivacyUnit.level_base): 3 is whole, 2.5 floors (2, 6, 15)
+@pytest.mark.parametrize(("gs", "b", "base"), [(1, 1, 2), (4, 1, 2), (6, 3, 2), (8, 1, 2),
+                                               (8, 1, 3), (14, 1, 2.5), (6, 3, 2.5)])
+def test_truncated_answers_move_by_at_most_tau_b_per_unit(gs, b, base):
+    caps = np.array(levels(gs, base)) * b
     attained = np.zeros(len(caps), dtype=bool)
     for db in _databases(gs, 3, ()):
-        q = np.array(_q(db, gs, b))
+        q = np.array(_q(db, gs, b, base))
         for nb in _neighbours(db, gs):
-            moved = np.abs(np.array(_q(nb, gs, b)) - q)
+            moved = np.abs(np.array(_q(nb, gs, b, base)) - q)
             assert np.all(moved <= caps), (db, nb, moved, caps)
             attained |= moved == caps
     assert attained.all()  # the bound is tight at every level
@@ -118,9 +121,10 @@ def _value_pmf(q: tuple[int, ...], scales: tuple[float, ...], shifts: tuple[floa
 
 
 def _max_value_loss(plan: R2TPlan, scales: tuple[float, ...], gs: int,
-                    databases: list[tuple[int, ...]]) -> float:
+                    databases: list[tuple[int, ...]], base: float = 2) -> float:
     """The largest |log-ratio| of the released value's pmf over every neighbour pair."""
-    pairs = {(_q(db, gs), _q(nb, gs)) for db in databases for nb in _neighbours(db, gs)}
+    pairs = {(_q(db, gs, 1, base), _q(nb, gs, 1, base)) for db in databases
+             for nb in _neighbours(db, gs)}
     top = int(max(max(q) for pair in pairs for q in pair) + 700 * max(scales))
     cache: dict[tuple[int, ...], np.ndarray] = {}
 
@@ -151,11 +155,12 @@ def test_value_pmf_sums_to_one_and_matches_direct_differences():
     assert np.allclose(pmf[1:200], cdf_of_max(t) - cdf_of_max(t - 1), rtol=1e-9, atol=1e-15)
 
 
-@pytest.mark.parametrize(("gs", "epsilon"), [(4, 1.0), (8, 2.0), (2, 0.5)])
-def test_count_release_is_epsilon_dp_on_every_neighbour(gs, epsilon):
-    plan = plan_r2t(unit_bound=1, max_contribution=gs, epsilon=epsilon, integer=True)
+@pytest.mark.parametrize(("gs", "epsilon", "base"), [(4, 1.0, 2), (8, 2.0, 2), (2, 0.5, 2),
+                                                     (9, 1.0, 3), (6, 1.5, 2.5)])
+def test_count_release_is_epsilon_dp_on_every_neighbour(gs, epsilon, base):
+    plan = plan_r2t(unit_bound=1, max_contribution=gs, epsilon=epsilon, integer=True, base=base)
     dbs = _databases(gs, 1 if gs > 4 else 2, BACKGROUND) + _databases(gs, 2, ())
-    loss = _max_value_loss(plan, plan.scales, gs, dbs)
+    loss = _max_value_loss(plan, plan.scales, gs, dbs, base)
     assert loss <= epsilon * (1 + 1e-9), loss
     if len(plan.levels) > 1:
         # not vacuous: with the background, every level sits in its lower tail at t = 0 and the
@@ -163,11 +168,11 @@ def test_count_release_is_epsilon_dp_on_every_neighbour(gs, epsilon):
         assert loss >= 0.9 * epsilon, loss
 
 
-@pytest.mark.parametrize(("gs", "epsilon"), [(4, 1.0), (8, 2.0)])
-def test_a_halved_scale_is_caught(gs, epsilon):
-    plan = plan_r2t(unit_bound=1, max_contribution=gs, epsilon=epsilon, integer=True)
+@pytest.mark.parametrize(("gs", "epsilon", "base"), [(4, 1.0, 2), (8, 2.0, 2), (6, 1.5, 2.5)])
+def test_a_halved_scale_is_caught(gs, epsilon, base):
+    plan = plan_r2t(unit_bound=1, max_contribution=gs, epsilon=epsilon, integer=True, base=base)
     halved = tuple(s / 2 for s in plan.scales)
-    loss = _max_value_loss(plan, halved, gs, _databases(gs, 1, BACKGROUND))
+    loss = _max_value_loss(plan, halved, gs, _databases(gs, 1, BACKGROUND), base)
     assert loss > 1.5 * epsilon, loss
 
 
@@ -176,25 +181,27 @@ def test_a_halved_scale_is_caught(gs, epsilon):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("b", "epsilon"), [(2.5, 1.0), (0.3, 0.7), (1000.0, 3.0)])
-def test_sum_levels_move_within_their_share(b, epsilon):
+@pytest.mark.parametrize(("b", "epsilon", "base"), [(2.5, 1.0, 2), (0.3, 0.7, 2),
+                                                    (1000.0, 3.0, 2), (2.5, 1.0, 2.5)])
+def test_sum_levels_move_within_their_share(b, epsilon, base):
     gs = 6
-    plan = plan_r2t(unit_bound=b, max_contribution=gs, epsilon=epsilon, integer=False)
+    plan = plan_r2t(unit_bound=b, max_contribution=gs, epsilon=epsilon, integer=False,
+                    base=base)
     # contributions in value units: rows of values in {0, 0.1 b, 0.37 b, b}, 0..gs+2 rows
     per_row = (0.0, 0.1 * b, 0.37 * b, b)
     every = sorted({round(sum(rows), 12) for n in range(gs + 3)
                     for rows in itertools.combinations_with_replacement(per_row, n)})
     units = [*every[::max(1, len(every) // 24)], every[-1]]  # spread, with the largest
-    base = [0.37 * b] * 5
-    dbs = [tuple(base + list(extra)) for size in range(3)
+    background = [0.37 * b] * 5
+    dbs = [tuple(background + list(extra)) for size in range(3)
            for extra in itertools.combinations_with_replacement(units[:12], size)]
     worst = 0.0
     for db in dbs:
-        q = truncated_sums(np.array(db), unit_bound=b, max_contribution=gs)
+        q = truncated_sums(np.array(db), unit_bound=b, max_contribution=gs, base=base)
         neighbours = [db[:i] + db[i + 1:] for i in range(len(db))]
         neighbours += [(*db, c) for c in units]
         for nb in neighbours:
-            q_nb = truncated_sums(np.array(nb), unit_bound=b, max_contribution=gs)
+            q_nb = truncated_sums(np.array(nb), unit_bound=b, max_contribution=gs, base=base)
             for j, (g, scale) in enumerate(zip(plan.granularities, plan.scales, strict=True)):
                 snapped = math.floor(q[j] / g + 0.5)
                 snapped_nb = math.floor(q_nb[j] / g + 0.5)

@@ -6,7 +6,8 @@ orphans included) and every accepted query below, this runs dpsql's EXACT plan o
 (noise off) on D and on D minus each unit's cascade, and checks:
 
 * without GROUP BY (R2T): every truncated sum Q(tau_j) of every part moves by at most
-  tau_j * bound (what dpsql.noise.r2t's noise scales assume);
+  tau_j * bound (what dpsql.noise.r2t's noise scales assume), on the paper's grid 2^j and on
+  an owner's grid floor(2.5^j) (``levels: {base: 2.5}``: 2, 6, 15 for GS 8);
 * with GROUP BY (two-stage): every measurement's bins move by at most
   max_groups * max_rows_per_group * w in L1 (w = 1 for COUNT, max(|l|, |u|) for SUM), the
   sensitivity the analysis claims and the Laplace scale uses.
@@ -114,7 +115,7 @@ def bruteforce_r2t(sql: str, md: Metadata, databases: Sequence[tiny.Database]) -
     assert release is not None and release.r2t
     plan = plan_execution(analysis, md)
     assert md.privacy_unit is not None
-    taus = levels(md.privacy_unit.max_contribution)
+    taus = levels(md.privacy_unit.max_contribution, md.privacy_unit.level_base)
     for db in databases:
         base = tiny.load(db).execute(plan.exact_sql).fetchone()
         for u in tiny.units(db):
@@ -160,8 +161,9 @@ def bruteforce_two_stage(sql: str, md: Metadata, databases: Sequence[tiny.Databa
 
 
 @pytest.mark.parametrize("sql", R2T_QUERIES)
-def test_r2t_levels_move_by_at_most_tau_times_bound(sql):
-    bruteforce_r2t(sql, tiny.metadata(), _databases())
+@pytest.mark.parametrize("base", [2.0, 2.5])
+def test_r2t_levels_move_by_at_most_tau_times_bound(sql, base):
+    bruteforce_r2t(sql, tiny.metadata(level_base=base), _databases())
 
 
 @pytest.mark.parametrize("sql", GROUPED_QUERIES)

@@ -14,7 +14,8 @@ FILTER aggregates and GROUP BY over declared domains, under two (kappa, C) setti
 queries are refused; the accepted ones are checked with the bounds of
 ``tests/bruteforce/test_units.py``:
 
-* without GROUP BY (R2T): every truncated sum Q(tau_j) moves by at most tau_j * bound;
+* without GROUP BY (R2T): every truncated sum Q(tau_j) moves by at most tau_j * bound (on the
+  default grid 2^j and on the owner's grid floor(2.5^j));
 * with GROUP BY (two-stage): every measurement's bins move by at most kappa * C * w in L1.
 
 ``DPSQL_FUZZ_EXAMPLES`` scales it (default 30; a deep run: ``DPSQL_FUZZ_EXAMPLES=2000
@@ -180,10 +181,11 @@ def unit_queries(draw) -> str:
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(sql=unit_queries(), seed=st.integers(0, 2**20), bounds=st.sampled_from([(1, 1), (2, 3)]))
-def test_unit_bounds_hold_over_the_grammar(sql, seed, bounds):
+@given(sql=unit_queries(), seed=st.integers(0, 2**20), bounds=st.sampled_from([(1, 1), (2, 3)]),
+       base=st.sampled_from([2.0, 2.5]))
+def test_unit_bounds_hold_over_the_grammar(sql, seed, bounds, base):
     kappa, c = bounds
-    md = tiny.metadata(max_groups=kappa, max_rows_per_group=c)
+    md = tiny.metadata(max_groups=kappa, max_rows_per_group=c, level_base=base)
     try:
         analysis = analyze_request(sql, md)
     except Error:

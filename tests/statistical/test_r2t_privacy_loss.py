@@ -45,11 +45,11 @@ class HalvingSampler:
         return discrete_laplace(scale / 2, size)
 
 
-def _neighbours(gs: int, b: float) -> tuple[np.ndarray, np.ndarray]:
+def _neighbours(gs: int, b: float, base: float = 2) -> tuple[np.ndarray, np.ndarray]:
     c = UNITS * b
     c_prime = np.append(c, gs * b)  # one more unit contributing GS rows
-    return (truncated_sums(c, unit_bound=b, max_contribution=gs),
-            truncated_sums(c_prime, unit_bound=b, max_contribution=gs))
+    return (truncated_sums(c, unit_bound=b, max_contribution=gs, base=base),
+            truncated_sums(c_prime, unit_bound=b, max_contribution=gs, base=base))
 
 
 def _joint_bucket(noisy: np.ndarray, q: np.ndarray, q_prime: np.ndarray) -> np.ndarray:
@@ -61,17 +61,20 @@ def _joint_bucket(noisy: np.ndarray, q: np.ndarray, q_prime: np.ndarray) -> np.n
     return index
 
 
-def _releases(q: np.ndarray, gs: int, b: float, epsilon: float, integer: bool, sampler=None):
+def _releases(q: np.ndarray, gs: int, b: float, epsilon: float, integer: bool, sampler=None,
+              base: float = 2):
     return release_r2t_many(np.tile(q, (N, 1)), unit_bound=b, max_contribution=gs,
-                            epsilon=epsilon, integer=integer, sampler=sampler)
+                            epsilon=epsilon, integer=integer, sampler=sampler, base=base)
 
 
-def _joint_loss(gs: int, b: float, epsilon: float, integer: bool, sampler=None):
-    q, q_prime = _neighbours(gs, b)
-    assert np.allclose(q_prime - q, np.array(levels(gs)) * b)  # the full move at every level
-    d = _releases(q, gs, b, epsilon, integer, sampler)
-    d_prime = _releases(q_prime, gs, b, epsilon, integer, sampler)
-    n_levels = len(levels(gs))
+def _joint_loss(gs: int, b: float, epsilon: float, integer: bool, sampler=None,
+                base: float = 2):
+    q, q_prime = _neighbours(gs, b, base)
+    # the full move at every level
+    assert np.allclose(q_prime - q, np.array(levels(gs, base)) * b)
+    d = _releases(q, gs, b, epsilon, integer, sampler, base)
+    d_prime = _releases(q_prime, gs, b, epsilon, integer, sampler, base)
+    n_levels = len(levels(gs, base))
     est = empirical_privacy_loss(_joint_bucket(d.noisy, q, q_prime),
                                  _joint_bucket(d_prime.noisy, q, q_prime),
                                  integer_buckets(0, 3**n_levels - 1), alpha=ALPHA)
@@ -114,6 +117,17 @@ def test_many_levels_value_is_epsilon_dp():
     est = empirical_privacy_loss(d, d_prime, edges, alpha=ALPHA)
     assert est.buckets_used >= 10
     assert est.consistent_with(epsilon), est
+
+
+def test_count_levels_on_a_non_2_grid_jointly_epsilon_dp_and_tight():
+    # the owner's grid floor(2.5^j): levels 2, 6 for GS 6, each at epsilon / 2
+    epsilon = 1.0
+    est, _, _ = _joint_loss(6, 1, epsilon, True, base=2.5)
+    assert est.buckets_used >= 4
+    assert est.consistent_with(epsilon), est
+    assert est.loss >= epsilon - est.margin, est
+    halved, _, _ = _joint_loss(6, 1, epsilon, True, HalvingSampler(), base=2.5)
+    assert not halved.consistent_with(epsilon), halved
 
 
 def test_halved_scale_is_caught():

@@ -70,7 +70,10 @@ def test_r2t_queries(results):
     assert by[("Q11", "customer")]["mechanism"] == "exact"
     assert by[("Q11", "supplier")]["mechanism"] == "r2t"
     s = data["summary"]["r2t"]
-    assert s["epsilon"] == 0.8 and s["beta"] == 0.1 and s["max_contribution"] == 2**20
+    assert s["epsilon"] == 0.8 and s["beta"] == 0.1 and s["max_contribution"] == 837339
+    # R2T's code's grid: 8 levels of 5.5^i, floored
+    assert s["level_base"] == 5.5 and s["levels"] == [5, 30, 166, 915, 5032, 27680, 152243,
+                                                      837339]
     assert data["environment"]["epsilon"] == 0.8 and data["environment"]["smoke"] is True
 
 
@@ -135,7 +138,7 @@ def test_unit_metadata_is_the_schema_file():
 def test_level_grid_simulation(results):
     """benchmarks.units_levels: dpsql's grid is dpsql.noise.r2t's levels; R2T's code has 8
     levels of 5.5^j; the simulation runs on the smoke database."""
-    from benchmarks.units_levels import SINGLE, grid, r2t_code_grid, run
+    from benchmarks.units_levels import SINGLE, declared_grid, grid, r2t_code_grid, run
     from dpsql.noise.r2t import levels
 
     taus, scales, shifts = grid(2.0, 1.0)
@@ -143,8 +146,11 @@ def test_level_grid_simulation(results):
     assert shifts[0] == pytest.approx(scales[0] * math.log(20 / 0.1))
     code_taus, _, _ = r2t_code_grid()
     assert len(code_taus) == 8 and code_taus[-1] < 1e6
+    # the grid the units part declares: R2T's code's, floored to whole rows (times b)
+    declared, _, _ = declared_grid(50.0)
+    assert list(declared) == [50.0 * math.floor(t) for t in code_taus]
     data = run(results["db"], draws=20)
     assert [q["name"] for q in data["queries"]] == list(SINGLE)
     for q in data["queries"]:
-        for key in ("dpsql", "base 4", "base 5.5", "r2t_code"):
+        for key in ("dpsql", "base 4", "base 5.5", "dpsql_r2t_grid", "r2t_code"):
             assert _ratio(q[key]), (q["name"], key)

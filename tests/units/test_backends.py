@@ -84,3 +84,33 @@ def test_a_grouped_query_within_its_bounds_is_exact(backend, metadata, database)
     con.close()
     assert [(k, n) for k, n, _ in rows] == [(k, n) for k, n, _ in want]
     assert [float(s) for _, _, s in rows] == [float(s) for _, _, s in want]
+
+
+@pytest.mark.parametrize(("sql", "base"), [
+    ("SELECT COUNT(*) FROM items", 2.0),
+    ("SELECT COUNT(*), COUNT(i.kind) FROM items i JOIN orders o ON o.o_id = i.i_order"
+     " WHERE o.amount > -2", 2.5)])
+def test_count_levels_through_the_histogram_are_exact(database, make_backend, sql, base):
+    # counts only: the executed query aggregates a histogram of the units' contributions
+    # (dpsql.units.rewrite._r2t_histogram); on the owner's grid 2, 6, 15, 39 (base 2.5, GS 39)
+    # the lower levels truncate (customers hold up to ~20 items)
+    md = tiny.metadata(max_contribution=39, level_base=base)
+    b = make_backend(database, md)
+    try:
+        analysis = analyze_request(sql, md)
+        plan = compile_plan(b, plan_execution(analysis, md))
+        assert "__h" in plan.plan.exact_sql
+        got = read_truncated(b, plan, [], analysis.unit)
+    finally:
+        b.close()
+    owner = {o: (c, amount) for o, c, amount in DB["orders"]}
+    counts: Counter = Counter()
+    for order, _, _ in DB["items"]:
+        if "JOIN" in sql and (order not in owner or owner[order][1] <= -2):
+            continue
+        counts[owner[order][0] if order in owner else None] += 1
+    taus = levels(39, base)
+    want = [sum(min(c, t) for c in counts.values()) for t in taus]
+    assert want[0] < want[-1]  # truncation is active
+    for part in got:
+        assert part.dtype == np.int64 and list(part) == want
