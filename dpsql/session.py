@@ -197,7 +197,8 @@ class Session(OtherReleases):
                                  raw_counts=raw_counts)
         if budget is None:
             raise missing_epsilon()
-        key, cached = self._lookup(prepared.qualified_sql, sql, values, budget, raw_counts)
+        key, cached = (None, None) if self.ledger is None else self._lookup(
+            prepared.qualified_sql, sql, values, budget, raw_counts)  # text made on demand
         if cached is not None:
             return cached
         selection = None

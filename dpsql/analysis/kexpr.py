@@ -109,6 +109,16 @@ class _Op(KExpr):
         return max(a.degree for a in self.args)
 
     def at(self, k: int) -> float:
+        if k == 0:  # ES(0) and mf(0): asked several times per noise plan
+            return self._at0
+        return self._at(k)
+
+    @cached_property
+    def _at0(self) -> float:
+        # cached like degree: the tree is immutable, so at(0) is one number
+        return self._at(0)
+
+    def _at(self, k: int) -> float:
         values = [a.at(k) for a in self.args]
         if self.op == "+":
             try:
@@ -146,7 +156,12 @@ def _op(op: str, args: tuple[KExpr, ...]) -> _Op:
     """``_Op(op, args)``, the same frozen instance, without the dataclass ``__init__``'s
     ``object.__setattr__`` per field (a third of the cost; joins build one per column)."""
     node = object.__new__(_Op)
+    # the degree now, from the arguments' (already known): what _Op.degree would cache on
+    # first use, without a cached_property lookup per node when the noise plan asks
     node.__dict__.update(op=op, args=args)
+    if args:
+        node.__dict__["degree"] = (sum(a.degree for a in args) if op == "*"
+                                   else max(a.degree for a in args))
     return node
 
 

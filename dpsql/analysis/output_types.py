@@ -7,6 +7,7 @@ section 2's "honest numbers" row)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from sqlglot import exp
 from sqlglot.optimizer.scope import build_scope
@@ -68,7 +69,14 @@ def _rule(col: OutputColumn, analysis: QueryAnalysis, metadata: Metadata,
         return OutputRule("count", "BIGINT")
     if not isinstance(agg, exp.Sum) or agg.args.get("distinct"):
         return AS_IS
-    dtype = normalise(_base_type(agg.this, analysis.query, metadata))
+    return _sum_rule(_base_type(agg.this, analysis.query, metadata))
+
+
+@lru_cache(maxsize=256)
+def _sum_rule(type_text: str | None) -> OutputRule:
+    """The rule of a bare SUM over a column declared ``type_text``: a pure function of the
+    text (memoised; the rules are frozen)."""
+    dtype = normalise(type_text)
     if dtype is None:
         return AS_IS
     if dtype.this in exp.DataType.INTEGER_TYPES:

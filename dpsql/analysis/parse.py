@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Iterable
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.dialects.dialect import Dialect
+from sqlglot.dialects.dialect import Dialect, DialectType
 from sqlglot.errors import OptimizeError, ParseError, SqlglotError, TokenError
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
@@ -118,6 +119,32 @@ def _name_outputs(query: exp.Expression) -> None:
             query.expressions[i] = exp.alias_(item, item.sql(dialect=DIALECT), quoted=True)
 
 
+class _Schema(MappingSchema):
+    """A MappingSchema whose ``column_names`` is memoised by what its answer depends on: the
+    table's parts (each part's class, name and quoting, which is all sqlglot normalises and
+    looks up) and the call's options. The mapping is never changed after it is built, so
+    qualify reads the same lists without normalising and hashing a copied Table node per
+    source per query."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._column_names: dict[tuple[object, ...], tuple[str, ...]] = {}
+
+    def column_names(self, table: exp.Table | str, only_visible: bool = False,
+                     dialect: DialectType = None, normalize: bool | None = None) -> list[str]:
+        if not isinstance(table, exp.Table):
+            return super().column_names(table, only_visible, dialect, normalize)
+        key = (tuple((type(p), p.name, p.args.get("quoted")) for p in table.parts),
+               only_visible, dialect, normalize)
+        hit = self._column_names.get(key)
+        if hit is None:
+            hit = tuple(super().column_names(table, only_visible, dialect, normalize))
+            if len(self._column_names) >= 4096:
+                self._column_names.clear()
+            self._column_names[key] = hit
+        return list(hit)
+
+
 #: id(metadata) -> (weak reference to it, its sqlglot MappingSchema). Building the schema
 #: (normalising every table and column name) took about half of qualify's time per query;
 #: qualify only reads it, and Metadata is immutable, so one per Metadata object suffices.
@@ -130,7 +157,7 @@ def _schema(metadata: Metadata) -> MappingSchema:
     hit = _SCHEMAS.get(key)
     if hit is not None and hit[0]() is metadata:
         return hit[1]
-    schema = MappingSchema(metadata.sqlglot_schema(), dialect=DIALECT)
+    schema = _Schema(metadata.sqlglot_schema(), dialect=DIALECT)
 
     def forget(_ref: object, key: int = key) -> None:
         _SCHEMAS.pop(key, None)

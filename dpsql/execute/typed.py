@@ -36,15 +36,14 @@ from __future__ import annotations
 import decimal
 import math
 from collections.abc import Sequence
-from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from dpsql.analysis.model import QueryAnalysis
 from dpsql.analysis.output_types import AS_IS, DECIMAL_DIGITS, OutputRule, output_rules
 from dpsql.metadata import Metadata
-from dpsql.release.record import Release
+from dpsql.release.record import ColumnRelease, Release
 
 Rows = tuple[tuple[str, ...], tuple[str, ...], list[tuple[Any, ...]]]
 
@@ -176,10 +175,22 @@ def annotate(record: Release, notes: Sequence[str | None]) -> Release:
     if len(notes) != len(record.columns) or not any(notes):
         return record
     columns = tuple(
-        c if note is None else replace(
+        c if note is None else _replaced(
             c, post_processing=note if not c.post_processing else f"{c.post_processing}; {note}")
         for c, note in zip(record.columns, notes, strict=True))
-    return replace(record, columns=columns)
+    return _replaced(record, columns=columns)
+
+
+_R = TypeVar("_R", Release, ColumnRelease)
+
+
+def _replaced(obj: _R, **changes: Any) -> _R:
+    """``dataclasses.replace(obj, **changes)`` for the record's frozen dataclasses, which have
+    no ``__post_init__`` and only init fields (so replace would copy every field and change
+    these): the same new object, without replace's per-field introspection."""
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__, **changes)
+    return new
 
 
 def final_rules(prepared: Any, metadata: Metadata, raw_counts: bool = False

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -75,9 +76,10 @@ _SHARED_MAX = 1 << 16
 class ScanMemo:
     """What the scans of one noise plan share: its smoothed measurements have one beta, and
     their ES(k) are built from one relation's stability (a SUM's is a COUNT's times a
-    width). For a scan of fewer than ``_SHARED_MAX`` k, the k grid, e^(-beta k) and each part of
-    ES at those k are computed once (:func:`~dpsql.analysis.kexpr.shared_array`, by id: keep
-    one ScanMemo for one plan, while its measurements are alive). The values are those an
+    width). For a scan of fewer than ``_SHARED_MAX`` k, each part of ES at those k is computed
+    once (:func:`~dpsql.analysis.kexpr.shared_array`, by id: keep one ScanMemo for one plan,
+    while its measurements are alive); the k grid and e^(-beta k) once per (beta, k_scan)
+    (:func:`_decay_grid`, shared by plans). The values are those an
     unshared scan computes, so the result is the same."""
 
     def __init__(self) -> None:
@@ -89,11 +91,22 @@ class ScanMemo:
         """(k = 0..k_scan as floats, e^(-beta k), the parts' values memo)."""
         hit = self._grids.get((beta, k_scan))
         if hit is None:
-            ks = np.arange(0, k_scan + 1, dtype=np.float64)
-            with np.errstate(all="ignore"):
-                hit = (ks, np.exp(-beta * ks), {})
+            hit = (*_decay_grid(beta, k_scan), {})
             self._grids[(beta, k_scan)] = hit
         return hit
+
+
+@lru_cache(maxsize=8)
+def _decay_grid(beta: float, k_scan: int) -> tuple[np.ndarray, np.ndarray]:
+    """k = 0..k_scan as floats and e^(-beta k): a pure function of public numbers (beta from
+    epsilon and delta, k_scan from the degree), kept across noise plans (an analyst repeats
+    an epsilon) as read-only arrays, at most ``_SHARED_MAX`` long."""
+    ks = np.arange(0, k_scan + 1, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        decay = np.exp(-beta * ks)
+    ks.flags.writeable = False
+    decay.flags.writeable = False
+    return ks, decay
 
 
 def _scan(es: KExpr, beta: float, k_scan: int, memo: ScanMemo | None = None

@@ -76,9 +76,30 @@ def _native_bounds(bounds: tuple[float, float],
     """
     if kind is None or kind.family not in ("int", "decimal"):
         return None
+    key = (kind, *((type(b), repr(b)) for b in bounds))  # repr: -0.0 is not 0.0 here
+    if key in _NATIVE_TEXTS:
+        texts = _NATIVE_TEXTS[key]
+    else:
+        texts = _native_texts(bounds, kind)
+        if len(_NATIVE_TEXTS) >= 1024:
+            _NATIVE_TEXTS.clear()
+        _NATIVE_TEXTS[key] = texts
+    if texts is None:
+        return None
+    lo, hi = (exp.Neg(this=exp.Literal.number(t[1:])) if t.startswith("-")
+              else exp.Literal.number(t) for t in texts)
+    return lo, hi
+
+
+#: (kind, each bound's type and repr) -> :func:`_native_texts` (a pure function of them)
+_NATIVE_TEXTS: dict[tuple[object, ...], tuple[str, ...] | None] = {}
+
+
+def _native_texts(bounds: tuple[float, float], kind: Kind) -> tuple[str, ...] | None:
+    """The text of each bound's literal for :func:`_native_bounds`, or None."""
     if kind.digits + kind.scale > (19 if kind.family == "int" else 18):
         return None  # UBIGINT, and DECIMALs wider than 64 bits
-    literals = []
+    texts = []
     for b in bounds:
         exact = Decimal(b)  # the double's exact binary value
         scaled = exact.scaleb(kind.scale)
@@ -87,10 +108,8 @@ def _native_bounds(bounds: tuple[float, float],
         whole_digits = len(str(abs(int(exact)))) if int(exact) != 0 else 0
         if whole_digits > kind.digits or (kind.family == "int" and whole_digits >= kind.digits):
             return None
-        text = str(int(exact)) if kind.scale == 0 else f"{exact:.{kind.scale}f}"
-        literals.append(exp.Neg(this=exp.Literal.number(text[1:])) if text.startswith("-")
-                        else exp.Literal.number(text))
-    return literals[0], literals[1]
+        texts.append(str(int(exact)) if kind.scale == 0 else f"{exact:.{kind.scale}f}")
+    return tuple(texts)
 
 
 def _sum_cannot_overflow(kind: Kind | None) -> bool:

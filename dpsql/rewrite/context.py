@@ -53,6 +53,9 @@ class RewriteContext:
     sources: dict[str, tuple[exp.Table, Table]] = field(default_factory=dict)
     #: the node classes of ``analysis.query`` (:meth:`may_contain`), listed on first use
     _classes: frozenset[type] | None = field(default=None, repr=False)
+    #: :meth:`may_contain`'s answers, by the classes asked about
+    _answers: dict[tuple[type[exp.Expression], ...], bool] = field(default_factory=dict,
+                                                                   repr=False)
     #: the CTE names of ``analysis.query`` (:meth:`cte_names`), listed on first use
     _cte_names: frozenset[str] | None = field(default=None, repr=False)
 
@@ -61,9 +64,12 @@ class RewriteContext:
         for them may then skip its walk, provided no pass before it creates such nodes (the
         exact-query passes work on a copy of that query, minus its ORDER BY / LIMIT / OFFSET /
         HAVING / DISTINCT). One walk per query, shared by every pass."""
-        if self._classes is None:
-            self._classes = frozenset(type(node) for node in self.analysis.query.walk())
-        return any(issubclass(cls, types) for cls in self._classes)
+        hit = self._answers.get(types)
+        if hit is None:
+            if self._classes is None:
+                self._classes = frozenset(type(node) for node in self.analysis.query.walk())
+            hit = self._answers[types] = any(issubclass(cls, types) for cls in self._classes)
+        return hit
 
     def cte_names(self) -> frozenset[str]:
         """The lower-case names of every CTE of the analysed query (the passes add none)."""

@@ -47,3 +47,40 @@ def test_a_shared_part_is_evaluated_once_per_call():
     assert [float(v) for v in values] == [es.at(k) for k in range(10)]
     es.at_array(ks)
     assert leaf.calls == 2  # nothing is kept between calls
+
+
+def _degree(e: KExpr) -> int:
+    """The degree by its definition, recomputed (nothing cached)."""
+    if isinstance(e, Const):
+        return 0
+    if isinstance(e, PlusK):
+        return 1
+    degrees = [_degree(a) for a in e.args]  # type: ignore[attr-defined]
+    return sum(degrees) if e.op == "*" else max(degrees)  # type: ignore[attr-defined]
+
+
+def _at(e: KExpr, k: int) -> float:
+    """``e.at(k)`` by its definition, recomputed (nothing cached)."""
+    if not hasattr(e, "args"):
+        return e.at(k)
+    values = [_at(a, k) for a in e.args]
+    op = e.op  # type: ignore[attr-defined]
+    if op == "+":
+        return math.fsum(values)
+    return math.prod(values) if op == "*" else max(values) if op == "max" else min(values)
+
+
+def test_cached_degree_and_value_at_zero_are_the_definitions():
+    s1, s2 = PlusK(7.0), PlusK(694.0)
+    shared = mul(s1, s2)
+    exprs = [shared, add(shared, Const(3.0)), kmax(shared, mul(PlusK(1.0), shared)),
+             kmin(mul(shared, PlusK(3.0)), add(kmax(shared, PlusK(41.0)), shared)),
+             mul(Const(2.0), kmin(add(kmax(shared, mul(ONE, PlusK(41.0))), shared),
+                                  mul(shared, PlusK(3.0))))]
+    for e in exprs:
+        assert e.degree == _degree(e)
+        for _ in range(2):  # the first call caches ES(0), the second reads it
+            assert e.at(0) == _at(e, 0)
+            assert e.at(0.0) == _at(e, 0)
+        for k in (1, 5, 1000):
+            assert e.at(k) == _at(e, k)

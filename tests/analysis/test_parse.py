@@ -360,3 +360,23 @@ def test_schema_prefixes_quoted_part_by_part_still_resolve():
                 'SELECT COUNT(*) FROM "orders"'):
         query = parse_query(sql, MD)
         assert query.find(exp.Table).name == "orders"
+
+
+def test_the_memoised_schema_answers_as_sqlglot_mapping_schema_does():
+    import sqlglot
+    from sqlglot.schema import MappingSchema
+
+    from dpsql.analysis.parse import DIALECT, _Schema
+
+    mapping = {"orders": {"id": "INT", "Cost": "DOUBLE"}, "Mixed": {"a": "INT"},
+               "main": {"x": "INT"}}
+    memo, plain = _Schema(mapping, dialect=DIALECT), MappingSchema(mapping, dialect=DIALECT)
+    for text in ("orders", "ORDERS", '"orders"', '"ORDERS"', "Mixed", '"Mixed"', "mixed",
+                 "nowhere", "main.orders", "db.orders", "main"):
+        table = sqlglot.parse_one(f"SELECT 1 FROM {text}", dialect=DIALECT).find(exp.Table)
+        for only_visible in (False, True):
+            for _ in range(2):  # computed, then memoised
+                got = memo.column_names(table, only_visible)
+                assert got == plain.column_names(table, only_visible), text
+                got.append("changed")  # a caller's list is its own
+    assert memo.column_names("orders") == plain.column_names("orders")

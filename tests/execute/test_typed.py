@@ -270,3 +270,25 @@ tables:
         OutputRule("key", "VARCHAR"), OutputRule("integer_sum", "BIGINT"),
         OutputRule("integer_sum", "BIGINT"), OutputRule("decimal_sum", "DECIMAL(38,3)", 3),
         AS_IS)
+
+
+def test_annotate_replaces_as_dataclasses_replace_does():
+    import dataclasses
+
+    from dpsql.execute.typed import _replaced, annotate
+    from dpsql.release.record import ColumnRelease, Release
+
+    for cls in (ColumnRelease, Release):  # what _replaced relies on
+        assert not hasattr(cls, "__post_init__")
+        assert all(f.init for f in dataclasses.fields(cls))
+    col = ColumnRelease("n", "laplace", 0.5, 0.0, 3.5, post_processing="earlier",
+                        noise_scale=2.0)
+    record = Release(0.5, 0.0, "laplace", (col, ColumnRelease("k", None, 0.0, 0.0, None)),
+                     "abc", rho=0.125)
+    assert _replaced(col, post_processing="x") == dataclasses.replace(col, post_processing="x")
+    assert _replaced(record, columns=()) == dataclasses.replace(record, columns=())
+    noted = annotate(record, [CLAMPED_COUNT, None])
+    assert noted == dataclasses.replace(record, columns=(
+        dataclasses.replace(col, post_processing=f"earlier; {CLAMPED_COUNT}"),
+        record.columns[1]))
+    assert record.columns[0].post_processing == "earlier"  # the original is unchanged

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -99,3 +100,12 @@ def test_a_shared_part_is_evaluated_once_and_long_scans_keep_nothing(monkeypatch
     for width in (1.0, 50.0):
         smooth(mul(stability, Const(width)), 0.1, 1e-8, memo=memo)
     assert len(calls) == 3 and not memo._grids
+
+
+def test_the_decay_grid_is_shared_read_only_and_the_fresh_computation():
+    beta = beta_for(0.1, 2.5e-13)
+    ks, decay = smooth_mod._decay_grid(beta, 2000)
+    assert smooth_mod._decay_grid(beta, 2000)[0] is ks  # kept across noise plans
+    assert not ks.flags.writeable and not decay.flags.writeable
+    fresh = np.arange(0, 2001, dtype=np.float64)
+    assert np.array_equal(ks, fresh) and np.array_equal(decay, np.exp(-beta * fresh))

@@ -76,3 +76,27 @@ def test_a_marker_found_more_than_once_falls_back_to_two_generations(monkeypatch
     sql = QUERIES[2]  # holds the marker's text in a string literal
     plan = plan_execution(analyze(sql, MD), MD, InBounds())
     assert (plan.normal_form, plan.exact_sql) == _twice(sql)
+
+
+def test_native_clamp_bounds_are_memoised_per_kind_and_exact_bound():
+    from dpsql.rewrite import clamps
+    from dpsql.rewrite.safe_compare import Kind
+
+    dec = Kind("decimal", 8, 2)
+    for bounds, kind in [((0.0, 10.0), dec), ((-0.0, 10.0), dec), ((0, 10), dec),
+                         ((-2.5, 0.25), dec), ((0.0, 0.1), dec), ((0.0, 5.0), Kind("int", 9)),
+                         ((-0.0, 5.0), Kind("int", 9)), ((0.0, 1e12), Kind("int", 9)),
+                         ((0.0, 1.0), Kind("decimal", 19, 2))]:
+        first = clamps._native_bounds(bounds, kind)
+        again = clamps._native_bounds(bounds, kind)
+        texts = clamps._native_texts(bounds, kind)
+        if texts is None:
+            assert first is None and again is None
+            continue
+        assert first is not None and again is not None
+        assert [n.sql() for n in first] == [n.sql() for n in again]
+        assert [n.sql() for n in first] == list(texts)
+        assert all(a is not b for a, b in zip(first, again, strict=True))  # fresh nodes
+    # -0.0 and 0.0 are different keys: a DECIMAL's -0.0 is written '-0.00'
+    assert clamps._native_texts((-0.0, 1.0), dec) == ("-0.00", "1.00")
+    assert [n.sql() for n in clamps._native_bounds((0.0, 1.0), dec)] == ["0.00", "1.00"]
