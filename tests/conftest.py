@@ -110,6 +110,15 @@ def reference(shop):
 SLOW_FOLDERS = ("bruteforce", "statistical", "fuzz")
 
 
+#: modules run once per backend (make_backend) whose module fixtures (the shop, an engine) are
+#: worth building once: their DuckDB cases run on one worker. Not a module-level xdist_group
+#: mark: xdist joins every group name of an item, which would take the Spark cases out of the
+#: spark group (a second JVM).
+ONE_WORKER_MODULES = ("tests/test_blocks.py", "tests/units/test_selection_session.py",
+                      "tests/rewrite/test_rewrite_equivalence.py",
+                      "tests/rewrite/test_gaussian_equivalence.py")
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
@@ -118,3 +127,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("spark") is not None:
             # one worker runs every Spark test (--dist loadgroup): one JVM, not one per worker
             item.add_marker(pytest.mark.xdist_group("spark"))
+        elif item.nodeid.split("::")[0] in ONE_WORKER_MODULES:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
