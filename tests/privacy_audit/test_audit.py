@@ -1,9 +1,15 @@
 """dpsql.privacy_audit.audit end to end on real DuckDB files: it passes the engine as built and
 catches a deliberately under-noised one (a test sampler with a quarter of the scale).
 
-Confidence 1 - 1e-6: a correct mechanism fails a test once per million runs. The under-noised
-case has a true loss of 4 epsilon on the audited statistic; its lower bound at 600 releases is
-about 2 epsilon, so missing it is far rarer still.
+Confidence 1 - 1e-6: a correct mechanism fails a test once per million runs, at any number of
+releases (Clopper-Pearson holds for every n). The under-noised case has a true loss of 4
+epsilon on the audited statistic (3.6 on the neighbour found: SUM moves by 9 at scale 2.5); at
+RUNS = 400 releases per database its lower bound measured at least 1.72 over 16 audits
+(change and remove neighbours: means 1.92 and 1.85, sd <= 0.11; a simulation of the statistic
+agrees: mean 1.87, sd 0.11), so a miss (bound <= 1) needs a fall of ~8 standard deviations:
+far rarer than 1e-6. (600 releases gave ~2.15; 300
+would leave ~5 sd, too close.) The passing cases use the same count: their false failure
+rate is the confidence's, and a quarter-scale engine would fail them with the same power.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from dpsql.noise.mechanisms import discrete_laplace
 from dpsql.privacy_audit import audit
 
 CONFIDENCE = 1 - 1e-6
+RUNS = 400  # releases per database: the power computation above
 METADATA = """
 tables:
   t:
@@ -58,7 +65,7 @@ def world(tmp_path_factory) -> tuple[Path, object]:
                                  "SELECT g, COUNT(*) AS n, AVG(v) AS a FROM t GROUP BY g"])
 def test_the_engine_passes(world, sql):
     database, metadata = world
-    report = audit(database, metadata, sql, epsilon=1.0, neighbours=2, runs=600,
+    report = audit(database, metadata, sql, epsilon=1.0, neighbours=2, runs=RUNS,
                    confidence=CONFIDENCE)
     assert report.verdict == "pass"
     assert report.bounds.max_divergence <= 1.0
@@ -68,7 +75,7 @@ def test_the_engine_passes(world, sql):
 def test_an_under_noised_mechanism_fails(world):
     database, metadata = world
     report = audit(database, metadata, "SELECT SUM(v) FROM t", epsilon=1.0, neighbours=2,
-                   runs=600, confidence=CONFIDENCE, sampler=QuarterScale())
+                   runs=RUNS, confidence=CONFIDENCE, sampler=QuarterScale())
     assert report.verdict == "fail"
     assert report.bounds.max_divergence > 1.0
 
@@ -100,7 +107,7 @@ def test_queries_with_nothing_to_audit_are_refused(world):
 def test_remove_one_row_neighbours(world, sampler):
     database, metadata = world
     report = audit(database, metadata, "SELECT SUM(v) FROM t", epsilon=1.0, neighbours=3,
-                   runs=600, confidence=CONFIDENCE, relation="remove", sampler=sampler)
+                   runs=RUNS, confidence=CONFIDENCE, relation="remove", sampler=sampler)
     assert report.neighbour.replacement is None and report.neighbour.relation == "remove"
     assert report.exact_change == 9.0  # removing a row with v = 9
     assert report.verdict == ("pass" if sampler is None else "fail")

@@ -7,8 +7,13 @@ import subprocess
 import sys
 
 import pexpect
+import pytest
 
 from tests.server.serving import ServerProcess
+
+# one xdist worker runs this module: its server process is
+# built once per run, not once per worker (issue #13)
+pytestmark = pytest.mark.xdist_group("server-remote-shell")
 
 
 def _env() -> dict[str, str]:

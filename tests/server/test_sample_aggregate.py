@@ -16,6 +16,10 @@ from dpsql.metadata import load_metadata
 from tests.sample_aggregate.world import METADATA_TEXT, build
 from tests.server.serving import ServerProcess, launch
 
+# one xdist worker runs this module: its server process is
+# built once per run, not once per worker (issue #13)
+pytestmark = pytest.mark.xdist_group("server-sample-aggregate")
+
 PASSWORD = "dave-secret"
 
 

@@ -12,6 +12,10 @@ import pytest
 
 from tests.server.serving import ServerProcess, start_server
 
+# one xdist worker runs this module: its TLS server process (and certificate) is
+# built once per run, not once per worker (issue #13)
+pytestmark = pytest.mark.xdist_group("server-tls")
+
 
 @pytest.fixture(scope="module")
 def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:

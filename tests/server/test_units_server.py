@@ -16,6 +16,10 @@ from dpsql.backends import ledger_identity
 from dpsql.metadata import load_metadata
 from tests.server.serving import PASSWORDS, ServerProcess, launch, prepare
 
+# one xdist worker runs this module: its server process is
+# built once per run, not once per worker (issue #13)
+pytestmark = pytest.mark.xdist_group("server-units")
+
 UNITS = "privacy_unit: {table: customers, column: customer_id, max_contribution: 1024}\n"
 
 
