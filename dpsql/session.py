@@ -145,30 +145,25 @@ class Session(OtherReleases):
         if hit is not None:
             self._prepared.move_to_end(sql)
             return hit
-        # sqlglot's trees hold parent links (cycles) and are all alive until the end: the
-        # cyclic collector's passes during the analysis find nothing (5-9% of a join's
-        # prepare time); reference counting frees what it can, the rest waits a collection
-        with gc_paused():
-            return self._remember(sql, self._prepare_new(sql))
-
-    def _prepare_new(self, sql: str) -> AnyPrepared:
-        """:meth:`prepare`'s work for a text not prepared before."""
         if mentions_wrapper(sql):  # the analyst asked for sample-and-aggregate
-            return prepare_sample_aggregate(sql, self.metadata, self.backend)
+            sampled = prepare_sample_aggregate(sql, self.metadata, self.backend)
+            return self._remember(sql, sampled)
         chosen = prepare_selection(sql, self.metadata, self.backend, self._stored, fingerprint)
         if chosen is not None:  # MIN / MAX / quantiles, top-k (dpsql.execute.selection)
-            return chosen
+            return self._remember(sql, chosen)
         request = analyze_request(sql, self.metadata)
         if isinstance(request, BlockQuery):
-            return prepare_blocks(request, self.backend, self.metadata, self._stored)
+            blocks = prepare_blocks(request, self.backend, self.metadata, self._stored)
+            return self._remember(sql, blocks)
         analysis = request
         plan = plan_execution(analysis, self.metadata, self._stored)
         # The generated SQL is a normal form of the qualified query: fingerprint it rather
         # than generating the analysed query's text once more.
-        return Prepared(
+        prepared = Prepared(
             analysis, compile_plan(self.backend, plan),
             fingerprint(f"{plan.normal_form}\n{plan.post_sql or ''}"), column_sources(analysis),
             output_rules(analysis, self.metadata))
+        return self._remember(sql, prepared)
 
     def _remember(self, sql: str, prepared: AnyPrepared) -> AnyPrepared:
         self._prepared[sql] = prepared

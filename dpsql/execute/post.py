@@ -221,8 +221,7 @@ def gc_paused() -> Iterator[None]:
     trigger collections that scan the whole heap and find nothing (~25 ms of ~100 when Q16
     released 187,500 bins). Reference counting still frees everything; cycles made meanwhile
     wait for the next collection. Nests, and leaves the collector off if the caller had
-    switched it off. The session also pauses it while it prepares a new text (sqlglot's trees:
-    many live objects, no garbage until the end)."""
+    switched it off."""
     enabled = gc.isenabled()
     gc.disable()
     try:
