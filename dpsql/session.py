@@ -303,7 +303,8 @@ class Session(OtherReleases):
                                prepared.outputs, raw_counts=raw_counts)
 
         return self._charged(record, values, charge, sql, cache_key, compute, finish,
-                             curve=release_curve(plans, selection))
+                             curve=release_curve(plans, selection,
+                                                 with_mu=charge is not None))
 
     def _charged(self, record: Release, values: list[Any], charge: Ledger | None,
                  sql: str | None, cache_key: str | None,

@@ -114,7 +114,8 @@ class OtherReleases:
                 compute_blocks(self.backend, self._post, prepared, values, plans, domains,
                                self._sampler, drawn, public, raw_counts), rules,
                 raw_counts=raw_counts),
-            curve=release_curve([p for part in plans for p in part]))
+            curve=release_curve([p for part in plans for p in part],
+                                with_mu=charge is not None))
 
     def _run_sample_aggregate(self, prepared: PreparedSampleAggregate, sql: str,
                               params: Sequence[Any] | None, budget: Budget | None) -> Result:

@@ -173,8 +173,8 @@ def gaussian_rho(plan: NoisePlan) -> float:
     return plan.l2_squared / (2.0 * plan.sigma * plan.sigma)
 
 
-def release_curve(plans: Sequence[NoisePlan],
-                  selection: SelectionPlan | None = None) -> PrivacyCurve | None:
+def release_curve(plans: Sequence[NoisePlan], selection: SelectionPlan | None = None, *,
+                  with_mu: bool = True) -> PrivacyCurve | None:
     """The privacy curve of releasing ``plans`` (one request's measurements, every block of
     a multi-release query included), or None when no Rényi/zCDP bound covers it.
 
@@ -184,7 +184,9 @@ def release_curve(plans: Sequence[NoisePlan],
     request of public measurements only has the zero curve. Otherwise the release is
     (alpha, rdp_i)-RDP at every grid order and rho-zCDP, and a Gaussian release is mu-GDP
     when ``mu`` is not None (module docstring). Depends only on
-    the plans' public fields (epsilon shares, sigmas, L2 moves).
+    the plans' public fields (epsilon shares, sigmas, L2 moves). ``with_mu=False`` skips the
+    GDP certificate (a numerical search, up to tens of ms for a new sigma): for a release no
+    ledger charges, whose curve only supplies the record's rho.
     """
     if selection is not None:
         return None
@@ -199,7 +201,7 @@ def release_curve(plans: Sequence[NoisePlan],
     if gaussian:
         try:
             return _gaussian_curve([gaussian_rho(p) for p in gaussian],
-                                   [gaussian_plan_mu(p) for p in gaussian])
+                                   [gaussian_plan_mu(p) for p in gaussian] if with_mu else [])
         except ValueError:
             return None
     return _laplace_curve([p.epsilon for p in private])

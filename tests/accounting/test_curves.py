@@ -111,6 +111,14 @@ def test_a_gaussian_release_is_rho_zcdp_with_rho_from_its_l2_move():
     rho = 1 / (2 * p.sigma ** 2)
     assert curve.rho == pytest.approx(rho, rel=1e-8) and curve.rho >= rho
     assert curve.at(22.0) >= 22.0 * rho
+    assert curve.mu is not None and curve.mu >= 1 / p.sigma  # the GDP certificate
+
+
+def test_without_a_charge_the_gdp_certificate_is_skipped_and_nothing_else_changes():
+    plans = _plans("SELECT COUNT(*) FROM t", Budget(1.0, 1e-6, "gaussian"))
+    full, bare = release_curve(plans), release_curve(plans, with_mu=False)
+    assert full is not None and bare is not None and full.mu is not None and bare.mu is None
+    assert (bare.rho, bare.rdp) == (full.rho, full.rdp)
 
 
 def test_releases_without_a_curve():
