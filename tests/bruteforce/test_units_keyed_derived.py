@@ -73,10 +73,14 @@ DATABASES = int(os.environ.get("DPSQL_UNITS_DATABASES", "12"))
 
 @functools.cache
 def _databases() -> list[tiny.Database]:
+    return random_databases(random.Random(int(os.environ.get("DPSQL_UNITS_SEED", "13"))),
+                            DATABASES)
+
+
+def random_databases(rng: random.Random, n: int) -> list[tiny.Database]:
     """tiny's random shops, with some orders' o_cust NULL (rows of no unit)."""
-    rng = random.Random(int(os.environ.get("DPSQL_UNITS_SEED", "13")))
     out = []
-    for _ in range(DATABASES):
+    for _ in range(n):
         db = tiny.random_database(rng)
         db["orders"] = [(o, None if rng.random() < 0.15 else c, a) for o, c, a in db["orders"]]
         out.append(db)
@@ -115,19 +119,27 @@ def _plan(sql: str):
     return analysis, plan_execution(analysis, MD)
 
 
-@functools.cache
-def _readings() -> list[dict[int | None, dict[str, list[tuple]]]]:
-    """Per database, per unit removed (None: none), every SQL's rows: one load per variant
-    (the derived tables, the near misses and the accepted queries' exact SQL)."""
-    sqls = [d for d, _ in QUERIES] + NEAR_MISSES + [_plan(q)[1].exact_sql for _, q in QUERIES]
+Readings = list[dict[int | None, dict[str, list[tuple]]]]
+
+
+def variant_rows(databases: list[tiny.Database], sqls: list[str]) -> Readings:
+    """Per database, per unit removed (None: none), every SQL's rows (one load per variant)."""
     out = []
-    for db in _databases():
+    for db in databases:
         per: dict[int | None, dict[str, list[tuple]]] = {}
         for u in [None, *_units(db)]:
             con = _load(db if u is None else tiny.remove_unit(db, u))
             per[u] = {sql: con.execute(sql).fetchall() for sql in dict.fromkeys(sqls)}
         out.append(per)
     return out
+
+
+@functools.cache
+def _readings() -> Readings:
+    """:func:`variant_rows` of the derived tables, the near misses and the accepted queries'
+    exact SQL over this module's databases."""
+    sqls = [d for d, _ in QUERIES] + NEAR_MISSES + [_plan(q)[1].exact_sql for _, q in QUERIES]
+    return variant_rows(_databases(), sqls)
 
 
 def _one_row_added(derived: str, per: dict, u: int) -> bool:
@@ -138,6 +150,14 @@ def _one_row_added(derived: str, per: dict, u: int) -> bool:
 @pytest.mark.parametrize(("derived", "sql"), QUERIES)
 def test_one_unit_is_at_most_one_row_and_the_release_moves_within_its_bound(derived, sql):
     analysis, plan = _plan(sql)
+    check_derived(derived, sql, analysis, plan.exact_sql, _databases(), _readings())
+
+
+def check_derived(derived: str, sql: str, analysis, exact_sql: str,
+                  databases: list[tiny.Database], readings: Readings) -> None:
+    """Claims 1 and 2 of the module docstring for ``sql`` over the derived table ``derived``
+    (``analysis`` its accepted analysis, ``exact_sql`` what the engine reads), every unit
+    removal of each database (``readings``: :func:`variant_rows` of both SQLs)."""
     assert analysis.unit is not None and analysis.unit.derived is not None
     n_keys, n_meas = len(analysis.group_keys), len(analysis.measurements)
     selected = analysis.partition_selection
@@ -156,12 +176,12 @@ def test_one_unit_is_at_most_one_row_and_the_release_moves_within_its_bound(deri
         return out
 
     zero = (0, (0.0,) * n_meas)
-    for db, per in zip(_databases(), _readings(), strict=True):
-        big = read(per[None][plan.exact_sql])
+    for db, per in zip(databases, readings, strict=True):
+        big = read(per[None][exact_sql])
         for u in _units(db):
             info = f"{sql}\ndb={db}\nunit={u}"
             assert _one_row_added(derived, per, u), f"{info}: D moved more than one row"
-            small = read(per[u][plan.exact_sql])
+            small = read(per[u][exact_sql])
             info += f": {big} vs {small}"
             for j, m in enumerate(analysis.measurements):
                 moved = sum(abs(big.get(g, zero)[1][j] - small.get(g, zero)[1][j])
