@@ -3,14 +3,18 @@ exact bounds (kappa = C = 1 by the SQL), and the near misses refused with what i
 
 from __future__ import annotations
 
+import duckdb
 import pytest
 
 from dpsql.analysis.blocks import analyze_request
 from dpsql.analysis.explain import explain_text
+from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.budget import Budget
 from dpsql.errors import Error, UnsupportedConstructError
 from dpsql.noise.unit_partition import plan_with_selection, shared_count
 from dpsql.rewrite.plan import plan_execution
+from tests.ledgers import charged, ledger_session, open_ledger
+from tests.shop_fixture import ZeroNoise
 from tests.units import tiny
 
 #: TPC-H Q13's shape on the tiny shop: each customer's number of orders, zeros included
@@ -134,3 +138,71 @@ def test_an_unbounded_sum_outside_stays_refused(sql):
     # the row-level analysis's refusal stands: an outer SUM needs bounds
     with pytest.raises(Error, match="no bounds"):
         analyze_request(sql, md())
+
+
+# ------------------------------------------- the whole session, noise off (rewrite equivalence)
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory):
+    """A DuckDB file: 40 customers, 120 orders (30 of customer 1; some of customer 99, who has
+    no row: an orphan unit), so the histograms have several counts."""
+    path = tmp_path_factory.mktemp("derived") / "shop.duckdb"
+    db = {"customer": [(c, 1 + c % 2) for c in range(1, 41)],
+          "orders": [(o, 1 if o <= 30 else 99 if o > 115 else 1 + o % 40, o % 7 - 2)
+                     for o in range(1, 121)],
+          "items": [(1 + i % 120, i % 5, 1 + i % 3) for i in range(200)],
+          "regions": [(1,), (2,)]}
+    con = duckdb.connect(str(path))
+    for table, columns in tiny.COLUMNS.items():
+        con.execute(f"CREATE TABLE {table} ({', '.join(c + ' INTEGER' for c in columns)})")
+        con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' for _ in columns)})",
+                        [list(r) for r in db[table]])
+    con.close()
+    return path
+
+
+@pytest.fixture
+def session(shop, tmp_path):
+    backend = DuckDBBackend(shop, md())
+    ledger = open_ledger(tmp_path / "ledger.sqlite", epsilon=100.0, delta=1e-2)
+    yield ledger_session(md(), backend, ledger, sampler=ZeroNoise())
+    backend.close()
+    ledger.close()
+
+
+def _truth(shop, sql):
+    con = duckdb.connect(str(shop), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("sql", [
+    f"SELECT n, COUNT(*) AS k FROM ({CLAMPED}) d GROUP BY n",
+    f"SELECT SUM(n) AS s, COUNT(*) AS k FROM ({CLAMPED}) d WHERE n > 0",
+    "SELECT n, COUNT(*) AS k FROM (SELECT o.o_cust, LEAST(COUNT(i.qty), 5) AS n FROM orders o "
+    "LEFT JOIN items i ON i.i_order = o.o_id GROUP BY o.o_cust) d GROUP BY n",
+])
+def test_noise_off_the_release_is_the_plain_query(session, shop, sql):
+    result = session.run(sql, epsilon=1.0)
+    truth = _truth(shop, sql)
+    if " GROUP BY n" in sql:  # the declared bins 0..n: empty ones released as 0
+        assert {r for r in result.rows if r[1]} == set(truth)
+    else:
+        assert [tuple(float(v) for v in r) for r in result.rows] == [
+            tuple(float(v) for v in r) for r in truth]
+    assert result.release.privacy_unit == "customer.c_id"
+    assert [c.epsilon for c in charged(session)] == [1.0]
+
+
+def test_noise_off_q13_keeps_only_groups_of_enough_units_with_their_exact_counts(session, shop):
+    result = session.run(Q13, epsilon=10.0, delta=1e-3)
+    truth = dict(_truth(shop, Q13))
+    record = result.release
+    assert record.selection_threshold is not None and record.privacy_unit == "customer.c_id"
+    released = dict(result.rows)
+    assert released and set(released) <= set(truth)
+    assert all(released[g] == truth[g] for g in released)  # the shared COUNT(*): exact here
+    # zero noise: every group of at least tau customers is kept, and no other
+    assert set(released) == {g for g, n in truth.items() if n >= record.selection_threshold}
