@@ -112,7 +112,8 @@ def explain_report(
         report["privacy_unit"] = {
             "unit": analysis.unit.label, "unit_of_each_row": analysis.unit.source.description,
             "lookups": [f"{h.table}.{h.key} -> {h.column}" for h in analysis.unit.source.hops],
-            "mechanism": "r2t" if analysis.unit.r2t else "two-stage",
+            "mechanism": ("r2t" if analysis.unit.r2t else "two-stage"
+                          if analysis.unit.derived is None else "one row per unit"),
             "max_contribution": unit.max_contribution, "level_base": unit.level_base,
             "max_groups": unit.max_groups, "max_rows_per_group": unit.max_rows_per_group}
     if selection is not None:
@@ -326,6 +327,9 @@ def _unit_lines(analysis: QueryAnalysis, epsilon: float, delta: float) -> list[s
         lines += [f"  R2T: {len(taus)} truncation levels floor({unit.level_base:g}^j) = "
                   f"{taus[0]}..{taus[-1]} rows (max_contribution {unit.max_contribution}), "
                   f"beta {R2T_BETA:g}"]
+    elif release.derived is not None:  # dpsql.units.derived
+        lines += [f"  {release.derived}: each unit is at most one row there, so at most one "
+                  "group, once (kappa = C = 1, by the SQL)"]
     else:
         lines += [f"  two-stage: each unit keeps {unit.max_groups} group(s) (max_groups), at most "
                   f"{unit.max_rows_per_group} row(s) each (max_rows_per_group)"]

@@ -59,7 +59,8 @@ from dpsql.analysis.model import ColumnFacts
 from dpsql.metadata import Domain, Metadata
 from dpsql.units.identity import EXACT_ID_TYPES
 
-__all__ = ["MAX_CLAMP", "clamped_count", "keyed_group"]
+__all__ = ["MAX_CLAMP", "clamped_count", "column_pair", "exact_columns", "join_items",
+           "keyed_group", "linked"]
 
 #: the largest n of ``LEAST(COUNT(...), n)`` taken as the bins 0..n (a public limit)
 MAX_CLAMP = 100_000
@@ -210,3 +211,10 @@ def clamped_count(node: exp.Expression) -> tuple[DerivedDomain, int] | None:
                                  input_type="BIGINT", label=f"LEAST(COUNT(...), {n}): 0..{n}")
             return bins, n
     return None
+
+
+# The pieces dpsql.units.derived reuses (a derived table grouped by the privacy unit).
+join_items = _tables
+linked = _linked
+column_pair = _column_pair
+exact_columns = _exact

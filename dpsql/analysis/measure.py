@@ -353,9 +353,11 @@ def _group_keys(keys: list[exp.Expression], rel: Relation, metadata: Metadata,
                                 derived_domain=derived))
             continue
         origin = facts.origin if facts is not None else None
-        if origin is None and facts is not None and facts.count and metadata.privacy_unit is None:
+        if origin is None and facts is not None and facts.count:
             # a per-group COUNT of a subquery (TPC-H Q13's c_count): integers, no owner-held
-            # content; its groups come from the data by DP partition selection
+            # content; its groups come from the data by DP partition selection (under a
+            # privacy unit only a derived table grouped by the unit gets here:
+            # dpsql.units.derived; every other aggregate below the top level is refused)
             out.append(GroupKey(i, key, Domain(), key.name, "BIGINT", partition=True))
             continue
         if origin is None:

@@ -62,6 +62,10 @@ class UnitRelease:
     source: UnitSource
     #: without GROUP BY: the truncated sums R2T releases (measurement order); () with GROUP BY
     parts: tuple[R2TPart, ...]
+    #: an aggregate over a derived table grouped by the unit id (dpsql.units.derived): each
+    #: unit is at most one of its rows, so kappa = C = 1 hold by the SQL (``unit`` says so)
+    #: and the executed query is the row-level one; the shape's description, else None
+    derived: str | None = None
 
     @property
     def r2t(self) -> bool:
@@ -99,16 +103,17 @@ def analyze_unit_request(sql: str, query: exp.Query, metadata: Metadata,
                          top_star: bool) -> QueryAnalysis:
     """:func:`dpsql.analysis.blocks.analyze_request` under a privacy unit: one release;
     aggregates in CTEs, derived tables or subqueries are refused (a block would need a
-    unit-level rule of its own)."""
+    unit-level rule of its own), except one derived table grouped by the unit id
+    (:mod:`dpsql.units.derived`)."""
     from dpsql.analysis.blocks import _may_have_blocks
     from dpsql.analysis.parse import star_error
 
     if top_star:
         raise star_error()
     if _may_have_blocks(sql, query):
-        raise UnsupportedConstructError(
-            "under a privacy unit, aggregates inside CTEs, derived tables or subqueries are "
-            "not supported yet: write one aggregate query over the tables")
+        from dpsql.units.derived import analyze_derived
+
+        return analyze_derived(query, metadata)
     return analyze_units(query, metadata)
 
 

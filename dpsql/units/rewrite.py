@@ -180,7 +180,9 @@ def _two_stage(select: exp.Select, release: UnitRelease, ctx: RewriteContext) ->
 def unit_contributions(tree: exp.Expression, *, ctx: RewriteContext) -> exp.Expression:
     """Pass: the exact query with each unit's contribution bounded (module docstring)."""
     release = ctx.analysis.unit
-    if release is None:
+    if release is None or release.derived is not None:
+        # derived: one unit is at most one row of the derived table (dpsql.units.derived),
+        # so the row-level query already bounds each unit: nothing to add
         return tree
     assert isinstance(tree, exp.Select)
     _add_unit(tree, release)

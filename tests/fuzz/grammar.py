@@ -450,6 +450,8 @@ def unit_queries(draw) -> Query:
     partition-selected ``t.s`` (``t.ck``: the same under NOCASE, refused) or the domain key
     ``t.g``, with the grammar's predicates; key-only GROUP BY and DISTINCT forms included."""
     params: list[Any] = []
+    if draw(st.integers(0, 3)) == 0:
+        return _unit_derived(draw, params)
     source = draw(st.sampled_from(["t", "t JOIN u ON u.id = t.id", "exists"]))
     if source == "exists":
         source = (f"t WHERE EXISTS (SELECT 1 FROM u WHERE u.id = t.id AND "
@@ -466,3 +468,36 @@ def unit_queries(draw) -> Query:
     else:
         sql = f"SELECT {', '.join([keys, *aggregates])} FROM {source}{where} GROUP BY {keys}"
     return Query(sql, params, draw(st.sampled_from(["laplace", "laplace", "gaussian"])))
+
+
+def _unit_derived(draw, params: list[Any]) -> Query:
+    """A derived table grouped by the unit id (dpsql.units.derived; TPC-H Q13's shape): t's
+    rows with their u rows counted (``LEFT JOIN u ON u.id = t.id``, the grammar's predicates
+    in the ON or the WHERE), or u grouped by its direct path column; near misses too (grouped
+    by a non-unit key, u joined off its path). The outer query histograms the count (a
+    partition-selected key), its clamp ``LEAST(.., 3)`` (bins 0..3) or sums the clamp."""
+    inner = draw(st.sampled_from(["left", "inner", "u", "off-path", "non-unit"]))
+    on = f" AND {_predicate(draw, params, 'u', 1)}" if draw(st.booleans()) else ""
+    key = "t.g" if inner == "non-unit" else "u.id" if inner == "u" else "t.id"
+    if inner == "u":
+        source = "u"
+    else:
+        join = "LEFT JOIN" if inner in ("left", "non-unit") else "JOIN"
+        cond = "u.n = t.id" if inner == "off-path" else "u.id = t.id"
+        source = f"t {join} u ON {cond}{on}"
+    where = f" WHERE {_predicate(draw, params, key.split('.')[0], 1)}" if draw(
+        st.booleans()) else ""
+    counted = draw(st.sampled_from(["COUNT(u.id)", "COUNT(*)", "SUM(u.n)"]))
+    derived = (f"SELECT {key}, {counted} AS c, LEAST(COUNT(*), 3) AS l FROM {source}{where} "
+               f"GROUP BY {key}")
+    outer = draw(st.sampled_from([
+        "SELECT d.c, COUNT(*) FROM ({}) AS d GROUP BY d.c",
+        "SELECT d.l, COUNT(*), SUM(d.l) FROM ({}) AS d GROUP BY d.l",
+        "SELECT SUM(d.l), COUNT(*) FROM ({}) AS d WHERE d.c > 0",
+        "SELECT d.c FROM ({}) AS d GROUP BY d.c",
+        "WITH d AS ({}) SELECT d.l, AVG(d.l) FROM d GROUP BY d.l",
+    ]))
+    # without an outer GROUP BY the first column is a value, not a label: compare row counts
+    return Query(outer.format(derived), params,
+                 draw(st.sampled_from(["laplace", "laplace", "gaussian"])),
+                 labels="GROUP BY d." in outer)

@@ -114,3 +114,19 @@ def test_count_levels_through_the_histogram_are_exact(database, make_backend, sq
     assert want[0] < want[-1]  # truncation is active
     for part in got:
         assert part.dtype == np.int64 and list(part) == want
+
+
+def test_a_derived_table_grouped_by_the_unit_is_the_plain_query_noise_off(backend, metadata,
+                                                                          database):
+    # dpsql.units.derived: the executed query is the row-level one, bins 0..12 from LEAST
+    session = Session(metadata, backend, sampler=ZeroNoise())
+    sql = ("SELECT n, COUNT(*) AS k FROM (SELECT c.c_id, LEAST(COUNT(i.qty), 12) AS n FROM "
+           "customer c JOIN orders o ON o.o_cust = c.c_id LEFT JOIN items i "
+           "ON i.i_order = o.o_id AND i.kind > 1 GROUP BY c.c_id) d GROUP BY n")
+    result = session.run(sql, epsilon=1.0)
+    assert result.release.privacy_unit == "customer.c_id"
+    con = duckdb.connect(str(database), read_only=True)
+    want = dict(con.execute(sql).fetchall())
+    con.close()
+    assert len(want) > 1
+    assert dict(result.rows) == {n: want.get(n, 0) for n in range(13)}
