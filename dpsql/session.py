@@ -48,6 +48,7 @@ from dpsql.errors import OperationalError, ProgrammingError, QueryCancelledError
 from dpsql.execute.blocks import PreparedBlocks, prepare_blocks
 from dpsql.execute.exact import (
     CompiledPlan,
+    DomainMemo,
     compile_plan,
     read_bins,
     read_domains,
@@ -131,6 +132,8 @@ class Session(OtherReleases):
         self._post_checked: dict[tuple[tuple[str, ...], tuple[str, ...]], None] = {}
         self._cache_size = cache_size
         self._stored = StoredFacts(backend)
+        #: domains of plans that read only constants and registered domain tables
+        self._domain_memo = DomainMemo()
         self._post = PostProcessor()
 
     # -- step 2 ---------------------------------------------------------------------------
@@ -193,8 +196,9 @@ class Session(OtherReleases):
         values = checked_params(prepared.plan, params)
         if prepared.public:
             return self._release(prepared, values, plan_noise(prepared.analysis, None),
-                                 read_domains(self.backend, prepared.compiled, values), charge=None,
-                                 raw_counts=raw_counts)
+                                 read_domains(self.backend, prepared.compiled, values,
+                                              self._domain_memo),
+                                 charge=None, raw_counts=raw_counts)
         if budget is None:
             raise missing_epsilon()
         key, cached = (None, None) if self.ledger is None else self._lookup(
@@ -206,7 +210,7 @@ class Session(OtherReleases):
             plans, selection = plan_with_selection(prepared.analysis, budget)
         else:
             plans = plan_noise(prepared.analysis, budget)
-        domains = read_domains(self.backend, prepared.compiled, values)
+        domains = read_domains(self.backend, prepared.compiled, values, self._domain_memo)
         if self.ledger is not None:
             self._check_binds(prepared.compiled, values)
             plan = prepared.plan
