@@ -59,7 +59,6 @@ from dpsql.execute.post import PostProcessor, Rows, gc_paused
 from dpsql.execute.post_check import check_rows, measurement_dtypes
 from dpsql.execute.selection import PreparedSelection, prepare_selection
 from dpsql.execute.typed import annotate, release_notes
-from dpsql.execute.typed import finish as finish_rows
 from dpsql.metadata import Metadata
 from dpsql.metadata.digest import metadata_digest
 from dpsql.noise import mechanisms
@@ -287,10 +286,9 @@ class Session(OtherReleases):
                 bins, noisy, outcomes = r2t_bins(self.backend, prepared.compiled, values, plans,
                                                  unit, drawn, self._sampler)
                 finish.append(lambda r: with_intervals(r, prepared.columns, outcomes))
-                return finish_rows(self._post.rows(plan, bins, noisy, values,
-                                                   lambda: post_processing_sql(
-                                                       prepared.analysis)),
-                                   prepared.outputs, raw_counts=raw_counts)
+                return self._post.rows(plan, bins, noisy, values,
+                                       lambda: post_processing_sql(prepared.analysis),
+                                       prepared.outputs, raw_counts=raw_counts)
             if selection is not None:
                 groups = read_groups(self.backend, prepared.compiled, values)
                 drawn()
@@ -302,9 +300,9 @@ class Session(OtherReleases):
             noisy = [counts if selection is not None and j == selection.shared and
                      counts is not None else noisy_values(bins.exact[j], plans[j], self._sampler)
                      for j in range(plan.n_measurements)]
-            return finish_rows(self._post.rows(plan, bins, noisy, values,
-                                               lambda: post_processing_sql(prepared.analysis)),
-                               prepared.outputs, raw_counts=raw_counts)
+            return self._post.rows(plan, bins, noisy, values,
+                                   lambda: post_processing_sql(prepared.analysis),
+                                   prepared.outputs, raw_counts=raw_counts)
 
         return self._charged(record, values, charge, sql, cache_key, compute, finish,
                              curve=release_curve(plans, selection))
