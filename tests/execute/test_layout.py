@@ -156,18 +156,29 @@ def test_domain_products_over_the_cap_are_rejected_before_anything_runs(shop):
     assert sampler.sizes == []
 
 
-@pytest.mark.parametrize("case", ["small ints", "wide ints", "floats", "mixed", "ties"])
+CASES = ["small ints", "wide ints", "floats", "mixed", "ties", "ascending last",
+         "ascending only", "one narrow int", "one int just too wide", "nan", "float ascending"]
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_sort_order_equals_a_stable_lexsort(case):
-    # The fast path's ORDER BY folds integer keys into one argsort key; the released order
-    # must be exactly numpy's stable lexsort (ties in bin order), whatever the keys.
+    # The fast path's ORDER BY drops a never-decreasing last key, radix-sorts one narrow
+    # integer key and folds integer keys into one argsort key; the released order must be
+    # exactly numpy's stable lexsort (ties in bin order), whatever the keys.
     rng = np.random.default_rng(7)
     n = 5_000
     small = rng.integers(-3, 4, n)
     wide = rng.integers(-2**61, 2**61, n)  # folding would overflow: the lexsort fallback
     floats = rng.normal(size=n).round(1)
+    ascending = np.sort(rng.integers(0, 40, n))  # a key non-decreasing in bin order
+    nan = floats.copy()
+    nan[::7] = np.nan
     keys = {"small ints": [small, rng.integers(0, 50, n)], "wide ints": [small, wide, small],
             "floats": [floats, small], "mixed": [small, floats, rng.integers(0, 9, n)],
-            "ties": [np.zeros(n, dtype=np.int64)]}[case]
+            "ties": [np.zeros(n, dtype=np.int64)], "ascending last": [-small, ascending],
+            "ascending only": [ascending], "one narrow int": [rng.integers(-2**15, 2**15, n)],
+            "one int just too wide": [rng.integers(0, 2**16 + 1, n)],
+            "nan": [nan, np.sort(nan)], "float ascending": [floats, np.arange(n) / 3.0]}[case]
     want = np.lexsort(keys[::-1])
     assert np.array_equal(_sort_order(keys, n), want)
     assert np.array_equal(_sort_order([], 0), np.array([], dtype=np.int64))
