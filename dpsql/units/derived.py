@@ -31,6 +31,8 @@ a :class:`DerivedShape` when all of the following hold, and raises
 * (checked by the row-level analysis, :mod:`dpsql.analysis.aggregate_totality`) nothing in
   D's select list or HAVING applies an operation that can fail to an aggregate's exact value:
   TRY cannot wrap an aggregate, and such an error would depend on one unit's data;
+* the unit ids and path keys have types whose equality is the stored value's
+  (:func:`dpsql.units.identity.check_path_types`, as for every query under a unit);
 * k IS a unit id: the unit table's id column (``c_custkey``) or a direct path column
   (``o_custkey``) of k's own table, which is private; its type is exact
   (:data:`dpsql.units.identity.EXACT_ID_TYPES`);
@@ -67,6 +69,7 @@ from dpsql.analysis.keytypes import comparable
 from dpsql.analysis.model import ColumnFacts
 from dpsql.errors import UnsupportedConstructError
 from dpsql.metadata import Metadata, Table
+from dpsql.units.identity import check_path_types
 
 __all__ = ["DerivedShape", "analyze_derived", "derived_unit_shape"]
 
@@ -106,6 +109,7 @@ def derived_unit_shape(query: exp.Query, metadata: Metadata) -> DerivedShape | N
     """The shape of ``query`` (qualified) under ``metadata.privacy_unit`` (module contract)."""
     if not _has_inner_aggregate(query):
         return None
+    check_path_types(metadata)  # unit ids and path keys compare stored values (identity.py)
     if not isinstance(query, exp.Select):
         raise _refuse("a set operation over aggregates has no unit-level rule")
     inner, alias = _derived(query)
@@ -127,15 +131,18 @@ def derived_unit_shape(query: exp.Query, metadata: Metadata) -> DerivedShape | N
     private, nullable, on_inner, left_on = items
     k: Col = (key.table, key.name)
     table = tables.get(key.table)
-    if table is None or key.table in nullable:
+    if table is None:
+        raise _refuse(f"the derived table's key {key.sql()} is not a column of its FROM tables")
+    if key.table in nullable:
         raise _refuse(f"the derived table's key {key.sql()} is on the nullable side of a LEFT "
                       "JOIN")
     facts = _facts(tables, metadata)
     if _unit_column(table, metadata) != key.name or not exact_columns(facts, k):
         raise _refuse(f"the derived table is grouped by {table.name}.{key.name}, which is not "
                       f"the unit id (GROUP BY {_unit_hint(table, metadata)})")
-    tied = {a for a, t in tables.items() if private[a]
-            and (a, _unit_column(t, metadata)) in linked(k, on_inner, left_on, facts)}
+    k_linked = linked(k, on_inner, left_on, facts)
+    tied = {a for a, t in tables.items()
+            if private[a] and (a, _unit_column(t, metadata)) in k_linked}
     _tie_via(tables, private, on_inner, left_on, facts, tied, metadata)
     for a, t in tables.items():
         if private[a] and a not in tied:

@@ -3,6 +3,8 @@ exact bounds (kappa = C = 1 by the SQL), and the near misses refused with what i
 
 from __future__ import annotations
 
+import dataclasses
+
 import duckdb
 import pytest
 
@@ -206,3 +208,13 @@ def test_noise_off_q13_keeps_only_groups_of_enough_units_with_their_exact_counts
     assert all(released[g] == truth[g] for g in released)  # the shared COUNT(*): exact here
     # zero noise: every group of at least tau customers is kept, and no other
     assert set(released) == {g for g, n in truth.items() if n >= record.selection_threshold}
+
+
+def test_a_unit_id_of_unknown_type_is_refused_as_for_any_unit_query():
+    m = md()
+    customer = m.tables["customer"]
+    c_id = dataclasses.replace(customer.columns["c_id"], type=None)
+    m = dataclasses.replace(m, tables={**m.tables, "customer": dataclasses.replace(
+        customer, columns={**customer.columns, "c_id": c_id})})
+    with pytest.raises(UnsupportedConstructError, match=r"customer\.c_id has no known type"):
+        analyze_request(Q13, m)
