@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from decimal import Decimal
 
 import numpy as np
 import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.errors import NotSupportedError
+from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.execute import layout
 from dpsql.execute.exact import read_bins, read_domains
 from dpsql.execute.post import sort_order as _sort_order
 from dpsql.metadata import loads_metadata
@@ -182,3 +184,40 @@ def test_sort_order_equals_a_stable_lexsort(case):
     want = np.lexsort(keys[::-1])
     assert np.array_equal(_sort_order(keys, n), want)
     assert np.array_equal(_sort_order([], 0), np.array([], dtype=np.int64))
+
+
+def _read_domains_by_rows(n_keys, rows):
+    """Each key's values placed at their ordinals, one row at a time (the reference)."""
+    found = [[] for _ in range(n_keys)]
+    for r in rows:
+        found[r[0] - 1].append((r[1], r[2 + r[0] - 1]))
+    out = []
+    for entries in found:
+        column = np.empty(len(entries), dtype=object)
+        for ordinal, value in entries:
+            column[ordinal] = value
+        out.append(column)
+    return out
+
+
+def test_read_domains_places_each_value_at_its_ordinal():
+    rows = [(1, 2, "c", None), (2, 0, None, Decimal("1.50")), (1, 0, "a", None),
+            (1, 1, (1, 2), None), (2, 1, None, None), (1, 3, None, None)]
+    domains = layout.read_domains(2, rows, ["INTEGER", "INTEGER", "VARCHAR", "DECIMAL(9,2)"])
+    want = _read_domains_by_rows(2, rows)
+    assert [d.tolist() for d in domains.values] == [w.tolist() for w in want]
+    assert domains.values[0].tolist() == ["a", (1, 2), "c", None]  # a tuple stays one value
+    assert domains.types == ["VARCHAR", "DECIMAL(9,2)"] and domains.n_bins == 8
+    empty = layout.read_domains(1, [], ["INTEGER", "INTEGER", "VARCHAR"])
+    assert [len(d) for d in empty.values] == [0]
+
+
+@pytest.mark.parametrize("rows", [
+    [(3, 0, "a", None)],  # no third key
+    [(0, 0, "a", None)],
+    [(1, 0, "a", None), (1, 0, "b", None)],  # an ordinal twice
+    [(1, 1, "a", None)],  # a gap
+])
+def test_a_malformed_domain_result_is_refused(rows):
+    with pytest.raises(ProgrammingError, match="malformed"):
+        layout.read_domains(2, rows, ["INTEGER", "INTEGER", "VARCHAR", "VARCHAR"])
