@@ -161,7 +161,8 @@ class Analyzer(JoinBuilder):
             key_sql = {key_of(k) for k in keys}
             check_filter(select.args.get("having"), "HAVING")
             # the subquery's rows run exactly, where TRY cannot wrap an aggregate
-            check_total_over_aggregates(select)
+            check_total_over_aggregates(select, lambda c: (
+                facts.type if (facts := rel.columns.get((c.table, c.name))) else None))
             for item in select.expressions:
                 name = item.alias_or_name
                 check_unique_output(name, out)
