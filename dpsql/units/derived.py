@@ -67,7 +67,7 @@ from dpsql.analysis.kexpr import Const
 from dpsql.analysis.keyed_groups import Col, column_pair, exact_columns, join_items, linked
 from dpsql.analysis.keytypes import comparable
 from dpsql.analysis.model import ColumnFacts
-from dpsql.errors import UnsupportedConstructError
+from dpsql.errors import MissingMetricError, UnsupportedConstructError
 from dpsql.metadata import Metadata, Table
 from dpsql.units.identity import check_path_types
 
@@ -281,7 +281,9 @@ def analyze_derived(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
     ``selection_stability`` 1 (one unit is in at most one group); the release is a two-stage
     one with kappa = C = 1 (``unit`` replaced so, ``derived`` set), whose executed query is
     the row-level one (nothing to bound per unit). COUNT(DISTINCT ..) and aggregates other than
-    COUNT / SUM (AVG split into both) are refused."""
+    COUNT / SUM (AVG split into both) are refused, and so is what the row-level analysis
+    refuses (a join key from an earlier LEFT JOIN's null-extended side: with the message of
+    this module)."""
     from dpsql.units.analysis import UnitRelease, analyze_units, structural_metadata
     from dpsql.units.paths import UnitSource
 
@@ -290,7 +292,16 @@ def analyze_derived(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
     shape = derived_unit_shape(query, metadata)
     if shape is None:
         return analyze_units(query, metadata)
-    analysis = analyze_query(query, structural_metadata(metadata))
+    try:
+        analysis = analyze_query(query, structural_metadata(metadata))
+    except MissingMetricError:
+        # every max frequency is known here (structural_metadata): the join analysis refused
+        # a shape (a key from an earlier LEFT JOIN's null-extended side, or computed); its
+        # advice to declare a max frequency does not apply under a unit
+        raise _refuse("a join key inside the derived table comes from the null-extended side "
+                      "of an earlier LEFT JOIN, or is computed, which the join analysis does "
+                      "not support yet (join that table with an inner JOIN, on plain "
+                      "columns)") from None
     measurements = []
     for m in analysis.measurements:
         if m.function not in ("COUNT", "SUM"):

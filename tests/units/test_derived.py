@@ -123,6 +123,10 @@ def test_explain_names_the_shape_and_the_unit():
      "orders o ON o.o_cust = c.c_id GROUP BY c.c_id) d GROUP BY n", "inner or LEFT joins"),
     # an aggregate over the derived table without a unit-level rule
     (f"SELECT COUNT(DISTINCT n) FROM ({D}) d", "COUNT(DISTINCT"),
+    # the row-level join analysis's refusal of a LEFT JOIN chain, without its max_freq advice
+    ("SELECT n, COUNT(*) FROM (SELECT c.c_id, COUNT(i.qty) AS n FROM customer c LEFT JOIN "
+     "orders o ON o.o_cust = c.c_id LEFT JOIN items i ON i.i_order = o.o_id GROUP BY c.c_id) d "
+     "GROUP BY n", "null-extended side of an earlier LEFT JOIN"),
 ])
 def test_near_misses_are_refused_naming_what_is_missing(sql, fragment):
     with pytest.raises(UnsupportedConstructError, match="unit") as err:
