@@ -48,6 +48,7 @@ from dpsql.errors import OperationalError, ProgrammingError, QueryCancelledError
 from dpsql.execute.blocks import PreparedBlocks, prepare_blocks
 from dpsql.execute.exact import (
     CompiledPlan,
+    DomainMemo,
     compile_plan,
     read_bins,
     read_domains,
@@ -58,7 +59,6 @@ from dpsql.execute.post import PostProcessor, Rows, gc_paused
 from dpsql.execute.post_check import check_rows, measurement_dtypes
 from dpsql.execute.selection import PreparedSelection, prepare_selection
 from dpsql.execute.typed import annotate, release_notes
-from dpsql.execute.typed import finish as finish_rows
 from dpsql.metadata import Metadata
 from dpsql.metadata.digest import metadata_digest
 from dpsql.noise import mechanisms
@@ -131,6 +131,8 @@ class Session(OtherReleases):
         self._post_checked: dict[tuple[tuple[str, ...], tuple[str, ...]], None] = {}
         self._cache_size = cache_size
         self._stored = StoredFacts(backend)
+        #: domains of plans that read only constants and registered domain tables
+        self._domain_memo = DomainMemo()
         self._post = PostProcessor()
 
     # -- step 2 ---------------------------------------------------------------------------
@@ -193,8 +195,9 @@ class Session(OtherReleases):
         values = checked_params(prepared.plan, params)
         if prepared.public:
             return self._release(prepared, values, plan_noise(prepared.analysis, None),
-                                 read_domains(self.backend, prepared.compiled, values), charge=None,
-                                 raw_counts=raw_counts)
+                                 read_domains(self.backend, prepared.compiled, values,
+                                              self._domain_memo),
+                                 charge=None, raw_counts=raw_counts)
         if budget is None:
             raise missing_epsilon()
         key, cached = (None, None) if self.ledger is None else self._lookup(
@@ -206,7 +209,7 @@ class Session(OtherReleases):
             plans, selection = plan_with_selection(prepared.analysis, budget)
         else:
             plans = plan_noise(prepared.analysis, budget)
-        domains = read_domains(self.backend, prepared.compiled, values)
+        domains = read_domains(self.backend, prepared.compiled, values, self._domain_memo)
         if self.ledger is not None:
             self._check_binds(prepared.compiled, values)
             plan = prepared.plan
@@ -283,10 +286,9 @@ class Session(OtherReleases):
                 bins, noisy, outcomes = r2t_bins(self.backend, prepared.compiled, values, plans,
                                                  unit, drawn, self._sampler)
                 finish.append(lambda r: with_intervals(r, prepared.columns, outcomes))
-                return finish_rows(self._post.rows(plan, bins, noisy, values,
-                                                   lambda: post_processing_sql(
-                                                       prepared.analysis)),
-                                   prepared.outputs, raw_counts=raw_counts)
+                return self._post.rows(plan, bins, noisy, values,
+                                       lambda: post_processing_sql(prepared.analysis),
+                                       prepared.outputs, raw_counts=raw_counts)
             if selection is not None:
                 groups = read_groups(self.backend, prepared.compiled, values)
                 drawn()
@@ -298,9 +300,9 @@ class Session(OtherReleases):
             noisy = [counts if selection is not None and j == selection.shared and
                      counts is not None else noisy_values(bins.exact[j], plans[j], self._sampler)
                      for j in range(plan.n_measurements)]
-            return finish_rows(self._post.rows(plan, bins, noisy, values,
-                                               lambda: post_processing_sql(prepared.analysis)),
-                               prepared.outputs, raw_counts=raw_counts)
+            return self._post.rows(plan, bins, noisy, values,
+                                   lambda: post_processing_sql(prepared.analysis),
+                                   prepared.outputs, raw_counts=raw_counts)
 
         return self._charged(record, values, charge, sql, cache_key, compute, finish,
                              curve=release_curve(plans, selection,

@@ -18,7 +18,7 @@ from dpsql.budget import Budget, missing_epsilon
 from dpsql.errors import ProgrammingError
 from dpsql.execute.blocks import PreparedBlocks, check_lookups, check_post, read_public
 from dpsql.execute.blocks import compute as compute_blocks
-from dpsql.execute.exact import CompiledPlan, read_domains
+from dpsql.execute.exact import CompiledPlan, DomainMemo, read_domains
 from dpsql.execute.layout import Domains
 from dpsql.execute.post_check import check_rows
 from dpsql.execute.selection import PreparedSelection, selection_dtypes
@@ -53,6 +53,7 @@ class OtherReleases:
         _post: PostProcessor
         _sampler: mechanisms.Sampler | None
         _bound: dict[tuple[str, tuple[str, ...]], None]
+        _domain_memo: DomainMemo
 
         def _lookup(self, qualified_sql: str, sql: str, values: list[Any], budget: Budget,
                     raw_counts: bool = False) -> tuple[str | None, Result | None]: ...
@@ -91,7 +92,8 @@ class OtherReleases:
         shares = split_budget([p.analysis for p in parts], budget)
         plans = [plan_noise(p.analysis, b) for p, b in zip(parts, shares, strict=True)]
         checked = prepared.part_params(values)
-        domains = [read_domains(self.backend, p.compiled, checked) for p in parts]
+        domains = [read_domains(self.backend, p.compiled, checked, self._domain_memo)
+                   for p in parts]
         check_lookups(prepared, domains)
         public = read_public(self.backend, prepared)
         charge = None if prepared.public else self.ledger
@@ -147,7 +149,7 @@ class OtherReleases:
         key, cached = self._lookup(prepared.qualified_sql, sql, values, budget)
         if cached is not None:
             return cached
-        domains = read_domains(self.backend, prepared.compiled, values)
+        domains = read_domains(self.backend, prepared.compiled, values, self._domain_memo)
         outputs = prepared.outputs
         if self.ledger is not None:
             self._check_binds(prepared.compiled, values)

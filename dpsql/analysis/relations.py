@@ -12,6 +12,7 @@ from dataclasses import replace
 from sqlglot import exp
 
 from dpsql.analysis import rules
+from dpsql.analysis.aggregate_totality import check_total_over_aggregates
 from dpsql.analysis.checks import (
     check_aggregate_args,
     check_filter,
@@ -159,6 +160,9 @@ class Analyzer(JoinBuilder):
             keys = select.args["group"].expressions if grouped else []
             key_sql = {key_of(k) for k in keys}
             check_filter(select.args.get("having"), "HAVING")
+            # the subquery's rows run exactly, where TRY cannot wrap an aggregate
+            check_total_over_aggregates(select, lambda c: (
+                facts.type if (facts := rel.columns.get((c.table, c.name))) else None))
             for item in select.expressions:
                 name = item.alias_or_name
                 check_unique_output(name, out)

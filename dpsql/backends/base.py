@@ -73,12 +73,15 @@ class Backend(Protocol):
         range that is too narrow would be a privacy bug, so when unsure return None."""
         ...
 
-    def distinct_values(self, table: str, column: str, *, limit: int) -> list[Any] | None:
-        """Every distinct value ``column`` of declared ``table`` holds, ascending with NULL
-        last (the order SQL's ORDER BY gives), with the same promise as :meth:`value_range`;
-        None when the backend cannot promise it or there are more than ``limit``. The engine
-        asks only for public tables' columns, to inline a GROUP BY domain instead of scanning
-        the table in every query."""
+    def domain_table(self, table: str, column: str) -> str | None:
+        """The name of a table the backend registered for this connection (a ``__`` name, so
+        no analyst identifier can refer to it) holding the result of
+        :func:`dpsql.rewrite.domains.scan_relation` over ``column`` of declared public
+        ``table``: its distinct values ascending with NULL last, ``__v``, and their ordinals,
+        ``__o``; with the same promise as :meth:`value_range` (the table stays exactly that
+        while the backend is open); None when the backend cannot promise it. The engine
+        asks only for public tables' columns, to read a GROUP BY domain from it rather than
+        scanning the table in every query."""
         ...
 
     def interrupt(self) -> None:

@@ -7,7 +7,9 @@ rewrite bug cannot read other files, install extensions or write anything.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ import numpy as np
 
 from dpsql.errors import OperationalError, ProgrammingError, QueryCancelledError
 from dpsql.metadata import Metadata
+from dpsql.rewrite.domains import scan_relation
 
 
 def _quote_ident(name: str) -> str:
@@ -38,6 +41,17 @@ def _reader(source: str) -> str:
     if lowered.endswith(".json") or lowered.endswith(".ndjson"):
         raise ProgrammingError(f"unsupported table source {source!r}: use CSV or Parquet")
     return "read_csv_auto"
+
+
+#: the prefix of a registered domain table's name (:meth:`DuckDBBackend.domain_table`)
+DOMAIN_TABLE_PREFIX = "__dpsql_domain_"
+
+
+def domain_table_name(table: str, column: str) -> str:
+    """The registered domain table of ``table.column`` (lower case): the prefix and 16 hex
+    digits of a hash of both names, the same in every process."""
+    digest = hashlib.sha256(f"{table}\0{column}".encode()).hexdigest()[:16]
+    return f"{DOMAIN_TABLE_PREFIX}{digest}"
 
 
 def _binder_error(err: Exception) -> ProgrammingError:
@@ -65,6 +79,9 @@ class DuckDBBackend:
         except duckdb.Error as err:
             raise OperationalError(f"cannot open DuckDB database {path!r}: {err}") from None
         self.path = path
+        #: (table, column) -> its registered domain table (:meth:`domain_table`)
+        self._domains: dict[tuple[str, str], str] = {}
+        self._domain_lock = threading.Lock()
 
     def _lock_down(self, metadata: Metadata | None) -> None:
         sources = [t for t in (metadata.tables.values() if metadata else ()) if t.source]
@@ -244,20 +261,43 @@ class DuckDBBackend:
             return None
         return (row[0], row[1]) if row else None
 
-    def distinct_values(self, table: str, column: str, *, limit: int) -> list[Any] | None:
-        """The distinct values of ``column`` in a base table of the database file, ascending
-        with NULL last, held while this backend is open (:meth:`_unchanging`); None for
-        anything else, beyond ``limit`` values, or if anything fails."""
-        try:
-            if not self._unchanging(table):
+    def domain_table(self, table: str, column: str) -> str | None:
+        """The name of a temporary table of this connection holding ``(__v, __o)``: every
+        distinct value of ``column`` in a base table of the database file, ascending with NULL
+        last, and its ordinal (INTEGER from 0), exactly what a GROUP BY domain's DISTINCT scan
+        of that column computes (it is made by that very SQL,
+        :func:`dpsql.rewrite.domains.scan_relation`, and keeps the column's type and
+        collation). Made on first use and held while this backend is open
+        (:meth:`_unchanging`: the column's values cannot change meanwhile). None for anything
+        else or if anything fails.
+
+        The name is a function of (table, column) alone, so the SQL that reads it, and the
+        query's fingerprint, are the same on every connection; it starts with ``__``, which no
+        analyst identifier may (dpsql.analysis.hygiene), and the table lives in this
+        connection's temporary catalog only."""
+        key = (table.lower(), column.lower())
+        with self._domain_lock:
+            name = self._domains.get(key)
+            if name is not None:
+                return name
+            name = domain_table_name(*key)
+            try:
+                if not self._unchanging(table) or self._exists(name):
+                    return None
+                scan = scan_relation(table, column).sql(dialect="duckdb", copy=False)
+                self._con.execute(f"CREATE TEMP TABLE {_quote_ident(name)} AS {scan}")
+            except duckdb.Error:
                 return None
-            quoted = _quote_ident(column)
-            rows = self._con.execute(
-                f"SELECT DISTINCT {quoted} FROM {_quote_ident(table)} "
-                f"ORDER BY {quoted} NULLS LAST LIMIT {int(limit) + 1}").fetchall()
-        except duckdb.Error:
-            return None
-        return [r[0] for r in rows] if len(rows) <= limit else None
+            self._domains[key] = name
+            return name
+
+    def _exists(self, name: str) -> bool:
+        """Whether a table or view named ``name`` exists in any schema this connection sees."""
+        row = self._con.execute(
+            "SELECT (SELECT count(*) FROM duckdb_tables() WHERE lower(table_name) = lower($n))"
+            " + (SELECT count(*) FROM duckdb_views() WHERE lower(view_name) = lower($n))",
+            {"n": name}).fetchone()
+        return bool(row and row[0])
 
     def close(self) -> None:
         self._con.close()

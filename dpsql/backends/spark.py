@@ -279,7 +279,7 @@ class SparkBackend:
         so every SUM keeps its clamp."""
         return None
 
-    def distinct_values(self, table: str, column: str, *, limit: int) -> None:
+    def domain_table(self, table: str, column: str) -> None:
         """None, as :meth:`value_range`: domains of public tables are scanned in each query."""
         return None
 

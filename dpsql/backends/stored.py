@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from dpsql.backends.base import Backend
-from dpsql.rewrite.domains import MAX_INLINED_DOMAIN
 
 
 class StoredFacts:
-    """The backend's ``value_range`` and ``distinct_values`` promises, asked once per column
+    """The backend's ``value_range`` and ``domain_table`` promises, asked once per column
     and kept for the backend's life, as the promise allows: the
     :class:`dpsql.rewrite.context.StoredData` the rewrite consults."""
 
     def __init__(self, backend: Backend) -> None:
         self._value_range = functools.cache(backend.value_range)
-        self._distinct_values = functools.cache(
-            lambda table, column: backend.distinct_values(table, column,
-                                                          limit=MAX_INLINED_DOMAIN))
+        self._domain_table = functools.cache(backend.domain_table)
 
     def in_bounds(self, table: str, column: str, bounds: tuple[float, float]) -> bool:
         """Whether every value the backend promises ``table.column`` holds lies inside
@@ -36,6 +32,6 @@ class StoredFacts:
         except TypeError:
             return False
 
-    def distinct_values(self, table: str, column: str) -> list[Any] | None:
-        """The public column's distinct values the backend promises (None: it does not)."""
-        return self._distinct_values(table, column)
+    def domain_table(self, table: str, column: str) -> str | None:
+        """The public column's domain table the backend registered (None: it did not)."""
+        return self._domain_table(table, column)

@@ -167,11 +167,11 @@ def read_domains(n_keys: int, rows: list[tuple[Any, ...]], types: list[str]) -> 
         found[i].append((r[1], r[2 + i]))
     values = []
     for i, entries in enumerate(found):
+        if sorted(o for o, _ in entries) != list(range(len(entries))):
+            raise ProgrammingError(f"domain {i} of the domain query's result is malformed")
         column = np.empty(len(entries), dtype=object)
         for ordinal, value in entries:
             column[ordinal] = value
-        if sorted(o for o, _ in entries) != list(range(len(entries))):
-            raise ProgrammingError(f"domain {i} of the domain query's result is malformed")
         values.append(column)
     return Domains(values, list(types[2:2 + n_keys]))
 

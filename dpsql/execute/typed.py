@@ -121,6 +121,46 @@ def _clamped_already(rows: Sequence[Sequence[Any]], i: int) -> bool:
             return False
 
 
+def finish_columns(types: Sequence[str], columns: list[Any], rules: Sequence[OutputRule], *,
+                   raw_counts: bool = False) -> tuple[tuple[str, ...], list[Any]]:
+    """:func:`finish` on the columns of the rows to be (``types`` and one sequence or numpy
+    array per column, a float array's NaN standing for NULL), before any row is built:
+    ``finish((names, types, list(zip(*columns))), rules)`` gives the rows
+    ``list(zip(*out))`` of the returned ``(types, out)``, NaN again NULL. Vectorised for
+    numpy count columns (dpsql.execute.post's fast path: 100,000 bins without building and
+    transposing the rows twice). Reads nothing but its arguments (post-processing)."""
+    if not rules or len(rules) != len(columns) or all(r is AS_IS for r in rules):
+        return tuple(types), columns
+    out_types = tuple(r.type or t for r, t in zip(rules, types, strict=True))
+    out = list(columns)
+    for i, rule in enumerate(rules):
+        if rule.kind == "count" and not raw_counts:
+            out[i] = _counts_column(out[i])
+        elif rule.kind == "integer_sum":
+            out[i] = _integers(plain_values(out[i]))
+        elif rule.kind == "decimal_sum":
+            out[i] = _decimals(plain_values(out[i]), rule.scale)
+    return out_types, out
+
+
+def _counts_column(column: Any) -> Any:
+    """:func:`_counts` over a column: a numeric numpy array stays one (NaN, NULL, stays)."""
+    if isinstance(column, np.ndarray) and column.dtype.kind in "iu":
+        return np.where(column >= 0, column, column.dtype.type(0))
+    if isinstance(column, np.ndarray) and column.dtype.kind == "f":
+        return np.where((column >= 0) | np.isnan(column), column, column.dtype.type(0))
+    return _counts(plain_values(column))
+
+
+def plain_values(column: Any) -> Sequence[Any]:
+    """A column's values as Python objects, a float array's NaN as None (NULL)."""
+    if not isinstance(column, np.ndarray):
+        return column
+    if column.dtype.kind == "f" and np.isnan(column).any():
+        return [None if v != v else v for v in column.tolist()]
+    return column.tolist()
+
+
 def finish(rows: Rows, rules: Sequence[OutputRule], *, raw_counts: bool = False) -> Rows:
     """``rows`` (names, types, values) with every column finished by its rule. Guarantee:
     reads nothing but ``rows`` and the rules (post-processing); a column count that does not

@@ -3,9 +3,8 @@ stored data, and what the passes record for the plan (removable clamps, bound do
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from sqlglot import exp
 
@@ -15,16 +14,18 @@ from dpsql.metadata import Metadata, Table
 
 class StoredData(Protocol):
     """What the backend promises about the stored data for as long as a plan is in use (the
-    engine's view of :meth:`Backend.value_range` and :meth:`Backend.distinct_values`)."""
+    engine's view of :meth:`Backend.value_range` and :meth:`Backend.domain_table`)."""
 
     def in_bounds(self, table: str, column: str, bounds: tuple[float, float]) -> bool:
         """True only when every value ``column`` of declared base table ``table`` holds lies
         inside ``bounds``."""
         ...
 
-    def distinct_values(self, table: str, column: str) -> Sequence[Any] | None:
-        """Every distinct value of a public table's column, ascending, NULL last; None when
-        not promised (or too many to inline)."""
+    def domain_table(self, table: str, column: str) -> str | None:
+        """The name of a table the backend registered (its name starts with ``__``) holding
+        exactly what :func:`dpsql.rewrite.domains.scan_relation` computes for a public
+        table's column, ``(__v, __o)``, and will hold while the plan is in use; None when not
+        promised."""
         ...
 
 #: a SUM clamp the data make the identity, and the bare column it may be replaced by
@@ -42,11 +43,12 @@ class RewriteContext:
     stored: StoredData | None = None
     #: SUM clamps the stored data make the identity (clamps pass)
     removable: list[Removable] = field(default_factory=list)
-    #: inlined public domains bound as parameters: name -> values as text (domains pass)
-    constants: dict[str, list[str | None]] = field(default_factory=dict)
     #: per group key: the relation (__v, __o) of its domain (domains pass); None for a
     #: partition-selected key, whose groups come from the data (dpsql.noise.partition)
     domains: list[exp.Expression | None] = field(default_factory=list)
+    #: the domain relations read no table but registered ones (domains pass): their result
+    #: depends on the query text and parameters alone while the backend is open
+    domains_fixed: bool = False
     #: the query with numbered parameters (parameters pass): what post-processing reads
     numbered: exp.Select | None = None
     #: table alias -> (table node, declared table) of the outer query (clamps pass)

@@ -4,11 +4,8 @@ are released then depends on the SQL and public data only, never on private rows
 
 from __future__ import annotations
 
-import datetime
-import math
 import weakref
 from collections.abc import Sequence
-from decimal import Decimal
 from typing import Any, NamedTuple
 
 from sqlglot import exp
@@ -19,26 +16,34 @@ from dpsql.analysis.elastic import GroupKey
 from dpsql.analysis.keytypes import normalise
 from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.trees import copy_tree
-from dpsql.metadata import Domain, Metadata, Table
+from dpsql.metadata import Domain, Table
 from dpsql.rewrite.context import RewriteContext, StoredData
 from dpsql.rewrite.totality import make_total
 
 
 def domain_relations(query: exp.Select, *, ctx: RewriteContext) -> exp.Select:
     """Record in ``ctx.domains`` one domain relation per group key, None for a
-    partition-selected key (``query`` unchanged);
-    public table domains the backend promises are bound as parameters (``ctx.constants``).
+    partition-selected key (``query`` unchanged), and in ``ctx.domains_fixed`` whether they
+    read nothing but constants and tables the backend registered (:func:`_reads_only`).
     Run after the clamps pass (it reads ``ctx.sources``)."""
     if not ctx.analysis.group_keys:
         return query
     conditions = _row_conditions(query, ctx)
+    registered: set[str] = set()
     ctx.domains = [None if key.partition  # no domain: groups from the data, selected by DP
                    else derived_domain_relation(key.derived_domain, conditions)
                    if key.derived_domain is not None
-                   else _domain_relation(key, conditions, ctx.sources, ctx.metadata, ctx.stored,
-                                         ctx.constants)
+                   else _domain_relation(key, conditions, ctx.sources, ctx.stored, registered)
                    for key in ctx.analysis.group_keys]
+    ctx.domains_fixed = all(_reads_only(d, registered) for d in ctx.domains if d is not None)
     return query
+
+
+def _reads_only(relation: exp.Expression, tables: set[str]) -> bool:
+    """Whether ``relation`` reads no table but ``tables`` (registered domain tables): then the
+    domain query's result is a function of its text and parameters for as long as the backend
+    is open (the analysis refuses every volatile function), and may be read once."""
+    return all(t.name in tables and not t.db for t in relation.find_all(exp.Table))
 
 
 class _RowCondition(NamedTuple):
@@ -135,14 +140,15 @@ def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
 
 
 def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
-                     sources: dict[str, tuple[exp.Table, Table]], metadata: Metadata | None,
-                     stored: StoredData | None,
-                     constants: dict[str, list[str | None]]) -> exp.Expression:
+                     sources: dict[str, tuple[exp.Table, Table]], stored: StoredData | None,
+                     registered: set[str]) -> exp.Expression:
     """SELECT value __v, ordinal __o (INTEGER from 0) for group key ``key``'s declared domain,
     narrowed by the query's own conditions on the key column alone.
 
-    Value lists keep their declared order; a table domain is ordered by value, and inlined as
-    its value list when ``stored`` promises it (:func:`_inlined_values`).
+    Value lists keep their declared order; a table domain is ordered by value: the table the
+    backend registered for it when ``stored`` promises one (:meth:`StoredData.domain_table`,
+    its name added to ``registered``), else a DISTINCT scan (:func:`scan_relation`), the very
+    relation the registered table holds.
 
     Narrowing (why it stays private and exact): every row reaching the key's bins satisfies
     all ``conditions`` (the WHERE and inner-join conjuncts). A conjunct that reads only the key
@@ -154,24 +160,28 @@ def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
     """
     domain = key.domain
     value_filters = _substituted(conditions, key, sources.get(key.node.table))
-    inlined = (_inlined_values(domain, metadata, stored, constants)
-               if domain.table is not None else None)
-    if domain.table is not None and inlined is None:
-        distinct = exp.Select(
-            expressions=[exp.alias_(exp.column(domain.column), "__v", copy=False)],
-            from_=exp.From(this=_table(domain.table)),
-        ).distinct(copy=False)
-        base: exp.Expression = exp.Subquery(this=distinct,
-                                            alias=exp.TableAlias(this=exp.to_identifier("__s")))
-        order = exp.column("__v")
+    if domain.table is not None:
+        assert domain.column is not None
+        name = (stored.domain_table(domain.table, domain.column)
+                if stored is not None else None)
+        if name is None:
+            scan = scan_relation(domain.table, domain.column)
+            if not value_filters:
+                return scan
+            base: exp.Expression = _distinct(domain.table, domain.column)
+            order = exp.column("__v")
+        else:
+            registered.add(name)
+            table = _table(name)
+            if not value_filters:  # the registered ordinals stand
+                return exp.Select(expressions=[exp.column("__v"), exp.column("__o")],
+                                  from_=exp.From(this=table))
+            base = table.as_("__s", copy=False)
+            order = exp.column("__o")
     else:
-        if inlined is None and not value_filters:  # the listed values and ordinals stand
+        if not value_filters:  # the listed values and ordinals stand
             return listed_relation(domain, key.type)
-        base = inlined if inlined is not None else _values_relation(domain.values or (),
-                                                                    key.type)
-        if not value_filters:  # the listed ordinals stand
-            return exp.Select(expressions=[exp.column("__v"), exp.column("__o")],
-                              from_=exp.From(this=base))
+        base = _values_relation(domain.values or (), key.type)
         order = exp.column("__o")
     rank = exp.Sub(this=exp.Window(this=exp.RowNumber(), order=exp.Order(
         expressions=[exp.Ordered(this=order, nulls_first=False)])),
@@ -179,9 +189,30 @@ def _domain_relation(key: GroupKey, conditions: list[_RowCondition],
     ordinal = exp.Cast(this=rank, to=exp.DataType.build(exp.DataType.Type.INT))
     relation = exp.Select(expressions=[exp.column("__v"), exp.alias_(ordinal, "__o", copy=False)],
                           from_=exp.From(this=base))
-    if value_filters:
-        relation.set("where", exp.Where(this=_conjunction(value_filters)))
+    relation.set("where", exp.Where(this=_conjunction(value_filters)))
     return relation
+
+
+def scan_relation(table: str, column: str) -> exp.Select:
+    """``SELECT __v, ordinal __o FROM (SELECT DISTINCT column AS __v FROM table) AS __s``:
+    a public table's column as a domain, its distinct values ascending (NULL last), ordinals
+    (INTEGER) from 0. What a backend registers once as the column's domain table
+    (dpsql.backends.duckdb.DuckDBBackend.domain_table) is this relation's result."""
+    rank = exp.Sub(this=exp.Window(this=exp.RowNumber(), order=exp.Order(
+        expressions=[exp.Ordered(this=exp.column("__v"), nulls_first=False)])),
+        expression=exp.Literal.number(1))
+    ordinal = exp.Cast(this=rank, to=exp.DataType.build(exp.DataType.Type.INT))
+    return exp.Select(expressions=[exp.column("__v"), exp.alias_(ordinal, "__o", copy=False)],
+                      from_=exp.From(this=_distinct(table, column)))
+
+
+def _distinct(table: str, column: str) -> exp.Subquery:
+    """``(SELECT DISTINCT column AS __v FROM table) AS __s``."""
+    distinct = exp.Select(
+        expressions=[exp.alias_(exp.column(column), "__v", copy=False)],
+        from_=exp.From(this=_table(table)),
+    ).distinct(copy=False)
+    return exp.Subquery(this=distinct, alias=exp.TableAlias(this=exp.to_identifier("__s")))
 
 
 #: id(domain) -> (a weak reference to it, {key type: its relation}): the relation of a declared
@@ -232,48 +263,6 @@ def _values_relation(values: Sequence[Any], type_text: str | None) -> exp.Expres
     return exp.Values(expressions=rows, alias=exp.TableAlias(
         this=exp.to_identifier("__d"),
         columns=[exp.to_identifier("__v"), exp.to_identifier("__o")]))
-
-
-#: Python types whose text, CAST to the column's type, gives back exactly the stored value
-_EXACT_TEXT_TYPES = (str, int, Decimal, datetime.date)
-
-#: most values of a public table's column bound as a list (beyond, a DISTINCT scan per query)
-MAX_INLINED_DOMAIN = 10_000
-
-_DOMAIN_PREFIX = "__dpsql_domain_"
-
-
-def _inlined_values(domain: Domain, metadata: Metadata | None, stored: StoredData | None,
-                    constants: dict[str, list[str | None]]) -> exp.Expression | None:
-    """A public table domain as the value list ``stored`` promises (public data, unchanged
-    while the backend is open): ``SELECT CAST(UNNEST($list) AS <type>) AS __v, ...`` with the
-    values bound as one VARCHAR[] parameter (added to ``constants``), so neither sqlglot nor
-    DuckDB handles them as SQL text. None to scan the table in SQL instead: no promise,
-    unknown type, too many values, or a value whose text does not give it back exactly."""
-    if stored is None or metadata is None or domain.table is None or domain.column is None:
-        return None
-    table = metadata.tables.get(domain.table)
-    declared = table.columns.get(domain.column) if table is not None else None
-    dtype = normalise(declared.type) if declared is not None else None
-    if dtype is None:
-        return None
-    values = stored.distinct_values(domain.table, domain.column)
-    if values is None or len(values) > MAX_INLINED_DOMAIN:
-        return None
-    if not all(v is None or (isinstance(v, _EXACT_TEXT_TYPES) and not isinstance(v, bool)
-                             and type(v) is not datetime.datetime)
-               or (type(v) is float and math.isfinite(v)) for v in values):
-        return None
-    name = f"{_DOMAIN_PREFIX}{len(constants)}"
-    # str(Decimal) and str(float) (shortest repr) round-trip exactly; dates are ISO text
-    constants[name] = [None if v is None else str(v) for v in values]
-    listed = exp.Select(expressions=[
-        exp.alias_(exp.Cast(this=exp.Unnest(expressions=[exp.Placeholder(this=name)]),
-                            to=copy_tree(dtype)), "__v", copy=False),
-        exp.alias_(exp.Cast(this=exp.Unnest(expressions=[exp.func(
-            "range", exp.Literal.number(len(values)))]), to=exp.DataType.build("INT")),
-            "__o", copy=False)])
-    return exp.Subquery(this=listed, alias=exp.TableAlias(this=exp.to_identifier("__s")))
 
 
 def _substituted(conditions: list[_RowCondition], key: GroupKey,

@@ -93,12 +93,14 @@ class ExecutionPlan:
     #: depend on the data (what the engine fingerprints); "" when it is ``exact_sql`` itself
     canonical_sql: str = ""
 
-    #: parameters the engine binds itself: inlined public domains (name, values as text)
-    exact_constants: tuple[tuple[str, tuple[str | None, ...]], ...] = ()
     #: with GROUP BY: the domain query (public data only, run before the charge; see
     #: :mod:`dpsql.execute.layout`)
     domain_sql: str | None = None
     domain_params: tuple[int, ...] = ()
+    #: ``domain_sql`` reads nothing but constants and tables the backend registered
+    #: (dpsql.rewrite.domains): its result, for given parameters, is the same at every run
+    #: while the backend is open (dpsql.execute.exact.DomainMemo keeps it)
+    domains_fixed: bool = False
     #: with a partition-selected key: ``exact_sql`` is the groups query
     #: (:func:`dpsql.execute.layout.write_selected`), whose groups the session selects by DP
     selected: bool = False
@@ -112,10 +114,7 @@ class ExecutionPlan:
         return self._bindings(self.domain_params, params)
 
     def _bindings(self, positions: tuple[int, ...], params: Sequence[Any]) -> dict[str, Any]:
-        bound = bind_params(positions, params)
-        for name, values in self.exact_constants:  # both queries hold every domain
-            bound[name] = list(values)
-        return bound
+        return bind_params(positions, params)
 
     @property
     def normal_form(self) -> str:
@@ -232,8 +231,8 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
         fast_order=order,
         integer_measurements=tuple(m.integer for m in analysis.measurements),
         canonical_sql="" if exact is canonical else canonical.bins_sql,
-        exact_constants=tuple((name, tuple(values)) for name, values in ctx.constants.items()),
         domain_sql=exact.domain_sql,
         domain_params=used_params(exact.domain_sql) if exact.domain_sql else (),
         selected=selected,
+        domains_fixed=ctx.domains_fixed and exact.domain_sql is not None,
     )

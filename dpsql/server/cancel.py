@@ -97,8 +97,8 @@ class CancellableBackend:
     def value_range(self, table: str, column: str) -> tuple[Any, Any] | None:
         return self.inner.value_range(table, column)
 
-    def distinct_values(self, table: str, column: str, *, limit: int) -> list[Any] | None:
-        return self.inner.distinct_values(table, column, limit=limit)
+    def domain_table(self, table: str, column: str) -> str | None:
+        return self.inner.domain_table(table, column)
 
     def close(self) -> None:
         self.inner.close()

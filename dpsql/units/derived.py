@@ -28,6 +28,9 @@ a :class:`DerivedShape` when all of the following hold, and raises
   item a declared table joined by inner or LEFT joins
   (:func:`dpsql.analysis.keyed_groups.join_items`; no RIGHT / FULL / CROSS / NATURAL /
   USING, no nested join), k's table not the right side of a LEFT JOIN;
+* (checked by the row-level analysis, :mod:`dpsql.analysis.aggregate_totality`) nothing in
+  D's select list or HAVING applies an operation that can fail to an aggregate's exact value:
+  TRY cannot wrap an aggregate, and such an error would depend on one unit's data;
 * the unit ids and path keys have types whose equality is the stored value's
   (:func:`dpsql.units.identity.check_path_types`, as for every query under a unit);
 * k IS a unit id: the unit table's id column (``c_custkey``) or a direct path column

@@ -8,8 +8,10 @@ release an unclamped sum, so the brute force below checks, for bounds on every s
 true range, that the zero-noise answer is always exactly the clamped sum plain SQL computes, and
 that the clamp goes only when the bounds contain every stored value.
 
-2. A public table's GROUP BY domain inlined as its value list (``Backend.distinct_values``)
-instead of a DISTINCT scan in every query: the same bins, values and types as the scan.
+2. A public table's GROUP BY domain read from the table the backend registered for it
+(``Backend.domain_table``) instead of a DISTINCT scan in every query: the same bins, values and
+types as the scan; and a domain query that reads only such tables and constants is read once
+per session (``dpsql.execute.exact.DomainMemo``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from decimal import Decimal
 import duckdb
 import pytest
 
-from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.backends.duckdb import DuckDBBackend, domain_table_name
+from dpsql.errors import OperationalError, ProgrammingError
 from dpsql.metadata import loads_metadata
+from dpsql.rewrite.domains import scan_relation
 from dpsql.session import Session
 from tests.recording import RecordingDuckDBBackend
 from tests.shop_fixture import ZeroNoise
@@ -184,7 +188,7 @@ def test_the_fingerprint_does_not_depend_on_whether_the_clamp_runs(db, tmp_path)
     assert inside.plan.normal_form == outside.plan.normal_form == outside.plan.exact_sql
 
 
-# --------------------------------------------------------------------------- inlined domains
+# --------------------------------------------------------------------------- registered domains
 
 PUBLIC = """
 tables:
@@ -220,31 +224,56 @@ def public_db(tmp_path_factory):
     return path
 
 
-def test_distinct_values_are_promised_for_base_tables_only(public_db, tmp_path):
+def test_domain_tables_are_registered_for_base_tables_only(public_db, tmp_path):
+    """A public column's domain table holds what the DISTINCT scan computes (ascending, NULL
+    last, ordinals from 0, the column's type), under a name fixed by (table, column)."""
     metadata = loads_metadata(PUBLIC)
     backend = DuckDBBackend(public_db, metadata)
+    other = DuckDBBackend(public_db, metadata)
     try:
-        assert backend.distinct_values("tags", "tag", limit=10) == ["a", "b", "it's"]
-        assert backend.distinct_values("tags", "price", limit=10) == [
-            Decimal("1.10"), Decimal("2.50"), None]  # ascending, NULL last
-        assert backend.distinct_values("tags", "tag", limit=2) is None  # more than the limit
-        assert backend.distinct_values("missing", "tag", limit=10) is None
+        name = backend.domain_table("tags", "price")
+        assert name == domain_table_name("tags", "price") == other.domain_table("tags", "price")
+        assert name.startswith("__") and backend.domain_table("tags", "price") == name
+        assert backend.execute(f"SELECT __v, __o FROM {name} ORDER BY __o") == (
+            [(Decimal("1.10"), 0), (Decimal("2.50"), 1), (None, 2)],
+            ["DECIMAL(9,2)", "INTEGER"])
+        scan = scan_relation("tags", "price").sql(dialect="duckdb")
+        assert backend.execute(f"SELECT * FROM ({scan}) ORDER BY __o")[0] == backend.execute(
+            f"SELECT * FROM {name} ORDER BY __o")[0]
+        assert backend.domain_table("missing", "tag") is None
     finally:
         backend.close()
+        other.close()
     csv = tmp_path / "t.csv"
     csv.write_text("v\n1\n2\n")
     viewed = DuckDBBackend(None, loads_metadata(
         f"tables:\n  t:\n    public: true\n    source: {csv}\n    columns:\n      v: {{}}\n"))
     try:
-        assert viewed.distinct_values("t", "v", limit=10) is None
+        assert viewed.domain_table("t", "v") is None  # a view over a file may change
     finally:
         viewed.close()
 
 
+def test_a_domain_table_is_this_connection_s_alone(public_db):
+    """Registered on one backend's connection, invisible to another connection of the same
+    database instance (DuckDB's temporary catalog is per connection)."""
+    metadata = loads_metadata(PUBLIC)
+    backend = DuckDBBackend(public_db, metadata)
+    other = DuckDBBackend(public_db, metadata)
+    try:
+        name = backend.domain_table("tags", "tag")
+        assert name is not None
+        with pytest.raises(OperationalError):
+            other.execute(f"SELECT * FROM {name}")
+    finally:
+        backend.close()
+        other.close()
+
+
 @pytest.mark.parametrize("column", ["tag", "price", "day", "size", "weight"])
-def test_an_inlined_public_domain_gives_what_the_scan_gives(public_db, column):
+def test_a_registered_public_domain_gives_what_the_scan_gives(public_db, column):
     """Same bins in the same order, the same key values and types, with or without a WHERE
-    narrowing the domain."""
+    narrowing the domain (noise off)."""
     metadata = loads_metadata(PUBLIC)
     sqls = [f"SELECT t.{column}, COUNT(*) AS n, SUM(o.amount) AS s FROM orders o "
             f"JOIN tags t ON o.tag = t.tag GROUP BY t.{column}",
@@ -254,14 +283,68 @@ def test_an_inlined_public_domain_gives_what_the_scan_gives(public_db, column):
     try:
         for sql in sqls:
             engine = Session(metadata, backend, sampler=ZeroNoise())
-            inlined = engine.run(sql, epsilon=1e9, delta=1e-6)
+            registered = engine.run(sql, epsilon=1e9, delta=1e-6)
             executed = backend.executed[-1]
-            assert "UNNEST($__dpsql_domain_0)" in executed and "SELECT DISTINCT" not in executed
+            assert domain_table_name("tags", column) in executed
+            assert "SELECT DISTINCT" not in executed
             engine._stored = None  # the plan without the backend's promises: a DISTINCT scan
             engine._prepared.clear()
             scanned = engine.run(sql, epsilon=1e9, delta=1e-6)
             assert "SELECT DISTINCT" in backend.executed[-1]
-            assert inlined.rows == scanned.rows and inlined.types == scanned.types
-            assert len(inlined.rows) >= 2
+            assert registered.rows == scanned.rows and registered.types == scanned.types
+            assert len(registered.rows) >= 2
+    finally:
+        backend.close()
+
+
+def test_fixed_domains_are_read_once_per_session(public_db):
+    """A domain query that reads only registered tables and constants runs once per session
+    and parameters (here the narrowing's); one that reads a public table by name runs at
+    every release."""
+    metadata = loads_metadata(PUBLIC)
+    backend = RecordingDuckDBBackend(public_db, metadata)
+    try:
+        engine = Session(metadata, backend, sampler=ZeroNoise())
+        sql = ("SELECT t.tag, COUNT(*) AS n FROM orders o JOIN tags t ON o.tag = t.tag "
+               "WHERE t.tag <> ? GROUP BY t.tag")
+        answers = []
+        for bound in ("a", "a", "b", "a"):
+            before = len(backend.executed)
+            answers.append(engine.run(sql, [bound], epsilon=1e9, delta=1e-6).rows)
+            domain_reads = [q for q in backend.executed[before:] if "__t" in q]
+            assert len(domain_reads) == (1 if len(answers) in (1, 3) else 0), bound
+        assert answers[0] == answers[1] == answers[3] != answers[2]
+        engine._stored = None  # scanned by name: read at every release
+        engine._prepared.clear()
+        for _ in range(2):
+            before = len(backend.executed)
+            assert engine.run(sql, ["a"], epsilon=1e9, delta=1e-6).rows == answers[0]
+            assert len([q for q in backend.executed[before:] if "__t" in q]) == 1
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("template", [
+    "SELECT COUNT(*) AS n FROM {name}",
+    "SELECT __v, COUNT(*) AS n FROM {name} GROUP BY __v",
+    "WITH {name} AS (SELECT tag AS __v, 0 AS __o FROM orders) "
+    "SELECT t.tag, COUNT(*) AS n FROM orders o JOIN tags t ON o.tag = t.tag GROUP BY t.tag",
+    "SELECT t.tag, COUNT(*) AS n FROM orders o JOIN tags t ON o.tag = t.tag "
+    "JOIN orders AS {name} ON {name}.id = o.id GROUP BY t.tag",
+])
+def test_analyst_sql_cannot_name_a_registered_domain_table(public_db, template):
+    """The registered table's name starts with ``__``: analyst SQL can neither read it nor
+    shadow it (a CTE or alias of that name), whether or not it is registered yet."""
+    metadata = loads_metadata(PUBLIC)
+    backend = DuckDBBackend(public_db, metadata)
+    try:
+        engine = Session(metadata, backend, sampler=ZeroNoise())
+        name = domain_table_name("tags", "tag")
+        for _ in range(2):  # before and after the registration
+            with pytest.raises(ProgrammingError, match="__"):
+                engine.run(template.format(name=name), epsilon=1.0, delta=1e-6)
+            engine.run("SELECT t.tag, COUNT(*) AS n FROM orders o JOIN tags t ON o.tag = t.tag "
+                       "GROUP BY t.tag", epsilon=1.0, delta=1e-6)
+            assert backend.domain_table("tags", "tag") == name
     finally:
         backend.close()

@@ -102,7 +102,7 @@ class Exact:
     bins query on many databases in one statement (tests/bruteforce/batch.py)."""
 
     def __init__(self, con, plan) -> None:
-        assert not plan.exact_constants and not plan.exact_params
+        assert not plan.exact_params
         self.con, self.plan = con, plan
         result = con.execute(plan.domain_sql)
         types = [str(d[1]) for d in result.description]

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from decimal import Decimal
 
 import numpy as np
 import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.errors import NotSupportedError
+from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.execute import layout
 from dpsql.execute.exact import read_bins, read_domains
 from dpsql.execute.post import sort_order as _sort_order
 from dpsql.metadata import loads_metadata
@@ -156,18 +158,66 @@ def test_domain_products_over_the_cap_are_rejected_before_anything_runs(shop):
     assert sampler.sizes == []
 
 
-@pytest.mark.parametrize("case", ["small ints", "wide ints", "floats", "mixed", "ties"])
+CASES = ["small ints", "wide ints", "floats", "mixed", "ties", "ascending last",
+         "ascending only", "one narrow int", "one int just too wide", "nan", "float ascending"]
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_sort_order_equals_a_stable_lexsort(case):
-    # The fast path's ORDER BY folds integer keys into one argsort key; the released order
-    # must be exactly numpy's stable lexsort (ties in bin order), whatever the keys.
+    # The fast path's ORDER BY drops a never-decreasing last key, radix-sorts one narrow
+    # integer key and folds integer keys into one argsort key; the released order must be
+    # exactly numpy's stable lexsort (ties in bin order), whatever the keys.
     rng = np.random.default_rng(7)
     n = 5_000
     small = rng.integers(-3, 4, n)
     wide = rng.integers(-2**61, 2**61, n)  # folding would overflow: the lexsort fallback
     floats = rng.normal(size=n).round(1)
+    ascending = np.sort(rng.integers(0, 40, n))  # a key non-decreasing in bin order
+    nan = floats.copy()
+    nan[::7] = np.nan
     keys = {"small ints": [small, rng.integers(0, 50, n)], "wide ints": [small, wide, small],
             "floats": [floats, small], "mixed": [small, floats, rng.integers(0, 9, n)],
-            "ties": [np.zeros(n, dtype=np.int64)]}[case]
+            "ties": [np.zeros(n, dtype=np.int64)], "ascending last": [-small, ascending],
+            "ascending only": [ascending], "one narrow int": [rng.integers(-2**15, 2**15, n)],
+            "one int just too wide": [rng.integers(0, 2**16 + 1, n)],
+            "nan": [nan, np.sort(nan)], "float ascending": [floats, np.arange(n) / 3.0]}[case]
     want = np.lexsort(keys[::-1])
     assert np.array_equal(_sort_order(keys, n), want)
     assert np.array_equal(_sort_order([], 0), np.array([], dtype=np.int64))
+
+
+def _read_domains_by_rows(n_keys, rows):
+    """Each key's values placed at their ordinals, one row at a time (the reference)."""
+    found = [[] for _ in range(n_keys)]
+    for r in rows:
+        found[r[0] - 1].append((r[1], r[2 + r[0] - 1]))
+    out = []
+    for entries in found:
+        column = np.empty(len(entries), dtype=object)
+        for ordinal, value in entries:
+            column[ordinal] = value
+        out.append(column)
+    return out
+
+
+def test_read_domains_places_each_value_at_its_ordinal():
+    rows = [(1, 2, "c", None), (2, 0, None, Decimal("1.50")), (1, 0, "a", None),
+            (1, 1, (1, 2), None), (2, 1, None, None), (1, 3, None, None)]
+    domains = layout.read_domains(2, rows, ["INTEGER", "INTEGER", "VARCHAR", "DECIMAL(9,2)"])
+    want = _read_domains_by_rows(2, rows)
+    assert [d.tolist() for d in domains.values] == [w.tolist() for w in want]
+    assert domains.values[0].tolist() == ["a", (1, 2), "c", None]  # a tuple stays one value
+    assert domains.types == ["VARCHAR", "DECIMAL(9,2)"] and domains.n_bins == 8
+    empty = layout.read_domains(1, [], ["INTEGER", "INTEGER", "VARCHAR"])
+    assert [len(d) for d in empty.values] == [0]
+
+
+@pytest.mark.parametrize("rows", [
+    [(3, 0, "a", None)],  # no third key
+    [(0, 0, "a", None)],
+    [(1, 0, "a", None), (1, 0, "b", None)],  # an ordinal twice
+    [(1, 1, "a", None)],  # a gap
+])
+def test_a_malformed_domain_result_is_refused(rows):
+    with pytest.raises(ProgrammingError, match="malformed"):
+        layout.read_domains(2, rows, ["INTEGER", "INTEGER", "VARCHAR", "VARCHAR"])

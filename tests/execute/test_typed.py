@@ -20,7 +20,7 @@ import pytest
 from dpsql.analysis.blocks import analyze_request
 from dpsql.analysis.output_types import AS_IS, OutputRule, output_rules
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.execute.typed import AVG_NULL, CLAMPED_COUNT, finish
+from dpsql.execute.typed import AVG_NULL, CLAMPED_COUNT, finish, finish_columns, plain_values
 from dpsql.metadata import loads_metadata
 from dpsql.session import Session
 from tests.shop_fixture import ZeroNoise
@@ -168,6 +168,27 @@ def test_finish_rounds_half_to_even_saturates_and_nulls_non_finite():
     assert out[3] == (0, None, None, 2.0)
     raw = finish((("n",), ("BIGINT",), [(-3,)]), rules[:1], raw_counts=True)
     assert raw[2] == [(-3,)]
+
+
+@pytest.mark.parametrize("raw_counts", [False, True])
+def test_finish_columns_gives_the_rows_finish_gives(raw_counts):
+    """The fast path finishes columns before building rows: the same rows and types as
+    :func:`finish` over the rows, for numpy and Python columns, NaN standing for NULL."""
+    rules = (OutputRule("count", "BIGINT"), OutputRule("count", "BIGINT"),
+             OutputRule("integer_sum", "BIGINT"), OutputRule("decimal_sum", "DECIMAL(38,2)", 2),
+             AS_IS, AS_IS)
+    columns = [np.array([-3, 0, 5, -1]), np.array([-0.5, math.nan, 2.0, -0.0]),
+               np.array([2.5, 3.5, 1e300, math.nan]), np.array([1.005, -0.004999, -1e300, 2.0]),
+               np.array([7.0, math.nan, 1.0, 2.0]), ["a", None, "c", "d"]]
+    types = ("BIGINT", "DOUBLE", "DOUBLE", "DOUBLE", "DOUBLE", "VARCHAR")
+    names = tuple("abcdef")
+    rows = list(zip(*(plain_values(c) for c in columns), strict=True))
+    want = finish((names, types, rows), rules, raw_counts=raw_counts)
+    got_types, got = finish_columns(types, columns, rules, raw_counts=raw_counts)
+    got_rows = list(zip(*(plain_values(c) for c in got), strict=True))
+    assert got_types == want[1]
+    assert repr(got_rows) == repr(want[2])  # -0.0 and 0, 0.0 and 0 told apart
+    assert finish_columns(types, columns, ()) == (types, columns)
 
 
 def test_finish_leaves_rows_alone_when_the_columns_do_not_match():

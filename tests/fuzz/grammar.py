@@ -471,25 +471,32 @@ def unit_queries(draw) -> Query:
 
 
 def _unit_derived(draw, params: list[Any]) -> Query:
-    """A derived table grouped by the unit id (dpsql.units.derived; TPC-H Q13's shape): t's
-    rows with their u rows counted (``LEFT JOIN u ON u.id = t.id``, the grammar's predicates
-    in the ON or the WHERE), or u grouped by its direct path column; near misses too (grouped
-    by a non-unit key, u joined off its path). The outer query histograms the count (a
-    partition-selected key), its clamp ``LEAST(.., 3)`` (bins 0..3) or sums the clamp."""
+    """A derived table grouped by the unit id (dpsql.units.derived; TPC-H Q13's shape): in the
+    unit world (worlds.unit_metadata) u is the unit table, its id ``u.n``, and t's rows reach
+    it through ``t.id -> u.id``: u's rows with their t rows counted (``LEFT JOIN t ON t.id =
+    u.id``, the grammar's predicates in the ON or the WHERE), or u alone; near misses too
+    (grouped by a non-unit key, t joined off its path). The outer query histograms the count
+    (a partition-selected key), its clamp ``LEAST(.., 3)`` (bins 0..3) or sums the clamp.
+    (Grouped by t.id or u.id, as before the red team of issue #17, every one was refused.)"""
     inner = draw(st.sampled_from(["left", "inner", "u", "off-path", "non-unit"]))
-    on = f" AND {_predicate(draw, params, 'u', 1)}" if draw(st.booleans()) else ""
-    key = "t.g" if inner == "non-unit" else "u.id" if inner == "u" else "t.id"
+    on = f" AND {_predicate(draw, params, 't', 1)}" if draw(st.booleans()) else ""
+    key = "u.s" if inner == "non-unit" else "u.n"
     if inner == "u":
         source = "u"
     else:
         join = "LEFT JOIN" if inner in ("left", "non-unit") else "JOIN"
-        cond = "u.n = t.id" if inner == "off-path" else "u.id = t.id"
-        source = f"t {join} u ON {cond}{on}"
-    where = f" WHERE {_predicate(draw, params, key.split('.')[0], 1)}" if draw(
-        st.booleans()) else ""
-    counted = draw(st.sampled_from(["COUNT(u.id)", "COUNT(*)", "SUM(u.n)"]))
+        cond = "t.n = u.id" if inner == "off-path" else "t.id = u.id"
+        source = f"u {join} t ON {cond}{on}"
+    where = f" WHERE {_predicate(draw, params, 'u', 1)}" if draw(st.booleans()) else ""
+    counted = draw(st.sampled_from(["COUNT(u.id)" if inner == "u" else "COUNT(t.id)",
+                                    "COUNT(*)", "SUM(u.n)"]))
+    # D's HAVING runs on exact per-unit values where TRY cannot reach: total comparisons are
+    # accepted, a CAST above the aggregate is refused (dpsql.analysis.aggregate_totality)
+    col = "u" if inner == "u" else "t"
+    having = draw(st.sampled_from(["", "", " HAVING COUNT(*) > 1", f" HAVING SUM({col}.n) >= 0",
+                                   f" HAVING CAST(SUM({col}.n) AS SMALLINT) > 0"]))
     derived = (f"SELECT {key}, {counted} AS c, LEAST(COUNT(*), 3) AS l FROM {source}{where} "
-               f"GROUP BY {key}")
+               f"GROUP BY {key}{having}")
     outer = draw(st.sampled_from([
         "SELECT d.c, COUNT(*) FROM ({}) AS d GROUP BY d.c",
         "SELECT d.l, COUNT(*), SUM(d.l) FROM ({}) AS d GROUP BY d.l",

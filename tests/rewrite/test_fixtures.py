@@ -53,9 +53,11 @@ from sqlglot import exp
 
 from dpsql.analysis.elastic import analyze
 from dpsql.analysis.parse import DIALECT
+from dpsql.backends.duckdb import domain_table_name
 from dpsql.execute import layout
 from dpsql.metadata import Metadata, loads_metadata
 from dpsql.rewrite.context import RewriteContext
+from dpsql.rewrite.domains import scan_relation
 from dpsql.rewrite.parameters import bind_params, used_params
 from dpsql.rewrite.plan import PASSES
 from dpsql.rewrite.post import NOISY_TABLE, build_post
@@ -239,10 +241,13 @@ class Stored:
         lo, hi = self.con.execute(f"SELECT MIN({column}), MAX({column}) FROM {table}").fetchone()
         return lo is None or (bounds[0] <= lo and hi <= bounds[1])
 
-    def distinct_values(self, table: str, column: str):
-        rows = self.con.execute(f"SELECT DISTINCT {column} FROM {table} "
-                                f"ORDER BY {column} NULLS LAST").fetchall()
-        return [r[0] for r in rows]
+    def domain_table(self, table: str, column: str) -> str:
+        """The column's domain table, registered in the fixture database as the DuckDB
+        backend registers it."""
+        name = domain_table_name(table, column)
+        scan = scan_relation(table, column).sql(dialect=DIALECT)
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {scan}")
+        return name
 
 
 # --------------------------------------------------------------------------- the files
@@ -400,12 +405,8 @@ def _same_rows(got: list[tuple], want: list[tuple], *, ordered: bool) -> bool:
     return True
 
 
-def _named(sql: str, params: list[Any], constants: dict[str, list]) -> dict[str, Any]:
-    bound = bind_params(used_params(sql), params)
-    for name, values in constants.items():
-        if f"${name}" in sql:
-            bound[name] = list(values)
-    return bound
+def _named(sql: str, params: list[Any]) -> dict[str, Any]:
+    return bind_params(used_params(sql), params)
 
 
 def run_rewritten(case: Case, rw: Rewritten, con) -> tuple[list[tuple], bool]:
@@ -416,11 +417,11 @@ def run_rewritten(case: Case, rw: Rewritten, con) -> tuple[list[tuple], bool]:
     position = PASS_NAMES.index(case.pass_name)
     sql = rw.tree.sql(dialect=DIALECT)
     if position < PASS_NAMES.index("exact_shape"):  # the analyst's query, parameters named
-        return con.execute(sql, _named(sql, params, {})).fetchall(), ordered
+        return con.execute(sql, _named(sql, params)).fetchall(), ordered
     if position < PASS_NAMES.index("clamp_measurements"):  # the analyst's select list
         for arg in ("having", "order", "limit", "offset", "distinct"):
             assert numbered.args.get(arg) is None, "use a later pass's file for this clause"
-        return con.execute(sql, _named(sql, params, {})).fetchall(), False
+        return con.execute(sql, _named(sql, params)).fetchall(), False
     analysis = ctx.analysis
     if case.pass_name == "domain_relations":
         exact = layout.write(sql, [d.sql(dialect=DIALECT) for d in ctx.domains],
@@ -428,21 +429,21 @@ def run_rewritten(case: Case, rw: Rewritten, con) -> tuple[list[tuple], bool]:
         if exact.domain_sql is None:
             domains = layout.NO_DOMAINS
         else:
-            cur = con.execute(exact.domain_sql, _named(exact.domain_sql, params, ctx.constants))
+            cur = con.execute(exact.domain_sql, _named(exact.domain_sql, params))
             domains = layout.read_domains(len(analysis.group_keys), cur.fetchall(),
                                           [str(d[1]) for d in cur.description])
-        columns = list(con.execute(exact.bins_sql, _named(exact.bins_sql, params,
-                                                          ctx.constants)).fetchnumpy().values())
+        columns = list(con.execute(exact.bins_sql,
+                                   _named(exact.bins_sql, params)).fetchnumpy().values())
         bins = layout.read_bins(domains, [m.integer for m in analysis.measurements], columns)
         table = {f"__k{i}": k for i, k in enumerate(bins.keys)}
         table.update({f"__m{j}": v for j, v in enumerate(bins.exact)})
         con.register(NOISY_TABLE, table)
     else:
         con.execute(f"CREATE OR REPLACE TEMP TABLE {NOISY_TABLE} AS {sql}",
-                    _named(sql, params, {}))
+                    _named(sql, params))
     post = build_post(analysis, numbered).sql(dialect=DIALECT)
     try:
-        return con.execute(post, _named(post, params, {})).fetchall(), ordered
+        return con.execute(post, _named(post, params)).fetchall(), ordered
     finally:
         if case.pass_name == "domain_relations":
             con.unregister(NOISY_TABLE)
@@ -506,7 +507,7 @@ def test_rewrite_text(case, metadata, database, regenerated):
 def test_rewrite_answers_as_the_analyst_sql(case, metadata, database):
     con = database.cursor()
     try:
-        rw = rewrite(case, metadata, database)
+        rw = rewrite(case, metadata, con)  # a registered domain is this cursor's
         got, ordered = run_rewritten(case, rw, con)
         if case.meta.get("original") == "raises":
             with pytest.raises(duckdb.Error):

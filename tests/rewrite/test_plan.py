@@ -33,7 +33,7 @@ class InBounds:
     def in_bounds(self, table, column, bounds):
         return True
 
-    def distinct_values(self, table, column):
+    def domain_table(self, table, column):
         return None
 
 
