@@ -29,8 +29,10 @@ def _grid(s: dict[str, Any]) -> str:
     taus = s.get("levels")
     if not taus:
         return "levels 2^j (R2T: 10^6)"
-    return (f"levels floor({base:g}^j) = {', '.join(f'{t:,}' for t in taus)} rows (R2T's code: "
-            f"5.5^i, i = 1..8, for its G = 10^6; `levels: {{base: {base:g}}}`)")
+    unit = ("rows for a COUNT, value units for a SUM (`max_sum`)" if s.get("max_sum")
+            else "rows")
+    return (f"levels floor({base:g}^j) = {', '.join(f'{t:,}' for t in taus)} {unit} (R2T's "
+            f"code: 5.5^i, i = 1..8, for its G = 10^6; `levels: {{base: {base:g}}}`)")
 
 
 def r2t_md(data: dict[str, Any]) -> list[str]:

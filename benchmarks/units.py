@@ -1,7 +1,8 @@
 """Part ``units``: queries under a privacy unit (issue #17's "Measured"), asked for by name.
 
 1. **R2T's TPC-H queries** (:mod:`benchmarks.units_queries`) at epsilon 0.8, beta 0.1, on the
-   level grid R2T's code races (``levels: {base: 5.5}``, GS floor(5.5^8) = 837,339: 8 levels;
+   level grid R2T's code races (``levels: {base: 5.5}``, GS floor(5.5^8) = 837,339: 8 levels,
+   rows for a COUNT and value units for a SUM (``max_sum`` the same 837,339, as R2T's GS);
    :data:`benchmarks.units_queries.R2T_CODE_BASE`), customer as the unit
    (``schemas/tpch-units.yaml`` with that grid; supplier and partsupp public there), and
    Q11, Q12, Q20 again under R2T's own single private relation (supplier, orders, supplier).
@@ -235,7 +236,7 @@ def run(handles: Handles, settings: Settings, log: Log = print,
     return {
         "summary": {
             "r2t": {"epsilon": R2T_EPSILON, "beta": R2T_BETA, "max_contribution": R2T_CODE_GS,
-                    "level_base": R2T_CODE_BASE,
+                    "max_sum": R2T_CODE_GS, "level_base": R2T_CODE_BASE,
                     "levels": list(levels(R2T_CODE_GS, R2T_CODE_BASE)),
                     "unit_metadata": "schemas/tpch-units.yaml", "draws": settings.draws,
                     "time_ratio_target": TIME_RATIO_TARGET,
