@@ -48,21 +48,24 @@ def r2t_md(data: dict[str, Any]) -> list[str]:
         f"(unit lookup, GROUP BY unit, {len(s.get('levels') or [0] * 20)} truncated sums; "
         "counts through the histogram of the units' contributions) against the same SQL on "
         "raw DuckDB, "
-        f"interleaved, medians (goal <= {s['time_ratio_target']:g}x).",
+        f"interleaved, medians (goal <= {s['time_ratio_target']:g}x; the CPU ratio is the "
+        "process's CPU time, DuckDB's threads included: the work, without the wait for a core "
+        "on a loaded machine).",
         "",
         "| query | unit | exact answer | dpsql median rel. error | R2T's statistic | R2T "
         "published | signed median | 95% interval held | raw DuckDB ms | dpsql exact ms | "
-        "ratio |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "ratio | CPU ratio |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for q in data["r2t"]:
         head = f"| {q['name']} | {_unit_cell(q)} | {_f(q['exact_answer'])} "
         if q["status"] != "ok":
-            lines.append(head + f"| {_reject(q)} | | {_pct(q['r2t_figure'])} | | | | | |")
+            lines.append(head + f"| {_reject(q)} | | {_pct(q['r2t_figure'])} | | | | | | |")
             continue
         t = q.get("time")
-        timing = (f"| {_f(t['raw_ms'])} | {_f(t['exact_ms'])} | {t['ratio']:.2f} |" if t
-                  else "| public: exact, free | | |")
+        cpu = f"{t['cpu_ratio']:.2f}" if t and t.get("cpu_ratio") else ""
+        timing = (f"| {_f(t['raw_ms'])} | {_f(t['exact_ms'])} | {t['ratio']:.2f} | {cpu} |"
+                  if t else "| public: exact, free | | | |")
         lines.append(
             head + f"| {_pct(q['median_rel_error'])} | {_pct(q['r2t_statistic_rel_error'])} "
             f"| {_pct(q['r2t_figure'])} | {_pct(q['median_signed_rel_error'])} "
