@@ -29,8 +29,10 @@ def _grid(s: dict[str, Any]) -> str:
     taus = s.get("levels")
     if not taus:
         return "levels 2^j (R2T: 10^6)"
-    return (f"levels floor({base:g}^j) = {', '.join(f'{t:,}' for t in taus)} rows (R2T's code: "
-            f"5.5^i, i = 1..8, for its G = 10^6; `levels: {{base: {base:g}}}`)")
+    unit = ("rows for a COUNT, value units for a SUM (`max_sum`)" if s.get("max_sum")
+            else "rows")
+    return (f"levels floor({base:g}^j) = {', '.join(f'{t:,}' for t in taus)} {unit} (R2T's "
+            f"code: 5.5^i, i = 1..8, for its G = 10^6; `levels: {{base: {base:g}}}`)")
 
 
 def r2t_md(data: dict[str, Any]) -> list[str]:
@@ -46,21 +48,24 @@ def r2t_md(data: dict[str, Any]) -> list[str]:
         f"(unit lookup, GROUP BY unit, {len(s.get('levels') or [0] * 20)} truncated sums; "
         "counts through the histogram of the units' contributions) against the same SQL on "
         "raw DuckDB, "
-        f"interleaved, medians (goal <= {s['time_ratio_target']:g}x).",
+        f"interleaved, medians (goal <= {s['time_ratio_target']:g}x; the CPU ratio is the "
+        "process's CPU time, DuckDB's threads included: the work, without the wait for a core "
+        "on a loaded machine).",
         "",
         "| query | unit | exact answer | dpsql median rel. error | R2T's statistic | R2T "
         "published | signed median | 95% interval held | raw DuckDB ms | dpsql exact ms | "
-        "ratio |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "ratio | CPU ratio |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for q in data["r2t"]:
         head = f"| {q['name']} | {_unit_cell(q)} | {_f(q['exact_answer'])} "
         if q["status"] != "ok":
-            lines.append(head + f"| {_reject(q)} | | {_pct(q['r2t_figure'])} | | | | | |")
+            lines.append(head + f"| {_reject(q)} | | {_pct(q['r2t_figure'])} | | | | | | |")
             continue
         t = q.get("time")
-        timing = (f"| {_f(t['raw_ms'])} | {_f(t['exact_ms'])} | {t['ratio']:.2f} |" if t
-                  else "| public: exact, free | | |")
+        cpu = f"{t['cpu_ratio']:.2f}" if t and t.get("cpu_ratio") else ""
+        timing = (f"| {_f(t['raw_ms'])} | {_f(t['exact_ms'])} | {t['ratio']:.2f} | {cpu} |"
+                  if t else "| public: exact, free | | | |")
         lines.append(
             head + f"| {_pct(q['median_rel_error'])} | {_pct(q['r2t_statistic_rel_error'])} "
             f"| {_pct(q['r2t_figure'])} | {_pct(q['median_signed_rel_error'])} "

@@ -14,8 +14,18 @@ with continuous Laplace noise (numpy; a simulation of the accuracy, never a rele
 * ``base <k>``: the same with ``tau_j = k^j`` rows (L = ceil(log_k GS)): any public grid keeps
   the privacy argument (each level epsilon / L, a unit moves level j by at most ``tau_j b``).
 * ``dpsql_r2t_grid``: what the ``units`` part now releases: dpsql's scheme on R2T's code's grid
-  as declared in the unit metadata (``levels: {base: 5.5}``, GS floor(5.5^8) = 837,339:
-  ``tau_j = floor(5.5^j)`` rows times b, 8 levels, dpsql's ``ln`` shift).
+  as declared in the unit metadata (``levels: {base: 5.5}``, GS floor(5.5^8) = 837,339 and
+  ``max_sum`` the same: ``tau_j = floor(5.5^j)`` rows for a COUNT and value units for a SUM,
+  dpsql.units.grid; 8 levels, dpsql's ``ln`` shift).
+* ``dpsql_rows_grid``: the same grid in rows times the per-row bound b for a SUM (dpsql's rule
+  before value units; equal to ``dpsql_r2t_grid`` for counts).
+* ``increments``: NOT what dpsql releases -- a candidate (see benchmarks/README.md): on the
+  declared grid, Laplace noise on the increments ``Q(tau_j) - Q(tau_(j-1))`` (sensitivity
+  ``d_j = tau_j - tau_(j-1)``, scale ``s_j = L d_j / epsilon``: epsilon / L each, pure DP by basic
+  composition), the noisy levels their running sums, and each level shifted by a proven bound
+  on its (beta / 2L)-quantile: ``s_j (ln(L / beta) + sum_(i<j) -ln(1 - (s_i / s_j)^2))``
+  (``P(S_j > t) <= 1/2 e^(-t / s_j) prod_(i<j) E[e^(X_i / s_j)]``, conditioning on the lower
+  increments; the scales must increase strictly).
 * ``r2t_code``: hkustDB/Race-to-the-Top's ``Code/R2TSJF.py``: ``tau_j = 5.5^j`` in value units,
   ``j = 1..floor(log_5.5 GS)`` with GS = 10^6 (8 levels; the top one, 5.5^8 ~ 837,000, is below
   GS), scale ``L tau_j / epsilon``, shift ``scale log_2.9718(L / beta)`` (a smaller shift than
@@ -85,11 +95,28 @@ def grid(base: float, b: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def declared_grid(b: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """dpsql's levels on the grid the units part declares (R2T's code's, floored)."""
+    """dpsql's levels on the grid the units part declares (R2T's code's, floored), times b
+    (b = 1: a COUNT's rows or a SUM's value units)."""
     taus = np.array(levels(R2T_CODE_GS, R2T_CODE_BASE), dtype=np.float64) * b
     n = len(taus)
     scales = n * taus / R2T_EPSILON
     return taus, scales, scales * math.log(n / R2T_BETA)
+
+
+def simulate_increments(c: np.ndarray, draws: int, rng: np.random.Generator) -> float:
+    """The ``increments`` candidate of the module docstring on the declared grid (value units
+    for a SUM): noise on the level increments, proven per-level shifts."""
+    taus = np.array(levels(R2T_CODE_GS, R2T_CODE_BASE), dtype=np.float64)
+    n = len(taus)
+    scales = n * np.diff(np.concatenate([[0.0], taus])) / R2T_EPSILON
+    assert np.all(np.diff(scales) > 0)
+    shifts = np.array([scales[j] * (math.log(n / R2T_BETA) - sum(
+        math.log1p(-(scales[i] / scales[j]) ** 2) for i in range(j))) for j in range(n)])
+    truth = float(c.sum())
+    q = np.array([np.minimum(c, t).sum() for t in taus])
+    noisy = q + np.cumsum(rng.laplace(size=(draws, n)) * scales, axis=1) - shifts
+    value = np.maximum(0.0, noisy.max(axis=1))
+    return float(np.median(np.abs(value - truth)) / truth)
 
 
 def r2t_code_grid() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -112,7 +139,9 @@ def run(db: Path, draws: int, seed: int = 1) -> dict[str, Any]:
         row["dpsql"] = simulate(c, *grid(2.0, b), draws, rng)
         for base in BASES:
             row[f"base {base:g}"] = simulate(c, *grid(base, b), draws, rng)
-        row["dpsql_r2t_grid"] = simulate(c, *declared_grid(b), draws, rng)
+        row["dpsql_r2t_grid"] = simulate(c, *declared_grid(1.0), draws, rng)
+        row["dpsql_rows_grid"] = simulate(c, *declared_grid(b), draws, rng)
+        row["increments"] = simulate_increments(c, draws, rng)
         row["r2t_code"] = simulate(c, *r2t_code_grid(), draws, rng)
         out.append(row)
     con.close()
@@ -131,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     for q in data["queries"]:
         print(q["name"], q["unit"], {k: f"{v:.3%}" for k, v in q.items()
-                                    if k in ("dpsql", "dpsql_r2t_grid", "r2t_code",
-                                             "r2t_published")
+                                    if k in ("dpsql", "dpsql_r2t_grid", "dpsql_rows_grid",
+                                             "increments", "r2t_code", "r2t_published")
                                     or k.startswith("base")})
     print(args.out)
     return 0

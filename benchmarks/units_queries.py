@@ -131,10 +131,13 @@ def unit_metadata(metadata: Metadata, table: str, **bounds: int) -> Metadata:
 
 def with_r2t_grid(metadata: Metadata) -> Metadata:
     """``metadata`` (with a privacy unit) racing R2T's code's levels (:data:`R2T_CODE_BASE`,
-    :data:`R2T_CODE_GS`), written and read back so the loader validates the grid."""
+    :data:`R2T_CODE_GS`), written and read back so the loader validates the grid. R2T's GS
+    bounds a unit's SUM in value units too (its code truncates each unit's summed value at
+    5.5^i), so ``max_sum`` is the same top: a SUM's levels are 5, 30, .., 837,339 value units
+    (dpsql.units.grid)."""
     assert metadata.privacy_unit is not None
     unit = dataclasses.replace(metadata.privacy_unit, max_contribution=R2T_CODE_GS,
-                               level_base=R2T_CODE_BASE)
+                               level_base=R2T_CODE_BASE, max_sum=R2T_CODE_GS)
     out = dataclasses.replace(metadata, privacy_unit=unit)
     return loads_metadata(dump_metadata(out), "<TPC-H metadata on R2T's level grid>")
 

@@ -53,6 +53,8 @@ def _plan_json(plan: NoisePlan) -> dict[str, Any]:
             "delta": plan.delta,
             "noise_scale": plan.scale,
             "parts": [{"sign": pp.part.sign, "row_bound": pp.part.bound,
+                       "level_unit": "rows" if pp.part.integer else "value",
+                       "level_top": pp.max_contribution,
                        "epsilon": pp.epsilon, "level_scales": list(pp.scales)}
                       for pp in plan.r2t],
         }
@@ -115,6 +117,7 @@ def explain_report(
             "mechanism": ("r2t" if analysis.unit.r2t else "two-stage"
                           if analysis.unit.derived is None else "one row per unit"),
             "max_contribution": unit.max_contribution, "level_base": unit.level_base,
+            "max_sum": unit.max_sum,
             "max_groups": unit.max_groups, "max_rows_per_group": unit.max_rows_per_group}
     if selection is not None:
         report["partition_selection"] = describe(selection)
@@ -343,7 +346,9 @@ def _unit_lines(analysis: QueryAnalysis, epsilon: float, delta: float) -> list[s
             for pp in p.r2t:
                 part = "non-negative part" if pp.part.sign > 0 else "non-positive part"
                 scales = ", ".join(f"{x:.6g}" for x in pp.scales)
-                lines.append(f"    R2T {part} (row bound {pp.part.bound:g}, epsilon "
+                grid = ("" if pp.part.integer else
+                        f", levels in value units up to {pp.max_contribution}")
+                lines.append(f"    R2T {part} (row bound {pp.part.bound:g}{grid}, epsilon "
                              f"{pp.epsilon:g}): level scales {scales}")
         else:
             lines.append(f"    sensitivity {p.elastic_sensitivity:g} (public): Laplace scale "

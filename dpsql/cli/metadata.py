@@ -214,6 +214,8 @@ def check(ctx: click.Context, path: Path | None, metadata: Path | None,
     unit = md.privacy_unit
     if unit is not None:
         grid = "" if unit.level_base == 2.0 else f", levels base {unit.level_base:g}"
+        if unit.max_sum is not None:
+            grid += f", max_sum {unit.max_sum}"
         click.echo(f"privacy unit: {unit.table}.{unit.column} (max_contribution "
                    f"{unit.max_contribution}{grid}, max_groups {unit.max_groups}, "
                    f"max_rows_per_group {unit.max_rows_per_group})")

@@ -80,7 +80,9 @@ class PrivacyUnit:
     are floor(B^j) rows up to the first >= GS: 2, 4, .., 2^ceil(log2 GS) by default; a unit
     contributing more is truncated, not trusted); ``max_groups`` (kappa) is how many
     groups of one GROUP BY a unit may contribute to and ``max_rows_per_group`` how many rows
-    it may contribute to one group (both enforced in the executed query)."""
+    it may contribute to one group (both enforced in the executed query). ``max_sum`` is R2T's
+    GS for a SUM, in value units (its levels are floor(B^j) value units up to the first >= it;
+    None: max_contribution times the SUM's per-row bound; dpsql.units.grid)."""
 
     table: str
     column: str
@@ -88,6 +90,7 @@ class PrivacyUnit:
     max_groups: int = 1
     max_rows_per_group: int = 1
     level_base: float = 2.0
+    max_sum: int | None = None
 
 
 @dataclass(frozen=True)

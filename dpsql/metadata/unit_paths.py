@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from dpsql.metadata.reader import _Reader, _TableSpec
 
 _UNIT_KEYS = ("table", "column", "max_contribution", "max_groups", "max_rows_per_group",
-              "levels")
+              "levels", "max_sum")
 _LEVELS_KEYS = ("base",)
 _PATH_KEYS = ("via", "to")
 #: the largest max_contribution: the truncation levels (2^j, or floor(B^j)) stay exact in BIGINT
@@ -104,8 +104,9 @@ def read_privacy_unit(reader: _Reader, doc: Mapping) -> _UnitSpec | None:
                         f"{raw}", spec, key)
         bounds[key] = raw
     base = _read_levels(reader, spec, where, bounds["max_contribution"])
+    max_sum = _read_max_sum(reader, spec, where, base)
     unit = PrivacyUnit(table=_table_key(table), column=column.lower(), level_base=base,
-                       **bounds)
+                       max_sum=max_sum, **bounds)
     return _UnitSpec(unit=unit, node=spec)
 
 
@@ -133,6 +134,24 @@ def _read_levels(reader: _Reader, spec: Mapping, where: str, gs: int) -> float:
         reader.fail(where, f"levels base {raw!r} with max_contribution {gs}: {err}", node,
                     "base")
     return float(raw)
+
+
+def _read_max_sum(reader: _Reader, spec: Mapping, where: str, base: float) -> int | None:
+    """``max_sum: V``: R2T's GS for a SUM in value units (dpsql.units.grid): an integer in
+    [1, 2^62] whose grid's top stays within 2^62. Public: it sets the levels, never the
+    privacy (a unit summing to more is truncated, not trusted)."""
+    raw = spec.get("max_sum")
+    if raw is None:
+        return None
+    if not isinstance(raw, int) or isinstance(raw, bool) or raw < 1:
+        reader.fail(where, "max_sum must be an integer >= 1 (the public bound, in value units, "
+                    f"on what one unit adds to a SUM; R2T truncates SUMs up to it), got {raw!r}",
+                    spec, "max_sum")
+    try:
+        levels(raw, base)
+    except ValueError as err:
+        reader.fail(where, f"max_sum {raw}: {err}", spec, "max_sum")
+    return int(raw)
 
 
 def read_unit_path(reader: _Reader, spec: Mapping, where: str) -> _PathSpec | None:

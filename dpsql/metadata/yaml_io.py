@@ -181,6 +181,8 @@ def _unit_settings(unit: PrivacyUnit) -> dict[str, object]:
     if unit.level_base != 2.0:
         base = unit.level_base
         out["levels"] = {"base": int(base) if float(base).is_integer() else base}
+    if unit.max_sum is not None:
+        out["max_sum"] = unit.max_sum
     return out
 
 

@@ -9,7 +9,8 @@ cascade, docs/privacy.md). A unit u contributes ``c_u >= 0`` to the query: its r
 COUNT, its sum of clamped non-negative values for a SUM. ``b = unit_bound`` is the most one row
 can contribute (1 for a COUNT, the upper bound of the clamped values for a SUM). GS =
 ``max_contribution`` is the owner's public bound, in rows, on what one unit contributes; it sets
-the levels only (a unit above it is truncated, never trusted).
+the levels only (a unit above it is truncated, never trusted). (The engine counts a SUM part's
+levels in value units instead: b = 1 and GS its value bound, :mod:`dpsql.units.grid`.)
 
 Mechanism. Levels ``tau_j = floor(B^j)`` rows, ``j = 1..L``, ``L = max(1, ceil(log_B GS))``
 (:func:`levels`) on the owner's geometric grid of base ``B >= 2`` (``base``; the paper's

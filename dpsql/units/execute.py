@@ -2,7 +2,8 @@
 GROUP BY; the executed query is :func:`dpsql.units.rewrite.unit_contributions`'s).
 
 The exact query returns one row: for part i (dpsql.units.analysis.R2TPart) and level j the
-column ``__r<i>_<j>`` = Q(tau_j) (NULL, over no unit, is 0). :func:`r2t_bins` reads it, calls
+column ``__r<i>_<j>`` = Q(tau_j) over the part's own levels (dpsql.units.grid; NULL, over no
+unit, is 0). :func:`r2t_bins` reads it, calls
 ``drawn`` before any noise, and returns the single bin of noisy measurements the
 post-processing reads, with each measurement's released interval.
 """
@@ -18,10 +19,10 @@ from dpsql.backends.base import Backend
 from dpsql.errors import ProgrammingError
 from dpsql.execute.exact import CompiledPlan
 from dpsql.execute.layout import Bins
-from dpsql.noise import r2t
 from dpsql.noise.mechanisms import Sampler
 from dpsql.noise.plan import NoisePlan
 from dpsql.units.analysis import UnitRelease
+from dpsql.units.grid import part_levels
 from dpsql.units.noise import R2TOutcome, release_r2t_measurements
 
 
@@ -29,13 +30,15 @@ def read_truncated(backend: Backend, compiled: CompiledPlan, params: Sequence[An
                    release: UnitRelease) -> list[np.ndarray]:
     """Per R2T part, Q(tau_j) at every level (exact: reads private data)."""
     rows, _ = backend.execute(compiled.exact, compiled.plan.exact_bindings(params))
-    n = len(r2t.levels(release.unit.max_contribution, release.unit.level_base))
-    if len(rows) != 1 or len(rows[0]) != n * len(release.parts):
+    counts = [len(part_levels(part, release.unit)) for part in release.parts]
+    if len(rows) != 1 or len(rows[0]) != sum(counts):
         raise ProgrammingError("the exact result of a query under a privacy unit is malformed")
     row = rows[0]
     out = []
-    for i, part in enumerate(release.parts):
-        values = [0 if v is None else v for v in row[i * n:(i + 1) * n]]
+    start = 0
+    for part, n in zip(release.parts, counts, strict=True):
+        values = [0 if v is None else v for v in row[start:start + n]]
+        start += n
         out.append(np.array(values, dtype=np.int64 if part.integer else np.float64))
     return out
 
@@ -49,8 +52,7 @@ def r2t_bins(backend: Backend, compiled: CompiledPlan, params: Sequence[Any],
     each measurement's outcome (None: released exactly)."""
     truncated = read_truncated(backend, compiled, params, release)
     drawn()
-    outcomes = release_r2t_measurements(truncated, plans, release.unit.max_contribution,
-                                        sampler, release.unit.level_base)
+    outcomes = release_r2t_measurements(truncated, plans, sampler, release.unit.level_base)
     noisy = []
     for plan, outcome in zip(plans, outcomes, strict=True):
         value = 0.0 if outcome is None else outcome.value

@@ -3,7 +3,8 @@
 Contract of :func:`plan_r2t`: the measurements split epsilon evenly (basic composition, as
 :func:`dpsql.noise.plan.plan_noise`); a SUM released as two parts (its non-negative and
 non-positive sums) gives each half of its share; every part is an R2T release
-(:mod:`dpsql.noise.r2t`), pure epsilon-DP with public noise scales. Refusals (the Gaussian
+(:mod:`dpsql.noise.r2t`) on its own grid (:mod:`dpsql.units.grid`: rows for a COUNT, value
+units for a SUM part), pure epsilon-DP with public noise scales. Refusals (the Gaussian
 mechanism) depend on the budget alone.
 
 Contract of :func:`release_r2t_measurements`: each measurement's released value is the sum of
@@ -25,6 +26,7 @@ from dpsql.noise import r2t
 from dpsql.noise.mechanisms import Sampler
 from dpsql.noise.plan import NoisePlan
 from dpsql.units.analysis import R2TPart
+from dpsql.units.grid import part_grid
 
 #: R2T's beta: the probability bound of its error guarantee, and of the one-sided shift that
 #: keeps the release below the truth (public; the paper's default)
@@ -33,12 +35,15 @@ BETA = 0.1
 
 @dataclass(frozen=True)
 class PartPlan:
-    """One R2T part of a measurement: its share of epsilon and the public noise scale of
-    each truncation level."""
+    """One R2T part of a measurement: its share of epsilon, its grid (dpsql.units.grid:
+    ``unit_bound`` b and GS ``max_contribution``, rows for a COUNT, value units for a SUM part)
+    and the public noise scale of each truncation level."""
 
     part: R2TPart
     epsilon: float
     scales: tuple[float, ...]
+    unit_bound: float
+    max_contribution: int
 
 
 def plan_r2t(analysis: QueryAnalysis, budget: Budget | None) -> tuple[NoisePlan, ...]:
@@ -51,7 +56,6 @@ def plan_r2t(analysis: QueryAnalysis, budget: Budget | None) -> tuple[NoisePlan,
         raise NotSupportedError(
             "under a privacy unit, a query without GROUP BY is released by R2T with Laplace "
             "noise: use mechanism='laplace'")
-    gs = release.unit.max_contribution
     base = release.unit.level_base
     n = len(analysis.measurements)
     eps_each = budget.epsilon / n
@@ -62,14 +66,15 @@ def plan_r2t(analysis: QueryAnalysis, budget: Budget | None) -> tuple[NoisePlan,
             plans.append(NoisePlan(m, 0.0, 0.0, 0.0, None, 0.0))
             continue
         eps_part = eps_each / len(parts)
-        part_plans = tuple(
-            PartPlan(p, eps_part, tuple(float(s) for s in r2t.r2t_scales(
-                unit_bound=p.bound, max_contribution=gs, epsilon=eps_part, integer=p.integer,
-                base=base)))
-            for p in parts)
+        part_plans = []
+        for p in parts:
+            bound, gs = part_grid(p, release.unit)
+            scales = r2t.r2t_scales(unit_bound=bound, max_contribution=gs, epsilon=eps_part,
+                                    integer=p.integer, base=base)
+            part_plans.append(PartPlan(p, eps_part, tuple(float(s) for s in scales), bound, gs))
         top = max(s for pp in part_plans for s in pp.scales)
         plans.append(NoisePlan(m, eps_each, 0.0, m.sensitivity.at(0), None, top,
-                               r2t=part_plans))
+                               r2t=tuple(part_plans)))
     return tuple(plans)
 
 
@@ -83,11 +88,10 @@ class R2TOutcome:
 
 
 def release_r2t_measurements(truncated: Sequence[np.ndarray], plans: Sequence[NoisePlan],
-                             max_contribution: int,
                              sampler: Sampler | None = None,
                              base: float = r2t.DEFAULT_BASE) -> list[R2TOutcome | None]:
     """Release every measurement from its parts' truncated sums (``truncated[i]`` is part
-    i's Q(tau_j) over the levels of GS ``max_contribution`` and grid ``base``, in the parts'
+    i's Q(tau_j) over the levels of its plan's GS and the grid ``base``, in the parts'
     order): module contract. None for a measurement with no part (released exactly as 0)."""
     out: list[R2TOutcome | None] = []
     i = 0
@@ -98,8 +102,8 @@ def release_r2t_measurements(truncated: Sequence[np.ndarray], plans: Sequence[No
         value = lower = upper = 0.0
         for pp in plan.r2t:
             rel = r2t.release_r2t(
-                np.asarray(truncated[i]), unit_bound=pp.part.bound,
-                max_contribution=max_contribution, epsilon=pp.epsilon, beta=BETA,
+                np.asarray(truncated[i]), unit_bound=pp.unit_bound,
+                max_contribution=pp.max_contribution, epsilon=pp.epsilon, beta=BETA,
                 integer=pp.part.integer, sampler=sampler, base=base)
             i += 1
             if pp.part.sign > 0:

@@ -7,11 +7,12 @@ and groups it by the unit as well (``__u``, computed along the unit path by LEFT
 unique keys: dpsql.units.paths), so each row of it is one unit's contribution. Then:
 
 * without GROUP BY (R2T): one row of truncated sums ``__r<i>_<j>`` = sum over units of
-  min(c_u, tau_j * bound) for every part i (dpsql.units.analysis.R2TPart: a COUNT, or the
-  non-negative / non-positive part of a SUM) and level j (the owner's grid,
-  dpsql.noise.r2t.levels), all in one scan; when every part is a COUNT, through the histogram
-  of the units' contributions (``GROUP BY`` the contributions, then ``min(c, tau_j) * n`` per
-  distinct value: the same integers, far fewer LEASTs);
+  min(c_u, tau_j * b) for every part i (dpsql.units.analysis.R2TPart: a COUNT, or the
+  non-negative / non-positive part of a SUM) and level j of the part's grid
+  (dpsql.units.grid: rows for a COUNT, value units for a SUM part, b = 1), all in one scan;
+  when every part is a COUNT, through the histogram of the units' contributions (``GROUP BY``
+  the contributions, then ``min(c, tau_j) * n`` per distinct value: the same integers, far
+  fewer LEASTs);
 * with GROUP BY (two-stage): each unit keeps the ``max_groups`` groups with the smallest
   hash of their keys (ties by the keys: deterministic, and a function of the unit's own rows),
   its contribution to each clamped per group (dpsql.units.analysis.per_group_clamp); the
@@ -32,6 +33,7 @@ from dpsql.analysis.trees import copy_tree
 from dpsql.noise.r2t import levels
 from dpsql.rewrite.context import RewriteContext
 from dpsql.units.analysis import UnitRelease, per_group_clamp
+from dpsql.units.grid import part_grid, part_levels
 
 
 def _number(value: float) -> exp.Expression:
@@ -107,14 +109,15 @@ def _r2t(select: exp.Select, release: UnitRelease) -> exp.Select:
         select.select(exp.alias_(part_node, name), copy=False)
     select.set("expressions", [e for e in select.expressions
                                if not (isinstance(e, exp.Alias) and e.alias.startswith("__m"))])
-    taus = levels(release.unit.max_contribution, release.unit.level_base)
     per_unit = exp.alias_(exp.Subquery(this=select), "__c", table=True)
     if all(part.integer for part in release.parts):
+        taus = levels(release.unit.max_contribution, release.unit.level_base)
         return _r2t_histogram(per_unit, release, taus)
     outer = exp.Select()
     for i, part in enumerate(release.parts):
-        for j, tau in enumerate(taus):
-            least = _least(_col(f"__p{i}", "__c"), tau * part.bound)
+        unit_bound, _ = part_grid(part, release.unit)
+        for j, tau in enumerate(part_levels(part, release.unit)):
+            least = _least(_col(f"__p{i}", "__c"), tau * unit_bound)
             outer.select(exp.alias_(exp.Sum(this=_as_total(least, part.integer)),
                                     f"__r{i}_{j}"), copy=False)
     return outer.from_(per_unit, copy=False)

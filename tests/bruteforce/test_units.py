@@ -6,8 +6,9 @@ orphans included) and every accepted query below, this runs dpsql's EXACT plan o
 (noise off) on D and on D minus each unit's cascade, and checks:
 
 * without GROUP BY (R2T): every truncated sum Q(tau_j) of every part moves by at most
-  tau_j * bound (what dpsql.noise.r2t's noise scales assume), on the paper's grid 2^j and on
-  an owner's grid floor(2.5^j) (``levels: {base: 2.5}``: 2, 6, 15 for GS 8);
+  tau_j (what dpsql.noise.r2t's noise scales assume; a COUNT's levels in rows, a SUM part's in
+  value units, dpsql.units.grid), on the paper's grid 2^j and on an owner's grid
+  floor(2.5^j) (``levels: {base: 2.5}``: 2, 6, 15 for GS 8);
 * with GROUP BY (two-stage): every measurement's bins move by at most
   max_groups * max_rows_per_group * w in L1 (w = 1 for COUNT, max(|l|, |u|) for SUM), the
   sensitivity the analysis claims and the Laplace scale uses.
@@ -26,8 +27,8 @@ import pytest
 from dpsql.analysis.blocks import analyze_request
 from dpsql.errors import UnsupportedConstructError
 from dpsql.metadata import Metadata
-from dpsql.noise.r2t import levels
 from dpsql.rewrite.plan import plan_execution
+from dpsql.units.grid import part_grid, part_levels
 from tests.units import tiny
 
 R2T_QUERIES = [
@@ -115,18 +116,24 @@ def bruteforce_r2t(sql: str, md: Metadata, databases: Sequence[tiny.Database]) -
     assert release is not None and release.r2t
     plan = plan_execution(analysis, md)
     assert md.privacy_unit is not None
-    taus = levels(md.privacy_unit.max_contribution, md.privacy_unit.level_base)
+    unit = md.privacy_unit
+    # each part's levels and bound: rows x 1 for a COUNT, value units x 1 for a SUM part
+    # (dpsql.units.grid), laid out part after part
+    grids = [(part_grid(p, unit)[0], part_levels(p, unit)) for p in release.parts]
     for db in databases:
         base = tiny.load(db).execute(plan.exact_sql).fetchone()
+        assert len(base) == sum(len(t) for _, t in grids)
         for u in tiny.units(db):
             other = tiny.load(tiny.remove_unit(db, u)).execute(plan.exact_sql).fetchone()
-            for i, part in enumerate(release.parts):
+            start = 0
+            for part, (bound, taus) in zip(release.parts, grids, strict=True):
                 for j, tau in enumerate(taus):
-                    a = base[i * len(taus) + j] or 0
-                    b = other[i * len(taus) + j] or 0
-                    assert abs(float(a) - float(b)) <= tau * part.bound + 1e-9, (
+                    a = base[start + j] or 0
+                    b = other[start + j] or 0
+                    assert abs(float(a) - float(b)) <= tau * bound + 1e-9, (
                         f"PRIVACY BUG: {sql}\ndb={db}\nunit={u} part={part} tau={tau}: "
                         f"{a} vs {b}")
+                start += len(taus)
 
 
 def bruteforce_two_stage(sql: str, md: Metadata, databases: Sequence[tiny.Database]) -> None:

@@ -182,10 +182,11 @@ def unit_queries(draw) -> str:
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(sql=unit_queries(), seed=st.integers(0, 2**20), bounds=st.sampled_from([(1, 1), (2, 3)]),
-       base=st.sampled_from([2.0, 2.5]))
-def test_unit_bounds_hold_over_the_grammar(sql, seed, bounds, base):
+       base=st.sampled_from([2.0, 2.5]), max_sum=st.sampled_from([None, 3, 7]))
+def test_unit_bounds_hold_over_the_grammar(sql, seed, bounds, base, max_sum):
     kappa, c = bounds
-    md = tiny.metadata(max_groups=kappa, max_rows_per_group=c, level_base=base)
+    # max_sum: a SUM's value-unit grid (dpsql.units.grid) small enough to truncate
+    md = tiny.metadata(max_groups=kappa, max_rows_per_group=c, level_base=base, max_sum=max_sum)
     try:
         analysis = analyze_request(sql, md)
     except Error:

@@ -123,3 +123,35 @@ def test_metadata_check_shows_the_grid(tmp_path, capsys):
     assert main(["metadata", "check", "-m", str(path)]) == 0
     out = capsys.readouterr().out
     assert "privacy unit: customer.c_custkey (max_contribution 837339, levels base 5.5, " in out
+
+
+# ``max_sum``: R2T's GS for a SUM, in value units (dpsql.units.grid)
+
+
+def test_max_sum_loads_round_trips_and_is_public(tmp_path):
+    md = _load(tmp_path, _with("{table: customer, column: c_custkey, max_sum: 1000000}"))
+    assert md.privacy_unit is not None and md.privacy_unit.max_sum == 1000000
+    assert _load(tmp_path, BASE).privacy_unit.max_sum is None
+    text = dump_metadata(md)
+    assert "max_sum: 1000000" in text
+    assert loads_metadata(text, md.path) == md
+    assert "max_sum" not in dump_metadata(_load(tmp_path, BASE))
+    assert analyst_schema(md)["privacy_unit"]["max_sum"] == 1000000
+    assert metadata_digest(md) != metadata_digest(_load(tmp_path, BASE))
+
+
+@pytest.mark.parametrize(("value", "needle"), [
+    ("0", "max_sum must be an integer >= 1"),
+    ("-5", "max_sum must be an integer >= 1"),
+    ("2.5", "max_sum must be an integer >= 1"),
+    ("true", "max_sum must be an integer >= 1"),
+    ("'10'", "max_sum must be an integer >= 1"),
+    (str(2**63), "2^62"),
+])
+def test_a_bad_max_sum_is_refused_with_its_line(tmp_path, value, needle):
+    text = BASE.replace("privacy_unit: {table: customer, column: c_custkey}\n",
+                        f"# the unit\nprivacy_unit:\n  table: customer\n  column: c_custkey\n"
+                        f"  max_sum: {value}\n")
+    message = _error(tmp_path, text)
+    assert needle in message and "privacy_unit" in message, message
+    assert _line(message) in (2, 5), message

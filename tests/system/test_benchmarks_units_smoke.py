@@ -155,5 +155,6 @@ def test_level_grid_simulation(results):
     data = run(results["db"], draws=20)
     assert [q["name"] for q in data["queries"]] == list(SINGLE)
     for q in data["queries"]:
-        for key in ("dpsql", "base 4", "base 5.5", "dpsql_r2t_grid", "r2t_code"):
+        for key in ("dpsql", "base 4", "base 5.5", "dpsql_r2t_grid", "dpsql_rows_grid",
+                    "increments", "r2t_code"):
             assert _ratio(q[key]), (q["name"], key)

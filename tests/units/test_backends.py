@@ -69,8 +69,11 @@ def test_r2t_levels_are_sums_of_truncated_unit_contributions(backend, metadata):
         sums[u] += min(max(qty, 0), 4)
     taus = levels(64)
     want_counts = [sum(min(c, t) for c in counts.values()) for t in taus]
-    want_sums = [sum(min(s, t * 4) for s in sums.values()) for t in taus]
+    # a SUM's levels are in value units (dpsql.units.grid): 2, 4, .., 256 = 64 rows x 4
+    value_taus = levels(256)
+    want_sums = [sum(min(s, t) for s in sums.values()) for t in value_taus]
     assert list(got[0]) == want_counts
+    assert len(got[1]) == len(value_taus) == 8
     assert np.allclose(got[1], want_sums)
     assert want_counts[-1] == len(DB["items"])  # the top level truncates nothing
 

@@ -1,7 +1,8 @@
 """dpsql.units.rewrite's R2T query with noise off on real DuckDB: the truncated sums it returns
 are exactly ``sum_u min(c_u, tau_j b)`` over the per-unit contributions its own inner query
 computes (``__c``), whether they are summed per unit or, for counts, through the histogram of
-contributions -- on random tiny databases, for the paper's grid and an owner's grid."""
+contributions -- on random tiny databases, for the paper's grid and an owner's grid (a SUM's
+levels in value units, dpsql.units.grid)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from sqlglot import exp
 from dpsql.analysis.blocks import analyze_request
 from dpsql.noise.r2t import levels, truncated_sums
 from dpsql.rewrite.plan import plan_execution
+from dpsql.units.grid import part_grid
 from tests.units import tiny
 
 QUERIES = [
@@ -41,7 +43,6 @@ def test_truncated_sums_equal_the_reference_over_the_units(sql, histogram, base)
     assert release is not None and release.r2t
     exact_sql = plan_execution(analysis, md).exact_sql
     assert ("__h" in exact_sql) == histogram
-    taus = levels(8, base)
     rng = random.Random(5)
     for _ in range(12):
         db = tiny.random_database(rng)
@@ -52,12 +53,19 @@ def test_truncated_sums_equal_the_reference_over_the_units(sql, histogram, base)
         cursor = con.execute(_per_unit(exact_sql))
         names = [d[0] for d in cursor.description]
         units = cursor.fetchall()
+        start = 0
         for i, part in enumerate(release.parts):
             k = names.index(f"__p{i}")
             c = np.array([0 if r[k] is None else r[k] for r in units],
                          dtype=np.int64 if part.integer else np.float64)
-            want = truncated_sums(c, unit_bound=part.bound, max_contribution=8, base=base)
-            got = [0 if v is None else v for v in row[i * len(taus):(i + 1) * len(taus)]]
+            # each part on its own grid: rows for a COUNT, value units for a SUM
+            # (dpsql.units.grid: GS_value = 8 rows x the per-row bound)
+            bound, gs = part_grid(part, md.privacy_unit)
+            assert (bound, gs) == ((1.0, 8) if part.integer else (1.0, 8 * int(part.bound)))
+            n = len(levels(gs, base))
+            want = truncated_sums(c, unit_bound=bound, max_contribution=gs, base=base)
+            got = [0 if v is None else v for v in row[start:start + n]]
+            start += n
             if part.integer:
                 assert got == want.tolist()  # exact integers
             else:

@@ -29,7 +29,8 @@ QTY_BOUNDS = (0.0, 4.0)
 
 
 def metadata(*, max_contribution: int = 8, max_groups: int = 2,
-             max_rows_per_group: int = 2, level_base: float = 2.0) -> Metadata:
+             max_rows_per_group: int = 2, level_base: float = 2.0,
+             max_sum: int | None = None) -> Metadata:
     def cols(table: str, **extra: Column) -> dict[str, Column]:
         out = {c: Column(c, type="INTEGER") for c in COLUMNS[table]}
         out.update(extra)
@@ -50,7 +51,7 @@ def metadata(*, max_contribution: int = 8, max_groups: int = 2,
     }
     return Metadata(tables, privacy_unit=PrivacyUnit(
         "customer", "c_id", max_contribution=max_contribution, max_groups=max_groups,
-        max_rows_per_group=max_rows_per_group, level_base=level_base))
+        max_rows_per_group=max_rows_per_group, level_base=level_base, max_sum=max_sum))
 
 
 def random_database(rng: random.Random) -> Database:

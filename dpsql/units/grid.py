@@ -1,0 +1,77 @@
+"""The truncation grid of each R2T part (a query under a privacy unit without GROUP BY).
+
+R2T truncates each unit's contribution c_u at levels tau_j and releases every
+``Q(tau_j) = sum_u min(c_u, tau_j b)`` (:mod:`dpsql.noise.r2t`). What the levels count
+depends on the part (:class:`dpsql.units.analysis.R2TPart`):
+
+* **a COUNT**: rows. ``b = 1``, levels ``floor(B^j)`` rows up to the first >= GS =
+  ``max_contribution`` (the owner's grid, :func:`dpsql.noise.r2t.levels`).
+* **a SUM part** (the non-negative sum of max(x, 0), or the non-positive one of max(-x, 0), each
+  row's value clamped into ``[0, bound]``): **value units**, as R2T's code
+  (hkustDB/Race-to-the-Top, ``R2TSJF.py``: ``tau = 5.5^i``, compared with each unit's summed
+  value). ``b = 1``, levels ``floor(B^j)`` value units up to the first >= ``GS_value``: the
+  owner's ``max_sum`` (a bound in value units on one unit's SUM, R2T's GS for a SUM) when
+  declared, else ``ceil(max_contribution * bound)`` (what GS rows of the largest value sum to).
+  Rows-times-bound levels ``floor(B^j) * bound`` (dpsql's earlier rule) jump by whole rows of the
+  largest value, so a unit whose rows are smaller than the bound on average is truncated at a
+  level up to B times coarser than its sum needs; and they cannot take an owner's bound on the
+  sum.
+
+Contract of :func:`part_grid`. Precondition: ``part`` is one of the analysis's parts (COUNT:
+``bound == 1`` and ``integer``; SUM: ``bound > 0`` finite, ``integer`` false) and ``unit`` the
+declared privacy unit. Guarantee: ``(unit_bound, max_contribution)`` for
+:func:`dpsql.noise.r2t.plan_r2t` and :func:`dpsql.noise.r2t.levels`, a function of the metadata
+and the clamp bound alone (public); the executed query truncates at ``tau_j * unit_bound`` over
+exactly those levels. Under add/remove of one unit (FK cascade) each ``Q(tau_j)`` moves by
+``min(c_u, tau_j unit_bound) <= tau_j unit_bound`` because ``c_u >= 0`` (a COUNT; a SUM part of
+values clamped into ``[0, bound]``): R2T's precondition, for any public grid. A grid whose top
+level would exceed 2^62 is a :class:`~dpsql.errors.NotSupportedError` naming the bound and the
+fix (it depends on the metadata and the SQL's bounds alone).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+from dpsql.errors import NotSupportedError
+from dpsql.metadata import PrivacyUnit
+from dpsql.noise.r2t_levels import MAX_LEVELS, levels
+from dpsql.units.analysis import R2TPart
+
+__all__ = ["part_grid", "part_levels", "sum_top"]
+
+
+def sum_top(bound: float, unit: PrivacyUnit) -> int:
+    """GS_value of a SUM part whose rows contribute at most ``bound`` each (module docstring):
+    the owner's ``max_sum``, else ``ceil(max_contribution * bound)`` (exact, in rationals), at
+    least 1."""
+    if unit.max_sum is not None:
+        return int(unit.max_sum)
+    return max(1, math.ceil(Fraction(unit.max_contribution) * Fraction(float(bound))))
+
+
+def part_grid(part: R2TPart, unit: PrivacyUnit) -> tuple[float, int]:
+    """``(unit_bound, max_contribution)`` of ``part``'s R2T release (module contract)."""
+    if part.integer:
+        return float(part.bound), unit.max_contribution
+    gs = sum_top(part.bound, unit)
+    if gs > 2**MAX_LEVELS:
+        raise _too_large(gs)
+    try:
+        levels(gs, unit.level_base)
+    except ValueError:
+        raise _too_large(gs) from None
+    return 1.0, gs
+
+
+def part_levels(part: R2TPart, unit: PrivacyUnit) -> tuple[int, ...]:
+    """The levels of ``part`` (rows for a COUNT, value units for a SUM part)."""
+    return levels(part_grid(part, unit)[1], unit.level_base)
+
+
+def _too_large(gs: int) -> NotSupportedError:
+    return NotSupportedError(
+        f"under a privacy unit, a SUM's truncation levels would reach {gs} value units, beyond "
+        "2^62: declare max_sum (a bound on one unit's sum) in the privacy_unit, a smaller "
+        "max_contribution, or tighter bounds on the summed column")

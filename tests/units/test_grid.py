@@ -1,0 +1,101 @@
+"""dpsql.units.grid: each R2T part's truncation grid -- rows for a COUNT, value units for a SUM
+part (R2T's code) up to the owner's ``max_sum`` or ``max_contribution`` x the per-row bound --
+exact values, refusals, and the engine's executed query and explain on it."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from dpsql.analysis.blocks import analyze_request
+from dpsql.analysis.explain import explain, explain_text
+from dpsql.errors import NotSupportedError
+from dpsql.metadata import PrivacyUnit
+from dpsql.noise.r2t import truncated_sums
+from dpsql.rewrite.plan import plan_execution
+from dpsql.units.analysis import R2TPart
+from dpsql.units.grid import part_grid, part_levels, sum_top
+from tests.units import tiny
+
+COUNT = R2TPart(0, 1, 1.0, True)
+
+
+def _unit(**kw) -> PrivacyUnit:
+    return PrivacyUnit("customer", "c_id", **kw)
+
+
+def test_a_count_keeps_its_rows_grid():
+    unit = _unit(max_contribution=837339, level_base=5.5, max_sum=10)
+    assert part_grid(COUNT, unit) == (1.0, 837339)
+    assert part_levels(COUNT, unit) == (5, 30, 166, 915, 5032, 27680, 152243, 837339)
+
+
+def test_a_sum_part_is_in_value_units_up_to_gs_times_the_bound():
+    unit = _unit(max_contribution=8)
+    assert part_grid(R2TPart(0, 1, 4.0, False), unit) == (1.0, 32)
+    assert part_levels(R2TPart(0, 1, 4.0, False), unit) == (2, 4, 8, 16, 32)
+    # the non-positive part of a SUM over [-3, 5]: bound 3, GS_value 24 -> 2 .. 32
+    assert part_levels(R2TPart(0, -1, 3.0, False), unit) == (2, 4, 8, 16, 32)
+    # exact rounding up, in rationals: 8 x 0.1 is 0.8 -> 1 value unit (one level, 2)
+    assert sum_top(0.1, unit) == 1 and part_levels(R2TPart(0, 1, 0.1, False), unit) == (2,)
+    assert sum_top(2.5, _unit(max_contribution=3)) == 8  # 7.5 rounded up
+
+
+def test_the_owners_max_sum_sets_every_sum_grid():
+    # R2T's Q18 setting: SUM(l_quantity) per customer on R2T's code's grid (5.5^j, GS 10^6)
+    unit = _unit(max_contribution=837339, level_base=5.5, max_sum=837339)
+    assert part_grid(R2TPart(0, 1, 50.0, False), unit) == (1.0, 837339)
+    assert part_levels(R2TPart(0, 1, 50.0, False), unit) == (
+        5, 30, 166, 915, 5032, 27680, 152243, 837339)
+    # without it: 837339 x 50 value units, 11 levels
+    plain = _unit(max_contribution=837339, level_base=5.5)
+    assert part_grid(R2TPart(0, 1, 50.0, False), plain) == (1.0, 41866950)
+    assert len(part_levels(R2TPart(0, 1, 50.0, False), plain)) == 11
+
+
+def test_a_grid_beyond_2_62_is_refused():
+    with pytest.raises(NotSupportedError, match="max_sum"):
+        part_grid(R2TPart(0, 1, 1e15, False), _unit(max_contribution=2**20))
+    with pytest.raises(NotSupportedError, match="max_sum"):  # the top level itself too large
+        part_grid(R2TPart(0, 1, 1.0, False), _unit(max_contribution=2**62, level_base=3))
+
+
+@pytest.mark.parametrize("max_sum", [None, 5])
+def test_the_executed_sum_levels_are_the_value_grid_exactly(max_sum):
+    md = tiny.metadata(max_contribution=8, max_sum=max_sum)
+    sql = "SELECT SUM(qty) FROM items"
+    analysis = analyze_request(sql, md)
+    assert analysis.unit is not None
+    (part,) = analysis.unit.parts
+    exact_sql = plan_execution(analysis, md).exact_sql
+    taus = (2, 4, 8) if max_sum == 5 else (2, 4, 8, 16, 32)  # GS_value 5, or 8 rows x 4
+    assert part_levels(part, md.privacy_unit) == taus
+    rng = random.Random(3)
+    for _ in range(6):
+        db = tiny.random_database(rng)
+        db["items"] += [(o, 3, 1) for o, _, _ in db["orders"] for _ in range(rng.randint(0, 4))]
+        con = tiny.load(db)
+        row = con.execute(exact_sql).fetchone()
+        owner = {o: c for o, c, _ in db["orders"]}
+        sums: dict[int | None, float] = {}
+        for order, qty, _ in db["items"]:
+            u = owner.get(order)
+            sums[u] = sums.get(u, 0.0) + min(max(qty, 0), 4)
+        want = truncated_sums(np.array(list(sums.values()) or [0.0]), unit_bound=1.0,
+                              max_contribution=taus[-1])
+        got = [0.0 if v is None else float(v) for v in row]
+        assert len(got) == len(taus)
+        assert np.allclose(got, want[:len(taus)], rtol=0, atol=1e-9)
+
+
+def test_explain_shows_a_sums_value_grid():
+    md = tiny.metadata(max_contribution=8, max_sum=5)
+    report = explain("SELECT SUM(qty) FROM items", md, epsilon=1.0, delta=0.0)
+    assert report["privacy_unit"]["max_sum"] == 5
+    (part,) = report["measurements"][0]["parts"]
+    assert part["level_unit"] == "value" and part["level_top"] == 5
+    assert len(part["level_scales"]) == 3  # levels 2, 4, 8 value units
+    text = explain_text("SELECT SUM(qty) FROM items", md, epsilon=1.0, delta=0.0)
+    assert "levels in value units up to 5" in text
