@@ -136,17 +136,20 @@ def _draw(session: Session, sql: str, params: Sequence[Any], epsilon: float, del
             for _ in range(runs)]
 
 
-def _cells(draws: list[dict[tuple, tuple]]) -> dict[tuple, np.ndarray]:
-    """(row key, column index) -> the numeric values of that cell across draws (cells missing
-    from some draw or non-numeric are skipped)."""
-    out: dict[tuple, list[float]] = {}
-    for draw in draws:
+def _cells(draws: list[dict[tuple, tuple]], *, complete: bool = True) -> dict[tuple, np.ndarray]:
+    """(row key, column index) -> the numeric values of that cell across draws. Non-numeric
+    cells are skipped; a cell missing from some draw (a group not released, an AVG that came
+    out NULL) is skipped when ``complete``, else NaN in that draw."""
+    out: dict[tuple, np.ndarray] = {}
+    for j, draw in enumerate(draws):
         for key, row in draw.items():
             for i, value in enumerate(row):
                 # Decimal: a DECIMAL column's sum (dpsql.execute.typed)
                 if isinstance(value, int | float | Decimal) and not isinstance(value, bool):
-                    out.setdefault((key, i), []).append(float(value))
-    return {cell: np.asarray(v) for cell, v in out.items() if len(v) == len(draws)}
+                    out.setdefault((key, i), np.full(len(draws), np.nan))[j] = float(value)
+    if complete:
+        return {cell: v for cell, v in out.items() if not np.isnan(v).any()}
+    return out
 
 
 @dataclass(frozen=True)
@@ -171,8 +174,13 @@ class LikelihoodRatio:
                           for c, m, f in zip(cells, near, far, strict=True)])
         return LikelihoodRatio(cells, near, far, np.where(scale > 0, scale, 1.0))
 
-    def __call__(self, values: dict[tuple, np.ndarray]) -> np.ndarray:
-        x = np.stack([values[c] for c in self.cells], axis=1)
+    def __call__(self, values: dict[tuple, np.ndarray], runs: int) -> np.ndarray:
+        """T over ``runs`` releases; a cell missing from a release (NaN, or absent from all)
+        counts as the midpoint of near and far, i.e. 0: still a fixed function of the
+        release, so the audit's bounds hold (a fitted cell can be NULL in a later release)."""
+        missing = np.full(runs, np.nan)
+        x = np.stack([values.get(c, missing) for c in self.cells], axis=1)
+        x = np.where(np.isnan(x), (self.near + self.far) / 2.0, x)
         return ((np.abs(x - self.far) - np.abs(x - self.near)) / self.scale).sum(axis=1)
 
 
@@ -254,8 +262,8 @@ def audit(database: str | Path, metadata: Metadata, sql: str, params: Sequence[A
             if statistic is None:
                 raise ProgrammingError("the query's output has no noisy numeric cell present in "
                                        "every release on both databases: nothing to audit")
-            samples = [statistic(_cells(_draw(s, sql, params, epsilon, delta, runs)))
-                       for s in sessions]
+            samples = [statistic(_cells(_draw(s, sql, params, epsilon, delta, runs),
+                                        complete=False), runs) for s in sessions]
         finally:
             for backend in backends:
                 backend.close()

@@ -136,3 +136,21 @@ def test_decimal_sums_are_audited_cells() -> None:
     cells = _cells(draws)
     assert sorted(cells) == [(("a",), 0), (("a",), 1)]
     assert cells[(("a",), 0)].tolist() == [1.25, 2.5]
+
+
+def test_a_cell_missing_from_a_later_release_counts_as_the_midpoint() -> None:
+    """A cell every pilot release had can be NULL in a measured one (an AVG over a noisy count
+    <= 0): it scores 0, the statistic stays a fixed function of the release (this raised
+    KeyError in about one full-suite run in three)."""
+    import numpy as np
+
+    from dpsql.privacy_audit import LikelihoodRatio, _cells
+
+    pilot = _cells([{("a",): (1.0,)}, {("a",): (3.0,)}])
+    statistic = LikelihoodRatio.fit(pilot, _cells([{("a",): (10.0,)}, {("a",): (12.0,)}]))
+    assert statistic is not None
+    measured = [{("a",): (2.0,)}, {("a",): (None,)}, {}, {("a",): (11.0,)}]
+    assert _cells(measured) == {}  # a complete-only read loses the cell
+    scores = statistic(_cells(measured, complete=False), 4)
+    assert scores[1] == scores[2] == 0.0 and scores[0] > 0 > scores[3]
+    assert np.array_equal(statistic({}, 2), np.zeros(2))
