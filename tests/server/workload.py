@@ -36,6 +36,7 @@ class ClientLog:
     uncached: list[dict[str, Any]] = field(default_factory=list)  # notice details
     cached: int = 0
     codes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # "code: sql -> message", for the assert
     names: list[list[str]] = field(default_factory=list)  # column names of every answer
     statements: int = 0
 
@@ -86,6 +87,7 @@ def load_client(dsn: str, seed: int, alias: str, statements: int, start: threadi
                 cur = conn.execute(sql, params or None)
             except psycopg.Error as exc:
                 log.codes.append(exc.sqlstate or "")
+                log.errors.append(f"{exc.sqlstate}: {sql} {params} -> {exc}")
                 assert not notices, (sql, notices)  # a refusal releases nothing
                 continue
             finally:
