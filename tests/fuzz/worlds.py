@@ -10,7 +10,10 @@ them), so an error on one side only is a leak.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import shutil
+import tempfile
 from pathlib import Path
 
 from dpsql.metadata import Metadata, PrivacyUnit, UnitPath, loads_metadata
@@ -116,8 +119,30 @@ def unit_metadata(csv: Path, mf: int = 2) -> Metadata:
         "u", "n", max_contribution=8, max_groups=2, max_rows_per_group=2))
 
 
+#: the worlds written once in this process: (their folder, what build returns there)
+_TEMPLATE: list[tuple[Path, tuple[Path, dict[str, Path], Path]]] = []
+
+
 def build(folder: Path) -> tuple[Path, dict[str, Path], Path]:
-    """The base database, one neighbour per extreme row, and the public CSV."""
+    """The base database, one neighbour per extreme row, and the public CSV, in ``folder``.
+
+    The files are fixed data: each process writes them once (~0.4 CPU-s; the fuzz fixtures ask
+    several times per worker) to a private template folder and copies them (closed DuckDB files,
+    one file each) to every ``folder``."""
+    if not _TEMPLATE:
+        template = Path(tempfile.mkdtemp(prefix="dpsql-worlds-template-"))
+        atexit.register(shutil.rmtree, template, ignore_errors=True)
+        _TEMPLATE.append((template, _write(template)))
+    template, (base, neighbours, csv) = _TEMPLATE[0]
+    shutil.copytree(template, folder, dirs_exist_ok=True)
+
+    def moved(path: Path) -> Path:
+        return folder / path.relative_to(template)
+
+    return moved(base), {name: moved(p) for name, p in neighbours.items()}, moved(csv)
+
+
+def _write(folder: Path) -> tuple[Path, dict[str, Path], Path]:
     csv = folder / "p.csv"
     csv.write_text("pid,name\n1,one\n2,two\n3,three\n")
     base = write_database(folder / "base.duckdb", SCHEMA, BASE)

@@ -1,13 +1,17 @@
-"""`dpsql serve --backend spark`: the server over the Spark backend, one real server process
-(its own Spark driver JVM, started with the test suite's low-CPU settings through
-``$SPARK_CONF_DIR``) and a few queries through psycopg: private answers charged once, a
-parameterised GROUP BY, a cached repeat, a catalog query and a refusal. Marked ``spark``: it runs
-on the worker that runs the other Spark tests, and is skipped without pyspark."""
+"""`dpsql serve --backend spark`: the server over the Spark backend and a few queries through
+psycopg: private answers charged once, a parameterised GROUP BY, a cached repeat, a catalog query
+and a refusal. The Server runs in this process (a loop in a thread, as tests/server/
+test_connection.py runs it), built as `dpsql serve --backend spark` builds it (master
+``local[2]``, which finds the test run's one Spark session): a server process would start a
+second Spark driver JVM, ~10 CPU-s, for the same code. The real `dpsql serve` process is tested
+over DuckDB by the other server modules (tests/server/serving.py). Marked ``spark``: it runs on
+the worker that runs the other Spark tests, and is skipped without pyspark."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-import shutil
+import threading
 from pathlib import Path
 
 import psycopg
@@ -16,17 +20,14 @@ import pytest
 from dpsql.accounting import Ledger
 from dpsql.backends import ledger_identity
 from dpsql.metadata import dump_metadata, load_metadata
-from tests.conftest import SPARK_CONF
+from dpsql.server.app import Server
 from tests.recording import export_parquet, with_sources
-from tests.server.serving import PASSWORDS, launch
+from tests.server.serving import PASSWORDS
 from tests.shop_fixture import build_shop
 
 
 @pytest.mark.spark
-def test_dpsql_serve_with_the_spark_backend(tmp_path: Path) -> None:
-    pytest.importorskip("pyspark", reason="pyspark is not installed (the spark extra)")
-    if shutil.which("java") is None:
-        pytest.skip("Spark needs Java 17+")
+def test_dpsql_serve_with_the_spark_backend(spark, tmp_path: Path) -> None:
     shop = build_shop(tmp_path / "shop.duckdb")
     sources = export_parquet(shop.path, tmp_path / "parquet")
     md = tmp_path / "shop.yaml"
@@ -37,15 +38,16 @@ def test_dpsql_serve_with_the_spark_backend(tmp_path: Path) -> None:
     with Ledger(ledger) as book:
         book.add_analyst("alice", PASSWORDS["alice"], default_epsilon=0.5)
         book.set_budget(database_id, "alice", 5.0, 0.0)
-    conf = tmp_path / "spark-conf"
-    conf.mkdir()
-    (conf / "spark-defaults.conf").write_text(
-        "".join(f"{k} {v}\n" for k, v in {**SPARK_CONF, "spark.sql.warehouse.dir":
-                                           str(tmp_path / "warehouse")}.items()))
-    server = launch(None, md, ledger, database_id, "--backend", "spark",
-                    env={"SPARK_CONF_DIR": str(conf)}, timeout=180)
+    # what `dpsql serve -m MD --ledger L --backend spark` builds (dpsql/cli/serve.py)
+    server = Server(md, None, ledger, backend="spark", spark="local[2]")
+    loop = asyncio.new_event_loop()
+    host, port = loop.run_until_complete(server.start("127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    dsn = (f"host={host} port={port} user=alice password={PASSWORDS['alice']} dbname=shop "
+           "sslmode=disable")
     try:
-        with psycopg.connect(server.dsn("alice"), autocommit=True, connect_timeout=30) as conn:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=30) as conn:
             notices: list[str] = []
             conn.add_notice_handler(lambda d: notices.append(d.message_detail or ""))
             (n,) = conn.execute("SELECT COUNT(*) AS n FROM orders").fetchone() or (None,)
@@ -69,4 +71,7 @@ def test_dpsql_serve_with_the_spark_backend(tmp_path: Path) -> None:
             assert all(e.released is not None for e in book.audit(analyst="alice")
                        if hasattr(e, "released"))
     finally:
-        server.stop()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+        server.close()
