@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from dpsql.analysis.checks import AGGREGATES, sql_text
+from dpsql.analysis.checks import has_inner_aggregate, sql_text
 from dpsql.analysis.elastic import QueryAnalysis, analyze_query
 from dpsql.analysis.model import OutputColumn
 from dpsql.analysis.parse import parse_query, star_error
@@ -119,15 +119,7 @@ def analyze_request(sql: str, metadata: Metadata) -> QueryAnalysis | BlockQuery:
 def _may_have_blocks(sql: str, query: exp.Query) -> bool:
     """Cheap test: a block needs an aggregate below a nested SELECT (a query with one SELECT
     keyword pays no walk; one with subqueries one walk over its aggregates, ~0.1 ms)."""
-    if sql.upper().count("SELECT") < 2:
-        return False
-    for agg in query.find_all(*AGGREGATES):
-        node = agg.parent
-        while node is not None and node is not query:
-            if isinstance(node, exp.Select):
-                return True
-            node = node.parent
-    return False
+    return sql.upper().count("SELECT") >= 2 and has_inner_aggregate(query)
 
 
 class _Splitter(BlockBuilder):

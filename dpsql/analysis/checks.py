@@ -94,6 +94,19 @@ def has_aggregate(node: exp.Expression) -> bool:
     return any(in_same_select(a, node) for a in node.find_all(*AGGREGATES))
 
 
+def has_inner_aggregate(query: exp.Query) -> bool:
+    """Whether an aggregate of ``query`` sits below a nested SELECT (a CTE, derived table or
+    subquery computes one): what sends a query to the blocks' or the unit's derived-table
+    analysis."""
+    for agg in query.find_all(*AGGREGATES):
+        node = agg.parent
+        while node is not None and node is not query:
+            if isinstance(node, exp.Select):
+                return True
+            node = node.parent
+    return False
+
+
 def in_same_select(inner: exp.Expression, outer: exp.Expression) -> bool:
     """True when ``inner`` is not nested in a subquery below ``outer``."""
     if inner is outer:

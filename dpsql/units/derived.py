@@ -62,6 +62,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from dpsql.analysis.checks import has_inner_aggregate
 from dpsql.analysis.elastic import QueryAnalysis, analyze_query
 from dpsql.analysis.kexpr import Const
 from dpsql.analysis.keyed_groups import Col, column_pair, exact_columns, join_items, linked
@@ -93,21 +94,9 @@ def _refuse(what: str) -> UnsupportedConstructError:
         f"only as one row per unit, {_SHAPE}, aggregated by the outer query")
 
 
-def _has_inner_aggregate(query: exp.Query) -> bool:
-    from dpsql.analysis.checks import AGGREGATES
-
-    for agg in query.find_all(*AGGREGATES):
-        node = agg.parent
-        while node is not None and node is not query:
-            if isinstance(node, exp.Select):
-                return True
-            node = node.parent
-    return False
-
-
 def derived_unit_shape(query: exp.Query, metadata: Metadata) -> DerivedShape | None:
     """The shape of ``query`` (qualified) under ``metadata.privacy_unit`` (module contract)."""
-    if not _has_inner_aggregate(query):
+    if not has_inner_aggregate(query):
         return None
     check_path_types(metadata)  # unit ids and path keys compare stored values (identity.py)
     if not isinstance(query, exp.Select):
