@@ -125,26 +125,16 @@ def analyze_units(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
     analysis = analyze_query(query, structural_metadata(metadata))
     if all(is_public(m) for m in analysis.measurements) and not analysis.partition_selection:
         return analysis
-    for m in analysis.measurements:
-        if m.function not in ("COUNT", "SUM"):  # the bounds below are for counts and sums
-            raise UnsupportedConstructError(
-                f"under a privacy unit, {m.function} has no unit-level rule yet: use COUNT, "
-                "SUM or AVG")
-        if isinstance(m.node, exp.Count) and isinstance(m.node.this, exp.Distinct):
-            raise UnsupportedConstructError(
-                "under a privacy unit, COUNT(DISTINCT ...) has no bound yet: one unit may "
-                "hold a value many others share; count rows, or GROUP BY the value")
+    widths = [row_width(m) for m in analysis.measurements]  # refusals before the paths'
     assert isinstance(analysis.query, exp.Select)
     source = unit_source(analysis.query, metadata)
     grouped = bool(analysis.group_keys)
     measurements = []
     parts: list[R2TPart] = []
-    for m in analysis.measurements:
-        width = 1.0
+    for m, width in zip(analysis.measurements, widths, strict=True):
         if m.function == "SUM":
             assert m.bounds is not None
             lo, hi = m.bounds
-            width = max(abs(lo), abs(hi))
             if not grouped:
                 if hi > 0:
                     parts.append(R2TPart(m.index, 1, float(hi), False))
@@ -163,6 +153,25 @@ def analyze_units(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
     stability = (float(unit.max_groups) if analysis.partition_selection else None)
     return dataclasses.replace(analysis, measurements=tuple(measurements), unit=release,
                                selection_stability=stability)
+
+
+def row_width(m: Measurement) -> float:
+    """What one row moves measurement ``m`` by: 1 for a COUNT, max(|l|, |u|) for a SUM over
+    [l, u] (the unit bounds scale it). UnsupportedConstructError for an aggregate no
+    unit-level rule covers (VARIANCE, ...) and for COUNT(DISTINCT ...): one unit may hold a
+    value many others share, so removing it bounds nothing."""
+    if m.function not in ("COUNT", "SUM"):
+        raise UnsupportedConstructError(
+            f"under a privacy unit, {m.function} has no unit-level rule yet: use COUNT, "
+            "SUM or AVG")
+    if isinstance(m.node, exp.Count) and isinstance(m.node.this, exp.Distinct):
+        raise UnsupportedConstructError(
+            "under a privacy unit, COUNT(DISTINCT ...) has no bound yet: one unit may "
+            "hold a value many others share; count rows, or GROUP BY the value")
+    if m.function == "COUNT":
+        return 1.0
+    assert m.bounds is not None  # the row-level analysis refuses an unbounded SUM
+    return float(max(abs(m.bounds[0]), abs(m.bounds[1])))
 
 
 def per_group_clamp(m: Measurement, unit: PrivacyUnit) -> tuple[float, float]:

@@ -273,7 +273,7 @@ def analyze_derived(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
     COUNT / SUM (AVG split into both) are refused, and so is what the row-level analysis
     refuses (a join key from an earlier LEFT JOIN's null-extended side: with the message of
     this module)."""
-    from dpsql.units.analysis import UnitRelease, analyze_units, structural_metadata
+    from dpsql.units.analysis import UnitRelease, analyze_units, row_width, structural_metadata
     from dpsql.units.paths import UnitSource
 
     unit = metadata.privacy_unit
@@ -291,21 +291,9 @@ def analyze_derived(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
                       "of an earlier LEFT JOIN, or is computed, which the join analysis does "
                       "not support yet (join that table with an inner JOIN, on plain "
                       "columns)") from None
-    measurements = []
-    for m in analysis.measurements:
-        if m.function not in ("COUNT", "SUM"):
-            raise UnsupportedConstructError(
-                f"under a privacy unit, {m.function} has no unit-level rule yet: use COUNT, "
-                "SUM or AVG")
-        if isinstance(m.node, exp.Count) and isinstance(m.node.this, exp.Distinct):
-            raise UnsupportedConstructError(
-                "under a privacy unit, COUNT(DISTINCT ...) over a derived table has no bound "
-                "yet: count rows, or GROUP BY the value")
-        width = 1.0
-        if m.function == "SUM":
-            assert m.bounds is not None  # the row-level analysis refuses an unbounded SUM
-            width = max(abs(float(m.bounds[0])), abs(float(m.bounds[1])))
-        measurements.append(dataclasses.replace(m, sensitivity=Const(width)))
+    # each unit is at most one row of the derived table: kappa = C = 1
+    measurements = [dataclasses.replace(m, sensitivity=Const(row_width(m)))
+                    for m in analysis.measurements]
     one = dataclasses.replace(unit, max_groups=1, max_rows_per_group=1)
     k_alias, k_column = shape.key
     source = UnitSource(k_alias, k_column, (), f"{shape.key_table}.{k_column} (in {shape.alias})")
