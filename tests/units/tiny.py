@@ -84,15 +84,21 @@ def units(db: Mapping[str, Sequence[tuple[int, ...]]]) -> list[int]:
 
 
 _CONNECTION: list[duckdb.DuckDBPyConnection] = []
+#: what each table of the connection holds now: a neighbour differs from its base in a few
+#: tables, and the others (regions always) need not be written again
+_LOADED: dict[str, list[tuple[int, ...]]] = {}
 
 
 def load(db: Mapping[str, Sequence[tuple[int, ...]]]) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB holding ``db`` (one connection per process, its tables replaced)."""
+    """An in-memory DuckDB holding ``db`` (one connection per process, its tables replaced;
+    callers only read it)."""
     if not _CONNECTION:
         _CONNECTION.append(duckdb.connect())
     con = _CONNECTION[0]
     for table, columns in COLUMNS.items():
-        rows = db[table]
+        rows = list(db[table])
+        if _LOADED.get(table) == rows:
+            continue
         if rows:
             values = ", ".join("(" + ", ".join(str(v) for v in r) + ")" for r in rows)
             names = ", ".join(columns)
@@ -101,4 +107,5 @@ def load(db: Mapping[str, Sequence[tuple[int, ...]]]) -> duckdb.DuckDBPyConnecti
         else:
             con.execute(f"CREATE OR REPLACE TABLE {table} "
                         f"({', '.join(c + ' INTEGER' for c in columns)})")
+        _LOADED[table] = rows
     return con
