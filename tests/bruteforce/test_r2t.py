@@ -101,7 +101,7 @@ def test_increments_joint_law_is_epsilon_dp_on_every_neighbour(gs, b, epsilon, b
     assert plan.increments == (len(plan.levels) > 1)
     scales = np.array(plan.scales)
     worst = worst_halved = 0.0
-    for db in _databases(gs, 3, ()):
+    for db in _databases(gs, 3 if gs <= 9 else 2, ()):
         d = np.diff(_q(db, gs, b, base), prepend=0)
         for nb in _neighbours(db, gs):
             moved = np.abs(np.diff(_q(nb, gs, b, base), prepend=0) - d)
