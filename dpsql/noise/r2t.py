@@ -38,7 +38,8 @@ one of two ways, chosen by :func:`plan_r2t` from the public parameters alone
   ``N_j`` is dominated by its last term on a geometric grid (base 5.5: 18% less noise, base 2:
   half). Shifts and half-widths come from the tail bounds of :mod:`dpsql.noise.r2t_tail` for
   the sum ``N_j`` (Theorem 1: increasing scales; Theorem 2: the base-2 grid's equal first two
-  increments, exact law). :func:`plan_r2t` takes this plan only when both bounds apply at every
+  increments, exact law; level 1, one draw of the per-level plan's scale and grid in both
+  plans, keeps the smaller of the two plans' values). :func:`plan_r2t` takes this plan only when both bounds apply at every
   level and no level's shift or half-width exceeds the per-level plan's (so everything proven
   for per-level noise below about the bias still holds with the same constants).
 * **Per-level noise** (otherwise, and always with ``increments=False``: LP truncation, whose
@@ -156,7 +157,6 @@ __all__ = [
 ]
 
 
-
 # ---------------------------------------------------------------------------------------------
 # Levels and the public plan
 # ---------------------------------------------------------------------------------------------
@@ -231,6 +231,12 @@ def plan_r2t(*, unit_bound: float, max_contribution: int, epsilon: float, beta: 
     use_increments = False
     if increments and len(taus) > 1:
         inc = increment_plan(taus, b, eps, beta_f, integer)
+        if inc is not None:
+            # level 1 is one draw in both plans (increment tau_1 - 0), of the same scale and
+            # grid: either plan's shift and half-width bound it, so keep the smaller
+            assert (inc[0][0], inc[1][0]) == (chosen[0][0], chosen[1][0])
+            inc[2][0] = min(inc[2][0], chosen[2][0])
+            inc[3][0] = min(inc[3][0], chosen[3][0])
         if inc is not None and all(
                 x <= y for new, old in ((inc[2], chosen[2]), (inc[3], chosen[3]))
                 for x, y in zip(new, old, strict=True)):
@@ -242,15 +248,15 @@ def plan_r2t(*, unit_bound: float, max_contribution: int, epsilon: float, beta: 
 
 
 def r2t_scales(*, unit_bound: float, max_contribution: int, epsilon: float,
-               integer: bool, base: float = DEFAULT_BASE, increments: bool = True
-               ) -> np.ndarray:
+               integer: bool, base: float = DEFAULT_BASE, increments: bool = True,
+               beta: float = 0.1) -> np.ndarray:
     """The public noise scale of every draw (value units), for explain and the release record
     before anything runs: per-level noise ``L tau_j b / epsilon`` for counts, ``L (tau_j b +
     g_j) / epsilon`` for sums; noised increments the same with ``tau_j - tau_(j-1)`` for
-    ``tau_j`` (:func:`plan_r2t`, which also says which applies; the scales do not depend on
-    beta, the choice is made at the default beta)."""
+    ``tau_j`` (:func:`plan_r2t`, which also says which applies: pass the release's beta, on
+    which that choice may depend)."""
     plan = plan_r2t(unit_bound=unit_bound, max_contribution=max_contribution, epsilon=epsilon,
-                    integer=integer, base=base, increments=increments)
+                    beta=beta, integer=integer, base=base, increments=increments)
     return np.array(plan.scales, dtype=np.float64)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 
 import numpy as np
 import pytest
@@ -151,6 +152,26 @@ def test_increments_are_chosen_only_where_no_level_loses():
         assert all(x <= y for x, y in zip(new.half_widths, old.half_widths, strict=True))
         if new.increments:  # and from the second level on the gain is real
             assert all(x < y for x, y in zip(new.shifts[1:], old.shifts[1:], strict=True))
+
+
+def test_increments_win_on_random_public_settings():
+    # 300 random (epsilon, beta, base, GS, b): the increments plan is never worse at any level
+    # (level 1 is the same draw in both plans: the smaller of the two bounds is kept, so float
+    # margins cannot make it a step worse), so it is always the one taken
+    rng = random.Random(3)
+    for _ in range(300):
+        integer = rng.random() < 0.5
+        kwargs = dict(unit_bound=1 if integer else 10 ** rng.uniform(-3, 3),
+                      max_contribution=int(10 ** rng.uniform(0.5, 9)),
+                      epsilon=10 ** rng.uniform(-2, 3), beta=10 ** rng.uniform(-4, -0.05),
+                      integer=integer, base=rng.choice([2, 2.2, 2.3, 3, 5.5, 10]))
+        try:
+            new = plan_r2t(**kwargs)
+        except NotSupportedError:
+            continue
+        old = plan_r2t(**kwargs, increments=False)
+        assert new.increments == (len(new.levels) > 1), kwargs
+        assert new.shifts[0] <= old.shifts[0] and new.half_widths[0] <= old.half_widths[0]
 
 
 def test_increments_flag_must_be_a_bool():
