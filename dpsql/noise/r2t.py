@@ -20,69 +20,109 @@ privacy argument uses only that the levels are public, the accuracy one that the
 ``tau_L >= GS``; B enters the bias bound alone (fewer, coarser levels: less noise per level, a
 coarser race). The caller computes
 the truncated answers ``Q(tau_j) = sum_u min(c_u, tau_j b)`` (one GROUP BY over the join;
-:func:`truncated_sums` is the reference). Level j is released with
-its own share ``epsilon / L`` of the budget and noise of scale ``scale_j`` (:func:`r2t_scales`),
-then shifted down by the public ``shift_j`` (about ``scale_j ln(L / beta)``), and the release is
+:func:`truncated_sums` is the reference). Every level gets ``epsilon / L`` of the budget and a
+noisy value ``noisy_j``, which is shifted down by the public ``shift_j`` (about ``scale ln(L /
+beta)``), and the release is
 
     value = max(0, max_j (noisy_j - shift_j))
 
-(the paper's ``max{max_j Q~(I, tau_j), Q(I, 0)}`` with ``Q(I, 0) = 0``).
+(the paper's ``max{max_j Q~(I, tau_j), Q(I, 0)}`` with ``Q(I, 0) = 0``). The noisy levels come
+one of two ways, chosen by :func:`plan_r2t` from the public parameters alone
+(``R2TPlan.increments``):
 
-* Counts (``integer=True``, ``b`` a whole number): ``noisy_j = Q(tau_j) + X_j``, X_j exact
-  discrete Laplace of scale ``scale_j = L tau_j b / epsilon``
-  (:func:`~dpsql.noise.mechanisms.release_counts`); ``shift_j = ceil(scale_j ln(L / beta))``, so
-  every output is an exact integer.
-* Sums (``integer=False``): ``noisy_j = g_j (R(Q(tau_j) / g_j) + Y_j)`` on the power-of-two
-  grid of :func:`~dpsql.noise.mechanisms.release_sums`; a neighbour moves the snapped value by
-  at most ``tau_j b + g_j`` (R is monotone and commutes with integer shifts), so, as in
-  ``plan._pure_plan``, ``scale_j = L (tau_j b + g_j) / epsilon`` with ``g_j`` the grid of that
-  scale (settled by iterating; the grid depends on the public scale alone), and
-  ``shift_j = g_j (ceil((scale_j / g_j) ln(L / beta)) + 1/2)``.
+* **Noised increments** (the default under naive truncation). With ``tau_0 = 0``, the
+  increments ``D_j = Q(tau_j) - Q(tau_(j-1))`` are noised, each at ``epsilon / L``, and the
+  levels released as running sums ``noisy_j = sum_(i <= j) (D_i + X_i) = Q(tau_j) + N_j``,
+  ``N_j = X_1 + .. + X_j``. The increment's scale is ``scale_j = L (tau_j - tau_(j-1)) b /
+  epsilon`` (sums: ``+ g_j``, as below): smaller than the level's ``L tau_j b / epsilon``, and
+  ``N_j`` is dominated by its last term on a geometric grid (base 5.5: 18% less noise, base 2:
+  half). Shifts and half-widths come from the tail bounds of :mod:`dpsql.noise.r2t_tail` for
+  the sum ``N_j`` (Theorem 1: increasing scales; Theorem 2: the base-2 grid's equal first two
+  increments, exact law; level 1, one draw of the per-level plan's scale and grid in both
+  plans, keeps the smaller of the two plans' values). :func:`plan_r2t` takes this plan only when both bounds apply at every
+  level and no level's shift or half-width exceeds the per-level plan's (so everything proven
+  for per-level noise below about the bias still holds with the same constants).
+* **Per-level noise** (otherwise, and always with ``increments=False``: LP truncation, whose
+  increments are not bounded): ``noisy_j = Q(tau_j) + X_j`` with level j's own noise at
+  ``scale_j = L tau_j b / epsilon``.
+
+Noise of one draw:
+
+* Counts (``integer=True``, ``b`` a whole number): X exact discrete Laplace of ``scale_j``
+  (:func:`~dpsql.noise.mechanisms.release_counts`); shifts and half-widths are whole numbers,
+  so every output is an exact integer. Per-level: ``shift_j = ceil(scale_j ln(L / beta))``.
+* Sums (``integer=False``): the drawn value ``v`` (a level or an increment) becomes ``g_j
+  (R(v / g_j) + Y_j)`` on the power-of-two grid of
+  :func:`~dpsql.noise.mechanisms.release_sums`; a neighbour moves the snapped value by at most
+  ``sens_j + g_j`` (R is monotone and commutes with integer shifts; ``sens_j`` is ``tau_j b``,
+  or ``(tau_j - tau_(j-1)) b`` for an increment), so, as in ``plan._pure_plan``, ``scale_j = L
+  (sens_j + g_j) / epsilon`` with ``g_j`` the grid of that scale (settled by iterating; the
+  grid depends on the public scale alone). The snapping errs by at most ``g_i / 2`` per draw,
+  so a level's shift and half-width add ``sum_(i <= j) g_i / 2`` (per-level: ``g_j / 2``):
+  per-level ``shift_j = g_j (ceil((scale_j / g_j) ln(L / beta)) + 1/2)``.
 
 Contract of :func:`release_r2t`.
 
-Precondition (the caller's job, exactly what naive truncation of a self-join-free query gives):
-adding or removing one unit changes every ``Q(tau_j)`` by at most ``tau_j b``, and every
-``Q(tau_j)`` is non-negative. (A unit's truncated contribution ``min(c_u, tau_j b)`` lies in
-``[0, tau_j b]``; units contribute to disjoint terms of the sum.)
+Precondition (the caller's job). Per-level noise: adding or removing one unit changes every
+``Q(tau_j)`` by at most ``tau_j b``, and every ``Q(tau_j)`` is non-negative. Noised increments
+(``increments=True``, the default) need more: it changes every increment ``D_j`` by at most
+``(tau_j - tau_(j-1)) b``. Naive truncation of a self-join-free query gives both: a unit's
+truncated contribution ``min(c_u, tau_j b)`` lies in ``[0, tau_j b]``, its increment
+``min(c_u, tau_j b) - min(c_u, tau_(j-1) b)`` in ``[0, (tau_j - tau_(j-1)) b]``, and units
+contribute to disjoint terms of the sums. (LP truncation gives only the first: pass
+``increments=False``.)
 
 Guarantee: the whole :class:`R2TRelease` (value, every noisy level, the chosen level and both
-bounds) is epsilon-DP for the unit neighbours. Each noisy level is (epsilon / L)-DP (discrete
-Laplace: the pmf ratio of an integer shift of at most ``tau_j b`` at scale ``L tau_j b/epsilon``
-is at most ``e^(epsilon/L)``; sums: at most ``tau_j b + g_j`` in value units, see above), the L
-levels compose to epsilon (basic composition over independent draws), and everything else is a
-function of the noisy levels and public parameters (post-processing). Up to the sampler's
-resolution (mechanisms' module docstring).
+bounds) is epsilon-DP for the unit neighbours. Each draw is (epsilon / L)-DP (discrete Laplace:
+the pmf ratio of an integer shift of at most ``sens_j`` at scale ``L sens_j / epsilon`` is at
+most ``e^(epsilon/L)``; sums: at most ``sens_j + g_j`` in value units, see above), the L draws
+compose to epsilon (basic composition over independent draws), and everything else is a
+function of the noisy draws and public parameters (post-processing: the running sums, the max,
+the bounds). Up to the sampler's resolution (mechanisms' module docstring) and, for sums, the
+float rounding of the subtraction ``Q(tau_j) - Q(tau_(j-1))`` and of the running sums (relative
+1e-16, as the database's float sums themselves).
 
-Accuracy (each with its probability over the noise alone, for every database):
+Accuracy (each with its probability over the noise alone, for every database). Write ``N_j``
+for level j's total noise (``X_j`` per level, ``X_1 + .. + X_j`` for increments) and ``E_j``
+for the sums' snapping error, ``|E_j| <= sum g_i / 2`` over its draws.
 
 * ``P(value > Q(I)) <= beta / 2``: truncation only lowers (``Q(tau_j) <= Q(I)``), so ``value >
-  Q(I)`` needs some level's noise above its shift; the discrete tail
-  ``P(X > ceil(s)) = p^(ceil(s)+1) / (1+p) <= p^(s+1) / (1+p) < p^s / 2 = beta / (2L)`` for
-  ``s = scale ln(L/beta)`` (``p = e^(-1/scale)``; sums in grid steps, the snapping's error is
-  below the extra g/2), union over the L levels.
-* Truncation bias (paper, Theorem 5.1): with probability >= 1 - beta every level's noise lies
-  within +- its shift (same tail, two-sided), and then ``value >= Q(tau_j) - 2 shift_j`` for
-  every j; at the first level ``tau_j >= tau* = max_u c_u / b`` (the largest unit, in rows),
-  ``Q(tau_j) = Q(I)`` and ``tau_j <= B max(ceil(tau*), 1)`` (j = 1: ``tau_1 = floor(B)``;
-  j > 1: ``floor(B^(j-1)) < tau*`` so ``B^(j-1) < ceil(tau*)`` and ``tau_j <= B^j``), so
-  ``Q(I) - value <= 2 B L ln(L/beta) max(ceil(tau*), 1) b / epsilon`` with ``L =
-  ceil(log_B GS)`` (+ the rounding of the shifts and grids) when ``tau* <= tau_L``. For
-  ``B = 2`` this is the paper's ``4 log2(GS) ln(log2(GS)/beta) tau* b / epsilon``; a larger B
-  trades the factor B against the smaller L (and ``ln(L / beta)``).
-* The published 95% interval: ``half_width_j`` is the smallest h with ``P(|noisy_j -
-  Q(tau_j)| > h) <= 0.05 / L`` under the exact discrete law (sums: ``g_j (k + 1/2)``, the
-  snapping's half step added), so with probability >= 0.95 every level is simultaneously within
-  its half-width. On that event ``Q(I) >= Q(tau_j) >= noisy_j - half_width_j`` for every j and
-  ``Q(I) >= 0``, so ``lower95 = max(0, max_j (noisy_j - half_width_j))`` is a lower bound on the
-  *untruncated* answer; and ``Q(tau_L) <= noisy_L + half_width_L = upper95`` bounds the answer
-  truncated at the top level: Q(I) itself when GS bounds every unit (``c_u <= GS b``, so
-  ``Q(tau_L) = Q(I)``), otherwise only what remains after the largest units are cut to
-  ``tau_L b``. upper95 is raised to lower95 if below it (possible only outside the 95% event).
-  The interval is about the answer, not about ``value``: value is R2T's biased-low estimate.
+  Q(I)`` needs some level with ``N_j + E_j > shift_j``, i.e. ``N_j`` above the shift's noise
+  part (``shift_j`` less the rounding allowance), which has probability at most ``beta /
+  (2L)``; union over the L levels. Per level: the discrete tail ``P(X > ceil(s)) =
+  p^(ceil(s)+1) / (1+p) <= p^(s+1) / (1+p) < p^s / 2 = beta / (2L)`` for ``s = scale ln(L /
+  beta)`` (``p = e^(-1/scale)``; sums in grid steps). Increments: the smallest step count whose
+  proven tail bound for the sum ``N_j`` is at most ``beta / (2L)``
+  (:func:`dpsql.noise.r2t_tail.tail_steps`).
+* Truncation bias (paper, Theorem 5.1): ``N_j`` is symmetric, so with probability >= 1 - beta
+  every level's noise lies within +- its shift (the same tails, two-sided), and then ``value
+  >= Q(tau_j) - 2 shift_j`` for every j; at the first level ``tau_j >= tau* = max_u c_u / b``
+  (the largest unit, in rows), ``Q(tau_j) = Q(I)`` and ``tau_j <= B max(ceil(tau*), 1)`` (j =
+  1: ``tau_1 = floor(B)``; j > 1: ``floor(B^(j-1)) < tau*`` so ``B^(j-1) < ceil(tau*)`` and
+  ``tau_j <= B^j``), so with the per-level shifts ``Q(I) - value <= 2 B L ln(L/beta)
+  max(ceil(tau*), 1) b / epsilon`` with ``L = ceil(log_B GS)`` (+ the rounding of the shifts
+  and grids) when ``tau* <= tau_L``; noised increments are chosen only when every shift is at
+  most the per-level one, so the same bound holds (usually far from tight: base 2's shifts are
+  about 0.54 of it, base 5.5's 0.82). For ``B = 2`` this is the paper's ``4 log2(GS)
+  ln(log2(GS)/beta) tau* b / epsilon``; a larger B trades the factor B against the smaller L
+  (and ``ln(L / beta)``).
+* The published 95% interval: ``half_width_j`` bounds level j's error with ``P(|noisy_j -
+  Q(tau_j)| > half_width_j) <= 0.05 / L`` (per level: the smallest such whole number of steps
+  under the exact discrete law; increments: twice :func:`~dpsql.noise.r2t_tail.tail_steps`'s
+  one-sided bound at ``0.025 / L``, the noise being symmetric; sums: plus the snapping's
+  allowance), so with probability >= 0.95 every level is simultaneously within its half-width
+  (union bound: no independence across levels is needed). On that event ``Q(I) >= Q(tau_j) >=
+  noisy_j - half_width_j`` for every j and ``Q(I) >= 0``, so ``lower95 = max(0, max_j
+  (noisy_j - half_width_j))`` is a lower bound on the *untruncated* answer; and ``Q(tau_L) <=
+  noisy_L + half_width_L = upper95`` bounds the answer truncated at the top level: Q(I) itself
+  when GS bounds every unit (``c_u <= GS b``, so ``Q(tau_L) = Q(I)``), otherwise only what
+  remains after the largest units are cut to ``tau_L b``. upper95 is raised to lower95 if below
+  it (possible only outside the 95% event). The interval is about the answer, not about
+  ``value``: value is R2T's biased-low estimate.
 
-Noise: one draw per level through the :class:`~dpsql.noise.mechanisms.Sampler` (all rows of a
-:func:`release_r2t_many` at once), so L draws whatever the data; no other randomness. Every
+Noise: one draw per level (or per increment) through the
+:class:`~dpsql.noise.mechanisms.Sampler` (all rows of a :func:`release_r2t_many` at once), so L
+draws whatever the data; no other randomness. Every
 refusal here reads the public parameters alone (GS, b, epsilon, beta): a level whose scale the
 discrete sampler cannot take is a :class:`~dpsql.errors.NotSupportedError` before anything is
 drawn.
@@ -95,10 +135,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpsql.errors import NotSupportedError
 from dpsql.noise import mechanisms
 from dpsql.noise.mechanisms import Sampler
 from dpsql.noise.r2t_levels import DEFAULT_BASE, MAX_LEVELS, MIN_BASE, levels
+from dpsql.noise.r2t_plans import CONFIDENCE, increment_plan, level_plan
 
 __all__ = [
     "CONFIDENCE",
@@ -116,9 +156,6 @@ __all__ = [
     "truncated_sums",
 ]
 
-#: Confidence of the published interval (simultaneous over all levels).
-CONFIDENCE = 0.95
-
 
 # ---------------------------------------------------------------------------------------------
 # Levels and the public plan
@@ -129,10 +166,12 @@ CONFIDENCE = 0.95
 class R2TPlan:
     """The public parameters of one R2T release: they depend on GS, b, epsilon, beta only.
 
-    ``levels[j]`` is tau in rows; ``scales[j]`` the noise scale of level j in value units
-    (a count's discrete Laplace scale; a sum's grid step times its integer noise's scale);
-    ``granularities[j]`` its grid (1 for counts); ``shifts[j]`` what is subtracted before the
-    max; ``half_widths[j]`` the level's share of the simultaneous 95% interval.
+    ``levels[j]`` is tau in rows; ``increments`` whether the levels are released as noised
+    increments (module docstring); ``scales[j]`` the noise scale of draw j in value units (of
+    level j, or of its increment; a count's discrete Laplace scale; a sum's grid step times
+    its integer noise's scale); ``granularities[j]`` its grid (1 for counts); ``shifts[j]``
+    what is subtracted from level j before the max; ``half_widths[j]`` level j's share of the
+    simultaneous 95% interval.
     """
 
     levels: tuple[int, ...]
@@ -144,6 +183,7 @@ class R2TPlan:
     granularities: tuple[float, ...]
     shifts: tuple[float, ...]
     half_widths: tuple[float, ...]
+    increments: bool = False
 
     @property
     def epsilon_per_level(self) -> float:
@@ -159,55 +199,20 @@ def _check_positive(value: float, name: str) -> float:
     return out
 
 
-def _too_noisy() -> NotSupportedError:
-    return NotSupportedError(
-        "R2T's top truncation level needs more noise than the discrete sampler takes: declare a "
-        "smaller max_contribution for the privacy unit, tighten the bounds, or raise epsilon"
-    )
-
-
-def _one_sided_steps(scale: float, beta_level: float) -> int:
-    """``ceil(scale ln(1 / beta_level))``: a shift of this many integer steps is exceeded by
-    discrete Laplace(scale) noise with probability < beta_level / 2 (module docstring)."""
-    return math.ceil(scale * math.log(1.0 / beta_level))
-
-
-def _two_sided_steps(scale: float, alpha: float) -> int:
-    """The smallest integer k >= 0 with ``P(|X| > k) = 2 p^(k+1) / (1 + p) <= alpha`` for X
-    discrete Laplace(scale), ``p = e^(-1/scale)`` (the exact tail; logs for large scales)."""
-    log_c = math.log(2.0) - math.log1p(math.exp(-1.0 / scale)) - math.log(alpha)
-
-    def holds(k: int) -> bool:
-        return -(k + 1) / scale + log_c <= 0.0
-
-    k = max(0, math.ceil(scale * log_c) - 1)
-    while k > 0 and holds(k - 1):
-        k -= 1
-    while not holds(k):
-        k += 1
-    return k
-
-
-def _sum_scale(sensitivity: float, epsilon: float) -> tuple[float, float]:
-    """The scale (sens + g) / epsilon with g the grid of that scale (as ``plan._pure_plan``)."""
-    scale = sensitivity / epsilon
-    for _ in range(3):
-        scale = (sensitivity + mechanisms.sum_granularity(scale)) / epsilon
-    g = mechanisms.sum_granularity(scale)
-    assert (sensitivity + g) / epsilon <= scale * (1 + 1e-12)
-    return scale, g
-
-
 def plan_r2t(*, unit_bound: float, max_contribution: int, epsilon: float, beta: float = 0.1,
-             integer: bool, base: float = DEFAULT_BASE) -> R2TPlan:
-    """The public plan of an R2T release (levels, scales, grids, shifts, half-widths).
+             integer: bool, base: float = DEFAULT_BASE, increments: bool = True) -> R2TPlan:
+    """The public plan of an R2T release (levels, scales, grids, shifts, half-widths, and
+    whether the levels are released as noised increments).
 
     Precondition: ``unit_bound`` (b) finite > 0, a whole number when ``integer``; GS as for
     :func:`levels`; ``epsilon`` finite > 0; ``0 < beta < 1``. Otherwise ``TypeError`` /
-    ``ValueError`` (programming errors); a top level whose count scale exceeds
+    ``ValueError`` (programming errors); a level whose count scale exceeds
     ``MAX_DISCRETE_SCALE`` (or a sum scale outside the grid's range) is a
     :class:`NotSupportedError`. Guarantee: every field is a function of these public
-    parameters alone (module docstring for what each means).
+    parameters alone (module docstring for what each means). With ``increments`` (allowed
+    only under the increments' precondition, module docstring) the plan noises the increments
+    when its tail bound applies to every level and no level's shift or half-width is larger
+    than per-level noise's; otherwise it is the per-level plan.
     """
     b = _check_positive(unit_bound, "unit_bound")
     eps = _check_positive(epsilon, "epsilon")
@@ -216,47 +221,42 @@ def plan_r2t(*, unit_bound: float, max_contribution: int, epsilon: float, beta: 
         raise ValueError("beta must lie strictly between 0 and 1")
     if not isinstance(integer, bool):
         raise TypeError("integer must be a bool")
+    if not isinstance(increments, bool):
+        raise TypeError("increments must be a bool")
     if integer and not b.is_integer():
         raise ValueError("a count's unit_bound must be a whole number of rows' weight (1 for "
                          "COUNT); use integer=False for sums")
     taus = levels(max_contribution, base)
-    n = len(taus)
-    eps_level = eps / n
-    beta_level = beta_f / n
-    alpha_level = (1.0 - CONFIDENCE) / n
-    scales, grids, shifts, widths = [], [], [], []
-    for tau in taus:
-        sens = tau * b
-        if integer:
-            scale = sens / eps_level
-            if not scale <= mechanisms.MAX_DISCRETE_SCALE:
-                raise _too_noisy()
-            scales.append(scale)
-            grids.append(1.0)
-            shifts.append(float(_one_sided_steps(scale, beta_level)))
-            widths.append(float(_two_sided_steps(scale, alpha_level)))
-            continue
-        try:
-            scale, g = _sum_scale(sens, eps_level)
-        except ValueError:
-            raise _too_noisy() from None
-        steps = scale / g
-        scales.append(scale)
-        grids.append(g)
-        shifts.append(g * (_one_sided_steps(steps, beta_level) + 0.5))
-        widths.append(g * (_two_sided_steps(steps, alpha_level) + 0.5))
+    chosen = level_plan(taus, b, eps, beta_f, integer)
+    use_increments = False
+    if increments and len(taus) > 1:
+        inc = increment_plan(taus, b, eps, beta_f, integer)
+        if inc is not None:
+            # level 1 is one draw in both plans (increment tau_1 - 0), of the same scale and
+            # grid: either plan's shift and half-width bound it, so keep the smaller
+            assert (inc[0][0], inc[1][0]) == (chosen[0][0], chosen[1][0])
+            inc[2][0] = min(inc[2][0], chosen[2][0])
+            inc[3][0] = min(inc[3][0], chosen[3][0])
+        if inc is not None and all(
+                x <= y for new, old in ((inc[2], chosen[2]), (inc[3], chosen[3]))
+                for x, y in zip(new, old, strict=True)):
+            chosen, use_increments = inc, True
+    scales, grids, shifts, widths = chosen
     return R2TPlan(levels=taus, unit_bound=b, epsilon=eps, beta=beta_f, integer=integer,
                    scales=tuple(scales), granularities=tuple(grids), shifts=tuple(shifts),
-                   half_widths=tuple(widths))
+                   half_widths=tuple(widths), increments=use_increments)
 
 
 def r2t_scales(*, unit_bound: float, max_contribution: int, epsilon: float,
-               integer: bool, base: float = DEFAULT_BASE) -> np.ndarray:
-    """The public noise scale of every level (value units), for explain and the release record
-    before anything runs: ``L tau_j b / epsilon`` for counts, ``L (tau_j b + g_j) / epsilon``
-    for sums (:func:`plan_r2t`; the scales do not depend on beta)."""
+               integer: bool, base: float = DEFAULT_BASE, increments: bool = True,
+               beta: float = 0.1) -> np.ndarray:
+    """The public noise scale of every draw (value units), for explain and the release record
+    before anything runs: per-level noise ``L tau_j b / epsilon`` for counts, ``L (tau_j b +
+    g_j) / epsilon`` for sums; noised increments the same with ``tau_j - tau_(j-1)`` for
+    ``tau_j`` (:func:`plan_r2t`, which also says which applies: pass the release's beta, on
+    which that choice may depend)."""
     plan = plan_r2t(unit_bound=unit_bound, max_contribution=max_contribution, epsilon=epsilon,
-                    integer=integer, base=base)
+                    beta=beta, integer=integer, base=base, increments=increments)
     return np.array(plan.scales, dtype=np.float64)
 
 
@@ -296,12 +296,13 @@ class R2TRelease:
     """One R2T release (every field may be shown to the analyst: DP or public).
 
     ``value``: ``max(0, max_j (noisy_j - shift_j))`` (an exact integer for counts);
-    ``noisy``: each level's noisy truncated answer; ``scales``, ``shifts``, ``half_widths``:
-    public, per level; ``chosen``: the level index (0-based into ``levels``) attaining the max
-    over levels (the first on ties; value is 0 rather than ``noisy[chosen] - shifts[chosen]``
-    when that is negative); ``lower95``/``upper95``: the simultaneous 95% bounds of the module
-    docstring (lower: on the untruncated answer; upper: on the answer truncated at the top
-    level, the answer itself when GS bounds every unit).
+    ``noisy``: each level's noisy truncated answer; ``scales`` (of each draw: a level's, or
+    its increment's), ``shifts``, ``half_widths``: public, per level; ``chosen``: the level
+    index (0-based into ``levels``) attaining the max over levels (the first on ties; value
+    is 0 rather than ``noisy[chosen] - shifts[chosen]`` when that is negative);
+    ``lower95``/``upper95``: the simultaneous 95% bounds of the module docstring (lower: on
+    the untruncated answer; upper: on the answer truncated at the top level, the answer itself
+    when GS bounds every unit).
     """
 
     value: float
@@ -352,24 +353,35 @@ def _checked_truncated(truncated: np.ndarray, n_levels: int) -> np.ndarray:
 def release_r2t_many(truncated: np.ndarray, *, unit_bound: float, max_contribution: int,
                      epsilon: float, beta: float = 0.1, integer: bool,
                      sampler: Sampler | None = None,
-                     base: float = DEFAULT_BASE) -> R2TReleases:
+                     base: float = DEFAULT_BASE, increments: bool = True) -> R2TReleases:
     """:func:`release_r2t` for n independent rows at once: ``truncated`` has shape ``(n, L)``,
     row i holding ``Q_i(tau_1..tau_L)``. Each row is one epsilon-DP release (module docstring);
     how rows compose (e.g. groups, each unit in at most kappa of them) is the caller's job.
-    One sampler draw per level for all rows together."""
+    One sampler draw per level for all rows together (the increments' draws when the plan
+    noises increments; the levels are then their running sums)."""
     plan = plan_r2t(unit_bound=unit_bound, max_contribution=max_contribution, epsilon=epsilon,
-                    beta=beta, integer=integer, base=base)
+                    beta=beta, integer=integer, base=base, increments=increments)
     n_levels = len(plan.levels)
     arr = _checked_truncated(truncated, n_levels)
+    if plan.increments:
+        # D_j = Q(tau_j) - Q(tau_(j-1)), Q(tau_0) = 0: exact for counts (integers, or integral
+        # floats <= 2^53 as release_counts requires); one float subtraction for sums
+        source = np.diff(arr if integer else arr.astype(np.float64), axis=1, prepend=0)
+    else:
+        source = arr
     columns = []
     for j in range(n_levels):
         if integer:
-            columns.append(mechanisms.release_counts(arr[:, j], plan.scales[j], sampler=sampler))
+            columns.append(mechanisms.release_counts(source[:, j], plan.scales[j],
+                                                     sampler=sampler))
         else:
-            columns.append(mechanisms.release_sums(arr[:, j], plan.scales[j], sampler=sampler,
+            columns.append(mechanisms.release_sums(source[:, j], plan.scales[j],
+                                                   sampler=sampler,
                                                    granularity=plan.granularities[j]))
     noisy = (np.stack(columns, axis=1) if columns
              else np.empty((0, n_levels)))
+    if plan.increments:
+        noisy = np.cumsum(noisy, axis=1)  # post-processing: noisy_j = sum_(i <= j) (D_i + X_i)
     shifts = np.array(plan.shifts)
     widths = np.array(plan.half_widths)
     if integer:
@@ -391,21 +403,26 @@ def release_r2t_many(truncated: np.ndarray, *, unit_bound: float, max_contributi
 
 def release_r2t(truncated: np.ndarray, *, unit_bound: float, max_contribution: int,
                 epsilon: float, beta: float = 0.1, integer: bool,
-                sampler: Sampler | None = None, base: float = DEFAULT_BASE) -> R2TRelease:
+                sampler: Sampler | None = None, base: float = DEFAULT_BASE,
+                increments: bool = True) -> R2TRelease:
     """Release one COUNT or SUM under a privacy unit with R2T (contract: module docstring).
 
     ``truncated[j]`` is the exact ``Q(tau_j) = sum_u min(c_u, tau_j b)`` for the levels of
     :func:`levels` (``b = unit_bound``, GS = ``max_contribution``): int64 or integral floats
     for counts (``integer=True``), floats for sums. Precondition: adding or removing one unit
-    changes ``Q(tau_j)`` by at most ``tau_j b`` and every ``Q(tau_j) >= 0``. Guarantee: the
-    returned :class:`R2TRelease` is epsilon-DP (L levels at epsilon/L each, basic composition;
-    the max, the chosen level and the 95% bounds are post-processing); ``P(value > Q(I)) <=
-    beta / 2``. ``sampler=None`` means the secure default.
+    changes ``Q(tau_j)`` by at most ``tau_j b`` and every ``Q(tau_j) >= 0``; with
+    ``increments`` (the default) it also changes ``Q(tau_j) - Q(tau_(j-1))`` by at most
+    ``(tau_j - tau_(j-1)) b`` (naive truncation does; LP truncation must pass
+    ``increments=False``). Guarantee: the returned :class:`R2TRelease` is epsilon-DP (L draws
+    at epsilon/L each, basic composition; the running sums, the max, the chosen level and the
+    95% bounds are post-processing); ``P(value > Q(I)) <= beta / 2``. ``sampler=None`` means
+    the secure default.
     """
     arr = np.asarray(truncated)
     if arr.ndim != 1:
         raise ValueError("truncated answers must be a 1-D array, one per level")
     many = release_r2t_many(arr[None, :], unit_bound=unit_bound,
                             max_contribution=max_contribution, epsilon=epsilon, beta=beta,
-                            integer=integer, sampler=sampler, base=base)
+                            integer=integer, sampler=sampler, base=base,
+                            increments=increments)
     return many.row(0)

@@ -16,8 +16,9 @@ conversely the smaller LP's optimum is feasible for the larger one; (2) ``Q(I, t
 sum_q psi(q)``; (3) ``Q(I, tau) = Q(I)`` once tau is at least every unit's contribution
 ``sum over q containing u of psi(q)`` (x = psi is feasible). tau is in value units here, so
 :func:`~dpsql.noise.r2t.release_r2t` applies with ``Q(tau_j) = lp_truncated(results, tau_j * b)``
-(b = ``unit_bound``) and ``integer=False`` (an optimum can be
-fractional: the triangle's is 3/2).
+(b = ``unit_bound``), ``integer=False`` (an optimum can be fractional: the triangle's is 3/2)
+and ``increments=False``: (1) bounds each level's move by tau, not the move of the difference
+of two levels by their difference, so the noised increments' precondition is not shown here.
 
 Numerics (what the caller must know). The LP is solved in floating point by HiGHS
 (``scipy.optimize.linprog(method='highs')``), so the optimum is known only up to the solver's

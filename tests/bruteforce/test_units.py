@@ -6,9 +6,10 @@ orphans included) and every accepted query below, this runs dpsql's EXACT plan o
 (noise off) on D and on D minus each unit's cascade, and checks:
 
 * without GROUP BY (R2T): every truncated sum Q(tau_j) of every part moves by at most
-  tau_j (what dpsql.noise.r2t's noise scales assume; a COUNT's levels in rows, a SUM part's in
-  value units, dpsql.units.grid), on the paper's grid 2^j and on an owner's grid
-  floor(2.5^j) (``levels: {base: 2.5}``: 2, 6, 15 for GS 8);
+  tau_j, and every increment Q(tau_j) - Q(tau_(j-1)) by at most tau_j - tau_(j-1) (what
+  dpsql.noise.r2t's noise scales assume, per level and for its noised increments; a COUNT's
+  levels in rows, a SUM part's in value units, dpsql.units.grid), on the paper's grid 2^j and
+  on an owner's grid floor(2.5^j) (``levels: {base: 2.5}``: 2, 6, 15 for GS 8);
 * with GROUP BY (two-stage): every measurement's bins move by at most
   max_groups * max_rows_per_group * w in L1 (w = 1 for COUNT, max(|l|, |u|) for SUM), the
   sensitivity the analysis claims and the Laplace scale uses.
@@ -133,6 +134,14 @@ def bruteforce_r2t(sql: str, md: Metadata, databases: Sequence[tiny.Database]) -
                     assert abs(float(a) - float(b)) <= tau * bound + 1e-9, (
                         f"PRIVACY BUG: {sql}\ndb={db}\nunit={u} part={part} tau={tau}: "
                         f"{a} vs {b}")
+                    # the noised increments' precondition (dpsql.noise.r2t): Q(tau_j) -
+                    # Q(tau_(j-1)) moves by at most (tau_j - tau_(j-1)) * bound
+                    a0 = float(base[start + j - 1] or 0) if j else 0.0
+                    b0 = float(other[start + j - 1] or 0) if j else 0.0
+                    step = (tau - (taus[j - 1] if j else 0)) * bound
+                    assert abs((float(a) - a0) - (float(b) - b0)) <= step + 1e-9, (
+                        f"PRIVACY BUG: {sql}\ndb={db}\nunit={u} part={part} tau={tau}: "
+                        f"increment {float(a) - a0} vs {float(b) - b0} (bound {step})")
                 start += len(taus)
 
 

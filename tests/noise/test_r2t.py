@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 
 import numpy as np
 import pytest
@@ -82,10 +83,11 @@ def test_top_level_covers_gs_and_is_tight():
 # ---------------------------------------------------------------------------------------------
 
 
-def test_count_plan_exact_values():
+def test_count_plan_exact_values_per_level():
     # GS 8: L = 3, tau = 2, 4, 8; epsilon 1 -> each level gets 1/3; sensitivity tau.
-    plan = plan_r2t(unit_bound=1, max_contribution=8, epsilon=1.0, beta=0.1, integer=True)
-    assert plan.levels == (2, 4, 8)
+    plan = plan_r2t(unit_bound=1, max_contribution=8, epsilon=1.0, beta=0.1, integer=True,
+                    increments=False)
+    assert plan.levels == (2, 4, 8) and not plan.increments
     assert plan.scales == (6.0, 12.0, 24.0)  # L tau / epsilon
     # shift = ceil(scale ln(L / beta)) = ceil(scale ln 30): 20.41, 40.81, 81.63
     assert plan.shifts == (21.0, 41.0, 82.0)
@@ -96,18 +98,94 @@ def test_count_plan_exact_values():
     assert plan.epsilon_per_level == pytest.approx(1 / 3)
 
 
+def test_count_plan_exact_values_increments():
+    # The same GS 8, epsilon 1, beta 0.1, noised increments D = Q(2), Q(4) - Q(2), Q(8) -
+    # Q(4): sensitivities 2, 2, 4 -> scales L (tau_j - tau_(j-1)) / epsilon = 6, 6, 12.
+    plan = plan_r2t(unit_bound=1, max_contribution=8, epsilon=1.0, beta=0.1, integer=True)
+    assert plan.increments and plan.levels == (2, 4, 8)
+    assert plan.scales == (6.0, 6.0, 12.0)
+    # Shifts: the smallest k with a tail bound <= beta / (2L) = 1/60 (dpsql.noise.r2t_tail).
+    # Level 1 (one draw, p = e^(-1/6) = 0.846482): p^(k+1) / (1+p) <= 1/60 <=> k + 1 >= 6 ln(60
+    #   / 1.846482) = 20.887 -> k = 20 (per level: 21).
+    # Level 2 (X_1 + X_2, equal scales, exact law): p^(k+1) [0.045026 (k+1) + 0.541570 -
+    #   0.020641]: k = 27 -> 0.0094025 * 1.78165 = 0.016752 > 1/60; k = 28 -> 0.0079560 *
+    #   1.82668 = 0.014533 -> 28 (per level: 41).
+    # Level 3 (scale 12 over two of scale 6): M = (mgf of scale 6 at 1/12)^2 = ((1 - e^(-1/6))^2
+    #   / ((1 - e^(-1/12))(1 - e^(-1/4))))^2 = 1.33256^2 = 1.77572; p = e^(-1/12):
+    #   k + 1 >= 12 ln(60 * 1.77572 / 1.920044) = 48.195 -> 48 (per level: 82).
+    assert plan.shifts == (20.0, 28.0, 48.0)
+    # Half-widths: the same at 0.025 / L = 1/120 (two-sided 0.05 / L): level 1 k + 1 >= 6
+    #   ln(120 / 1.846482) = 25.045 -> 25 (as per level); level 2: k = 31 -> 0.0048279 *
+    #   1.96176 = 0.009471 > 1/120, k = 32 -> 0.0040868 * 2.00678 = 0.008201 -> 32; level 3:
+    #   k + 1 >= 12 ln(120 * 1.77572 / 1.920044) = 56.513 -> 56.
+    assert plan.half_widths == (25.0, 32.0, 56.0)
+    assert plan.granularities == (1.0, 1.0, 1.0)
+    assert plan.epsilon_per_level == pytest.approx(1 / 3)
+
+
 def test_count_plan_with_unit_bound_and_beta():
     # GS 4 -> L = 2; b = 3 (each row weighs at most 3); epsilon 0.5, beta 0.2
-    plan = plan_r2t(unit_bound=3, max_contribution=4, epsilon=0.5, beta=0.2, integer=True)
+    plan = plan_r2t(unit_bound=3, max_contribution=4, epsilon=0.5, beta=0.2, integer=True,
+                    increments=False)
     assert plan.scales == (2 * 2 * 3 / 0.5, 2 * 4 * 3 / 0.5)  # (24, 48)
     assert plan.shifts == (math.ceil(24 * math.log(10)), math.ceil(48 * math.log(10)))
+    inc = plan_r2t(unit_bound=3, max_contribution=4, epsilon=0.5, beta=0.2, integer=True)
+    # increments 2 and 4 - 2 = 2 rows of weight 3: both at L * 6 / 0.5 = 24
+    assert inc.increments and inc.scales == (24.0, 24.0)
+    assert inc.shifts[0] <= plan.shifts[0] and inc.shifts[1] < plan.shifts[1]
+
+
+def test_increments_are_chosen_only_where_no_level_loses():
+    for gs, eps, beta, b, integer, base in itertools.product(
+            (2, 5, 100, 2**20), (0.05, 0.8, 3.0), (0.01, 0.1), (1, 2.5), (True, False),
+            (2, 2.2, 3, 5.5)):
+        if integer and b != 1:
+            continue
+        kwargs = dict(unit_bound=b, max_contribution=gs, epsilon=eps, beta=beta,
+                      integer=integer, base=base)
+        old = plan_r2t(**kwargs, increments=False)
+        new = plan_r2t(**kwargs)
+        assert new.levels == old.levels
+        # every grid of more than one level here gains
+        assert new.increments == (len(new.levels) > 1), kwargs
+        assert all(x <= y for x, y in zip(new.shifts, old.shifts, strict=True))
+        assert all(x <= y for x, y in zip(new.half_widths, old.half_widths, strict=True))
+        if new.increments:  # and from the second level on the gain is real
+            assert all(x < y for x, y in zip(new.shifts[1:], old.shifts[1:], strict=True))
+
+
+def test_increments_win_on_random_public_settings():
+    # 300 random (epsilon, beta, base, GS, b): the increments plan is never worse at any level
+    # (level 1 is the same draw in both plans: the smaller of the two bounds is kept, so float
+    # margins cannot make it a step worse), so it is always the one taken
+    rng = random.Random(3)
+    for _ in range(300):
+        integer = rng.random() < 0.5
+        kwargs = dict(unit_bound=1 if integer else 10 ** rng.uniform(-3, 3),
+                      max_contribution=int(10 ** rng.uniform(0.5, 9)),
+                      epsilon=10 ** rng.uniform(-2, 3), beta=10 ** rng.uniform(-4, -0.05),
+                      integer=integer, base=rng.choice([2, 2.2, 2.3, 3, 5.5, 10]))
+        try:
+            new = plan_r2t(**kwargs)
+        except NotSupportedError:
+            continue
+        old = plan_r2t(**kwargs, increments=False)
+        assert new.increments == (len(new.levels) > 1), kwargs
+        assert new.shifts[0] <= old.shifts[0] and new.half_widths[0] <= old.half_widths[0]
+
+
+def test_increments_flag_must_be_a_bool():
+    with pytest.raises(TypeError, match="increments"):
+        plan_r2t(unit_bound=1, max_contribution=8, epsilon=1.0, integer=True,
+                 increments=1)  # type: ignore[arg-type]
 
 
 def test_shifts_bound_the_exact_one_sided_tail():
     # P(X > shift) = p^(shift+1) / (1+p) must be <= beta / (2L) at every level, for many plans.
     for gs, eps, beta in itertools.product((1, 2, 5, 100, 2**20), (0.05, 0.8, 3.0),
                                            (0.01, 0.1, 0.5)):
-        plan = plan_r2t(unit_bound=1, max_contribution=gs, epsilon=eps, beta=beta, integer=True)
+        plan = plan_r2t(unit_bound=1, max_contribution=gs, epsilon=eps, beta=beta, integer=True,
+                        increments=False)
         n = len(plan.levels)
         for scale, shift in zip(plan.scales, plan.shifts, strict=True):
             p = math.exp(-1.0 / scale)
@@ -119,7 +197,8 @@ def test_shifts_bound_the_exact_one_sided_tail():
 
 def test_half_widths_are_the_smallest_exact_two_sided_bounds():
     for gs, eps in itertools.product((1, 3, 64, 2**16), (0.1, 1.0, 7.0)):
-        plan = plan_r2t(unit_bound=1, max_contribution=gs, epsilon=eps, integer=True)
+        plan = plan_r2t(unit_bound=1, max_contribution=gs, epsilon=eps, integer=True,
+                        increments=False)
         alpha = 0.05 / len(plan.levels)
         for scale, h in zip(plan.scales, plan.half_widths, strict=True):
             p = math.exp(-1.0 / scale)
@@ -132,10 +211,11 @@ def test_half_widths_are_the_smallest_exact_two_sided_bounds():
             assert abs(h - scale * math.log(1 / alpha)) <= 1.0 + 1e-9
 
 
-def test_sum_plan_exact_values():
+def test_sum_plan_exact_values_per_level():
     # b = 2.5, GS 8 (L = 3), epsilon 1: level j's scale is L (tau b + g) / epsilon with g the
     # grid of that scale, g = 2^(ceil(log2 scale) - 20).
-    plan = plan_r2t(unit_bound=2.5, max_contribution=8, epsilon=1.0, beta=0.1, integer=False)
+    plan = plan_r2t(unit_bound=2.5, max_contribution=8, epsilon=1.0, beta=0.1, integer=False,
+                    increments=False)
     for tau, scale, g, shift, h in zip(plan.levels, plan.scales, plan.granularities,
                                        plan.shifts, plan.half_widths, strict=True):
         assert g == mechanisms.sum_granularity(scale)
@@ -149,14 +229,46 @@ def test_sum_plan_exact_values():
     assert plan.scales[0] == 15 + 3 * 2.0**-16
 
 
+def test_sum_plan_exact_values_increments():
+    # The same sum plan with noised increments: increments 2, 2, 4 rows of b = 2.5, so scales
+    # 3 (5 + g) = 15 + 3 * 2^-16 twice (g = 2^-16) and 3 (10 + g) = 30 + 3 * 2^-15 (g = 2^-15).
+    plan = plan_r2t(unit_bound=2.5, max_contribution=8, epsilon=1.0, beta=0.1, integer=False)
+    assert plan.increments
+    g1, g3 = 2.0**-16, 2.0**-15
+    assert plan.granularities == (g1, g1, g3)
+    assert plan.scales == (15 + 3 * g1, 15 + 3 * g1, 30 + 3 * g3)
+    # shifts: the noise part in steps of each level's grid (the count case's numbers at
+    # scale 15 instead of 6: level 1 k + 1 >= (15 / g1) ln(60 / (1 + p)), p = e^(-g1 / 15)),
+    # plus half a step per draw for the snapping
+    steps = plan.scales[0] / g1
+    k1 = math.ceil(steps * math.log(60 / (1 + math.exp(-1 / steps)))) - 1
+    assert plan.shifts[0] == g1 * k1 + g1 / 2
+    assert plan.shifts[0] == pytest.approx(15 * math.log(60 / 2), abs=1e-3)  # 51.018
+    # level 2 (exact law of two) and 3 (Theorem 1, real-valued form: the lower draws are on
+    # the finer grid): the count plan's values scaled by 15 / 6 and 30 / 12, to the grid
+    assert plan.shifts[1] == pytest.approx(28 * 2.5, rel=0.02)
+    assert plan.shifts[2] == pytest.approx(48 * 2.5, rel=0.02)
+    # whole steps of the level's grid plus half a step of each draw's grid so far
+    assert ((plan.shifts[1] - g1) / g1).is_integer()
+    assert ((plan.shifts[2] - g1 - g3 / 2) / g3).is_integer()
+    old = plan_r2t(unit_bound=2.5, max_contribution=8, epsilon=1.0, beta=0.1, integer=False,
+                   increments=False)
+    assert plan.shifts[0] <= old.shifts[0] and plan.half_widths[0] <= old.half_widths[0]
+
+
 def test_r2t_scales_match_the_plan_and_the_formula():
+    old = r2t_scales(unit_bound=1, max_contribution=2**10, epsilon=0.8, integer=True,
+                     increments=False)
+    assert old.tolist() == [10 * 2**j / 0.8 for j in range(1, 11)]
+    # increments 2, 2, 4, .., 2^9: L (tau_j - tau_(j-1)) / epsilon
     scales = r2t_scales(unit_bound=1, max_contribution=2**10, epsilon=0.8, integer=True)
-    assert scales.tolist() == [10 * 2**j / 0.8 for j in range(1, 11)]
+    assert scales.tolist() == [10 * 2 / 0.8] + [10 * 2**(j - 1) / 0.8 for j in range(2, 11)]
     sums = r2t_scales(unit_bound=7.0, max_contribution=5, epsilon=2.0, integer=False)
     plan = plan_r2t(unit_bound=7.0, max_contribution=5, epsilon=2.0, integer=False)
     assert sums.tolist() == list(plan.scales)
-    # a scale is never below L tau b / epsilon (halving it would break epsilon-DP)
-    assert np.all(sums >= 3 * np.array([2, 4, 8]) * 7.0 / 2.0)
+    # a scale is never below L (tau_j - tau_(j-1)) b / epsilon (halving it would break
+    # epsilon-DP)
+    assert np.all(sums >= 3 * np.array([2, 2, 4]) * 7.0 / 2.0)
 
 
 def test_plan_depends_on_public_parameters_only():
@@ -264,12 +376,16 @@ def test_count_release_exact_with_zero_noise():
     rel = release_r2t(q, unit_bound=1, max_contribution=8, epsilon=10.0, integer=True,
                       sampler=sampler)
     plan = plan_r2t(unit_bound=1, max_contribution=8, epsilon=10.0, integer=True)
-    # one draw per level, at the plan's scale (0.6, 1.2, 2.4)
-    assert sampler.calls == [(s, 1) for s in plan.scales]
-    assert plan.shifts == (3.0, 5.0, 9.0)  # ceil(0.6 ln 30 = 2.04), ceil(4.08), ceil(8.16)
-    assert rel.noisy.tolist() == [5, 8, 12]
-    # max(5 - 3, 8 - 5, 12 - 9) = 3, first attained at level index 1
-    assert rel.value == 3.0 and rel.chosen == 1
+    # one draw per increment (2, 2, 4 rows), at the plan's scale 3 * (2, 2, 4) / 10
+    assert sampler.calls == [(s, 1) for s in plan.scales] == [(0.6, 1), (0.6, 1), (1.2, 1)]
+    # level 1: k + 1 >= 0.6 ln(60 / (1 + e^(-5/3))) = 2.35 -> 2; level 2 (exact law of two,
+    # p = e^(-5/3)): k = 1 -> e^(-10/3) (0.57387 * 2 + 0.74996) = 0.068 > 1/60, k = 2 ->
+    # e^(-5) * 2.47157 = 0.016653 <= 1/60 -> 2; level 3: M = 1.26770^2, k + 1 >= 1.2 ln(60 *
+    # 1.60706 / (1 + e^(-1/1.2))) = 5.05 -> 5
+    assert plan.shifts == (2.0, 2.0, 5.0)
+    assert rel.noisy.tolist() == [5, 8, 12]  # the running sums of the increments 5, 3, 4
+    # max(5 - 2, 8 - 2, 12 - 5) = 7 at level index 2
+    assert rel.value == 7.0 and rel.chosen == 2
     assert rel.scales.tolist() == list(plan.scales)
     assert rel.shifts.tolist() == list(plan.shifts)
     assert rel.levels == (2, 4, 8)
@@ -282,10 +398,15 @@ def test_count_release_adds_the_sampler_noise_exactly():
     rel = release_r2t(np.array([100, 200]), unit_bound=1, max_contribution=4, epsilon=1.0,
                       integer=True, sampler=FixedSampler(7))
     plan = plan_r2t(unit_bound=1, max_contribution=4, epsilon=1.0, integer=True)
-    assert rel.noisy.tolist() == [107, 207]
-    assert rel.value == max(107 - plan.shifts[0], 207 - plan.shifts[1])
-    assert rel.lower95 == max(107 - plan.half_widths[0], 207 - plan.half_widths[1])
-    assert rel.upper95 == 207 + plan.half_widths[1]
+    # increments 100 + 7 and 100 + 7: level 2 carries both draws
+    assert rel.noisy.tolist() == [107, 214]
+    assert rel.value == max(107 - plan.shifts[0], 214 - plan.shifts[1])
+    assert rel.lower95 == max(107 - plan.half_widths[0], 214 - plan.half_widths[1])
+    assert rel.upper95 == 214 + plan.half_widths[1]
+    # per level: each level its own draw
+    old = release_r2t(np.array([100, 200]), unit_bound=1, max_contribution=4, epsilon=1.0,
+                      integer=True, sampler=FixedSampler(7), increments=False)
+    assert old.noisy.tolist() == [107, 207]
 
 
 def test_release_is_never_below_zero():
@@ -312,8 +433,12 @@ def test_sum_release_noise_is_grid_steps_times_the_sampler_noise():
     sampler = FixedSampler(3)
     rel = release_r2t(np.array([0.3, 0.3, 0.3]), unit_bound=2.5, max_contribution=8,
                       epsilon=1.0, integer=False, sampler=sampler)
+    # increments 0.3, 0, 0: each snapped to its grid plus 3 steps, then summed
+    running = 0.0
     for j, g in enumerate(plan.granularities):
-        assert rel.noisy[j] == g * (math.floor(0.3 / g + 0.5) + 3)
+        d = 0.3 if j == 0 else 0.0
+        running += g * (math.floor(d / g + 0.5) + 3)
+        assert rel.noisy[j] == running
         # the sampler was asked for the integer noise's scale, in grid steps
         assert sampler.calls[j] == (plan.scales[j] / g, 1)
 
@@ -329,7 +454,8 @@ def test_secure_count_release_is_integral_and_sum_release_on_the_grids():
     plan = plan_r2t(unit_bound=1.5, max_contribution=16, epsilon=1.0, integer=False)
     qs = truncated_sums(c * 1.5, unit_bound=1.5, max_contribution=16)
     rel = release_r2t(qs, unit_bound=1.5, max_contribution=16, epsilon=1.0, integer=False)
-    for j, g in enumerate(plan.granularities):
+    for j in range(len(plan.levels)):  # a sum of draws on grids no finer than the first
+        g = min(plan.granularities[:j + 1])
         assert rel.noisy[j] / g == math.floor(rel.noisy[j] / g)
 
 

@@ -19,15 +19,14 @@ import pytest
 from dpsql.noise.r2t import levels, plan_r2t, release_r2t, truncated_sums
 
 
-class LevelSampler:
-    """Deterministic noise (tests only): level j's draw is ``values[scale]``, found by the
-    plan's scale the release asks for."""
+class SequenceSampler:
+    """Deterministic noise (tests only): the i-th draw the release asks for is ``draws[i]``."""
 
-    def __init__(self, by_scale: dict[float, int]) -> None:
-        self.by_scale = by_scale
+    def __init__(self, draws: list[int]) -> None:
+        self.draws = list(draws)
 
     def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
-        return np.full(size, self.by_scale[scale], dtype=np.int64)
+        return np.full(size, self.draws.pop(0), dtype=np.int64)
 
 
 @pytest.mark.parametrize(("gs", "base", "expected"), [
@@ -80,22 +79,39 @@ def test_a_grid_whose_top_passes_2_to_62_is_refused():
 def test_count_plan_exact_values_on_base_3():
     # GS 20, base 3: tau = 3, 9, 27 (L = 3); epsilon 1.5 -> 0.5 per level; scale L tau / eps
     plan = plan_r2t(unit_bound=1, max_contribution=20, epsilon=1.5, beta=0.1, integer=True,
-                    base=3)
+                    base=3, increments=False)
     assert plan.levels == (3, 9, 27)
     assert plan.scales == (6.0, 18.0, 54.0)
     # ceil(scale ln 30): 20.41 -> 21, 61.22 -> 62, 183.67 -> 184
     assert plan.shifts == (21.0, 62.0, 184.0)
     assert plan.epsilon_per_level == pytest.approx(0.5)
+    # noised increments 3, 6, 18 rows: scales 6, 12, 36 (strictly increasing: Theorem 1)
+    inc = plan_r2t(unit_bound=1, max_contribution=20, epsilon=1.5, beta=0.1, integer=True,
+                   base=3)
+    assert inc.increments and inc.scales == (6.0, 12.0, 36.0)
+    # level 1: k + 1 >= 6 ln(60 / (1 + e^(-1/6))) = 20.887 -> 20; level 2: M = mgf of scale
+    # 6 at 1/12 = 1.33256, k + 1 >= 12 ln(60 * 1.33256 / (1 + e^(-1/12))) = 44.75 -> 44;
+    # level 3: M = (mgf of 6 at 1/36 = 1.02851) (mgf of 12 at 1/36 = 1.12493) = 1.15699,
+    # k + 1 >= 36 ln(60 * 1.15699 / (1 + e^(-1/36))) = 128.19 -> 128 (per level: 184)
+    assert inc.shifts == (20.0, 44.0, 128.0)
 
 
 def test_sum_plan_levels_scale_with_the_bound_on_base_5_5():
     plan = plan_r2t(unit_bound=50.0, max_contribution=1000, epsilon=0.8, integer=False,
-                    base=5.5)
+                    base=5.5, increments=False)
     assert plan.levels == (5, 30, 166, 915, 5032)
     for tau, scale, g in zip(plan.levels, plan.scales, plan.granularities, strict=True):
         # L (tau b + g) / epsilon, the grid g a power of two no larger than needed
         assert scale == pytest.approx(5 * (tau * 50.0 + g) / 0.8, rel=1e-12)
         assert scale >= 5 * tau * 50.0 / 0.8
+    inc = plan_r2t(unit_bound=50.0, max_contribution=1000, epsilon=0.8, integer=False,
+                   base=5.5)
+    assert inc.increments
+    for d, scale, g in zip((5, 25, 136, 749, 4117), inc.scales, inc.granularities,
+                           strict=True):
+        # L ((tau_j - tau_(j-1)) b + g) / epsilon
+        assert scale == pytest.approx(5 * (d * 50.0 + g) / 0.8, rel=1e-12)
+        assert scale >= 5 * d * 50.0 / 0.8
 
 
 def test_truncated_sums_on_base_2_5():
@@ -105,9 +121,10 @@ def test_truncated_sums_on_base_2_5():
         0 + 1 + 2 + 2 + 2, 0 + 1 + 3 + 6 + 6, 0 + 1 + 3 + 7 + 15]
 
 
+@pytest.mark.parametrize("increments", [True, False])
 @pytest.mark.parametrize("base", [2, 3, 5.5, 10])
 @pytest.mark.parametrize("largest", [1, 4, 37, 250])
-def test_truncation_bias_bound_at_the_edge_of_the_noise_event(base, largest):
+def test_truncation_bias_bound_at_the_edge_of_the_noise_event(base, largest, increments):
     """Every level's noise at minus its shift (the worst case on the event of probability
     >= 1 - beta the bound assumes): the release is still within the docstring's bias bound,
     and on a base-2 grid within the paper's 4 L ln(L / beta) tau* b / epsilon."""
@@ -115,10 +132,15 @@ def test_truncation_bias_bound_at_the_edge_of_the_noise_event(base, largest):
     c = np.array([1] * 200 + [3] * 30 + [largest])
     q = truncated_sums(c, unit_bound=1, max_contribution=gs, base=base)
     plan = plan_r2t(unit_bound=1, max_contribution=gs, epsilon=eps, beta=beta, integer=True,
-                    base=base)
-    sampler = LevelSampler({s: -int(h) for s, h in zip(plan.scales, plan.shifts, strict=True)})
+                    base=base, increments=increments)
+    shifts = [int(h) for h in plan.shifts]
+    # level j's total noise is -shift_j: per level one draw each, increments their differences
+    draws = ([-(h - lower) for h, lower in zip(shifts, [0, *shifts[:-1]], strict=True)]
+             if plan.increments else [-h for h in shifts])
     rel = release_r2t(q, unit_bound=1, max_contribution=gs, epsilon=eps, beta=beta,
-                      integer=True, sampler=sampler, base=base)
+                      integer=True, sampler=SequenceSampler(draws), base=base,
+                      increments=increments)
+    assert rel.noisy.tolist() == (q - np.array(shifts)).tolist()
     n = len(plan.levels)
     tau_star = int(c.max())  # the largest unit, in rows (b = 1)
     # + 2 n: the shifts' ceilings

@@ -9,8 +9,9 @@
 
 False-failure rates. Frequency checks are one-sided binomial tests at ALPHA = 1e-6 each
 (``binom.sf(k - 1, n, p0) >= ALPHA``: k failures of n are not significantly more than the
-promised rate p0), 7 of them: about 7e-6 for the file. The power check (a halved shift must be
-caught) has a true rate ~3 times the threshold over 20,000 draws: z > 30, negligible.
+promised rate p0), 7 + 12 of them: about 2e-5 for the file. The power checks (a halved shift
+must be caught) have true rates many times the threshold over 20,000 draws (the single-level one
+~3 times: z > 30; each increments level's ~4 times: z > 40), negligible.
 """
 
 from __future__ import annotations
@@ -58,6 +59,26 @@ def test_shift_one_sided_tail_many_levels():
     _, rel = _releases(c, n, gs=1024, epsilon=0.5, beta=beta)
     total = int(c.sum())
     assert _not_more_frequent(int(np.count_nonzero(rel.value > total)), n, beta / 2)
+
+
+def test_increments_each_level_within_its_shift_and_half_width():
+    # Noised increments (base 2: equal first two draws, exact law; then Theorem 1): level j's
+    # summed noise exceeds its shift with probability <= beta / (2L), and leaves its
+    # half-width with probability <= 0.05 / L; halving either is caught (power).
+    beta, n = 0.2, 20_000
+    c = np.array([1, 3, 9, 30] * 10)
+    q, rel = _releases(c, n, gs=64, epsilon=2.0, beta=beta)  # L = 6
+    plan = rel.plan
+    assert plan.increments
+    levels_n = len(plan.levels)
+    noise = rel.noisy - q[None, :]
+    for j in range(levels_n):
+        over = int(np.count_nonzero(noise[:, j] > plan.shifts[j]))
+        assert _not_more_frequent(over, n, beta / (2 * levels_n)), (j, over)
+        out = int(np.count_nonzero(np.abs(noise[:, j]) > plan.half_widths[j]))
+        assert _not_more_frequent(out, n, 0.05 / levels_n), (j, out)
+        halved = int(np.count_nonzero(noise[:, j] > plan.shifts[j] / 2))
+        assert not _not_more_frequent(halved, n, beta / (2 * levels_n)), (j, halved)
 
 
 def test_skewed_contributions_track_the_small_units():

@@ -7,17 +7,21 @@ scenario releases N times on both (one vectorised call, the real CSPRNG sampler)
 the privacy loss with ``empirical_privacy_loss`` (tests/statistical/privacy_loss.py: mass rule
 and margin in its docstring).
 
-* The joint release (the noisy levels, published with the value): each level's output is put in
-  one of three buckets, below Q_j, between Q_j and Q'_j, at or above Q'_j; in the two corner
-  buckets (every level below, every level above) the true loss is exactly the sum of the
-  levels' losses, epsilon. So the estimate must be consistent with epsilon AND not far below it.
+* The joint release (the noisy levels, published with the value). The default plan noises the
+  increments (dpsql.noise.r2t), so the released levels are bucketed through their differences
+  ``noisy_j - noisy_(j-1)`` (a function of the release, so its loss is at most the release's):
+  each is put in one of three buckets, below D_j, between D_j and D'_j, at or above D'_j (D
+  the exact increments); in the two corner buckets (every increment below, every one above)
+  the true loss is exactly the sum of the draws' losses, epsilon. Per-level plans
+  (``increments=False``) bucket the levels themselves the same way. So the estimate must be
+  consistent with epsilon AND not far below it.
 * The released value (the max over levels): consistent with epsilon (its true loss is at most
   epsilon, usually less).
 * A sampler that halves every scale it is asked for (a real sampler, the secure one at half the
   scale): the corner buckets' true loss is 2 epsilon, and the check must reject.
 
 False-failure rates, N = 200,000 per database: each "consistent" and each "not vacuous"
-assertion at ALPHA = 1e-6 (normal approximation, Bonferroni over all buckets), 8 of them here:
+assertion at ALPHA = 1e-6 (normal approximation, Bonferroni over all buckets), 10 of them here:
 about 1e-5 for the file. The "caught" assertions: the halved mechanism's corner loss is 2
 epsilon = 2 (measured 1.99-2.01) against the threshold epsilon + margin (margin measured 0.07-0.14,
 i.e. z ~ 5.6 standard errors), so the estimate would have to fall ~40 standard errors short: a
@@ -52,8 +56,13 @@ def _neighbours(gs: int, b: float, base: float = 2) -> tuple[np.ndarray, np.ndar
             truncated_sums(c_prime, unit_bound=b, max_contribution=gs, base=base))
 
 
-def _joint_bucket(noisy: np.ndarray, q: np.ndarray, q_prime: np.ndarray) -> np.ndarray:
-    """Bucket index of each row's noisy vector: base-3 digits (below, between, above)."""
+def _joint_bucket(noisy: np.ndarray, q: np.ndarray, q_prime: np.ndarray,
+                  increments: bool) -> np.ndarray:
+    """Bucket index of each row's noisy vector: base-3 digits (below, between, above), of the
+    levels' differences when the plan noised the increments."""
+    if increments:
+        noisy = np.diff(noisy, axis=1, prepend=0)
+        q, q_prime = np.diff(q, prepend=0), np.diff(q_prime, prepend=0)
     index = np.zeros(noisy.shape[0], dtype=np.int64)
     for j in range(noisy.shape[1]):
         digit = (noisy[:, j] > q[j]).astype(np.int64) + (noisy[:, j] >= q_prime[j])
@@ -62,21 +71,23 @@ def _joint_bucket(noisy: np.ndarray, q: np.ndarray, q_prime: np.ndarray) -> np.n
 
 
 def _releases(q: np.ndarray, gs: int, b: float, epsilon: float, integer: bool, sampler=None,
-              base: float = 2):
+              base: float = 2, increments: bool = True):
     return release_r2t_many(np.tile(q, (N, 1)), unit_bound=b, max_contribution=gs,
-                            epsilon=epsilon, integer=integer, sampler=sampler, base=base)
+                            epsilon=epsilon, integer=integer, sampler=sampler, base=base,
+                            increments=increments)
 
 
 def _joint_loss(gs: int, b: float, epsilon: float, integer: bool, sampler=None,
-                base: float = 2):
+                base: float = 2, increments: bool = True):
     q, q_prime = _neighbours(gs, b, base)
-    # the full move at every level
+    # the full move at every level (so at every increment too)
     assert np.allclose(q_prime - q, np.array(levels(gs, base)) * b)
-    d = _releases(q, gs, b, epsilon, integer, sampler, base)
-    d_prime = _releases(q_prime, gs, b, epsilon, integer, sampler, base)
+    d = _releases(q, gs, b, epsilon, integer, sampler, base, increments)
+    d_prime = _releases(q_prime, gs, b, epsilon, integer, sampler, base, increments)
+    assert d.plan.increments == increments
     n_levels = len(levels(gs, base))
-    est = empirical_privacy_loss(_joint_bucket(d.noisy, q, q_prime),
-                                 _joint_bucket(d_prime.noisy, q, q_prime),
+    est = empirical_privacy_loss(_joint_bucket(d.noisy, q, q_prime, increments),
+                                 _joint_bucket(d_prime.noisy, q, q_prime, increments),
                                  integer_buckets(0, 3**n_levels - 1), alpha=ALPHA)
     return est, d, d_prime
 
@@ -136,3 +147,13 @@ def test_halved_scale_is_caught():
     assert not est.consistent_with(epsilon), est
     est, _, _ = _joint_loss(4, 2.5, epsilon, False, HalvingSampler())
     assert not est.consistent_with(epsilon), est
+
+
+def test_per_level_plan_jointly_epsilon_dp_tight_and_a_halved_scale_caught():
+    # increments=False (LP truncation's plan): each level its own draw
+    epsilon = 1.0
+    est, _, _ = _joint_loss(4, 1, epsilon, True, increments=False)
+    assert est.consistent_with(epsilon), est
+    assert est.loss >= epsilon - est.margin, est
+    halved, _, _ = _joint_loss(4, 1, epsilon, True, HalvingSampler(), increments=False)
+    assert not halved.consistent_with(epsilon), halved

@@ -19,11 +19,12 @@ def test_explain_reports_the_unit_the_lookup_and_r2t_scales():
     assert unit["unit_of_each_row"] == "items.i_order"
     assert unit["lookups"] == ["orders.o_id -> o_cust"]
     (m,) = report["measurements"]
-    # GS 8: levels 2, 4, 8 at epsilon 1/3 each: scales 3 * tau / 1
-    assert m["mechanism"] == "r2t" and m["parts"][0]["level_scales"] == [6.0, 12.0, 24.0]
+    # GS 8: levels 2, 4, 8 at epsilon 1/3 each, released as noised increments 2, 2, 4
+    # (dpsql.noise.r2t): each draw's scale 3 * (tau_j - tau_(j-1)) / 1
+    assert m["mechanism"] == "r2t" and m["parts"][0]["level_scales"] == [6.0, 6.0, 12.0]
     text = explain_text("SELECT COUNT(*) FROM items", tiny.metadata(), epsilon=1.0, delta=0.0)
     assert "privacy unit: customer.c_id" in text and "-> orders[o_id].o_cust" in text
-    assert "level scales 6, 12, 24" in text
+    assert "level scales 6, 6, 12" in text
 
 
 def test_explain_of_a_grouped_query_gives_kappa_c_over_epsilon():

@@ -12,11 +12,11 @@ def test_explain_shows_the_grid_and_its_scales():
     report = explain("SELECT COUNT(*) FROM items", md, epsilon=1.0, delta=0.0)
     assert report["privacy_unit"]["level_base"] == 3.0
     (m,) = report["measurements"]
-    # levels 3, 9 (GS 8) at epsilon 1/2 each: scales 2 * tau / 1
-    assert m["parts"][0]["level_scales"] == [6.0, 18.0]
+    # levels 3, 9 (GS 8) at epsilon 1/2 each, noised increments 3, 6: scales 2 * 3, 2 * 6
+    assert m["parts"][0]["level_scales"] == [6.0, 12.0]
     text = explain_text("SELECT COUNT(*) FROM items", md, epsilon=1.0, delta=0.0)
     assert "2 truncation levels floor(3^j) = 3..9 rows (max_contribution 8)" in text
-    assert "level scales 6, 18" in text
+    assert "level scales 6, 12" in text
 
 
 def test_the_default_grid_is_shown_as_powers_of_two():

@@ -1,0 +1,141 @@
+"""The noise of an R2T plan (:mod:`dpsql.noise.r2t`'s module docstring, "Noised increments" and
+"Per-level noise"): each draw's scale and grid, and each level's shift and half-width.
+
+Contract of :func:`level_plan` and :func:`increment_plan`: given the public levels, b, epsilon
+and beta (already checked by :func:`dpsql.noise.r2t.plan_r2t`), four lists of length L --
+scales, grids, shifts, half-widths -- functions of these public parameters alone, with the
+guarantees the R2T module docstring states (each draw (epsilon / L)-DP under its precondition;
+``P(level j's noise > its shift's noise part) <= beta / (2L)``; ``P(|level j's error| >
+half_width_j) <= 0.05 / L``). A scale the sampler cannot take is a
+:class:`~dpsql.errors.NotSupportedError`; :func:`increment_plan` returns None when
+:mod:`dpsql.noise.r2t_tail` has no bound for some level.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dpsql.errors import NotSupportedError
+from dpsql.noise import mechanisms
+from dpsql.noise.r2t_tail import tail_steps
+
+__all__ = ["CONFIDENCE", "increment_plan", "level_plan"]
+
+#: Confidence of the published interval (simultaneous over all levels).
+CONFIDENCE = 0.95
+
+Plan = tuple[list[float], list[float], list[float], list[float]]
+
+
+def _too_noisy() -> NotSupportedError:
+    return NotSupportedError(
+        "R2T's top truncation level needs more noise than the discrete sampler takes: declare a "
+        "smaller max_contribution for the privacy unit, tighten the bounds, or raise epsilon"
+    )
+
+
+def _one_sided_steps(scale: float, beta_level: float) -> int:
+    """``ceil(scale ln(1 / beta_level))``: a shift of this many integer steps is exceeded by
+    discrete Laplace(scale) noise with probability < beta_level / 2 (module docstring)."""
+    return math.ceil(scale * math.log(1.0 / beta_level))
+
+
+def _two_sided_steps(scale: float, alpha: float) -> int:
+    """The smallest integer k >= 0 with ``P(|X| > k) = 2 p^(k+1) / (1 + p) <= alpha`` for X
+    discrete Laplace(scale), ``p = e^(-1/scale)`` (the exact tail; logs for large scales)."""
+    log_c = math.log(2.0) - math.log1p(math.exp(-1.0 / scale)) - math.log(alpha)
+
+    def holds(k: int) -> bool:
+        return -(k + 1) / scale + log_c <= 0.0
+
+    k = max(0, math.ceil(scale * log_c) - 1)
+    while k > 0 and holds(k - 1):
+        k -= 1
+    while not holds(k):
+        k += 1
+    return k
+
+
+def _sum_scale(sensitivity: float, epsilon: float) -> tuple[float, float]:
+    """The scale (sens + g) / epsilon with g the grid of that scale (as ``plan._pure_plan``)."""
+    scale = sensitivity / epsilon
+    for _ in range(3):
+        scale = (sensitivity + mechanisms.sum_granularity(scale)) / epsilon
+    g = mechanisms.sum_granularity(scale)
+    assert (sensitivity + g) / epsilon <= scale * (1 + 1e-12)
+    return scale, g
+
+
+def level_plan(taus: tuple[int, ...], b: float, eps: float, beta: float, integer: bool
+                ) -> Plan:
+    """Per-level noise: level j noised alone at scale ``L tau_j b / epsilon`` (sums: ``+ g_j``)
+    with the one-level shift and half-width (module docstring, "Per-level noise")."""
+    n = len(taus)
+    eps_level = eps / n
+    beta_level = beta / n
+    alpha_level = (1.0 - CONFIDENCE) / n
+    scales, grids, shifts, widths = [], [], [], []
+    for tau in taus:
+        sens = tau * b
+        if integer:
+            scale = sens / eps_level
+            if not scale <= mechanisms.MAX_DISCRETE_SCALE:
+                raise _too_noisy()
+            scales.append(scale)
+            grids.append(1.0)
+            shifts.append(float(_one_sided_steps(scale, beta_level)))
+            widths.append(float(_two_sided_steps(scale, alpha_level)))
+            continue
+        try:
+            scale, g = _sum_scale(sens, eps_level)
+        except ValueError:
+            raise _too_noisy() from None
+        steps = scale / g
+        scales.append(scale)
+        grids.append(g)
+        shifts.append(g * (_one_sided_steps(steps, beta_level) + 0.5))
+        widths.append(g * (_two_sided_steps(steps, alpha_level) + 0.5))
+    return scales, grids, shifts, widths
+
+
+def increment_plan(taus: tuple[int, ...], b: float, eps: float, beta: float, integer: bool
+                    ) -> Plan | None:
+    """Noised increments: ``D_j = Q(tau_j) - Q(tau_(j-1))`` noised at scale ``L (tau_j -
+    tau_(j-1)) b / epsilon`` (sums: ``+ g_j``); level j's noise is the sum of the first j, its
+    shift and half-width from :func:`dpsql.noise.r2t_tail.tail_steps` (module docstring,
+    "Noised increments"). None when no tail bound applies to some level."""
+    n = len(taus)
+    eps_level = eps / n
+    scales, grids = [], []
+    previous = 0
+    for tau in taus:
+        sens = (tau - previous) * b
+        previous = tau
+        if integer:
+            scale = sens / eps_level
+            if not scale <= mechanisms.MAX_DISCRETE_SCALE:
+                raise _too_noisy()
+            scales.append(scale)
+            grids.append(1.0)
+            continue
+        try:
+            scale, g = _sum_scale(sens, eps_level)
+        except ValueError:
+            raise _too_noisy() from None
+        scales.append(scale)
+        grids.append(g)
+    shifts, widths = [], []
+    rounding = 0.0  # sums: each snapped increment is off by at most half its grid step
+    for j in range(n):
+        up = tail_steps(scales, grids, j, beta / (2 * n), integer=integer)
+        both = tail_steps(scales, grids, j, (1.0 - CONFIDENCE) / (2 * n), integer=integer)
+        if up is None or both is None:
+            return None
+        if integer:
+            shifts.append(float(up))
+            widths.append(float(both))
+        else:
+            rounding += grids[j] / 2
+            shifts.append(grids[j] * up + rounding)
+            widths.append(grids[j] * both + rounding)
+    return scales, grids, shifts, widths
