@@ -39,9 +39,10 @@ one of two ways, chosen by :func:`plan_r2t` from the public parameters alone
   half). Shifts and half-widths come from the tail bounds of :mod:`dpsql.noise.r2t_tail` for
   the sum ``N_j`` (Theorem 1: increasing scales; Theorem 2: the base-2 grid's equal first two
   increments, exact law; level 1, one draw of the per-level plan's scale and grid in both
-  plans, keeps the smaller of the two plans' values). :func:`plan_r2t` takes this plan only when both bounds apply at every
-  level and no level's shift or half-width exceeds the per-level plan's (so everything proven
-  for per-level noise below about the bias still holds with the same constants).
+  plans, keeps the smaller of the two plans' values). :func:`plan_r2t` takes this plan only
+  when both bounds apply at every level and no level's shift or half-width exceeds the
+  per-level plan's (so everything proven for per-level noise below about the bias still holds
+  with the same constants).
 * **Per-level noise** (otherwise, and always with ``increments=False``: LP truncation, whose
   increments are not bounded): ``noisy_j = Q(tau_j) + X_j`` with level j's own noise at
   ``scale_j = L tau_j b / epsilon``.

@@ -49,7 +49,8 @@ class ColumnRelease:
     #: the noisy levels alone (post-processing; dpsql.noise.r2t says what it covers)
     interval_95: tuple[float, float] | None = None
     #: the public noise scale of a column that is one pure measurement (Laplace b, or the
-    #: Gaussian's sigma); for R2T, each truncation level's scale (``level_scales``)
+    #: Gaussian's sigma); for R2T, the scale of each level's draw (``level_scales``: of its
+    #: increment when the levels are noised increments, dpsql.noise.r2t)
     noise_scale: float | None = None
     level_scales: tuple[float, ...] | None = None
     #: why no half-width is given, in words, when the reason is the noise itself: a smoothed
