@@ -119,22 +119,27 @@ def _level(a: np.ndarray, b: np.ndarray, s: np.ndarray, cap: int, na: int, nb: i
 
 
 def _sums(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Exact int64 sums of ``values`` per code (bincount's weights are float64)."""
+    """Exact int64 sums of non-negative int64 ``values`` per code: bincount's float64 sums
+    when no partial sum can reach 2^53 (every one then exact), else a sort and reduceat."""
+    if not codes.size:
+        return np.zeros(n, np.int64)
+    if int(values.max()) * codes.size < 2**53:
+        return np.bincount(codes, weights=values, minlength=n).astype(np.int64)
     order = np.argsort(codes, kind="stable")
     sorted_codes = codes[order]
     out = np.zeros(n, np.int64)
-    if codes.size:
-        starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
-        out[sorted_codes[starts]] = np.add.reduceat(values[order], starts)
+    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+    out[sorted_codes[starts]] = np.add.reduceat(values[order], starts)
     return out
 
 
 def flow_truncated(a: np.ndarray, b: np.ndarray, psi: np.ndarray, taus: Sequence[float], *,
                    integer: bool) -> np.ndarray:
     """``Q_j`` for every level ``taus[j]`` (value units) of the results ``(a[q], b[q],
-    psi[q])`` (module contract). Precondition: ``a``, ``b`` dense int codes (0..n-1) of each
+    psi[q])`` (module contract). Precondition: ``a``, ``b`` dense int codes (>= 0) of each
     result's unit on either side, every pair at most once or not (parallel results add);
-    ``psi`` finite >= 0 (integers when ``integer``). Guarantee: int64 for counts, float64 for
+    ``psi`` finite >= 0 (integers when ``integer``); codes need not be dense (unused codes
+    are units of no result). Guarantee: int64 for counts, float64 for
     sums, shape ``(len(taus),)``."""
     a = np.asarray(a, dtype=np.int64)
     b = np.asarray(b, dtype=np.int64)

@@ -25,18 +25,27 @@ from dpsql.units.grid import part_grid, part_levels
 
 
 def unit_codes(ids: Any) -> np.ndarray:
-    """Dense int codes of a column of unit ids, NULL (masked or None) its own code: equal
-    codes exactly for equal ids (dpsql.units.identity's types compare as stored)."""
+    """Int codes of a column of unit ids, NULL (masked or None) its own code: equal codes
+    exactly for equal ids (dpsql.units.identity's types compare as stored). Integer ids over
+    a range at most 4 times their number are coded by offset (no sort); others densely."""
     arr = np.ma.asarray(ids)
     mask = np.ma.getmaskarray(arr)
     data = np.ma.getdata(arr)
     if data.dtype == object:
         mask = mask | np.array([v is None for v in data], dtype=bool)
     codes = np.zeros(data.shape[0], dtype=np.int64)
-    if (~mask).any():
-        _, inverse = np.unique(data[~mask], return_inverse=True)
-        codes[~mask] = inverse.reshape(-1)
-        codes[mask] = int(inverse.max()) + 1
+    valid = data if not mask.any() else data[~mask]
+    if not valid.size:
+        return codes
+    if data.dtype.kind in "iu":
+        low, high = int(valid.min()), int(valid.max())
+        if high - low <= 4 * valid.size:
+            codes[~mask] = valid.astype(np.int64) - low
+            codes[mask] = high - low + 1
+            return codes
+    _, inverse = np.unique(valid, return_inverse=True)
+    codes[~mask] = inverse.reshape(-1)
+    codes[mask] = int(inverse.max()) + 1
     return codes
 
 
