@@ -9,12 +9,13 @@ does not filter, so it is dropped (the exact answers on dbgen's SF1 are the ones
 
 Their primary private relations (``Query/*_key.txt``, ``sc.txt``, ``so.txt``): customer (Q3,
 Q10, Q18), orders (Q12), supplier (Q11, Q20), customer AND supplier (Q5, Q7, Q8) and orders AND
-supplier (Q21). dpsql protects one unit table, so every query runs with **customer** as the
-unit and supplier, partsupp public (``schemas/tpch-units.yaml``): for the queries that touch
-supplier that protects less than R2T did (a supplier's rows are released as public data), and
-Q11, which reads supplier, partsupp and nation only, reads no private row at all (exact, free).
-Where R2T's private relation is one table other than customer (Q11, Q12, Q20) the query also
-runs under that unit (:func:`unit_metadata`), which is R2T's own setting.
+supplier (Q21). Every query runs with **customer** as the unit and supplier, partsupp public
+(``schemas/tpch-units.yaml``): for the queries that touch supplier that protects less than R2T
+did (a supplier's rows are released as public data), and Q11, which reads supplier, partsupp
+and nation only, reads no private row at all (exact, free). Every query whose R2T private
+relations are not customer alone also runs under exactly R2T's: one other table (Q11, Q12, Q20;
+:func:`unit_metadata`) or two unit tables (Q5, Q7, Q8, Q21; :func:`units_metadata`,
+dpsql.units.multi's max-flow truncation).
 
 **R2T's published errors** (:data:`R2T_FIGURES`): epsilon 0.8, beta 0.1, GS 10^6 at SF1, as
 quoted in issue #17 (``Result/TPCH/R2T_Q*.txt``'s epsilon-0.8 lines divided by the answer).
