@@ -25,9 +25,13 @@ from dpsql.units.grid import part_grid, part_levels
 
 
 def unit_codes(ids: Any) -> np.ndarray:
-    """Int codes of a column of unit ids, NULL (masked or None) its own code: equal codes
-    exactly for equal ids (dpsql.units.identity's types compare as stored). Integer ids over
-    a range at most 4 times their number are coded by offset (no sort); others densely."""
+    """Int codes of a column of unit ids, NULL (masked or None) its own code. Equal ids get
+    equal codes (the SQL grouped the pairs exactly; dpsql.units.identity's types compare as
+    stored). A lossy fetch (a DECIMAL id beyond 2^53 as a double) could only MERGE two units
+    into one code, never split one: still sound, since every result of a removed unit still
+    shares one node of the flow, whose cap bounds their total (dpsql.noise.r2t_flow's proof
+    needs no more). Integer ids over a range at most 4 times their number are coded by offset
+    (no sort); others densely."""
     arr = np.ma.asarray(ids)
     mask = np.ma.getmaskarray(arr)
     data = np.ma.getdata(arr)
@@ -40,7 +44,7 @@ def unit_codes(ids: Any) -> np.ndarray:
     if data.dtype.kind in "iu":
         low, high = int(valid.min()), int(valid.max())
         if high - low <= 4 * valid.size:
-            codes[~mask] = valid.astype(np.int64) - low
+            codes[~mask] = (valid - valid.min()).astype(np.int64)  # exact in its own dtype
             codes[mask] = high - low + 1
             return codes
     _, inverse = np.unique(valid, return_inverse=True)
