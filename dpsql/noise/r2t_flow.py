@@ -120,11 +120,17 @@ def _level(a: np.ndarray, b: np.ndarray, s: np.ndarray, cap: int, na: int, nb: i
 
 def _sums(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Exact int64 sums of non-negative int64 ``values`` per code: bincount's float64 sums
-    when no partial sum can reach 2^53 (every one then exact), else a sort and reduceat."""
+    when no partial sum can reach 2^53 (every one then exact), values below 2^40 as two such
+    halves (26 low bits, the rest), else a sort and reduceat."""
     if not codes.size:
         return np.zeros(n, np.int64)
-    if int(values.max()) * codes.size < 2**53:
+    top = int(values.max())
+    if top * codes.size < 2**53:
         return np.bincount(codes, weights=values, minlength=n).astype(np.int64)
+    if top < 2**40 and codes.size < 2**27:
+        low = np.bincount(codes, weights=values & (2**26 - 1), minlength=n).astype(np.int64)
+        high = np.bincount(codes, weights=values >> 26, minlength=n).astype(np.int64)
+        return (high << 26) + low
     order = np.argsort(codes, kind="stable")
     sorted_codes = codes[order]
     out = np.zeros(n, np.int64)

@@ -86,3 +86,15 @@ def test_large_levels_use_a_power_of_two_step_and_stay_sound():
 def test_negative_psi_is_a_programming_error():
     with pytest.raises(ValueError):
         _flow([(0, 0, -1)], [2])
+
+
+def test_per_unit_loads_are_exact_integers_on_every_path():
+    from dpsql.noise.r2t_flow import _sums
+
+    rng = np.random.default_rng(1)
+    for top, n in ((10, 50), (2**39, 10_000), (2**45, 50)):  # bincount, halves, sort
+        codes = rng.integers(0, 7, n)
+        values = rng.integers(0, top, n)
+        want = [sum(int(v) for c, v in zip(codes, values, strict=True) if c == k)
+                for k in range(7)]
+        assert [int(x) for x in _sums(codes, values, 7)] == want
