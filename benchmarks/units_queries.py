@@ -143,11 +143,7 @@ def units_metadata(metadata: Metadata, tables: tuple[str, ...], **bounds: int) -
         column, linked = UNITS[unit]
         paths.setdefault(unit, {})[unit] = UnitPath(column)
         for name, path in linked.items():
-            if path.to_table is not None and path.to_table in tables and path.to_table != unit:
-                continue  # reaches ``unit`` through another unit table: declare it directly
             paths.setdefault(name, {})[unit] = path
-    if "orders" in tables and "supplier" in tables:
-        paths["lineitem"]["orders"] = UnitPath("l_orderkey")
     tables_out = {}
     for name, t in metadata.tables.items():
         if name in paths:

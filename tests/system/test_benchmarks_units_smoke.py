@@ -143,6 +143,17 @@ def test_unit_metadata_is_the_schema_file():
         assert md.privacy_unit is not None and md.privacy_unit.table == table
         assert md.privacy_unit.max_groups == 3 and md.privacy_unit.max_contribution == 2**20
         assert {n for n, t in md.tables.items() if not t.public} == private
+    # R2T's two private relations: several unit tables, each private table's path to each
+    from benchmarks.units_queries import units_metadata
+    from dpsql.metadata import UnitPath
+
+    two = units_metadata(base, ("customer", "supplier"))
+    assert [u.table for u in (two.privacy_unit, *two.extra_units)] == ["customer", "supplier"]
+    assert two.tables["lineitem"].unit_paths == {
+        "customer": UnitPath("l_orderkey", "orders", "o_orderkey"),
+        "supplier": UnitPath("l_suppkey")}
+    q21 = units_metadata(base, ("orders", "supplier"))
+    assert q21.tables["customer"].public and not q21.tables["partsupp"].public
 
 
 def test_level_grid_simulation(results):
