@@ -98,3 +98,23 @@ def test_per_unit_loads_are_exact_integers_on_every_path():
         want = [sum(int(v) for c, v in zip(codes, values, strict=True) if c == k)
                 for k in range(7)]
         assert [int(x) for x in _sums(codes, values, 7)] == want
+
+
+def test_a_saturated_side_is_certified_without_the_flow_solver(monkeypatch):
+    """Many heavy customers each spread over heavy suppliers that all saturate: the cheap
+    feasible flow meets the suppliers' cut, so Dinic is not needed -- and the value is the
+    solver's (checked on the same instance with the shortcut off)."""
+    from dpsql.noise import r2t_flow
+
+    rng = random.Random(2)
+    rows = sorted({(c, rng.randint(0, 4), 1) for c in range(40) for _ in range(6)})
+    want = _flow(rows, [3])
+
+    def refuse(*args):
+        raise AssertionError("the flow solver ran")
+
+    monkeypatch.setattr(r2t_flow, "_max_flow", refuse)
+    assert _flow(rows, [3]).tolist() == want.tolist() == [15]  # 5 suppliers x tau 3
+    monkeypatch.undo()
+    monkeypatch.setattr(r2t_flow, "_spread", lambda *args: -1)  # never certifies
+    assert _flow(rows, [3]).tolist() == [15]  # Dinic alone: the same value
