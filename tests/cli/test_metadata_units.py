@@ -23,6 +23,8 @@ def test_check_verifies_every_units_paths(tmp_path, capsys):
     assert main(["metadata", "check", "-m", str(md), "-d", str(db)]) == 0
     out, err = capsys.readouterr()
     assert "privacy unit: supplier.s_id (the same bounds)" in out
+    assert ("items: private, unit customer: via i_order -> orders.o_id; unit supplier: i_supp"
+            in out)
     assert "unit customer.c_id:" in out and "unit supplier.s_id:" in out
     assert "path items.i_order -> orders.o_id" in out
     assert "path items.i_supp -> supplier.s_id" in out
