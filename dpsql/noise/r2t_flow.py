@@ -118,56 +118,64 @@ def _level(a: np.ndarray, b: np.ndarray, s: np.ndarray, cap: int, na: int, nb: i
     from_source = np.minimum(_sums(code_b[b[only_b]], s[only_b], int(heavy_b.sum())), cap)
     to_sink = np.minimum(_sums(code_a[a[only_a]], s[only_a], int(heavy_a.sum())), cap)
     pa, pb, ps = code_a[a[both]], code_b[b[both]], np.minimum(s[both], cap)
-    # a feasible flow that meets a cut's capacity is a maximum flow: try the cheap one first
-    bound = min(_cut(pa, pb, ps, cap, from_source, to_sink),
-                _cut(pb, pa, ps, cap, to_sink, from_source))
-    for x, y, src, snk in ((pa, pb, from_source, to_sink), (pb, pa, to_sink, from_source)):
-        if _spread(x, y, ps, cap, src, snk) == bound:
+    # a feasible flow that meets a cut's capacity is a maximum flow: try the cheap one first.
+    # The cuts {source, every a-node whose out-capacity is below cap} and its mirror: each
+    # node of the cut side gives min(cap, its capacity on the far side), the other side's
+    # nodes their source (sink) edges.
+    out_a = _sums(pa, ps, to_sink.size) + to_sink
+    into_b = _sums(pb, ps, from_source.size) + from_source
+    bound = min(int(np.minimum(out_a, cap).sum() + from_source.sum()),
+                int(np.minimum(into_b, cap).sum() + to_sink.sum()))
+    for x, y, src, snk, out in ((pa, pb, from_source, to_sink, out_a),
+                                (pb, pa, to_sink, from_source, into_b)):
+        if _spread(x, y, ps, cap, src, snk, out) == bound:
             return const + bound
     return const + _max_flow(pa, pb, ps, cap, from_source, to_sink)
 
 
-def _cut(a: np.ndarray, b: np.ndarray, s: np.ndarray, cap: int, from_source: np.ndarray,
-         to_sink: np.ndarray) -> int:
-    """The capacity of the cut {source, every a-node whose out-capacity is below cap}: each
-    a-node contributes min(cap, its out-capacity), each b-node its source edge."""
-    out = _sums(a, s, to_sink.size) + to_sink
-    return int(np.minimum(out, cap).sum() + from_source.sum())
-
-
 def _spread(a: np.ndarray, b: np.ndarray, s: np.ndarray, cap: int, from_source: np.ndarray,
-            to_sink: np.ndarray) -> int:
-    """The value of a feasible integral flow of :func:`_max_flow`'s network: each a-node
+            to_sink: np.ndarray, out: np.ndarray) -> int:
+    """The value of a feasible integral flow of :func:`_max_flow`'s network (``out``: each
+    a-node's out-capacity, its edges' and its sink edge's): each a-node
     sends at most cap, split over its out-edges in proportion to their capacities (floors,
     then one more unit on its first edges with room while its share lasts), each b-node
     passes on at most cap of what it receives (plus its source edge). Feasible, so at most
     the maximum flow; the caller returns it only when it meets a cut's capacity."""
     na = to_sink.size
-    out = _sums(a, s, na) + to_sink
     scale = np.where(out > cap, out, cap)  # out <= cap: every edge at its capacity
     base = (s * cap) // scale[a]
     sink_part = (to_sink * cap) // scale
     left = np.maximum(cap - _sums(a, base, na) - sink_part, 0)
     left = np.where(out > cap, left, 0)
     if left.any():
-        order = np.argsort(a, kind="stable")
-        sa = a[order]
-        first = np.searchsorted(sa, sa)
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.size) - first
-        base = base + ((rank < left[a]) & (base < s))
+        base = base + ((_rank(a) < left[a]) & (base < s))
     into = _sums(b, base, from_source.size) + from_source
     return int(sink_part.sum() + np.minimum(into, cap).sum())
 
 
+def _rank(codes: np.ndarray) -> np.ndarray:
+    """Each entry's position among the entries of its code (in array order)."""
+    index = np.arange(codes.size)
+    if codes.size and np.all(codes[1:] >= codes[:-1]):  # sorted: no sort needed
+        starts = np.r_[True, codes[1:] != codes[:-1]]
+        return index - np.maximum.accumulate(np.where(starts, index, 0))
+    order = np.argsort(codes, kind="stable")
+    ordered = codes[order]
+    rank = np.empty_like(order)
+    rank[order] = index - np.searchsorted(ordered, ordered)
+    return rank
+
+
 def _sums(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Exact int64 sums of non-negative int64 ``values`` per code: bincount's float64 sums
-    when no partial sum can reach 2^53 (every one then exact), values below 2^40 as two such
+    when no code's partial sum can reach 2^53 (the largest value times the most entries of
+    one code; every partial sum then exact), values below 2^40 as two such
     halves (26 low bits, the rest), else a sort and reduceat."""
     if not codes.size:
         return np.zeros(n, np.int64)
     top = int(values.max())
-    if top * codes.size < 2**53:
+    if top * codes.size < 2**53 or top * int(np.bincount(codes).max()) < 2**53:
+        # every partial sum of one code stays below 2^53: float64 adds it exactly
         return np.bincount(codes, weights=values, minlength=n).astype(np.int64)
     if top < 2**40 and codes.size < 2**27:
         low = np.bincount(codes, weights=values & (2**26 - 1), minlength=n).astype(np.int64)
@@ -196,6 +204,9 @@ def flow_truncated(a: np.ndarray, b: np.ndarray, psi: np.ndarray, taus: Sequence
         raise ValueError("every result's psi must be finite and >= 0")
     na = int(a.max()) + 1 if a.size else 0
     nb = int(b.max()) + 1 if b.size else 0
+    if a.size and not np.all(a[1:] >= a[:-1]):  # by a, once: _spread's ranks need no sort
+        order = np.argsort(a, kind="stable")
+        a, b, values = a[order], b[order], values[order]
     out: list[float] = []
     for tau in taus:
         delta = level_step(float(tau), integer)
