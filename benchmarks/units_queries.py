@@ -9,12 +9,13 @@ does not filter, so it is dropped (the exact answers on dbgen's SF1 are the ones
 
 Their primary private relations (``Query/*_key.txt``, ``sc.txt``, ``so.txt``): customer (Q3,
 Q10, Q18), orders (Q12), supplier (Q11, Q20), customer AND supplier (Q5, Q7, Q8) and orders AND
-supplier (Q21). dpsql protects one unit table, so every query runs with **customer** as the
-unit and supplier, partsupp public (``schemas/tpch-units.yaml``): for the queries that touch
-supplier that protects less than R2T did (a supplier's rows are released as public data), and
-Q11, which reads supplier, partsupp and nation only, reads no private row at all (exact, free).
-Where R2T's private relation is one table other than customer (Q11, Q12, Q20) the query also
-runs under that unit (:func:`unit_metadata`), which is R2T's own setting.
+supplier (Q21). Every query runs with **customer** as the unit and supplier, partsupp public
+(``schemas/tpch-units.yaml``): for the queries that touch supplier that protects less than R2T
+did (a supplier's rows are released as public data), and Q11, which reads supplier, partsupp
+and nation only, reads no private row at all (exact, free). Every query whose R2T private
+relations are not customer alone also runs under exactly R2T's: one other table (Q11, Q12, Q20;
+:func:`unit_metadata`) or two unit tables (Q5, Q7, Q8, Q21; :func:`units_metadata`,
+dpsql.units.multi's max-flow truncation).
 
 **R2T's published errors** (:data:`R2T_FIGURES`): epsilon 0.8, beta 0.1, GS 10^6 at SF1, as
 quoted in issue #17 (``Result/TPCH/R2T_Q*.txt``'s epsilon-0.8 lines divided by the answer).
@@ -129,6 +130,35 @@ def unit_metadata(metadata: Metadata, table: str, **bounds: int) -> Metadata:
     return loads_metadata(dump_metadata(out), f"<TPC-H metadata with {table} as the unit>")
 
 
+def units_metadata(metadata: Metadata, tables: tuple[str, ...], **bounds: int) -> Metadata:
+    """``metadata`` (row-level TPC-H metadata) with several unit tables (R2T's private relations
+    of Q5, Q7, Q8: customer and supplier; Q21: orders and supplier): each table in
+    :data:`UNITS` that links to one of them gets its path to each, every other private table is
+    made public. One table is :func:`unit_metadata`. Written and read back as YAML, so dpsql's
+    loader validates the paths (dpsql.metadata.unit_multi)."""
+    if len(tables) == 1:
+        return unit_metadata(metadata, tables[0], **bounds)
+    paths: dict[str, dict[str, UnitPath]] = {}
+    for unit in tables:
+        column, linked = UNITS[unit]
+        paths.setdefault(unit, {})[unit] = UnitPath(column)
+        for name, path in linked.items():
+            paths.setdefault(name, {})[unit] = path
+    tables_out = {}
+    for name, t in metadata.tables.items():
+        if name in paths:
+            own = paths[name]
+            t = dataclasses.replace(t, public=False, unit=own.get(tables[0]), unit_paths=own)
+        elif not t.public:
+            t = dataclasses.replace(t, public=True, unit=None)
+        tables_out[name] = t
+    bounds.setdefault("max_contribution", GS)
+    first = PrivacyUnit(tables[0], UNITS[tables[0]][0], **bounds)
+    extra = tuple(dataclasses.replace(first, table=u, column=UNITS[u][0]) for u in tables[1:])
+    out = dataclasses.replace(metadata, tables=tables_out, privacy_unit=first, extra_units=extra)
+    return loads_metadata(dump_metadata(out), f"<TPC-H metadata with units {tables}>")
+
+
 def with_r2t_grid(metadata: Metadata) -> Metadata:
     """``metadata`` (with a privacy unit) racing R2T's code's levels (:data:`R2T_CODE_BASE`,
     :data:`R2T_CODE_GS`), written and read back so the loader validates the grid. R2T's GS
@@ -138,7 +168,9 @@ def with_r2t_grid(metadata: Metadata) -> Metadata:
     assert metadata.privacy_unit is not None
     unit = dataclasses.replace(metadata.privacy_unit, max_contribution=R2T_CODE_GS,
                                level_base=R2T_CODE_BASE, max_sum=R2T_CODE_GS)
-    out = dataclasses.replace(metadata, privacy_unit=unit)
+    extra = tuple(dataclasses.replace(unit, table=u.table, column=u.column)
+                  for u in metadata.extra_units)
+    out = dataclasses.replace(metadata, privacy_unit=unit, extra_units=extra)
     return loads_metadata(dump_metadata(out), "<TPC-H metadata on R2T's level grid>")
 
 

@@ -119,6 +119,12 @@ def explain_report(
             "max_contribution": unit.max_contribution, "level_base": unit.level_base,
             "max_sum": unit.max_sum,
             "max_groups": unit.max_groups, "max_rows_per_group": unit.max_rows_per_group}
+        if analysis.unit.more:  # two units (dpsql.units.multi): the flow truncation
+            report["privacy_unit"]["truncation"] = "max-flow over (unit, unit) pairs"
+            report["privacy_unit"]["other_units"] = [
+                {"unit": f"{u.table}.{u.column}", "unit_of_each_row": s.description,
+                 "lookups": [f"{h.table}.{h.key} -> {h.column}" for h in s.hops]}
+                for u, s in analysis.unit.more]
     if selection is not None:
         report["partition_selection"] = describe(selection)
         if selection.shared is None:  # else its epsilon is the shared COUNT(*)'s
@@ -325,6 +331,11 @@ def _unit_lines(analysis: QueryAnalysis, epsilon: float, delta: float) -> list[s
              f"privacy unit: {release.label} (neighbours add or remove one unit with every row "
              "linked to it)",
              f"  unit of each aggregated row: {src.description}{path}"]
+    for other, osrc in release.more:  # two units (dpsql.units.multi)
+        opath = "".join(f" -> {h.table}[{h.key}].{h.column}" for h in osrc.hops)
+        lines += [f"  its {other.table} unit: {osrc.description}{opath}",
+                  "  each level truncates the (unit, unit) pairs by R2T's LP, solved exactly "
+                  "as a max-flow (either unit's removal moves it by at most tau)"]
     if release.r2t:
         taus = r2t_levels(unit.max_contribution, unit.level_base)
         lines += [f"  R2T: {len(taus)} truncation levels floor({unit.level_base:g}^j) = "

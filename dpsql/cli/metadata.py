@@ -153,7 +153,8 @@ def _summary(t: Table, base: Path | None, md: Metadata | None = None) -> str:
     cols = list(t.columns.values())
     parts = [
         f"{t.name}: {'public' if t.public else 'private'}",
-        *([_path_text(t, md)] if md is not None and t.unit is not None else []),
+        *([_path_text(t, md)] if md is not None and (t.unit is not None or t.unit_paths)
+          else []),
         f"{len(cols)} column{'s' if len(cols) != 1 else ''}",
         f"{sum(c.max_freq is not None for c in cols)} with max_freq",
         f"{sum(c.bounds is not None for c in cols)} with bounds",
@@ -175,6 +176,12 @@ def _summary(t: Table, base: Path | None, md: Metadata | None = None) -> str:
 
 
 def _path_text(t: Table, md: Metadata) -> str:
+    if md.extra_units:  # several unit tables: every path (dpsql.metadata.unit_multi)
+        return "; ".join(
+            f"the privacy unit's table (id {p.column})" if u == t.name else
+            f"unit {u}: {p.column}" if p.direct else
+            f"unit {u}: via {p.column} -> {p.to_table}.{p.to_column}"
+            for u, p in t.unit_paths.items())
     assert t.unit is not None
     unit = md.privacy_unit
     if unit is not None and t.name == unit.table:
@@ -219,6 +226,8 @@ def check(ctx: click.Context, path: Path | None, metadata: Path | None,
         click.echo(f"privacy unit: {unit.table}.{unit.column} (max_contribution "
                    f"{unit.max_contribution}{grid}, max_groups {unit.max_groups}, "
                    f"max_rows_per_group {unit.max_rows_per_group})")
+        for extra in md.extra_units:  # several units: the bounds are shared (unit_multi)
+            click.echo(f"privacy unit: {extra.table}.{extra.column} (the same bounds)")
     for t in md.tables.values():
         click.echo(_summary(t, Path.cwd(), md))
     if database is None:
@@ -231,16 +240,28 @@ def check(ctx: click.Context, path: Path | None, metadata: Path | None,
 
 
 def _check_units(md: Metadata, database: str) -> bool:
-    """Print the unit report of ``md`` on ``database``; True when a key is not unique."""
+    """Print the unit report of ``md`` on ``database`` (each unit's paths, on that unit's
+    view when several are declared); True when a key is not unique."""
     from dpsql.backends import open_backend
     from dpsql.metadata.unit_check import check_units, report_lines
+    from dpsql.metadata.unit_multi import all_units, unit_view
 
     backend = open_backend("duckdb", database, md)
+    lines: list[str] = []
+    warnings: list[str] = []
+    errors: list[str] = []
     try:
-        report = check_units(md, lambda sql: backend.execute(sql)[0])
+        for unit in all_units(md):
+            view = unit_view(md, unit.table)
+            report = check_units(view, lambda sql: backend.execute(sql)[0])
+            more = report_lines(view, report)
+            if md.extra_units:
+                lines.append(f"unit {unit.table}.{unit.column}:")
+            lines += more[0]
+            warnings += more[1]
+            errors += more[2]
     finally:
         backend.close()
-    lines, warnings, errors = report_lines(md, report)
     click.echo(f"checked on {database} (OWNER-ONLY: counts of private rows):")
     for line in lines:
         click.echo(f"  {line}")

@@ -34,9 +34,9 @@ from dpsql.metadata.yaml_io import _column_settings, _emit, _path_setting, _unit
 ANALYST_FIELDS: dict[type, tuple[str, ...]] = {
     # the privacy unit (its table, id column and public contribution bounds) and each table's
     # path to it are public decisions: what a release protects, and how
-    Metadata: ("tables", "privacy_unit"),
+    Metadata: ("tables", "privacy_unit", "extra_units"),
     # sample_aggregate: the owner's public choice of blocks (and the column hashed into them)
-    Table: ("name", "columns", "public", "unit", "sample_aggregate"),
+    Table: ("name", "columns", "public", "unit", "sample_aggregate", "unit_paths"),
     Column: ("name", "bounds", "releasable", "domain", "type", "date_bounds",
              "partition_selection"),
     Domain: ("values", "table", "column"),
@@ -114,7 +114,10 @@ def analyst_schema(md: Metadata) -> dict[str, Any]:
         tables[t.name] = entry
     if view.privacy_unit is None:
         return {"tables": tables}
-    return {"privacy_unit": _unit_settings(view.privacy_unit), "tables": tables}
+    unit: object = _unit_settings(view.privacy_unit)
+    if view.extra_units:  # several units: the list form (dpsql.metadata.unit_multi)
+        unit = [unit, *({"table": u.table, "column": u.column} for u in view.extra_units)]
+    return {"privacy_unit": unit, "tables": tables}
 
 
 def dumps_analyst_schema(md: Metadata) -> str:

@@ -32,7 +32,8 @@ def _from_document(doc: object, origin: str, path: Path | None, base: Path | Non
         return flex.finish(flex.read_flex(doc), None, path)
     ours = _OursReader(origin, base)
     specs, ledger, data_version = ours.read_ours(doc)
-    return ours.finish(specs, ledger, path, data_version, ours.privacy_unit)
+    return ours.finish(specs, ledger, path, data_version, ours.privacy_unit,
+                       ours.extra_units)
 
 
 def loads_metadata(text: str, path: str | os.PathLike | None = None) -> Metadata:

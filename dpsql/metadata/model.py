@@ -119,6 +119,10 @@ class Table:
     source: str | None = None
     unit: UnitPath | None = None
     sample_aggregate: SampleAggregate | None = None
+    #: with several privacy units (``Metadata.extra_units``): the table's path to each unit
+    #: table it links to, keyed by that table's name (``unit`` is then the path to the first
+    #: unit, None when it has none); empty with one unit (dpsql.metadata.unit_multi)
+    unit_paths: Mapping[str, UnitPath] = field(default_factory=dict)
 
     def column(self, name: str) -> Column:
         try:
@@ -145,6 +149,10 @@ class Metadata:
     #: with a privacy unit declared, neighbouring databases differ in one unit with its FK
     #: cascade (dpsql.units); None: in one row (the default, elastic sensitivity)
     privacy_unit: PrivacyUnit | None = None
+    #: further unit tables (R2T's several private relations, dpsql.metadata.unit_multi):
+    #: neighbours differ in one unit of ANY declared unit table with its FK cascade; their
+    #: bounds are ``privacy_unit``'s (only table and column are their own)
+    extra_units: tuple[PrivacyUnit, ...] = ()
 
     def table(self, name: str) -> Table:
         """The table named ``name`` (case-insensitive; a ``schema.`` prefix is ignored)."""

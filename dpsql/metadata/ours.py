@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dpsql.metadata import sample_aggregate
 from dpsql.metadata.model import Domain, _table_key
 from dpsql.metadata.reader import _FLEX_TO_OURS, _ColSpec, _Reader, _TableSpec
+from dpsql.metadata.unit_multi import read_unit_list, read_unit_map
 from dpsql.metadata.unit_paths import _UnitSpec, read_privacy_unit, read_unit_path
 from dpsql.metadata.yaml_io import _Map
 
@@ -53,6 +54,8 @@ class _OursReader(_Reader):
 
     #: the document's ``privacy_unit`` as read by :meth:`read_ours` (None: not declared)
     privacy_unit: _UnitSpec | None = None
+    #: further unit tables when ``privacy_unit`` is a list of several (unit_multi)
+    extra_units: tuple[_UnitSpec, ...] = ()
 
     def read_ours(self, doc: Mapping) -> tuple[list[_TableSpec], str | None, str | None]:
         """(table specs, ledger path, data version) of ``doc``; the privacy unit is in
@@ -60,7 +63,12 @@ class _OursReader(_Reader):
         self.check_keys(doc, _OURS_TOP, "top level", _FLEX_TO_OURS)
         ledger = self.path(doc, "ledger", "top level")
         data_version = self.version(doc, "data_version", "top level")
-        self.privacy_unit = read_privacy_unit(self, doc)
+        units = read_unit_list(self, doc)
+        if units is None:
+            self.privacy_unit = read_privacy_unit(self, doc)
+        else:
+            self.privacy_unit, self.extra_units = units[0], tuple(units[1:])
+        names = [u.unit.table for u in units or ()]
         tables = doc.get("tables")
         if tables is None:
             self.fail("top level", "missing 'tables': declare at least one table", doc)
@@ -83,7 +91,9 @@ class _OursReader(_Reader):
                 public=bool(self.flag(spec, "public", where)),
                 rows=self.rows(spec, "rows", where),
                 source=self.path(spec, "source", where),
-                unit=read_unit_path(self, spec, where),
+                unit=None if self.extra_units else read_unit_path(self, spec, where),
+                unit_paths=(read_unit_map(self, spec, where, names) if self.extra_units
+                            else None),
                 sample_aggregate=sample_aggregate.read_setting(self, spec, where),
             )
             columns = spec.get("columns")

@@ -34,8 +34,10 @@ from dpsql.metadata.model import (
     Metadata,
     SampleAggregate,
     Table,
+    UnitPath,
     _has_scheme,
 )
+from dpsql.metadata.unit_multi import resolve_multi
 from dpsql.metadata.unit_paths import _PathSpec, _UnitSpec, resolve_paths
 from dpsql.metadata.yaml_io import _line_of
 
@@ -101,6 +103,8 @@ class _TableSpec:
     columns: dict[str, _ColSpec] = field(default_factory=dict)
     unit: _PathSpec | None = None
     sample_aggregate: SampleAggregate | None = None
+    #: per unit table, with several units (dpsql.metadata.unit_multi)
+    unit_paths: dict[str, _PathSpec] | None = None
 
 
 class _Reader:
@@ -305,7 +309,8 @@ class _Reader:
 
     def finish(self, specs: list[_TableSpec], ledger: str | None, path: Path | None,
                data_version: str | None = None,
-               privacy_unit: _UnitSpec | None = None) -> Metadata:
+               privacy_unit: _UnitSpec | None = None,
+               extra_units: tuple[_UnitSpec, ...] = ()) -> Metadata:
         by_name: dict[str, _TableSpec] = {}
         for t in specs:
             if t.name in by_name:
@@ -318,8 +323,16 @@ class _Reader:
                     t.key,
                 )
             by_name[t.name] = t
-        unit_paths = resolve_paths(self, by_name, privacy_unit,
-                                   {t.name: t.unit for t in specs if t.unit is not None})
+        multi: dict[str, dict[str, UnitPath]] = {}
+        if extra_units:
+            assert privacy_unit is not None
+            multi = resolve_multi(self, by_name, (privacy_unit, *extra_units),
+                                  {t.name: t.unit_paths for t in specs if t.unit_paths})
+            unit_paths = {name: p[privacy_unit.unit.table] for name, p in multi.items()
+                          if privacy_unit.unit.table in p}
+        else:
+            unit_paths = resolve_paths(self, by_name, privacy_unit,
+                                       {t.name: t.unit for t in specs if t.unit is not None})
 
         tables: dict[str, Table] = {}
         for t in specs:
@@ -350,11 +363,12 @@ class _Reader:
                 )
             tables[t.name] = Table(
                 name=t.name, columns=columns, public=t.public, rows=t.rows, source=t.source,
-                unit=unit_paths.get(t.name),
+                unit=unit_paths.get(t.name), unit_paths=multi.get(t.name, {}),
                 sample_aggregate=sample_aggregate.checked_setting(self, t),
             )
         return Metadata(tables=tables, ledger=ledger, data_version=data_version, path=path,
-                        privacy_unit=None if privacy_unit is None else privacy_unit.unit)
+                        privacy_unit=None if privacy_unit is None else privacy_unit.unit,
+                        extra_units=tuple(u.unit for u in extra_units))
 
     def partition_flag(self, c: _ColSpec, public: bool, releasable: bool) -> bool:
         """``partition_selection``, checked: only a releasable column of a private table may

@@ -189,11 +189,18 @@ def _unit_settings(unit: PrivacyUnit) -> dict[str, object]:
 def _path_setting(table: Table, md: Metadata) -> object:
     """A table's ``unit`` value (None: nothing to write: no path, or the unit table's own
     implied path)."""
+    if md.extra_units:
+        own = {u: p for u, p in table.unit_paths.items() if u != table.name}
+        return {u: _one_path(p) for u, p in own.items()} or None
     path = table.unit
     unit = md.privacy_unit
     if path is None or (unit is not None and table.name == unit.table
                         and path == UnitPath(unit.column)):
         return None
+    return _one_path(path)
+
+
+def _one_path(path: UnitPath) -> object:
     if path.direct:
         return path.column
     return {"via": path.column, "to": f"{path.to_table}.{path.to_column}"}
@@ -218,7 +225,11 @@ def _emit(
     if md.data_version is not None:
         lines.append(f"data_version: {_scalar(md.data_version)}")
     if md.privacy_unit is not None:
-        lines.append(f"privacy_unit: {_flow(_unit_settings(md.privacy_unit))}")
+        settings: object = _unit_settings(md.privacy_unit)
+        if md.extra_units:  # several units: a list, the bounds on the first (unit_multi)
+            settings = [settings, *({"table": u.table, "column": u.column}
+                                    for u in md.extra_units)]
+        lines.append(f"privacy_unit: {_flow(settings)}")
     lines.append("tables:")
     for t in md.tables.values():
         lines.append(f"  {_scalar(t.name)}:")

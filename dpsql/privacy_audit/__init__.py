@@ -117,6 +117,12 @@ def _exact_vector(session: Session, sql: str, params: Sequence[Any], epsilon: fl
             noiseless.close()
         cells = _cells([rows])
         return np.array([cells[c][0] for c in sorted(cells, key=repr)], dtype=np.float64)
+    unit = prepared.analysis.unit
+    if unit is not None and unit.more:  # two units: the flow-truncated levels (units.multi)
+        from dpsql.units.execute import read_truncated
+
+        levels = read_truncated(session.backend, prepared.compiled, params, unit)
+        return np.concatenate([np.asarray(v, dtype=np.float64) for v in levels])
     bins = read_exact(session.backend, prepared.compiled, params)
     return np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in bins.exact])
 
@@ -189,9 +195,15 @@ def _neighbours(base: Path, folder: Path, metadata: Metadata, private: list[str]
     """The candidate neighbours of ``base`` (copies in ``folder``), one at a time."""
     if relation == "unit":
         assert metadata.privacy_unit is not None
-        for n, unit in enumerate(unit_candidates(base, metadata, count)):
-            path, removed = make_unit_neighbour(base, folder / f"u-{n}.duckdb", metadata, unit)
-            yield Neighbour(metadata.privacy_unit.table, None, None, path, unit, removed)
+        from dpsql.metadata.unit_multi import all_units, unit_view
+
+        n = 0
+        for declared in all_units(metadata):  # several unit tables: each one's cascade
+            view = unit_view(metadata, declared.table)
+            for unit in unit_candidates(base, view, count):
+                path, removed = make_unit_neighbour(base, folder / f"u-{n}.duckdb", view, unit)
+                n += 1
+                yield Neighbour(declared.table, None, None, path, unit, removed)
         return
     for table in private:
         for n, (replaced, replacement) in enumerate(candidates(base, table, relation, count)):
@@ -206,7 +218,8 @@ def audit(database: str | Path, metadata: Metadata, sql: str, params: Sequence[A
     """Audit ``sql`` on ``database`` at (epsilon, delta) (module docstring): ``neighbours``
     candidates tried per private table, ``relation`` ``change`` (one row replaced) or
     ``remove`` (one row deleted); or ``unit`` (one unit and its linked rows removed;
-    ``neighbours`` units tried in all), which needs the metadata's ``privacy_unit``; None
+    ``neighbours`` units tried in all, per unit table when several are declared), which
+    needs the metadata's ``privacy_unit``; None
     (the default): ``unit`` when the metadata declares a privacy unit, else ``change``.
 
     ``sampler`` is for the audit's own self-tests (an under-noised mechanism it must catch);

@@ -66,6 +66,9 @@ class UnitRelease:
     #: unit is at most one of its rows, so kappa = C = 1 hold by the SQL (``unit`` says so)
     #: and the executed query is the row-level one; the shape's description, else None
     derived: str | None = None
+    #: a result row of several units (dpsql.units.multi): each further unit the query reaches
+    #: with how its id is computed; R2T then truncates by max-flow, not per unit
+    more: tuple[tuple[PrivacyUnit, UnitSource], ...] = ()
 
     @property
     def r2t(self) -> bool:
@@ -73,7 +76,8 @@ class UnitRelease:
 
     @property
     def label(self) -> str:
-        return f"{self.unit.table}.{self.unit.column}"
+        return " and ".join(f"{u.table}.{u.column}"
+                            for u in (self.unit, *(u for u, _ in self.more)))
 
 
 _STRUCTURAL: dict[int, tuple[Metadata, Metadata]] = {}
@@ -108,6 +112,10 @@ def analyze_unit_request(sql: str, query: exp.Query, metadata: Metadata,
     from dpsql.analysis.blocks import _may_have_blocks
     from dpsql.analysis.parse import star_error
 
+    if metadata.extra_units:  # several unit tables declared (dpsql.units.multi)
+        from dpsql.units.multi import analyze_multi
+
+        return analyze_multi(sql, query, metadata, top_star)
     if top_star:
         raise star_error()
     if _may_have_blocks(sql, query):

@@ -29,6 +29,10 @@ from dpsql.units.noise import R2TOutcome, release_r2t_measurements
 def read_truncated(backend: Backend, compiled: CompiledPlan, params: Sequence[Any],
                    release: UnitRelease) -> list[np.ndarray]:
     """Per R2T part, Q(tau_j) at every level (exact: reads private data)."""
+    if release.more:  # two units: the flow truncation (dpsql.units.multi)
+        from dpsql.units.multi_execute import read_pair_truncated
+
+        return read_pair_truncated(backend, compiled, params, release)
     rows, _ = backend.execute(compiled.exact, compiled.plan.exact_bindings(params))
     counts = [len(part_levels(part, release.unit)) for part in release.parts]
     if len(rows) != 1 or len(rows[0]) != sum(counts):

@@ -188,6 +188,10 @@ def unit_contributions(tree: exp.Expression, *, ctx: RewriteContext) -> exp.Expr
         # so the row-level query already bounds each unit: nothing to add
         return tree
     assert isinstance(tree, exp.Select)
+    if release.more:  # a result row of two units: grouped by the pair (dpsql.units.multi)
+        from dpsql.units.multi_rewrite import pair_contributions
+
+        return pair_contributions(tree, release)
     _add_unit(tree, release)
     if release.r2t:
         return _r2t(tree, release)

@@ -82,6 +82,21 @@ def unit_engines(tmp_path_factory):
         engine.backend.close()
 
 
+@pytest.fixture(scope="module")
+def two_unit_engines(tmp_path_factory):
+    """:func:`unit_engines` under two unit tables (worlds.two_unit_metadata): queries reading
+    t reach both units and run the per-pair query and the max-flow truncation
+    (dpsql.units.multi)."""
+    base, neighbours, csv = worlds.build(tmp_path_factory.mktemp("fuzz_two_units"))
+    out = {}
+    for name, path in [("base", base), *neighbours.items()]:
+        md = worlds.two_unit_metadata(csv)
+        out[name] = Session(md, DuckDBBackend(path, md), sampler=ZeroNoise())
+    yield out
+    for engine in out.values():
+        engine.backend.close()
+
+
 def outcome(engine: Session, query: Query, epsilon: float) -> tuple[str, object]:
     """("ok", the released group labels) or (error class, message): what may not differ."""
     try:
@@ -220,6 +235,17 @@ def test_outcomes_under_a_privacy_unit_never_tell_neighbours_apart(unit_engines,
     two-stage ranking (hash, ROW_NUMBER) may not fail on one neighbour only; refusals read
     the SQL and the metadata alone."""
     _check(unit_engines, query, epsilon=1.0)
+
+
+@settings(max_examples=max(FUZZ_EXAMPLES // 8, 6), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(query=queries())
+def test_outcomes_under_two_units_never_tell_neighbours_apart(two_unit_engines, query):
+    """The same grammar under two unit tables: the per-pair query (both ids looked up), its
+    columns' fetch and the flow truncation may not fail on one neighbour only; the two-unit
+    refusals (GROUP BY, subquery aggregates, a unit reached only in a subquery) read the SQL
+    and the metadata alone."""
+    _check(two_unit_engines, query, epsilon=1.0)
 
 
 @UNIT_SETTINGS

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from dpsql.metadata import Metadata, PrivacyUnit, UnitPath, loads_metadata
+from dpsql.metadata import Metadata, PrivacyUnit, UnitPath, dump_metadata, loads_metadata
 from tests.neighbours import write_database
 
 SCHEMA = [
@@ -117,6 +117,23 @@ def unit_metadata(csv: Path, mf: int = 2) -> Metadata:
     tables["u"] = dataclasses.replace(tables["u"], unit=UnitPath("n"))
     return dataclasses.replace(md, tables=tables, privacy_unit=PrivacyUnit(
         "u", "n", max_contribution=8, max_groups=2, max_rows_per_group=2))
+
+
+def two_unit_metadata(csv: Path, mf: int = 2) -> Metadata:
+    """:func:`unit_metadata` with t a second unit table (several units, dpsql.units.multi):
+    a t row is its own unit (its id) AND reaches u's unit along ``t.id -> u.id``, so a query
+    reading t reaches both units (released by the max-flow truncation without GROUP BY,
+    refused with it) and one reading u alone reaches u only. Written and read back as YAML,
+    so the loader validates the two units' paths."""
+    md = unit_metadata(csv, mf)
+    assert md.privacy_unit is not None
+    tables = dict(md.tables)
+    tables["t"] = dataclasses.replace(tables["t"], unit_paths={
+        "u": UnitPath("id", "u", "id"), "t": UnitPath("id")})
+    tables["u"] = dataclasses.replace(tables["u"], unit_paths={"u": UnitPath("n")})
+    extra = (dataclasses.replace(md.privacy_unit, table="t", column="id"),)
+    two = dataclasses.replace(md, tables=tables, extra_units=extra)
+    return loads_metadata(dump_metadata(two), "<the fuzz worlds under two units>")
 
 
 #: the worlds written once in this process: (their folder, what build returns there)

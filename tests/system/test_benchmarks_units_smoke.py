@@ -41,17 +41,21 @@ def _ratio(x) -> bool:
 def test_r2t_queries(results):
     data = results["json"]
     rows = data["r2t"]
-    # every query under customer, then R2T's own single unit where it is not customer
+    # every query under customer, then R2T's own units where they are not customer alone
+    # (two unit tables: dpsql.units.multi)
     assert [(q["name"], q["unit"]) for q in rows] == (
         [(n, "customer") for n in R2T_NAMES]
-        + [("Q11", "supplier"), ("Q12", "orders"), ("Q20", "supplier")])
+        + [("Q5", "customer and supplier"), ("Q7", "customer and supplier"),
+           ("Q8", "customer and supplier"), ("Q11", "supplier"), ("Q12", "orders"),
+           ("Q20", "supplier"), ("Q21", "orders and supplier")])
     for q in rows:
         assert q["status"] == "ok", q.get("rejection")
         assert q["draws"] == 5 and q["exact_executions"] == 1  # replayed, not re-run
         assert q["r2t_figure"] > 0 and q["exact_answer"] > 0
         assert _ratio(q["median_rel_error"]) and _ratio(q["r2t_statistic_rel_error"])
         assert 0 <= q["interval_95_covered"] <= 1
-        assert q["same_private_relations"] == ((q["unit"],) == tuple(q["r2t_private"]))
+        assert q["same_private_relations"] == (tuple(q["unit"].split(" and "))
+                                               == tuple(q["r2t_private"]))
         if q["mechanism"] == "exact":
             assert q["time"] is None and q["median_rel_error"] < 1e-9  # float sums
             continue
@@ -61,7 +65,9 @@ def test_r2t_queries(results):
         t = q["time"]
         assert t["raw_ms"] > 0 and t["exact_ms"] > 0 and t["runs"] == 2
         assert t["ratio"] == pytest.approx(t["exact_ms"] / t["raw_ms"])
-        if not t["met"]:  # over 2x: where the time goes
+        if " and " in q["unit"]:  # two units: the per-pair query, then the flow in Python
+            assert t["pairs_query_ms"] > 0 and "breakdown" not in t
+        elif not t["met"]:  # over 2x: where the time goes
             b = t["breakdown"]
             assert b["exact_ms"] > 0 and b["grouped_ms"] > 0 and b["raw_ms"] > 0
             assert ("lookup_ms" in b) == ("__up0" in q["exact_sql"])
@@ -118,6 +124,7 @@ def test_markdown(results):
     assert "#### R2T's TPC-H queries" in md and "#### FLEX's TPC-H queries" in md
     assert "| Q11 | customer (R2T: supplier) |" in md and "public: exact, free" in md
     assert "| Q12 | orders (as R2T) |" in md
+    assert "| Q5 | customer and supplier (as R2T) |" in md
     assert "| Q13 | 1, 1 | " in md and "| Q13 | 1, 1 | rejected" not in md
     assert "### Privacy units (issue #17)" in results["summary"]
 
@@ -136,6 +143,17 @@ def test_unit_metadata_is_the_schema_file():
         assert md.privacy_unit is not None and md.privacy_unit.table == table
         assert md.privacy_unit.max_groups == 3 and md.privacy_unit.max_contribution == 2**20
         assert {n for n, t in md.tables.items() if not t.public} == private
+    # R2T's two private relations: several unit tables, each private table's path to each
+    from benchmarks.units_queries import units_metadata
+    from dpsql.metadata import UnitPath
+
+    two = units_metadata(base, ("customer", "supplier"))
+    assert [u.table for u in (two.privacy_unit, *two.extra_units)] == ["customer", "supplier"]
+    assert two.tables["lineitem"].unit_paths == {
+        "customer": UnitPath("l_orderkey", "orders", "o_orderkey"),
+        "supplier": UnitPath("l_suppkey")}
+    q21 = units_metadata(base, ("orders", "supplier"))
+    assert q21.tables["customer"].public and not q21.tables["partsupp"].public
 
 
 def test_level_grid_simulation(results):

@@ -1,0 +1,66 @@
+"""The executed query of a release over two privacy units (dpsql.units.multi): the join
+grouped by the pair of unit ids.
+
+:func:`pair_contributions` takes the exact query as the other passes leave it (``SELECT
+<aggregates> AS __m<j> FROM .. WHERE ..``, no GROUP BY, every aggregate clamped and total),
+computes each row's id in both units (``__u0``, ``__u1``: each along its unit path by LEFT JOINs
+to unique keys, as dpsql.units.rewrite computes one) and groups by the pair, with one column
+``__p<i>`` per R2T part: the pair's row count (COUNT) or sum of clamped non-negative /
+non-positive values (a SUM's two parts) -- psi(q) of R2T's LP, per result pair. One database
+query; the truncation (dpsql.units.flow) runs on its rows.
+
+A row whose path to one unit does not resolve (NULL or orphan keys) has that id NULL: it
+belongs to no unit of that table (it stays in every neighbour that keeps its other unit); the
+truncation treats each unit table's NULL as one more node, never removed.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.analysis.trees import copy_tree
+from dpsql.units.analysis import UnitRelease
+from dpsql.units.paths import UnitSource
+from dpsql.units.rewrite import _col, _greatest, _measurement_nodes
+
+
+def _add_id(select: exp.Select, source: UnitSource, name: str) -> None:
+    """``name`` (the unit id along ``source``'s path) selected and grouped by."""
+    value: exp.Expression = _col(source.column, source.alias)
+    for i, hop in enumerate(source.hops):
+        alias = f"{name}p{i}"
+        table = exp.alias_(exp.Table(this=exp.to_identifier(hop.table)), alias, table=True)
+        on = exp.EQ(this=_col(hop.key, alias), expression=value)
+        select.join(table, on=on, join_type="left", copy=False)
+        value = _col(hop.column, alias)
+    select.select(exp.alias_(value, name), copy=False)
+    select.group_by(copy_tree(value), copy=False)
+
+
+def pair_contributions(select: exp.Select, release: UnitRelease) -> exp.Select:
+    """The exact query grouped by (``__u0``, ``__u1``) with each part's psi (module
+    docstring). Precondition: ``release.more`` holds the second unit, ``release.parts`` the
+    R2T parts (no GROUP BY)."""
+    assert len(release.more) == 1
+    _add_id(select, release.source, "__u0")
+    _add_id(select, release.more[0][1], "__u1")
+    nodes = _measurement_nodes(select)
+    kept: set[int] = set()
+    for i, part in enumerate(release.parts):
+        agg = nodes[part.index].this
+        if isinstance(agg, exp.Count):
+            part_node: exp.Expression = agg if part.index not in kept else copy_tree(agg)
+        else:
+            assert isinstance(agg, exp.Sum), agg
+            arg = agg.this if part.index not in kept else copy_tree(agg.this)
+            both = sum(1 for p in release.parts if p.index == part.index) == 2
+            if part.sign < 0:
+                arg = exp.Neg(this=exp.Paren(this=arg))
+            if both:
+                arg = _greatest(arg, 0)
+            part_node = exp.Cast(this=exp.Sum(this=arg), to=exp.DataType.build("DOUBLE"))
+        kept.add(part.index)
+        select.select(exp.alias_(part_node, f"__p{i}"), copy=False)
+    select.set("expressions", [e for e in select.expressions
+                               if not (isinstance(e, exp.Alias) and e.alias.startswith("__m"))])
+    return select

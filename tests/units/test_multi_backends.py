@@ -1,0 +1,60 @@
+"""A release over two privacy units with noise off, on DuckDB and on Spark (``make_backend``
+runs this module once per backend): the flow-truncated levels the engine reads equal the LP
+truncation (HiGHS) of the (customer, supplier) pairs computed in Python from the raw rows."""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pytest
+
+from dpsql.analysis.blocks import analyze_request
+from dpsql.execute.exact import compile_plan
+from dpsql.noise.r2t import levels
+from dpsql.noise.r2t_lp import lp_truncated
+from dpsql.rewrite.plan import plan_execution
+from dpsql.units.execute import read_truncated
+from tests.units import tiny_multi
+
+DB: tiny_multi.Database = {
+    "customer": [(c, 1 + c % 2) for c in range(1, 7)],
+    "supplier": [(s, 1 + s % 2) for s in range(1, 4)],
+    "orders": [(o, 1 + o % 6 if o < 12 else 9) for o in range(1, 15)],  # customer 9: no row
+    # orders 15..17: orphans (no customer); supplier 8: no row; supplier 1 sells the most
+    "items": [(1 + i % 17, 1 if i % 3 else 2 + i % 2 * 6, i % 6 - 2) for i in range(40)],
+    "stock": [(1, 2)],
+    "nations": [(1,), (2,)],
+}
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory, make_backend):
+    path = tmp_path_factory.mktemp("multi_backends") / "two.duckdb"
+    con = duckdb.connect(str(path))
+    tiny_multi.load(DB, con)
+    con.close()
+    b = make_backend(path, tiny_multi.metadata())
+    yield b
+    b.close()
+
+
+def test_flow_levels_equal_the_lp_of_the_pairs(backend):
+    md = tiny_multi.metadata()
+    analysis = analyze_request("SELECT COUNT(*), SUM(qty) FROM items", md)
+    plan = compile_plan(backend, plan_execution(analysis, md))
+    got = read_truncated(backend, plan, [], analysis.unit)
+    owner = dict(DB["orders"])
+    counts: dict[tuple[object, int], int] = {}
+    sums: dict[tuple[object, int], float] = {}
+    for order, supp, qty in DB["items"]:
+        key = (owner.get(order), supp)  # None: an orphan, no customer
+        counts[key] = counts.get(key, 0) + 1
+        sums[key] = sums.get(key, 0.0) + max(min(qty, 4), 0)
+
+    def lp(values: dict[tuple[object, int], float], tau: float) -> float:
+        return lp_truncated([(v, (("c", c), ("s", s))) for (c, s), v in values.items()], tau)
+
+    assert list(got[0]) == [round(lp(counts, t)) for t in levels(8)]
+    value_taus = levels(32)  # a SUM part's levels: value units up to GS * 4
+    assert np.allclose(got[1], [lp(sums, t) for t in value_taus], atol=1e-6)
+    assert len(got) == 3  # COUNT, and the SUM's two parts
