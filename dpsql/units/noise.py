@@ -4,8 +4,10 @@ Contract of :func:`plan_r2t`: the measurements split epsilon evenly (basic compo
 :func:`dpsql.noise.plan.plan_noise`); a SUM released as two parts (its non-negative and
 non-positive sums) gives each half of its share; every part is an R2T release
 (:mod:`dpsql.noise.r2t`) on its own grid (:mod:`dpsql.units.grid`: rows for a COUNT, value
-units for a SUM part), pure epsilon-DP with public noise scales. Refusals (the Gaussian
-mechanism) depend on the budget alone.
+units for a SUM part), pure epsilon-DP with public noise scales. Under one unit the levels
+are noised increments (naive truncation meets that plan's precondition); under several units
+(the max-flow truncation, which bounds each level's move but not its increments') every level
+is noised on its own. Refusals (the Gaussian mechanism) depend on the budget alone.
 
 Contract of :func:`release_r2t_measurements`: each measurement's released value is the sum of
 its parts' R2T releases (the non-positive part subtracted), and its 95% interval the sum of
@@ -44,6 +46,10 @@ class PartPlan:
     scales: tuple[float, ...]
     unit_bound: float
     max_contribution: int
+    #: the levels are released as noised increments (dpsql.noise.r2t): only under one unit,
+    #: whose naive truncation moves each increment by at most its width; the max-flow
+    #: truncation of several units (dpsql.noise.r2t_flow) bounds each level's move alone
+    increments: bool = True
 
 
 def plan_r2t(analysis: QueryAnalysis, budget: Budget | None) -> tuple[NoisePlan, ...]:
@@ -57,6 +63,7 @@ def plan_r2t(analysis: QueryAnalysis, budget: Budget | None) -> tuple[NoisePlan,
             "under a privacy unit, a query without GROUP BY is released by R2T with Laplace "
             "noise: use mechanism='laplace'")
     base = release.unit.level_base
+    increments = not release.more
     n = len(analysis.measurements)
     eps_each = budget.epsilon / n
     plans = []
@@ -70,8 +77,10 @@ def plan_r2t(analysis: QueryAnalysis, budget: Budget | None) -> tuple[NoisePlan,
         for p in parts:
             bound, gs = part_grid(p, release.unit)
             scales = r2t.r2t_scales(unit_bound=bound, max_contribution=gs, epsilon=eps_part,
-                                    integer=p.integer, base=base)
-            part_plans.append(PartPlan(p, eps_part, tuple(float(s) for s in scales), bound, gs))
+                                    integer=p.integer, base=base, beta=BETA,
+                                    increments=increments)
+            part_plans.append(PartPlan(p, eps_part, tuple(float(s) for s in scales), bound, gs,
+                                       increments))
         top = max(s for pp in part_plans for s in pp.scales)
         plans.append(NoisePlan(m, eps_each, 0.0, m.sensitivity.at(0), None, top,
                                r2t=tuple(part_plans)))
@@ -104,7 +113,8 @@ def release_r2t_measurements(truncated: Sequence[np.ndarray], plans: Sequence[No
             rel = r2t.release_r2t(
                 np.asarray(truncated[i]), unit_bound=pp.unit_bound,
                 max_contribution=pp.max_contribution, epsilon=pp.epsilon, beta=BETA,
-                integer=pp.part.integer, sampler=sampler, base=base)
+                integer=pp.part.integer, sampler=sampler, base=base,
+                increments=pp.increments)
             i += 1
             if pp.part.sign > 0:
                 value, lower, upper = value + rel.value, lower + rel.lower95, upper + rel.upper95

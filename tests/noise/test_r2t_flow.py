@@ -118,3 +118,19 @@ def test_a_saturated_side_is_certified_without_the_flow_solver(monkeypatch):
     monkeypatch.undo()
     monkeypatch.setattr(r2t_flow, "_spread", lambda *args: -1)  # never certifies
     assert _flow(rows, [3]).tolist() == [15]  # Dinic alone: the same value
+
+
+def test_a_unit_moves_an_increment_by_more_than_its_width():
+    """Why two units get per-level noise (dpsql.units.noise): the flow bounds each level's move
+    by tau, not each increment's by its width. Customers 2 and 3 fill tau = 4 through their own
+    suppliers 1 and 2, so supplier 0 adds nothing up to tau = 4 and 4 rows at tau = 6: removing
+    it moves the increment Q(6) - Q(4) by 4 > 6 - 4 (each level by at most its tau)."""
+    taus = [2, 4, 6, 8, 12]
+    pairs = [(2, 1, 4), (3, 2, 4), (2, 0, 3), (3, 0, 2)]
+    with_0 = _flow(pairs, taus)
+    without_0 = _flow([p for p in pairs if p[1] != 0], taus)
+    assert with_0.tolist() == [4, 8, 12, 13, 13] and without_0.tolist() == [4, 8, 8, 8, 8]
+    assert ((with_0 - without_0) <= np.array(taus)).all()
+    moved = np.diff(np.concatenate([[0], with_0 - without_0]))
+    assert moved.tolist() == [0, 0, 4, 1, 0]
+    assert moved[2] > taus[2] - taus[1]
