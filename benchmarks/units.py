@@ -93,11 +93,15 @@ def _two_units(prepared: Any) -> bool:
 
 
 def _exact_runner(backend: Any, prepared: Any) -> Callable[[], Any]:
-    """The exact side of one release: the exact query; over two units also its truncation
-    (the per-pair rows fetched and the max-flow of every level, which run in Python)."""
+    """The exact side of one release as the session reads it: the executed query and, for
+    R2T, the truncated sums read from its rows (dpsql.units.execute.read_truncated: over two
+    units also the per-pair rows' max-flow of every level, which runs in Python; for counts
+    over one unit, the levels evaluated from the histogram of contributions the query
+    returns)."""
     compiled = prepared.compiled
-    if _two_units(prepared):
-        return lambda: read_truncated(backend, compiled, [], prepared.analysis.unit)
+    release = prepared.analysis.unit
+    if release is not None and release.r2t:  # as Session.run dispatches
+        return lambda: read_truncated(backend, compiled, [], release)
     params = compiled.plan.exact_bindings([])
     return lambda: backend.execute(compiled.exact, params)
 

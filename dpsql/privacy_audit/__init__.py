@@ -118,11 +118,13 @@ def _exact_vector(session: Session, sql: str, params: Sequence[Any], epsilon: fl
         cells = _cells([rows])
         return np.array([cells[c][0] for c in sorted(cells, key=repr)], dtype=np.float64)
     unit = prepared.analysis.unit
-    if unit is not None and unit.more:  # two units: the flow-truncated levels (units.multi)
+    if unit is not None and (unit.r2t or unit.more):  # R2T: the levels, as Session.run reads
+        # them (one unit: the truncated sums, or for counts the histogram of contributions
+        # evaluated in Python; two units: the flow-truncated levels, units.multi)
         from dpsql.units.execute import read_truncated
 
         levels = read_truncated(session.backend, prepared.compiled, params, unit)
-        return np.concatenate([np.asarray(v, dtype=np.float64) for v in levels])
+        return np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in levels])
     bins = read_exact(session.backend, prepared.compiled, params)
     return np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in bins.exact])
 

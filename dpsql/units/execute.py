@@ -3,13 +3,16 @@ GROUP BY; the executed query is :func:`dpsql.units.rewrite.unit_contributions`'s
 
 The exact query returns one row: for part i (dpsql.units.analysis.R2TPart) and level j the
 column ``__r<i>_<j>`` = Q(tau_j) over the part's own levels (dpsql.units.grid; NULL, over no
-unit, is 0). :func:`r2t_bins` reads it, calls
+unit, is 0) -- or, when every part is a COUNT (dpsql.units.rewrite.counts_only), the histogram
+of the units' contributions, from which :func:`levels_from_histogram` computes the same
+Q(tau_j) in exact integers. :func:`r2t_bins` reads it, calls
 ``drawn`` before any noise, and returns the single bin of noisy measurements the
 post-processing reads, with each measurement's released interval.
 """
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,8 +25,9 @@ from dpsql.execute.layout import Bins
 from dpsql.noise.mechanisms import Sampler
 from dpsql.noise.plan import NoisePlan
 from dpsql.units.analysis import UnitRelease
-from dpsql.units.grid import part_levels
+from dpsql.units.grid import part_grid, part_levels
 from dpsql.units.noise import R2TOutcome, release_r2t_measurements
+from dpsql.units.rewrite import counts_only
 
 
 def read_truncated(backend: Backend, compiled: CompiledPlan, params: Sequence[Any],
@@ -34,9 +38,17 @@ def read_truncated(backend: Backend, compiled: CompiledPlan, params: Sequence[An
 
         return read_pair_truncated(backend, compiled, params, release)
     rows, _ = backend.execute(compiled.exact, compiled.plan.exact_bindings(params))
+    return truncated_levels(rows, release)
+
+
+def truncated_levels(rows: Sequence[Sequence[Any]], release: UnitRelease) -> list[np.ndarray]:
+    """Per R2T part, Q(tau_j) at every level from the rows of the executed query (either
+    layout, module docstring)."""
+    if counts_only(release):
+        return levels_from_histogram(rows, release)
     counts = [len(part_levels(part, release.unit)) for part in release.parts]
     if len(rows) != 1 or len(rows[0]) != sum(counts):
-        raise ProgrammingError("the exact result of a query under a privacy unit is malformed")
+        raise _malformed()
     row = rows[0]
     out = []
     start = 0
@@ -45,6 +57,49 @@ def read_truncated(backend: Backend, compiled: CompiledPlan, params: Sequence[An
         start += n
         out.append(np.array(values, dtype=np.int64 if part.integer else np.float64))
     return out
+
+
+def levels_from_histogram(rows: Sequence[Sequence[Any]], release: UnitRelease
+                          ) -> list[np.ndarray]:
+    """Per COUNT part i, ``Q(tau_j) = sum_u min(c_u, tau_j b)`` from the histogram rows
+    ``(__h0, .., __h<k-1>, __n)`` of dpsql.units.rewrite's counts-only query: ``n`` units
+    contribute ``c`` rows to part i where ``__h<i> = c`` (with several parts, exactly one
+    ``__h`` of a row is not NULL: one grouping set per part). The units with contribution c
+    are n equal terms, so ``sum over part i's rows of min(c, tau_j b) * n`` is the same
+    integer, computed in Python integers (exact, no overflow), one int64 per level (each at
+    most the number of aggregated rows). Precondition: every part is a COUNT (b = 1).
+    Anything else in ``rows`` is a ProgrammingError (never a silent miscount)."""
+    k = len(release.parts)
+    hist: list[list[tuple[int, int]]] = [[] for _ in range(k)]
+    for row in rows:
+        if len(row) != k + 1:
+            raise _malformed()
+        present = [i for i in range(k) if row[i] is not None]
+        if len(present) != 1:
+            raise _malformed()
+        c, n = _count(row[present[0]]), _count(row[k])
+        if n <= 0:
+            raise _malformed()
+        hist[present[0]].append((c, n))
+    out = []
+    for part, pairs in zip(release.parts, hist, strict=True):
+        unit_bound, _ = part_grid(part, release.unit)
+        assert part.integer and float(unit_bound).is_integer()
+        b = int(unit_bound)
+        out.append(np.array([sum(min(c, tau * b) * n for c, n in pairs)
+                             for tau in part_levels(part, release.unit)], dtype=np.int64))
+    return out
+
+
+def _count(value: Any) -> int:
+    """A non-negative integer of the histogram as a Python int (exact arithmetic)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise _malformed()
+    return int(value)
+
+
+def _malformed() -> ProgrammingError:
+    return ProgrammingError("the exact result of a query under a privacy unit is malformed")
 
 
 def r2t_bins(backend: Backend, compiled: CompiledPlan, params: Sequence[Any],

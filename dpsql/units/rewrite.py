@@ -10,9 +10,11 @@ unique keys: dpsql.units.paths), so each row of it is one unit's contribution. T
   min(c_u, tau_j * b) for every part i (dpsql.units.analysis.R2TPart: a COUNT, or the
   non-negative / non-positive part of a SUM) and level j of the part's grid
   (dpsql.units.grid: rows for a COUNT, value units for a SUM part, b = 1), all in one scan;
-  when every part is a COUNT, through the histogram of the units' contributions (``GROUP BY``
-  the contributions, then ``min(c, tau_j) * n`` per distinct value: the same integers, far
-  fewer LEASTs);
+  when every part is a COUNT (:func:`counts_only`), the query returns instead the histogram of
+  the units' contributions -- rows ``(__h<i>, __n)``: n units contribute c rows to part i --
+  and dpsql.units.execute evaluates ``Q(tau_j) = sum over the histogram of min(c, tau_j) * n``
+  in exact integers: the same integers, without the L sums and LEASTs in the SQL (whose
+  planning alone cost ~1.5 ms of TPC-H Q10's ~12 ms raw join, issue #17);
 * with GROUP BY (two-stage): each unit keeps the ``max_groups`` groups with the smallest
   hash of their keys (ties by the keys: deterministic, and a function of the unit's own rows),
   its contribution to each clamped per group (dpsql.units.analysis.per_group_clamp); the
@@ -30,7 +32,6 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.analysis.trees import copy_tree
-from dpsql.noise.r2t import levels
 from dpsql.rewrite.context import RewriteContext
 from dpsql.units.analysis import UnitRelease, per_group_clamp
 from dpsql.units.grid import part_grid, part_levels
@@ -87,6 +88,12 @@ def _measurement_nodes(select: exp.Select) -> dict[int, exp.Alias]:
     return out
 
 
+def counts_only(release: UnitRelease) -> bool:
+    """Whether the R2T query returns the histogram of the units' contributions (every part a
+    COUNT: integer contributions with few distinct values) rather than the truncated sums."""
+    return all(part.integer for part in release.parts)
+
+
 def _r2t(select: exp.Select, release: UnitRelease) -> exp.Select:
     nodes = _measurement_nodes(select)
     kept: set[int] = set()
@@ -110,9 +117,8 @@ def _r2t(select: exp.Select, release: UnitRelease) -> exp.Select:
     select.set("expressions", [e for e in select.expressions
                                if not (isinstance(e, exp.Alias) and e.alias.startswith("__m"))])
     per_unit = exp.alias_(exp.Subquery(this=select), "__c", table=True)
-    if all(part.integer for part in release.parts):
-        taus = levels(release.unit.max_contribution, release.unit.level_base)
-        return _r2t_histogram(per_unit, release, taus)
+    if counts_only(release):
+        return _r2t_histogram(per_unit, len(release.parts))
     outer = exp.Select()
     for i, part in enumerate(release.parts):
         unit_bound, _ = part_grid(part, release.unit)
@@ -123,28 +129,26 @@ def _r2t(select: exp.Select, release: UnitRelease) -> exp.Select:
     return outer.from_(per_unit, copy=False)
 
 
-def _r2t_histogram(per_unit: exp.Expression, release: UnitRelease,
-                   taus: tuple[int, ...]) -> exp.Select:
-    """Counts only: the units' contributions as a histogram (``__h<i>`` the contributions,
-    ``__n`` how many units have them; a COUNT per unit has few distinct values), then
-    ``Q(tau_j) = sum over the histogram of min(c, tau_j b) * n``: the same integers as summing
-    ``min(c_u, tau_j b)`` over the units (exact BIGINT arithmetic, each product at most the
-    units' total), with the L LEASTs evaluated once per distinct contribution instead of once
-    per unit."""
+def _r2t_histogram(per_unit: exp.Expression, n_parts: int) -> exp.Select:
+    """Counts only: the histogram of the units' contributions, ``__h<i>`` a contribution to
+    part i and ``__n`` how many units have it (a COUNT per unit has few distinct values: at
+    most sqrt(2N) + 1 over N rows). One part: ``GROUP BY __p0``. Several: one grouping set per
+    part, so the rows stay per part (a unit's tuple of counts could be near-unique); a COUNT is
+    never NULL, so a row's non-NULL ``__h<i>`` names its part (dpsql.units.execute reads it).
+    ``Q(tau_j) = sum over part i's rows of min(c, tau_j) * n`` is then the same integer as
+    ``sum_u min(c_u, tau_j)`` (the units with contribution c are n terms of min(c, tau_j)),
+    evaluated exactly by dpsql.units.execute.levels_from_histogram."""
     hist = exp.Select()
-    for i in range(len(release.parts)):
-        hist.select(exp.alias_(_col(f"__p{i}", "__c"), f"__h{i}"), copy=False)
-        hist.group_by(_col(f"__p{i}", "__c"), copy=False)
+    keys = [_col(f"__p{i}", "__c") for i in range(n_parts)]
+    for i, key in enumerate(keys):
+        hist.select(exp.alias_(copy_tree(key), f"__h{i}"), copy=False)
     hist.select(exp.alias_(exp.Count(this=exp.Star()), "__n"), copy=False)
     hist.from_(per_unit, copy=False)
-    outer = exp.Select()
-    for i, part in enumerate(release.parts):
-        for j, tau in enumerate(taus):
-            least = _least(_col(f"__h{i}", "__h"), tau * part.bound)
-            weighted = exp.Mul(this=least, expression=_col("__n", "__h"))
-            outer.select(exp.alias_(exp.Sum(this=_as_total(weighted, True)), f"__r{i}_{j}"),
-                         copy=False)
-    return outer.from_(exp.alias_(exp.Subquery(this=hist), "__h", table=True), copy=False)
+    if n_parts == 1:
+        return hist.group_by(keys[0], copy=False)
+    sets = exp.GroupingSets(expressions=[exp.Paren(this=k) for k in keys])
+    hist.set("group", exp.Group(expressions=[sets]))
+    return hist
 
 
 def _two_stage(select: exp.Select, release: UnitRelease, ctx: RewriteContext) -> exp.Select:

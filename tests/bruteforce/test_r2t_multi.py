@@ -28,6 +28,7 @@ from dpsql.metadata import Metadata
 from dpsql.noise.r2t_flow import flow_truncated
 from dpsql.rewrite.plan import plan_execution
 from dpsql.units.analysis import UnitRelease
+from dpsql.units.execute import truncated_levels as engine_levels
 from dpsql.units.grid import part_grid, part_levels
 from dpsql.units.multi_execute import unit_codes
 from tests.units import tiny_multi
@@ -87,11 +88,11 @@ def truncated_levels(release: UnitRelease, exact_sql: str, db: tiny_multi.Databa
                                     [t * bound for t in taus], integer=part.integer)
             out.append((bound, [float(v) for v in levels]))
         return out
-    row = con.execute(exact_sql).fetchone()
-    start = 0
-    for bound, taus in grids:
-        out.append((bound, [float(v or 0) for v in row[start:start + len(taus)]]))
-        start += len(taus)
+    # one unit: the one row of sums, or for counts the histogram of contributions
+    # (dpsql.units.execute.truncated_levels reads either)
+    parts = engine_levels(con.execute(exact_sql).fetchall(), release)
+    for (bound, _), levels in zip(grids, parts, strict=True):
+        out.append((bound, [float(v) for v in levels]))
     return out
 
 

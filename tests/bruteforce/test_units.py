@@ -122,10 +122,10 @@ def bruteforce_r2t(sql: str, md: Metadata, databases: Sequence[tiny.Database]) -
     # (dpsql.units.grid), laid out part after part
     grids = [(part_grid(p, unit)[0], part_levels(p, unit)) for p in release.parts]
     for db in databases:
-        base = tiny.load(db).execute(plan.exact_sql).fetchone()
+        base = tiny.r2t_row(tiny.load(db), plan.exact_sql, release)
         assert len(base) == sum(len(t) for _, t in grids)
         for u in tiny.units(db):
-            other = tiny.load(tiny.remove_unit(db, u)).execute(plan.exact_sql).fetchone()
+            other = tiny.r2t_row(tiny.load(tiny.remove_unit(db, u)), plan.exact_sql, release)
             start = 0
             for part, (bound, taus) in zip(release.parts, grids, strict=True):
                 for j, tau in enumerate(taus):

@@ -1,8 +1,9 @@
 """dpsql.units.rewrite's R2T query with noise off on real DuckDB: the truncated sums it returns
 are exactly ``sum_u min(c_u, tau_j b)`` over the per-unit contributions its own inner query
-computes (``__c``), whether they are summed per unit or, for counts, through the histogram of
-contributions -- on random tiny databases, for the paper's grid and an owner's grid (a SUM's
-levels in value units, dpsql.units.grid)."""
+computes (``__c``), whether they are summed per unit or, for counts, read from the histogram
+of contributions the query returns (dpsql.units.execute.levels_from_histogram) -- on random
+tiny databases (orphans, NULL paths, duplicate ids and keys), for the paper's grid and an
+owner's grid (a SUM's levels in value units, dpsql.units.grid)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.analysis.blocks import analyze_request
+from dpsql.errors import ProgrammingError
 from dpsql.noise.r2t import levels, truncated_sums
 from dpsql.rewrite.plan import plan_execution
+from dpsql.units.execute import levels_from_histogram
 from dpsql.units.grid import part_grid
 from tests.units import tiny
 
@@ -23,6 +26,10 @@ QUERIES = [
     ("SELECT COUNT(*) FROM items", True),
     ("SELECT COUNT(*), COUNT(o.amount) FROM orders o", True),
     ("SELECT COUNT(*) FROM items i JOIN orders o ON o.o_id = i.i_order WHERE i.qty > 1", True),
+    ("SELECT COUNT(*), COUNT(i.kind), COUNT(o.amount) FROM items i JOIN orders o"
+     " ON o.o_id = i.i_order", True),  # three parts: one grouping set each
+    ("SELECT COUNT(*) FROM orders o JOIN customer c ON c.c_id = o.o_cust"
+     " JOIN regions r ON r.r = c.region", True),  # as TPC-H Q10
     ("SELECT COUNT(*), SUM(amount) FROM orders", False),  # a SUM: summed per unit
     ("SELECT SUM(qty) FROM items", False),
 ]
@@ -48,8 +55,14 @@ def test_truncated_sums_equal_the_reference_over_the_units(sql, histogram, base)
         db = tiny.random_database(rng)
         # heavier units, so the low levels truncate
         db["items"] += [(o, 2, 1) for o, _, _ in db["orders"] for _ in range(rng.randint(0, 9))]
+        _dirty(db, rng)
         con = tiny.load(db)
-        row = con.execute(exact_sql).fetchone()
+        result = con.execute(exact_sql).fetchall()
+        if histogram:  # the same integers, flattened as the one-row layout
+            row = tuple(v for part in levels_from_histogram(result, release) for v in part)
+        else:
+            assert len(result) == 1
+            row = result[0]
         cursor = con.execute(_per_unit(exact_sql))
         names = [d[0] for d in cursor.description]
         units = cursor.fetchall()
@@ -70,3 +83,45 @@ def test_truncated_sums_equal_the_reference_over_the_units(sql, histogram, base)
                 assert got == want.tolist()  # exact integers
             else:
                 assert np.allclose(got, want, rtol=1e-12, atol=1e-9)
+
+
+def _dirty(db: dict, rng: random.Random) -> None:
+    """What a real database may hold beyond the metadata's promises: NULL paths and kinds, a
+    duplicated unit id and a duplicated order key (so a join row may repeat), orphans (the
+    random databases have some already)."""
+    if rng.random() < 0.5 and db["orders"]:
+        o, _, amount = db["orders"][0]
+        db["orders"].append((o, db["customer"][0][0], amount))  # a duplicated key
+    if rng.random() < 0.5:
+        db["customer"].append(db["customer"][0])  # a duplicated unit id
+    db["orders"].append((7, None, None))  # a NULL path
+    db["items"] += [(None, 1, None), (7, 2, None)]  # a NULL path; a NULL kind of no unit
+
+
+def test_the_histogram_of_several_counts_keeps_each_part_apart():
+    md = tiny.metadata(max_contribution=8)
+    release = analyze_request("SELECT COUNT(*), COUNT(i.kind) FROM items i", md).unit
+    assert release is not None
+    # part 0: 2 units of 3 rows and 1 of 9; part 1: 3 units of 1 row (levels 2, 4, 8)
+    rows = [(3, None, 2), (9, None, 1), (None, 1, 3)]
+    got = levels_from_histogram(rows, release)
+    assert [list(g) for g in got] == [[2 * 2 + 2, 3 * 2 + 4, 3 * 2 + 8],
+                                      [3, 3, 3]]
+    assert [list(g) for g in levels_from_histogram([], release)] == [[0, 0, 0], [0, 0, 0]]
+
+
+@pytest.mark.parametrize("rows", [
+    [(3, 1, 2)],  # two parts in one row
+    [(None, None, 2)],  # no part
+    [(3, None, 0)],  # no unit
+    [(-1, None, 1)],  # a negative count
+    [(3.5, None, 1)],  # not an integer
+    [(True, None, 1)],
+    [(3, None)],  # a column short
+])
+def test_a_malformed_histogram_is_an_error_not_a_count(rows):
+    md = tiny.metadata(max_contribution=8)
+    release = analyze_request("SELECT COUNT(*), COUNT(i.kind) FROM items i", md).unit
+    assert release is not None
+    with pytest.raises(ProgrammingError, match="malformed"):
+        levels_from_histogram(rows, release)

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 import duckdb
 
 from dpsql.metadata import Column, Domain, Metadata, PrivacyUnit, Table, UnitPath
+from dpsql.units.analysis import UnitRelease
+from dpsql.units.execute import truncated_levels
 
 Database = dict[str, list[tuple[int, ...]]]
 
@@ -99,13 +101,21 @@ def load(db: Mapping[str, Sequence[tuple[int, ...]]]) -> duckdb.DuckDBPyConnecti
         rows = list(db[table])
         if _LOADED.get(table) == rows:
             continue
-        if rows:
-            values = ", ".join("(" + ", ".join(str(v) for v in r) + ")" for r in rows)
-            names = ", ".join(columns)
-            con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM (VALUES {values}) "
-                        f"AS t({names})")
-        else:
-            con.execute(f"CREATE OR REPLACE TABLE {table} "
-                        f"({', '.join(c + ' INTEGER' for c in columns)})")
+        con.execute(f"CREATE OR REPLACE TABLE {table} "
+                    f"({', '.join(c + ' INTEGER' for c in columns)})")
+        if rows:  # None is NULL
+            values = ", ".join("(" + ", ".join("NULL" if v is None else str(v) for v in r) + ")"
+                               for r in rows)
+            con.execute(f"INSERT INTO {table} VALUES {values}")
         _LOADED[table] = rows
     return con
+
+
+def r2t_row(con: duckdb.DuckDBPyConnection, exact_sql: str, release: UnitRelease
+            ) -> tuple[int | float, ...]:
+    """The R2T levels of ``exact_sql`` (dpsql.units.rewrite's executed query) on ``con``, part
+    after part as one flat row, read as the engine reads them
+    (dpsql.units.execute.truncated_levels: the one row of truncated sums, or the histogram of
+    contributions when every part is a COUNT; a NULL sum, over no unit, is 0)."""
+    parts = truncated_levels(con.execute(exact_sql).fetchall(), release)
+    return tuple(v for part in parts for v in part.tolist())
