@@ -176,8 +176,9 @@ def r2t_query(q: R2TQuery, unit: str, metadata: Metadata, handles: Handles,
     else:
         out["time"] = _times(q.sql, prepared, handles, settings)
         if not out["time"]["met"] and not _two_units(prepared):  # benchmarks.units_profile
-            out["time"]["breakdown"] = breakdown(q.sql, prepared.compiled.exact, handles,
-                                                 settings.runs)
+            out["time"]["breakdown"] = breakdown(
+                q.sql, prepared.compiled.exact, handles, settings.runs,
+                _exact_runner(handles.backend, prepared))
     t = out["time"]
     log(f"  {q.name} ({unit}): median relative error {out['median_rel_error']:.3g} "
         f"(R2T {R2T_FIGURES[q.name]:.3g})"

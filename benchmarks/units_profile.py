@@ -1,30 +1,47 @@
 """Where the time of a slow R2T exact query goes (``units`` part; issue #17's goal: dpsql's exact
 query <= 2x the same SQL on raw DuckDB).
 
-dpsql's exact query (dpsql.units.rewrite) is ``SELECT <20 truncated sums per part> FROM
-(SELECT <unit> AS __u, <parts> FROM <the query's join> [LEFT JOIN <path lookups>] GROUP BY
-<unit>) AS __c``. Timed side by side with the raw SQL and the exact query (interleaved,
-medians, as :func:`benchmarks.common.interleaved`), three cuts of it:
+dpsql's exact query (dpsql.units.rewrite) is ``SELECT <levels> FROM (SELECT <unit> AS __u,
+<parts> FROM <the query's join> [LEFT JOIN <path lookups>] GROUP BY <unit>) AS __c`` -- for
+counts, ``SELECT __c.__p0 AS __h0, COUNT(*) AS __n FROM (..) AS __c GROUP BY __c.__p0``, the
+histogram of the units' contributions, whose levels dpsql.units.execute evaluates in Python.
+Timed side by side with the raw SQL and the exact query (interleaved, medians of wall and CPU
+time, as :func:`benchmarks.common.interleaved`), cuts of it:
 
-* ``lookup_ms`` (only when the unit is looked up along a path, ``__up<i>`` joins): the join with
+* ``lookup`` (only when the unit is looked up along a path, ``__up<i>`` joins): the join with
   the lookups, counted without grouping: what the lookup joins add to the raw join;
-* ``grouped_ms``: the per-unit contributions (lookups and GROUP BY unit), summed once: minus
-  ``raw_ms`` (or ``lookup_ms``), what grouping by the unit costs;
-* ``exact_ms - grouped_ms``: what the truncation levels cost (20 ``SUM(LEAST(..))`` per part over
-  one row per unit).
+* ``grouped``: the per-unit contributions (lookups and GROUP BY unit), summed once: minus
+  ``raw`` (or ``lookup``), what grouping by the unit costs;
+* ``exact - grouped``: what the truncation levels cost (the histogram, or the sums of
+  ``LEAST(..)`` per level over one row per unit).
 
-The cuts are built from the exact query's SQL tree, so they measure what dpsql runs; they read
-the same private rows as the exact query and are timed only (their values are not kept).
+The raw SQL runs on the plain connection; the cuts and the exact query on dpsql's backend, with
+the settings dpsql runs under (dpsql.backends.duckdb: ``perfect_ht_threshold``), so the cuts add
+up to what the units part times. The cuts are built from the exact query's SQL tree, so they
+measure what dpsql runs; they read the same private rows as the exact query and are timed only
+(their values are not kept).
+
+``python -m benchmarks.units_profile [--db ..] [--runs N] [Q10:customer ..]`` prints the
+breakdown of R2T's queries (default: the three issue #17 names over the goal) on a TPC-H
+database, without the rest of the part (no releases).
 """
 
 from __future__ import annotations
 
+import argparse
+import resource
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import sqlglot
 from sqlglot import exp
 
 from .common import Handles, interleaved, median_ms
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the queries over the goal in benchmarks/results/units-sf1.md (issue #17)
+SLOW = ("Q10:customer", "Q12:orders", "Q20:customer")
 
 
 def cuts(exact_sql: str) -> dict[str, str]:
@@ -49,15 +66,77 @@ def cuts(exact_sql: str) -> dict[str, str]:
     return out
 
 
-def breakdown(raw_sql: str, exact_sql: str, handles: Handles, runs: int) -> dict[str, Any]:
-    """Medians (ms) of the raw SQL, the cuts and the exact query, interleaved."""
-    con = handles.raw
-    variants = {"raw": raw_sql, **cuts(exact_sql), "exact": exact_sql}
-    times = interleaved({k: (lambda s=s: con.execute(s).fetchall()) for k, s in variants.items()},
-                        runs)
-    out = {f"{k}_ms": median_ms(v) for k, v in times.items()}
+def _cpu_seconds() -> float:
+    """This process's CPU time, DuckDB's worker threads included (they run in-process)."""
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
+
+
+def breakdown(raw_sql: str, exact_sql: str, handles: Handles, runs: int,
+              exact: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """Medians (ms, wall and ``<cut>_cpu_ms``) of the raw SQL, the cuts and the exact query
+    (``exact``: how dpsql reads it, default the SQL alone), interleaved."""
+    backend = handles.backend
+    cpu: dict[str, list[float]] = {}
+
+    def counted(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+        cpu[name] = []
+
+        def run() -> Any:
+            start = _cpu_seconds()
+            out = fn()
+            cpu[name].append(_cpu_seconds() - start)
+            return out
+        return run
+
+    fns = {"raw": counted("raw", lambda: handles.raw.execute(raw_sql).fetchall())}
+    for name, sql in cuts(exact_sql).items():
+        fns[name] = counted(name, lambda s=sql: backend.execute(s, {}))
+    fns["exact"] = counted("exact", exact or (lambda: backend.execute(exact_sql, {})))
+    times = interleaved(fns, runs)
+    out: dict[str, Any] = {f"{k}_ms": median_ms(v) for k, v in times.items()}
+    out.update({f"{k}_cpu_ms": median_ms(v[1:]) for k, v in cpu.items()})  # no warm-up
     base = out.get("lookup_ms", out["raw_ms"])
     out["lookup_adds_ms"] = out["lookup_ms"] - out["raw_ms"] if "lookup_ms" in out else 0.0
     out["grouping_adds_ms"] = out["grouped_ms"] - base
     out["levels_add_ms"] = out["exact_ms"] - out["grouped_ms"]
     return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    from dpsql.metadata import load_metadata
+    from dpsql.session import Session
+
+    from .tpch_data import Dataset
+    from .units import UNITS_YAML, _exact_runner
+    from .units_queries import R2T, unit_metadata, with_r2t_grid
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("queries", nargs="*", default=list(SLOW), help="NAME:UNIT, e.g. Q10:customer")
+    p.add_argument("--db", default=str(ROOT / "benchmarks/data/sf1-builtin/tpch.duckdb"))
+    p.add_argument("--metadata", default=str(ROOT / "schemas/tpch.yaml"))
+    p.add_argument("--runs", type=int, default=15)
+    args = p.parse_args(argv)
+    handles = Handles.open(Dataset(1.0, args.db, args.metadata, "given", 0.0, 0.0, {}))
+    by_name = {q.name: q for q in R2T}
+    try:
+        for item in args.queries:
+            name, unit = item.split(":")
+            md = load_metadata(UNITS_YAML) if unit == "customer" else unit_metadata(
+                handles.metadata, unit)
+            q = by_name[name]
+            prepared = Session(with_r2t_grid(md), handles.backend).prepare(q.sql)
+            b = breakdown(q.sql, prepared.compiled.exact, handles, args.runs,
+                          _exact_runner(handles.backend, prepared))
+            order = ["raw", "lookup", "grouped", "exact"]
+            cells = [f"{k} {b[k + '_ms']:.1f}/{b[k + '_cpu_ms']:.1f}" for k in order
+                     if k + "_ms" in b]
+            print(f"{item}: " + ", ".join(cells) + " ms (wall/CPU); exact/raw "
+                  f"{b['exact_ms'] / b['raw_ms']:.2f} wall, "
+                  f"{b['exact_cpu_ms'] / b['raw_cpu_ms']:.2f} CPU", flush=True)
+    finally:
+        handles.close()
+
+
+if __name__ == "__main__":
+    main()
