@@ -15,7 +15,6 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.analysis.blocks import analyze_request
-from dpsql.errors import ProgrammingError
 from dpsql.noise.r2t import levels, truncated_sums
 from dpsql.rewrite.plan import plan_execution
 from dpsql.units.execute import levels_from_histogram
@@ -97,31 +96,3 @@ def _dirty(db: dict, rng: random.Random) -> None:
     db["orders"].append((7, None, None))  # a NULL path
     db["items"] += [(None, 1, None), (7, 2, None)]  # a NULL path; a NULL kind of no unit
 
-
-def test_the_histogram_of_several_counts_keeps_each_part_apart():
-    md = tiny.metadata(max_contribution=8)
-    release = analyze_request("SELECT COUNT(*), COUNT(i.kind) FROM items i", md).unit
-    assert release is not None
-    # part 0: 2 units of 3 rows and 1 of 9; part 1: 3 units of 1 row (levels 2, 4, 8)
-    rows = [(3, None, 2), (9, None, 1), (None, 1, 3)]
-    got = levels_from_histogram(rows, release)
-    assert [list(g) for g in got] == [[2 * 2 + 2, 3 * 2 + 4, 3 * 2 + 8],
-                                      [3, 3, 3]]
-    assert [list(g) for g in levels_from_histogram([], release)] == [[0, 0, 0], [0, 0, 0]]
-
-
-@pytest.mark.parametrize("rows", [
-    [(3, 1, 2)],  # two parts in one row
-    [(None, None, 2)],  # no part
-    [(3, None, 0)],  # no unit
-    [(-1, None, 1)],  # a negative count
-    [(3.5, None, 1)],  # not an integer
-    [(True, None, 1)],
-    [(3, None)],  # a column short
-])
-def test_a_malformed_histogram_is_an_error_not_a_count(rows):
-    md = tiny.metadata(max_contribution=8)
-    release = analyze_request("SELECT COUNT(*), COUNT(i.kind) FROM items i", md).unit
-    assert release is not None
-    with pytest.raises(ProgrammingError, match="malformed"):
-        levels_from_histogram(rows, release)

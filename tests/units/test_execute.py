@@ -1,0 +1,53 @@
+"""dpsql.units.execute: the truncated sums read from the executed R2T query -- the levels of a
+counts-only release evaluated exactly from the histogram of the units' contributions (the
+database side and its equivalence with the per-unit reference: tests/units/test_rewrite.py,
+tests/units/test_backends.py), and a malformed result an error, never a count."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpsql.analysis.blocks import analyze_request
+from dpsql.errors import ProgrammingError
+from dpsql.units.execute import levels_from_histogram, truncated_levels
+from tests.units import tiny
+
+
+def test_the_histogram_of_several_counts_keeps_each_part_apart():
+    md = tiny.metadata(max_contribution=8)
+    release = analyze_request("SELECT COUNT(*), COUNT(i.kind) FROM items i", md).unit
+    assert release is not None
+    # part 0: 2 units of 3 rows and 1 of 9; part 1: 3 units of 1 row (levels 2, 4, 8)
+    rows = [(3, None, 2), (9, None, 1), (None, 1, 3)]
+    got = levels_from_histogram(rows, release)
+    assert [list(g) for g in got] == [[2 * 2 + 2, 3 * 2 + 4, 3 * 2 + 8],
+                                      [3, 3, 3]]
+    assert [list(g) for g in levels_from_histogram([], release)] == [[0, 0, 0], [0, 0, 0]]
+
+
+@pytest.mark.parametrize("rows", [
+    [(3, 1, 2)],  # two parts in one row
+    [(None, None, 2)],  # no part
+    [(3, None, 0)],  # no unit
+    [(-1, None, 1)],  # a negative count
+    [(3.5, None, 1)],  # not an integer
+    [(True, None, 1)],
+    [(3, None)],  # a column short
+])
+def test_a_malformed_histogram_is_an_error_not_a_count(rows):
+    md = tiny.metadata(max_contribution=8)
+    release = analyze_request("SELECT COUNT(*), COUNT(i.kind) FROM items i", md).unit
+    assert release is not None
+    with pytest.raises(ProgrammingError, match="malformed"):
+        levels_from_histogram(rows, release)
+
+
+def test_the_one_row_of_a_sum_is_read_as_it_is():
+    md = tiny.metadata(max_contribution=8)
+    release = analyze_request("SELECT SUM(qty) FROM items", md).unit
+    assert release is not None and len(release.parts) == 1
+    n = 5  # value units 2, 4, 8, 16, 32 (8 rows x 4)
+    got = truncated_levels([(2.0, 4.0, None, 8.5, 9.0)], release)
+    assert got[0].tolist() == [2.0, 4.0, 0.0, 8.5, 9.0] and len(got[0]) == n
+    with pytest.raises(ProgrammingError, match="malformed"):
+        truncated_levels([(2.0, 4.0)], release)
