@@ -258,6 +258,14 @@ def test_hop_removed_by_the_other_units_cascade_one_unit_group_by():
                for k in set(counts[0]) | set(counts[1])) <= kappa_c, counts
 
 
+def test_both_paths_through_the_same_hop_held():
+    """The safe form of the hop: items reach the supplier THROUGH the order too, so supplier
+    1's cascade removes the items with their orders (no result changes its unit)."""
+    md = loads_metadata(HOP_YAML.format(
+        items_supplier=", supplier: {via: i_order, to: orders.o_id}"), "<hop>")
+    assert_levels_bounded("SELECT COUNT(*) FROM items", md, HOP_SCHEMA, [HOP_DB])
+
+
 UNIT_HOP_YAML = """
 privacy_unit:
   - {table: customer, column: c_id, max_contribution: 8}
@@ -286,7 +294,24 @@ def test_a_via_path_to_the_unit_tables_own_id_held():
     # the id itself is the unit (a direct path's value is the unit even without its row), so
     # supplier 1's cascade removing the customer rows changes no order's unit
     md = loads_metadata(UNIT_HOP_YAML.replace("TARGET", "c_id"), "<unit hop>")
-    assert_levels_bounded("SELECT COUNT(*) FROM orders", md, UNIT_HOP_SCHEMA, [_unit_hop_db(0)])
+    db = _unit_hop_db(0)
+    assert_levels_bounded("SELECT COUNT(*) FROM orders", md, UNIT_HOP_SCHEMA, [db])
+    # the unit table as a result row of both units (its customer, its supplier c_supp)
+    db["customer"] += [(5, 105, 2), (6, 106, None)]
+    db["supplier"] += [(2,)]
+    db["orders"] += [(60, 6), (61, 6), (70, 7)]
+    assert_levels_bounded("SELECT COUNT(*) FROM customer c JOIN orders o ON o.o_code = c.c_id",
+                          md, UNIT_HOP_SCHEMA, [db])
+
+
+def test_a_domain_read_from_another_units_table_is_refused_at_load():
+    """A bin domain is an implicit read like a hop: one over supplier (private, though public
+    on the customer's view) is refused when the metadata loads."""
+    text = (UNIT_HOP_YAML.replace("TARGET", "c_id")
+            .replace("c_code: {type: INTEGER}", "c_code: {type: INTEGER, releasable: true, "
+                     "domain: {table: supplier, column: s_id}}"))
+    with pytest.raises(Error, match="private"):
+        loads_metadata(text, "<domain>")
 
 
 @pytest.mark.xfail(strict=True, reason="HOLE: a unit table linked to another unit as a hop "
@@ -466,12 +491,14 @@ tables:
               qty: {type: INTEGER, bounds: [-2, 3]}}
   stock: {unit: {supplier: k_supp}, columns: {k_supp: {type: INTEGER}, k_qty: {type: INTEGER}}}
   nations: {public: true, columns: {n: {type: INTEGER}}}
+  transfers: {unit: {supplier: t_from}, columns: {t_from: {type: INTEGER}, t_to: {type: INTEGER}}}
 """
 NULL_SCHEMA = {"customer": ["c_id INTEGER", "nat INTEGER"],
                "supplier": ["s_id INTEGER", "nat INTEGER"],
                "orders": ["o_id INTEGER", "o_cust INTEGER"],
                "items": ["i_order INTEGER", "i_supp INTEGER", "qty INTEGER"],
-               "stock": ["k_supp INTEGER", "k_qty INTEGER"], "nations": ["n INTEGER"]}
+               "stock": ["k_supp INTEGER", "k_qty INTEGER"], "nations": ["n INTEGER"],
+               "transfers": ["t_from INTEGER", "t_to INTEGER"]}
 NULL_QUERIES = [
     "SELECT COUNT(*) FROM items",
     "SELECT SUM(qty) FROM items i JOIN supplier s ON s.s_id = i.i_supp",
@@ -486,6 +513,14 @@ NULL_QUERIES = [
     "SELECT COUNT(*) FROM items i WHERE NOT EXISTS (SELECT 1 FROM orders o"
     " WHERE o.o_id = i.i_order)",
     "SELECT COUNT(*) FROM orders o JOIN stock k ON k.k_qty = o.o_cust",
+    # a body correlated on both units: the customer by the order, the supplier by the stock
+    "SELECT COUNT(*) FROM orders o JOIN stock k ON k.k_qty = o.o_cust WHERE NOT EXISTS"
+    " (SELECT 1 FROM items i WHERE i.i_order = o.o_id AND i.i_supp = k.k_supp)",
+    # expressions that raise on some values unless made total: an error on one neighbour
+    # only would be an oracle (the brute force runs every neighbour)
+    "SELECT SUM(qty) FILTER (WHERE 100 / qty > 1), COUNT(*) FILTER (WHERE CAST(qty AS UTINYINT)"
+    " > 0) FROM items",
+    "SELECT SUM(qty) FROM items WHERE 10 % qty = 0 AND CAST(i_supp - 2 AS UINTEGER) >= 0",
 ]
 
 
@@ -501,7 +536,7 @@ def _null_database(rng: random.Random) -> Database:
               rng.randint(-3, 4)) for _ in range(rng.randint(0, 7))]
     stock = [(maybe(rng.choice([1, 2, 8])), rng.randint(0, 3)) for _ in range(rng.randint(0, 3))]
     return {"customer": customers, "supplier": suppliers, "orders": orders, "items": items,
-            "stock": stock, "nations": [(1,), (2,)]}
+            "stock": stock, "nations": [(1,), (2,)], "transfers": []}
 
 
 @pytest.mark.parametrize("index", range(len(NULL_QUERIES)))
@@ -532,6 +567,11 @@ REFUSED = [
     ("SELECT COUNT(*) FROM supplier a JOIN supplier b ON a.nat = b.nat",
      UnsupportedConstructError),
     ("SELECT COUNT(*) FROM items i JOIN supplier s ON s.s_id = i.qty",
+     UnsupportedConstructError),
+    # one row reaching two suppliers: its path's and a second supplier column's
+    ("SELECT COUNT(*) FROM transfers t JOIN supplier s ON s.s_id = t.t_to",
+     UnsupportedConstructError),
+    ("SELECT COUNT(*) FROM items i JOIN transfers t ON t.t_to = i.i_supp",
      UnsupportedConstructError),
     # an EXISTS body of the same customer but maybe another supplier: removing that supplier
     # would flip a result of another one
