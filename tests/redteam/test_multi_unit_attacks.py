@@ -626,3 +626,29 @@ def test_refusals_and_releases_charge_as_claimed_and_do_not_depend_on_the_data(t
         outcomes, charges = _session_outcomes(tmp_path / str(j), md, NULL_SCHEMA, d, queries)
         assert outcomes == ["NotSupportedError", "UnsupportedConstructError", "ok"]
         assert charges == [1.0]
+
+
+LIST_YAML = """
+privacy_unit:
+  - {table: customer, column: c_id, max_contribution: 8}
+  - {table: SECOND, column: COLUMN}
+tables:
+  customer: {columns: {c_id: {type: INTEGER}, nat: {type: INTEGER}}}
+  supplier: {PUBLICcolumns: {s_id: {type: INTEGER}}}
+  items: {unit: {customer: i_cust, supplier: i_supp},
+          columns: {i_cust: {type: INTEGER}, i_supp: {type: INTEGER}}}
+"""
+
+
+@pytest.mark.parametrize(("second", "column", "public", "message"), [
+    ("CUSTOMER", "nat", "", "twice"),  # one table as two units (by two columns)
+    ("customer", "c_id", "", "twice"),
+    ("supplier", "s_id", "public: true, ", "public"),  # a unit table declared public
+    ("nosuch", "x", "", "not a privacy unit table"),  # items names a unit not declared
+])
+def test_unit_lists_that_would_blur_the_relation_are_refused_at_load(second, column, public,
+                                                                      message):
+    text = (LIST_YAML.replace("SECOND", second).replace("COLUMN", column)
+            .replace("PUBLIC", public))
+    with pytest.raises(Error, match=message):
+        loads_metadata(text, "<list>")
