@@ -23,8 +23,10 @@ Each path is read as :mod:`dpsql.metadata.unit_paths` reads one (``unit: <column
 one-unit paths are (:func:`~dpsql.metadata.unit_paths.resolve_paths` on the unit's view: the
 private tables with no path to that unit play no part in it). Besides: every private table
 reaches at least one unit; a ``to`` names a table with a path to the same unit; the unit
-tables are distinct. The bounds (GS, the grid, kappa, C) are public parameters of the
-mechanisms and shared: the first entry's.
+tables are distinct; and no path goes through a hop table another unit's cascade can remove
+unless the table reaches that unit through the same hop (:func:`_check_hops`: else removing
+that unit would move rows to no unit instead of removing them). The bounds (GS, the grid,
+kappa, C) are public parameters of the mechanisms and shared: the first entry's.
 
 :func:`unit_view` is the metadata one unit sees: that unit as ``privacy_unit``, every table's
 path to it as ``unit``, and the private tables without one public -- sound for what reads
@@ -137,7 +139,44 @@ def resolve_multi(reader: _Reader, by_name: Mapping[str, _TableSpec],
                 for name, t in by_name.items()}
         for name, path in resolve_paths(reader, view, spec, own).items():
             out.setdefault(name, {})[unit] = path
+    _check_hops(reader, by_name, units, paths, out)
     return out
+
+
+def _check_hops(reader: _Reader, by_name: Mapping[str, _TableSpec], units: Sequence[_UnitSpec],
+                paths: Mapping[str, Mapping[str, _PathSpec]],
+                out: Mapping[str, Mapping[str, UnitPath]]) -> None:
+    """Refuse a path whose hop another unit's cascade can remove (module docstring).
+
+    A row of R reaching unit U through a hop row of T (``via: c, to: T.k``) has U's id only
+    while that T row exists. If removing one V (another unit) can remove T rows (T is V's
+    table, or T links to V), R's row would not be removed with them but would change its unit
+    (to none): a result moves between units and the per-unit argument fails (found by the red
+    team: levels moved by 3 tau). So R must reach V through the very same hop, which puts the
+    row in V's cascade with its T row (inductively, T's own hops obey this rule). A ``via`` to
+    U's own id column is no hop: the value itself is the id (a direct path)."""
+    ids = {u.unit.table: u.unit.column for u in units}
+    for name, linked in out.items():
+        for unit, path in linked.items():
+            hop = path.to_table
+            if hop is None or (hop == unit and path.to_column == ids[unit]):
+                continue
+            hop_spec = by_name.get(hop)
+            if hop_spec is None or hop_spec.public:
+                continue
+            for other in ids:
+                removable = other != unit and (hop == other or other in out.get(hop, {}))
+                if not removable or linked.get(other) == path:
+                    continue
+                declared = paths.get(name, {}).get(unit)
+                node, key = ((declared.node, declared.key) if declared is not None
+                             else (by_name[name].node, by_name[name].key))
+                reader.fail(by_name[name].where, f"reaches unit {unit} through {hop}, whose "
+                            f"rows removing one {other} also removes: the {name} rows would "
+                            f"change their {unit} instead of leaving with them. Declare "
+                            f"{other}: {{via: {path.column}, to: {hop}.{path.to_column}}} "
+                            f"for {name} (the same hop), or give {name} a column holding "
+                            f"the {unit} id", node, key)
 
 
 def all_units(md: Metadata) -> tuple[PrivacyUnit, ...]:

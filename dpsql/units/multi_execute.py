@@ -44,7 +44,10 @@ def unit_codes(ids: Any) -> np.ndarray:
     if data.dtype.kind in "iu":
         low, high = int(valid.min()), int(valid.max())
         if high - low <= 4 * valid.size:
-            codes[~mask] = (valid - valid.min()).astype(np.int64)  # exact in its own dtype
+            # signed ids subtract in int64 (a narrow dtype wraps: TINYINT 100 - (-100), the
+            # red team's error oracle); an unsigned difference from the minimum cannot wrap
+            codes[~mask] = (valid.astype(np.int64) - low if data.dtype.kind == "i"
+                            else (valid - valid.min()).astype(np.int64))
             codes[mask] = high - low + 1
             return codes
     _, inverse = np.unique(valid, return_inverse=True)

@@ -9,22 +9,23 @@ release is charged. Attacked here on real DuckDB with noise off, the neighbour r
 re-implemented independently (:func:`cascade`: a row's unit follows its declared path in the
 database itself, all doomed rows found before any is removed).
 
-BROKE (xfail strict, "HOLE: ..."; described in the report):
+BROKE, and fixed after this red team (each test now guards the fix):
 
 * a unit path THROUGH a table that another unit's cascade removes: ``items: {customer: {via:
   i_order, to: orders.o_id}}`` with ``orders: {customer: o_cust, supplier: o_supp}``.
-  Removing supplier 1 removes its orders (linked to it), not their items (whose own supplier
-  path is elsewhere / absent): the items' customer becomes NULL. Their results MOVE from
-  customers 1..K to the one NULL node instead of being removed, so Q(tau) drops by (K-1) tau
-  -- both in the two-unit flow and in the one-unit engine on the customer's view (R2T and the
-  two-stage GROUP BY), and also when the hop is a unit table linked to the other unit
-  (``customer: {unit: {supplier: c_supp}}``, ``orders: {customer: {via: o_code, to:
-  customer.c_code}}``). The proof's step "a row outside cascade(u) keeps its unit" fails.
-* data-dependent errors (error oracles; nothing is charged, so they are free): a per-pair SUM
-  that overflows to +inf in DuckDB (wide declared bounds with ``max_sum``) makes
-  flow_truncated raise ValueError, its neighbour without that unit releases; TINYINT ids
-  spanning more than 127 are coded by ``valid - valid.min()`` in int8, which wraps negative,
-  and np.bincount raises ValueError -- again only while one unit is present.
+  Removing supplier 1 removed its orders (linked to it), not their items (whose own supplier
+  path is elsewhere / absent): the items' customer became NULL, their results MOVED from
+  customers 1..K to the one NULL node, and Q(tau) dropped by (K-1) tau -- in the two-unit flow
+  and in the one-unit engine on the customer's view (R2T and the two-stage GROUP BY), and also
+  when the hop is a unit table linked to the other unit (``customer: {unit: {supplier:
+  c_supp}}``, ``orders: {customer: {via: o_code, to: customer.c_code}}``). Fixed: such
+  metadata is refused when it loads unless the table reaches the other unit through the same
+  hop (dpsql.metadata.unit_multi._check_hops).
+* data-dependent errors (error oracles; nothing was charged, so they were free): a per-pair
+  SUM that overflows to +inf in DuckDB made flow_truncated raise ValueError (fixed: psi is
+  capped at the top level, which changes no level); TINYINT ids spanning more than 127 were
+  coded by ``valid - valid.min()`` in int8, which wrapped (fixed: signed ids subtract in
+  int64).
 
 Held (passing guards): the flow against an independent max-flow of the full network and its
 sensitivity at large levels (steps > 1, float psi); brute force over every customer and
@@ -214,48 +215,21 @@ def _hop_md(two_units: bool) -> Metadata:
         items_supplier=", supplier: i_supp" if two_units else ""), "<hop>")
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE: a path through orders, which supplier 1's cascade "
-                   "removes, moves items' results to the NULL customer: Q(2) drops 8 -> 2")
-def test_hop_removed_by_the_other_units_cascade_two_units():
-    md = _hop_md(two_units=True)
-    release = analyze_request("SELECT COUNT(*) FROM items", md).unit
-    assert release is not None and release.more  # the flow truncation runs
-    without = cascade(md, HOP_DB, "supplier", 1, _names(HOP_SCHEMA))
-    assert without["items"] == HOP_DB["items"] and without["orders"] == []
-    ((taus, q),) = levels("SELECT COUNT(*) FROM items", md, HOP_SCHEMA, HOP_DB)
-    ((_, q2),) = levels("SELECT COUNT(*) FROM items", md, HOP_SCHEMA, without)
-    assert (taus, q, q2) == ([2.0, 4.0, 8.0], [8.0, 16.0, 32.0], [2.0, 4.0, 8.0])
-    assert_levels_bounded("SELECT COUNT(*) FROM items", md, HOP_SCHEMA, [HOP_DB])
-
-
-@pytest.mark.xfail(strict=True, reason="HOLE: a query reading items only reaches the customer "
-                   "alone, yet supplier 1's cascade (its orders, a hop) moves every item to the "
-                   "NULL unit: R2T's Q(2) drops by 6")
-def test_hop_removed_by_the_other_units_cascade_one_unit_r2t():
-    md = _hop_md(two_units=False)
-    release = analyze_request("SELECT COUNT(*) FROM items", md).unit
-    assert release is not None and not release.more and release.label == "customer.c_id"
-    assert_levels_bounded("SELECT COUNT(*) FROM items", md, HOP_SCHEMA, [HOP_DB])
-
-
-@pytest.mark.xfail(strict=True, reason="HOLE: the same relabelling under GROUP BY (two stages): "
-                   "group 1 moves by 3 > kappa*C = 1 when supplier 1 is removed")
-def test_hop_removed_by_the_other_units_cascade_one_unit_group_by():
-    md = _hop_md(two_units=False)
-    sql = "SELECT g, COUNT(*) FROM items GROUP BY g"
-    analysis = analyze_request(sql, md)
-    assert analysis.unit is not None and not analysis.unit.r2t
-    exact = plan_execution(analysis, md).exact_sql
-    without = cascade(md, HOP_DB, "supplier", 1, _names(HOP_SCHEMA))
-    counts = []
-    for db in (HOP_DB, without):
-        con = duckdb.connect()
-        _create(con, HOP_SCHEMA, db)
-        counts.append(dict(con.execute(exact).fetchall()))
-        con.close()
-    kappa_c = md.privacy_unit.max_groups * md.privacy_unit.max_rows_per_group  # L1 bound
-    assert sum(abs(counts[0].get(k, 0) - counts[1].get(k, 0))
-               for k in set(counts[0]) | set(counts[1])) <= kappa_c, counts
+@pytest.mark.parametrize("two_units", [True, False])
+def test_a_hop_removed_by_the_other_units_cascade_is_refused_at_load(two_units):
+    """Was a HOLE (levels moved by 3 tau): items reach the customer through orders, which
+    supplier 1's cascade removes while the items stay, so each item's result moved to the
+    NULL customer (Q(2): 8 -> 2 on HOP_DB; with items' supplier path left out, the one-unit
+    R2T and the two-stage GROUP BY moved as much). The metadata is now refused when it loads
+    (dpsql.metadata.unit_multi._check_hops), naming the fix: the same hop for the supplier."""
+    with pytest.raises(Error, match=r"reaches unit customer through orders, whose rows "
+                       r"removing one supplier also removes.*supplier: \{via: i_order, to: "
+                       r"orders\.o_id\}"):
+        _hop_md(two_units)
+    without = cascade(loads_metadata(HOP_YAML.format(
+        items_supplier=", supplier: {via: i_order, to: orders.o_id}"), "<hop>"),
+        HOP_DB, "supplier", 1, _names(HOP_SCHEMA))
+    assert without["items"] == [] and without["orders"] == []  # the fix: they leave together
 
 
 def test_both_paths_through_the_same_hop_held():
@@ -314,13 +288,11 @@ def test_a_domain_read_from_another_units_table_is_refused_at_load():
         loads_metadata(text, "<domain>")
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE: a unit table linked to another unit as a hop "
-                   "(orders via customer.c_code, customer linked to supplier): supplier 1 "
-                   "removes the customer rows and moves 32 orders to the NULL unit")
-def test_a_unit_table_in_another_units_cascade_as_a_hop():
-    md = loads_metadata(UNIT_HOP_YAML.replace("TARGET", "c_code"), "<unit hop>")
-    assert_levels_bounded("SELECT COUNT(*) FROM orders", md, UNIT_HOP_SCHEMA,
-                          [_unit_hop_db(100)])
+def test_a_unit_table_in_another_units_cascade_as_a_hop_is_refused_at_load():
+    """Was a HOLE: orders reach the customer via customer.c_code while customer rows belong
+    to supplier 1's cascade: removing the supplier moved 32 orders to the NULL unit."""
+    with pytest.raises(Error, match="reaches unit customer through customer"):
+        loads_metadata(UNIT_HOP_YAML.replace("TARGET", "c_code"), "<unit hop>")
 
 
 # -------------------------------------------- HOLE: data-dependent errors (error oracles)
@@ -373,9 +345,6 @@ WIDE_SCHEMA = {"customer": ["c_id INTEGER"], "supplier": ["s_id INTEGER"],
                "items": ["i_cust INTEGER", "i_supp INTEGER", "v DOUBLE"]}
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE: customer 2's 20 values of 1e307 sum to +inf in "
-                   "its pair; flow_truncated raises ValueError ('psi must be finite'), the "
-                   "neighbour without customer 2 releases")
 def test_a_pair_sum_overflowing_to_inf_is_no_error_oracle(tmp_path):
     md = loads_metadata(WIDE_YAML, "<wide>")
     small: Database = {"customer": [(1,)], "supplier": [(1,)], "items": [(1, 1, 1e307)]}
@@ -400,9 +369,6 @@ TINY_SCHEMA = {"customer": ["c_id TINYINT"], "supplier": ["s_id TINYINT"],
                "items": ["i_cust TINYINT", "i_supp TINYINT"]}
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE: TINYINT ids -100 and 100 over 51 pairs are coded "
-                   "by valid - valid.min() in int8 (wraps to -56); np.bincount raises ValueError "
-                   "while customer 100 is present, its removal releases")
 def test_narrow_integer_ids_are_no_error_oracle(tmp_path):
     md = loads_metadata(TINY_YAML, "<tinyint>")
     small: Database = {"customer": [(-100,)], "supplier": [(s,) for s in range(50)],
