@@ -21,7 +21,7 @@ from sqlglot import exp
 from dpsql.analysis.trees import copy_tree
 from dpsql.units.analysis import UnitRelease
 from dpsql.units.paths import UnitSource
-from dpsql.units.rewrite import _col, _greatest, _measurement_nodes
+from dpsql.units.rewrite import _col, select_parts
 
 
 def _add_id(select: exp.Select, source: UnitSource, name: str) -> None:
@@ -44,23 +44,5 @@ def pair_contributions(select: exp.Select, release: UnitRelease) -> exp.Select:
     assert len(release.more) == 1
     _add_id(select, release.source, "__u0")
     _add_id(select, release.more[0][1], "__u1")
-    nodes = _measurement_nodes(select)
-    kept: set[int] = set()
-    for i, part in enumerate(release.parts):
-        agg = nodes[part.index].this
-        if isinstance(agg, exp.Count):
-            part_node: exp.Expression = agg if part.index not in kept else copy_tree(agg)
-        else:
-            assert isinstance(agg, exp.Sum), agg
-            arg = agg.this if part.index not in kept else copy_tree(agg.this)
-            both = sum(1 for p in release.parts if p.index == part.index) == 2
-            if part.sign < 0:
-                arg = exp.Neg(this=exp.Paren(this=arg))
-            if both:
-                arg = _greatest(arg, 0)
-            part_node = exp.Cast(this=exp.Sum(this=arg), to=exp.DataType.build("DOUBLE"))
-        kept.add(part.index)
-        select.select(exp.alias_(part_node, f"__p{i}"), copy=False)
-    select.set("expressions", [e for e in select.expressions
-                               if not (isinstance(e, exp.Alias) and e.alias.startswith("__m"))])
+    select_parts(select, release, sums_as_double=True)
     return select

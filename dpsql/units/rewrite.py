@@ -94,13 +94,17 @@ def counts_only(release: UnitRelease) -> bool:
     return all(part.integer for part in release.parts)
 
 
-def _r2t(select: exp.Select, release: UnitRelease) -> exp.Select:
+def select_parts(select: exp.Select, release: UnitRelease, *, sums_as_double: bool = False
+                 ) -> None:
+    """Replace ``select``'s measurement columns (``__m<j>``) by one column ``__p<i>`` per R2T
+    part: the COUNT, or the SUM of the part's clamped values (a SUM with both parts splits into
+    its non-negative and non-positive sums, each as a sum of values >= 0). Shared by the one-unit
+    query (per unit) and the two-unit one (per pair of units, ``sums_as_double``: the flow reads
+    floats)."""
     nodes = _measurement_nodes(select)
     kept: set[int] = set()
     for i, part in enumerate(release.parts):
-        node = nodes[part.index]
-        agg = node.this
-        name = f"__p{i}"
+        agg = nodes[part.index].this
         if isinstance(agg, exp.Count):
             part_node: exp.Expression = agg if part.index not in kept else copy_tree(agg)
         else:
@@ -112,10 +116,16 @@ def _r2t(select: exp.Select, release: UnitRelease) -> exp.Select:
             if both:
                 arg = _greatest(arg, 0)
             part_node = exp.Sum(this=arg)
+            if sums_as_double:
+                part_node = exp.Cast(this=part_node, to=exp.DataType.build("DOUBLE"))
         kept.add(part.index)
-        select.select(exp.alias_(part_node, name), copy=False)
+        select.select(exp.alias_(part_node, f"__p{i}"), copy=False)
     select.set("expressions", [e for e in select.expressions
                                if not (isinstance(e, exp.Alias) and e.alias.startswith("__m"))])
+
+
+def _r2t(select: exp.Select, release: UnitRelease) -> exp.Select:
+    select_parts(select, release)
     per_unit = exp.alias_(exp.Subquery(this=select), "__c", table=True)
     if counts_only(release):
         return _r2t_histogram(per_unit, len(release.parts))
