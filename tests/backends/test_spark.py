@@ -147,7 +147,12 @@ def _once(execute):
     return run
 
 
-EXACT_CASES = [pytest.param(sql, params, id=name) for name, sql, params, _ in QUERIES] + [
+#: corpus cases whose exact (and domain) SQL is character for character another case's: they
+#: differ in post-processing only, which runs in dpsql's own DuckDB whatever the backend
+SAME_EXACT_SQL = {"order_by_aggregate_limit": "group_by_public_table_domain",
+                  "distinct_over_post_processed": "order_by_alias"}
+EXACT_CASES = [pytest.param(sql, params, id=name) for name, sql, params, _ in QUERIES
+               if name not in SAME_EXACT_SQL] + [
     pytest.param(p.values[0], (), id=p.id) for p in BROKEN] + [
     pytest.param(NOT_IN_OVER_NULL, (), id="not_in_over_null"),
     pytest.param(NULL_EXTENDED_GROUP, (), id="null_extended_group_key")]
@@ -463,3 +468,20 @@ def test_rejected_queries_neither_reach_spark_nor_charge(shop, sources, spark, t
     finally:
         sparkb.close()
         ledger.close()
+
+
+def test_the_cases_left_out_on_spark_send_the_same_exact_sql(shop):
+    """SAME_EXACT_SQL is a fact about the plans, not a guess: each left-out case's exact and
+    domain SQL equal its stand-in's (the plan Spark would compile; no JVM needed)."""
+    from dpsql.rewrite.plan import plan_execution
+
+    metadata = shop.metadata()
+    engine = Session(metadata, DuckDBBackend(shop.path, metadata))
+    sql_of = {name: sql for name, sql, _, _ in QUERIES}
+
+    def sent(name: str) -> tuple[str, str | None]:
+        plan = plan_execution(engine.prepare(sql_of[name]).analysis, engine.metadata)
+        return plan.exact_sql, plan.domain_sql
+
+    for left_out, stand_in in SAME_EXACT_SQL.items():
+        assert sent(left_out) == sent(stand_in)
