@@ -276,6 +276,20 @@ def sum_granularity(scale: float) -> float:
     return math.ldexp(1.0, ceil_log2 - SUM_GRID_BITS)
 
 
+def gridded_sum_scale(sensitivity: float, epsilon: float) -> tuple[float, float]:
+    """``(scale, g)`` for a sum of the given sensitivity released on its grid: a neighbour moves
+    the snapped value by at most ``sensitivity + g``, so ``scale = (sensitivity + g) / epsilon``
+    with ``g = sum_granularity(scale)`` (g grows with the scale; three steps settle it). Public:
+    a function of the sensitivity and epsilon alone. ``ValueError`` as :func:`sum_granularity`
+    for a scale outside its range."""
+    scale = sensitivity / epsilon
+    for _ in range(3):
+        scale = (sensitivity + sum_granularity(scale)) / epsilon
+    g = sum_granularity(scale)
+    assert (sensitivity + g) / epsilon <= scale * (1 + 1e-12)
+    return scale, g
+
+
 def _check_granularity(g: float, scale: float) -> float:
     g = _check_scale(g, "granularity")
     if math.frexp(g)[0] != 0.5:

@@ -177,12 +177,7 @@ def _pure_plan(m: Measurement, epsilon: float, es_at: float) -> NoisePlan:
         if scale > mechanisms.MAX_DISCRETE_SCALE:
             raise _too_noisy()
         return NoisePlan(m, epsilon, 0.0, es_at, None, scale)
-    scale = es / epsilon
-    for _ in range(3):
-        g = mechanisms.sum_granularity(scale)
-        scale = (es + g) / epsilon
-    g = mechanisms.sum_granularity(scale)
-    assert (es + g) / epsilon <= scale * (1 + 1e-12)
+    scale, g = mechanisms.gridded_sum_scale(es, epsilon)
     return NoisePlan(m, epsilon, 0.0, es_at, None, scale, g)
 
 

@@ -56,14 +56,19 @@ def _two_sided_steps(scale: float, alpha: float) -> int:
     return k
 
 
-def _sum_scale(sensitivity: float, epsilon: float) -> tuple[float, float]:
-    """The scale (sens + g) / epsilon with g the grid of that scale (as ``plan._pure_plan``)."""
-    scale = sensitivity / epsilon
-    for _ in range(3):
-        scale = (sensitivity + mechanisms.sum_granularity(scale)) / epsilon
-    g = mechanisms.sum_granularity(scale)
-    assert (sensitivity + g) / epsilon <= scale * (1 + 1e-12)
-    return scale, g
+def _draw_scale(sensitivity: float, eps_level: float, integer: bool) -> tuple[float, float]:
+    """One draw's public ``(scale, grid)``: a count's exact discrete Laplace scale (grid 1), or
+    a sum's scale on its grid (:func:`~dpsql.noise.mechanisms.gridded_sum_scale`); a scale the
+    sampler cannot take is :func:`_too_noisy`."""
+    if integer:
+        scale = sensitivity / eps_level
+        if not scale <= mechanisms.MAX_DISCRETE_SCALE:
+            raise _too_noisy()
+        return scale, 1.0
+    try:
+        return mechanisms.gridded_sum_scale(sensitivity, eps_level)
+    except ValueError:
+        raise _too_noisy() from None
 
 
 def level_plan(taus: tuple[int, ...], b: float, eps: float, beta: float, integer: bool
@@ -76,25 +81,16 @@ def level_plan(taus: tuple[int, ...], b: float, eps: float, beta: float, integer
     alpha_level = (1.0 - CONFIDENCE) / n
     scales, grids, shifts, widths = [], [], [], []
     for tau in taus:
-        sens = tau * b
-        if integer:
-            scale = sens / eps_level
-            if not scale <= mechanisms.MAX_DISCRETE_SCALE:
-                raise _too_noisy()
-            scales.append(scale)
-            grids.append(1.0)
-            shifts.append(float(_one_sided_steps(scale, beta_level)))
-            widths.append(float(_two_sided_steps(scale, alpha_level)))
-            continue
-        try:
-            scale, g = _sum_scale(sens, eps_level)
-        except ValueError:
-            raise _too_noisy() from None
-        steps = scale / g
+        scale, g = _draw_scale(tau * b, eps_level, integer)
         scales.append(scale)
         grids.append(g)
-        shifts.append(g * (_one_sided_steps(steps, beta_level) + 0.5))
-        widths.append(g * (_two_sided_steps(steps, alpha_level) + 0.5))
+        if integer:
+            shifts.append(float(_one_sided_steps(scale, beta_level)))
+            widths.append(float(_two_sided_steps(scale, alpha_level)))
+        else:
+            steps = scale / g
+            shifts.append(g * (_one_sided_steps(steps, beta_level) + 0.5))
+            widths.append(g * (_two_sided_steps(steps, alpha_level) + 0.5))
     return scales, grids, shifts, widths
 
 
@@ -109,19 +105,8 @@ def increment_plan(taus: tuple[int, ...], b: float, eps: float, beta: float, int
     scales, grids = [], []
     previous = 0
     for tau in taus:
-        sens = (tau - previous) * b
+        scale, g = _draw_scale((tau - previous) * b, eps_level, integer)
         previous = tau
-        if integer:
-            scale = sens / eps_level
-            if not scale <= mechanisms.MAX_DISCRETE_SCALE:
-                raise _too_noisy()
-            scales.append(scale)
-            grids.append(1.0)
-            continue
-        try:
-            scale, g = _sum_scale(sens, eps_level)
-        except ValueError:
-            raise _too_noisy() from None
         scales.append(scale)
         grids.append(g)
     shifts, widths = [], []
