@@ -18,23 +18,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpsql.analysis.trees import copy_tree
 from dpsql.units.analysis import UnitRelease
-from dpsql.units.paths import UnitSource
-from dpsql.units.rewrite import _col, select_parts
-
-
-def _add_id(select: exp.Select, source: UnitSource, name: str) -> None:
-    """``name`` (the unit id along ``source``'s path) selected and grouped by."""
-    value: exp.Expression = _col(source.column, source.alias)
-    for i, hop in enumerate(source.hops):
-        alias = f"{name}p{i}"
-        table = exp.alias_(exp.Table(this=exp.to_identifier(hop.table)), alias, table=True)
-        on = exp.EQ(this=_col(hop.key, alias), expression=value)
-        select.join(table, on=on, join_type="left", copy=False)
-        value = _col(hop.column, alias)
-    select.select(exp.alias_(value, name), copy=False)
-    select.group_by(copy_tree(value), copy=False)
+from dpsql.units.rewrite import add_unit_id, select_parts
 
 
 def pair_contributions(select: exp.Select, release: UnitRelease) -> exp.Select:
@@ -42,7 +27,7 @@ def pair_contributions(select: exp.Select, release: UnitRelease) -> exp.Select:
     docstring). Precondition: ``release.more`` holds the second unit, ``release.parts`` the
     R2T parts (no GROUP BY)."""
     assert len(release.more) == 1
-    _add_id(select, release.source, "__u0")
-    _add_id(select, release.more[0][1], "__u1")
+    add_unit_id(select, release.source, "__u0")
+    add_unit_id(select, release.more[0][1], "__u1")
     select_parts(select, release, sums_as_double=True)
     return select

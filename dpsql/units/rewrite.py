@@ -35,6 +35,7 @@ from dpsql.analysis.trees import copy_tree
 from dpsql.rewrite.context import RewriteContext
 from dpsql.units.analysis import UnitRelease, per_group_clamp
 from dpsql.units.grid import part_grid, part_levels
+from dpsql.units.paths import UnitSource
 
 
 def _number(value: float) -> exp.Expression:
@@ -66,17 +67,18 @@ def _greatest(value: exp.Expression, bound: float) -> exp.Expression:
     return exp.Anonymous(this="GREATEST", expressions=[value, _number(bound)])
 
 
-def _add_unit(select: exp.Select, release: UnitRelease) -> None:
-    """``__u`` selected and grouped by, with the path's lookups joined."""
-    source = release.source
+def add_unit_id(select: exp.Select, source: UnitSource, name: str) -> None:
+    """``name`` (the unit id along ``source``'s path) selected and grouped by, the path's
+    lookups LEFT JOINed (aliases ``<name>p<i>``): the one-unit query's ``__u``, the two-unit
+    query's ``__u0`` and ``__u1``."""
     value: exp.Expression = _col(source.column, source.alias)
     for i, hop in enumerate(source.hops):
-        alias = f"__up{i}"
+        alias = f"{name}p{i}"
         table = exp.alias_(exp.Table(this=exp.to_identifier(hop.table)), alias, table=True)
         on = exp.EQ(this=_col(hop.key, alias), expression=value)
         select.join(table, on=on, join_type="left", copy=False)
         value = _col(hop.column, alias)
-    select.select(exp.alias_(value, "__u"), copy=False)
+    select.select(exp.alias_(value, name), copy=False)
     select.group_by(copy_tree(value), copy=False)
 
 
@@ -206,7 +208,7 @@ def unit_contributions(tree: exp.Expression, *, ctx: RewriteContext) -> exp.Expr
         from dpsql.units.multi_rewrite import pair_contributions
 
         return pair_contributions(tree, release)
-    _add_unit(tree, release)
+    add_unit_id(tree, release.source, "__u")
     if release.r2t:
         return _r2t(tree, release)
     return _two_stage(tree, release, ctx)
