@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import resource
 import statistics
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -53,7 +52,7 @@ from . import cells as cellmod
 from .accuracy import FLEX_FIGURES
 from .common import Handles, Settings, interleaved, median_ms, rejection
 from .queries import flex_corpus
-from .units_profile import breakdown
+from .units_profile import breakdown, cpu_counted
 from .units_queries import (
     FLEX_UNIT,
     R2T,
@@ -188,28 +187,13 @@ def r2t_query(q: R2TQuery, unit: str, metadata: Metadata, handles: Handles,
     return out
 
 
-def _cpu_seconds() -> float:
-    """This process's CPU time, DuckDB's worker threads included (they run in-process)."""
-    use = resource.getrusage(resource.RUSAGE_SELF)
-    return use.ru_utime + use.ru_stime
-
-
 def _times(sql: str, prepared: Any, handles: Handles, settings: Settings) -> dict[str, Any]:
     """Wall and CPU time of the raw SQL and dpsql's exact query, interleaved. On a loaded
     machine the wall ratio mixes in waiting for a core; the CPU ratio is the work each does."""
     raw = handles.raw
-    cpu: dict[str, list[float]] = {"raw": [], "exact": []}
-
-    def counted(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
-        def run() -> Any:
-            start = _cpu_seconds()
-            out = fn()
-            cpu[name].append(_cpu_seconds() - start)
-            return out
-        return run
-
-    variants = {"raw": counted("raw", lambda: raw.execute(sql).fetchall()),
-                "exact": counted("exact", _exact_runner(handles.backend, prepared))}
+    cpu: dict[str, list[float]] = {}
+    variants = {"raw": cpu_counted(cpu, "raw", lambda: raw.execute(sql).fetchall()),
+                "exact": cpu_counted(cpu, "exact", _exact_runner(handles.backend, prepared))}
     if _two_units(prepared):  # the per-pair query alone: the rest of "exact" is the flow
         compiled = prepared.compiled
         params = compiled.plan.exact_bindings([])

@@ -72,27 +72,30 @@ def _cpu_seconds() -> float:
     return use.ru_utime + use.ru_stime
 
 
+def cpu_counted(cpu: dict[str, list[float]], name: str,
+                fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` that also appends the CPU seconds of each call to ``cpu[name]``."""
+    cpu.setdefault(name, [])
+
+    def run() -> Any:
+        start = _cpu_seconds()
+        out = fn()
+        cpu[name].append(_cpu_seconds() - start)
+        return out
+    return run
+
+
 def breakdown(raw_sql: str, exact_sql: str, handles: Handles, runs: int,
               exact: Callable[[], Any] | None = None) -> dict[str, Any]:
     """Medians (ms, wall and ``<cut>_cpu_ms``) of the raw SQL, the cuts and the exact query
     (``exact``: how dpsql reads it, default the SQL alone), interleaved."""
     backend = handles.backend
     cpu: dict[str, list[float]] = {}
-
-    def counted(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
-        cpu[name] = []
-
-        def run() -> Any:
-            start = _cpu_seconds()
-            out = fn()
-            cpu[name].append(_cpu_seconds() - start)
-            return out
-        return run
-
-    fns = {"raw": counted("raw", lambda: handles.raw.execute(raw_sql).fetchall())}
+    fns = {"raw": cpu_counted(cpu, "raw", lambda: handles.raw.execute(raw_sql).fetchall())}
     for name, sql in cuts(exact_sql).items():
-        fns[name] = counted(name, lambda s=sql: backend.execute(s, {}))
-    fns["exact"] = counted("exact", exact or (lambda: backend.execute(exact_sql, {})))
+        fns[name] = cpu_counted(cpu, name, lambda s=sql: backend.execute(s, {}))
+    fns["exact"] = cpu_counted(cpu, "exact",
+                               exact or (lambda: backend.execute(exact_sql, {})))
     times = interleaved(fns, runs)
     out: dict[str, Any] = {f"{k}_ms": median_ms(v) for k, v in times.items()}
     out.update({f"{k}_cpu_ms": median_ms(v[1:]) for k, v in cpu.items()})  # no warm-up
