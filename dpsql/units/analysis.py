@@ -140,16 +140,8 @@ def analyze_units(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
     measurements = []
     parts: list[R2TPart] = []
     for m, width in zip(analysis.measurements, widths, strict=True):
-        if m.function == "SUM":
-            assert m.bounds is not None
-            lo, hi = m.bounds
-            if not grouped:
-                if hi > 0:
-                    parts.append(R2TPart(m.index, 1, float(hi), False))
-                if lo < 0:
-                    parts.append(R2TPart(m.index, -1, float(-lo), False))
-        elif not grouped:
-            parts.append(R2TPart(m.index, 1, 1.0, True))
+        if not grouped:
+            parts += r2t_parts(m)
         if grouped:
             bound = unit.max_groups * unit.max_rows_per_group * width
         else:
@@ -161,6 +153,18 @@ def analyze_units(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
     stability = (float(unit.max_groups) if analysis.partition_selection else None)
     return dataclasses.replace(analysis, measurements=tuple(measurements), unit=release,
                                selection_stability=stability)
+
+
+def r2t_parts(m: Measurement) -> list[R2TPart]:
+    """The truncated sums R2T releases for measurement ``m`` (a COUNT or a SUM over [l, u];
+    row_width refused the rest): a COUNT's rows, each contributing 1; a SUM's non-negative part
+    (rows contributing up to u, when u > 0) and non-positive part (up to -l, when l < 0)."""
+    if m.function != "SUM":
+        return [R2TPart(m.index, 1, 1.0, True)]
+    assert m.bounds is not None
+    lo, hi = m.bounds
+    return ([R2TPart(m.index, 1, float(hi), False)] if hi > 0 else []) + (
+        [R2TPart(m.index, -1, float(-lo), False)] if lo < 0 else [])
 
 
 def row_width(m: Measurement) -> float:

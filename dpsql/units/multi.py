@@ -43,6 +43,7 @@ from dpsql.units.analysis import (
     R2TPart,
     UnitRelease,
     analyze_unit_request,
+    r2t_parts,
     row_width,
     structural_metadata,
 )
@@ -92,15 +93,7 @@ def analyze_multi(sql: str, query: exp.Query, metadata: Metadata,
     measurements = []
     first = reached[0]
     for m, width in zip(analysis.measurements, widths, strict=True):
-        if m.function == "SUM":
-            assert m.bounds is not None
-            lo, hi = m.bounds
-            if hi > 0:
-                parts.append(R2TPart(m.index, 1, float(hi), False))
-            if lo < 0:
-                parts.append(R2TPart(m.index, -1, float(-lo), False))
-        else:
-            parts.append(R2TPart(m.index, 1, 1.0, True))
+        parts += r2t_parts(m)
         bound = first.max_contribution * width  # nominal: R2T plans its own scales
         measurements.append(dataclasses.replace(m, sensitivity=Const(float(bound))))
     release = UnitRelease(first, sources[0], tuple(parts),
