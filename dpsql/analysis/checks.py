@@ -94,29 +94,26 @@ def has_aggregate(node: exp.Expression) -> bool:
     return any(in_same_select(a, node) for a in node.find_all(*AGGREGATES))
 
 
+def _crosses(inner: exp.Expression, outer: exp.Expression, kind: type[exp.Expression]) -> bool:
+    """Whether a node of ``kind`` lies strictly between ``inner`` and its ancestor ``outer``."""
+    node = inner.parent if inner is not outer else None
+    while node is not None and node is not outer:
+        if isinstance(node, kind):
+            return True
+        node = node.parent
+    return False
+
+
 def has_inner_aggregate(query: exp.Query) -> bool:
     """Whether an aggregate of ``query`` sits below a nested SELECT (a CTE, derived table or
     subquery computes one): what sends a query to the blocks' or the unit's derived-table
     analysis."""
-    for agg in query.find_all(*AGGREGATES):
-        node = agg.parent
-        while node is not None and node is not query:
-            if isinstance(node, exp.Select):
-                return True
-            node = node.parent
-    return False
+    return any(_crosses(agg, query, exp.Select) for agg in query.find_all(*AGGREGATES))
 
 
 def in_same_select(inner: exp.Expression, outer: exp.Expression) -> bool:
     """True when ``inner`` is not nested in a subquery below ``outer``."""
-    if inner is outer:
-        return True
-    node = inner.parent
-    while node is not None and node is not outer:
-        if isinstance(node, exp.Query):
-            return False
-        node = node.parent
-    return True
+    return not _crosses(inner, outer, exp.Query)
 
 
 def is_count_star(node: exp.Expression | None) -> bool:
