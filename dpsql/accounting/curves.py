@@ -29,6 +29,7 @@ error can only overstate a curve, like the ledger's fixed-point charges.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -125,6 +126,14 @@ def pure_dp_rdp(alpha: float, epsilon: float) -> float:
 
 
 def _laplace_curve(epsilons: Sequence[float]) -> PrivacyCurve:
+    return _laplace_curve_of(tuple(epsilons))
+
+
+# A session's releases repeat their epsilon shares (and the engine's tests thousands of times):
+# each curve is 30 orders of log-space arithmetic, computed once per distinct tuple of shares.
+# The cached curve is the same value (a frozen dataclass, the same function of the shares).
+@functools.lru_cache(maxsize=512)
+def _laplace_curve_of(epsilons: tuple[float, ...]) -> PrivacyCurve:
     total = math.fsum(epsilons)
     distinct = set(epsilons)  # a release's shares are mostly equal: each divergence once
 

@@ -7,6 +7,7 @@ a declared grid without loading the noise machinery (the CLI's light commands st
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from fractions import Fraction
@@ -32,6 +33,10 @@ def _exact_base(base: float) -> Fraction:
     return Fraction(int(base)) if isinstance(base, numbers.Integral) else Fraction(value)
 
 
+# Exact rational powers are slow and every plan, truncation and check of one release asks for
+# the same grid: computed once per (GS, base) and its types (``typed``: True is refused, not
+# taken for 1); an immutable tuple, so the cached value is the value.
+@functools.lru_cache(maxsize=256, typed=True)
 def levels(max_contribution: int, base: float = DEFAULT_BASE) -> tuple[int, ...]:
     """The truncation levels ``tau_j = floor(B^j)`` rows for ``j = 1..L``, ``B = base``, L the
     smallest ``j >= 1`` with ``tau_j >= GS`` (``L = max(1, ceil(log_B GS))``).
