@@ -114,7 +114,7 @@ def build(
 
     try:
         draft = loads_metadata(text)
-    except ProgrammingError as exc:  # only --unit drafts: a private table got no path
+    except ProgrammingError as exc:  # only --unit drafts: a table got no path (or conflicts)
         draft = None
         click.echo(f"warning: the draft does not load until you fix it: {exc.message}",
                    err=True)

@@ -10,17 +10,15 @@ values found there, never the data alone), one unit at a time over every private
 Precondition: ``md`` is the profiled draft (types and max frequencies), the ``units`` are
 distinct tables being described, none public.
 
-Guarantee: no path written fails to load. A proposal the hop rule refuses
-(:func:`dpsql.metadata.unit_multi._check_hops`, mirrored by :func:`hop_conflicts`: a table
-reaching one unit through a hop table another unit's cascade can remove, not through the very
-same hop for that unit) is not written: the table gets a ``CONFLICT`` comment naming the hop,
-the unit that removes it and the fix, and no ``unit`` at all; so does every table whose proposed
-paths go through such a table (``NOT PROPOSED``). A private table linked to no unit gets the
-``NO PATH`` comment one unit gives it. Those tables make the draft fail to load ("has no path to
-any privacy unit") until the owner decides: linking rows to a unit, or not, is a privacy
-decision the draft never makes. A unit table's own links to other units are the exception: it
-needs no path to load, so a conflicting one stays written (the loader refuses it, naming the
-fix) rather than silently leaving that table out of the other unit's cascade.
+Guarantee: no path written fails to load, but a unit table's (below). A proposal the hop
+rule refuses (:func:`dpsql.metadata.unit_multi._check_hops`, mirrored by
+:func:`hop_conflicts`: a table reaching one unit through a hop table another unit's cascade
+can remove, not through the very same hop for that unit) is not written: the table gets a
+``CONFLICT`` comment naming the hop, the unit that removes it and the fix, and no ``unit`` at
+all; so does every table whose proposed paths go through such a table (``NOT PROPOSED``). A
+private table linked to no unit gets the ``NO PATH`` comment one unit gives it. Those tables
+make the draft fail to load ("has no path to any privacy unit") until the owner decides:
+linking rows to a unit, or not, is a privacy decision the draft never makes.
 
 A private table linked to some units but not all would load without the others' paths, i.e.
 outside their cascades. So when a name match to a missing unit was refuted by orphans only
@@ -28,6 +26,13 @@ outside their cascades. So when a name match to a missing unit was refuted by or
 written either (``UNDECIDED``; the draft does not load until the owner declares the path, or
 the proposed ones alone). With no such match it gets a note naming the units it does not link
 to (to review; it loads): a match none of whose values occur is a coincidence of names.
+
+A unit table needs no path to load, so withholding its links to other units would silently
+leave it out of their cascades. Its links are the exception, on the side of the larger
+cascade: a link refuted by orphans only is written all the same (``ORPHANS``: its rows of a key
+not found belong to no unit there, as ``dpsql metadata check -d`` reports), and the paths
+through it are proposed as through any; a conflicting link stays written too (the loader then
+refuses it, naming the fix).
 """
 
 from __future__ import annotations

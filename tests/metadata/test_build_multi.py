@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import random
 
+import duckdb
 import pytest
 
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import Metadata, PrivacyUnit, UnitPath, loads_metadata
 from dpsql.metadata.build import build_metadata
 from dpsql.metadata.build_multi import hop_conflicts
+from dpsql.metadata.unit_check import check_units
+from dpsql.metadata.unit_multi import unit_view
 from tests.metadata.helpers import ROOT
 from tests.metadata.unit_db import make_db
 
@@ -264,3 +267,72 @@ def test_tpch_units_are_r2ts(tmp_path):
         ids = {"customer": "c_custkey", "orders": "o_orderkey", "supplier": "s_suppkey"}
         text = build_metadata(db, TPCH, public=public, unit=[f"{u}.{ids[u]}" for u in units])
         assert paths(loads_metadata(text)) == paths(units_metadata(tpch, units))
+
+
+def _random_shop(path, rng: random.Random) -> None:
+    """A tiny TPC-H-shaped database whose references are sometimes NULL or orphans; each
+    referencing column repeats a value (1), so that it is no key: tiny data would otherwise
+    often make it one, and its table a target of the reverse name match."""
+    def ref(n: int) -> str:
+        roll = rng.random()
+        return "NULL" if roll < 0.1 else str(n + 1 if roll < 0.25 else rng.randint(1, n))
+
+    n_cust, n_supp, n_ord = rng.randint(1, 3), rng.randint(1, 3), rng.randint(2, 4)
+    rows = {
+        "customer (c_custkey BIGINT, c_age INTEGER)":
+            [f"({i}, {rng.randint(0, 2)})" for i in range(1, n_cust + 1)],
+        "supplier (s_suppkey BIGINT, s_rating INTEGER)":
+            [f"({i}, {rng.randint(0, 2)})" for i in range(1, n_supp + 1)],
+        "orders (o_orderkey BIGINT, o_custkey BIGINT)":
+            [f"({i}, {1 if i <= 2 else ref(n_cust)})" for i in range(1, n_ord + 1)],
+        "lineitem (l_orderkey BIGINT, l_suppkey BIGINT, l_quantity INTEGER)":
+            [f"({1 if i < 2 else ref(n_ord)}, {1 if i < 2 else ref(n_supp)}, "
+             f"{rng.randint(1, 5)})" for i in range(rng.randint(2, 6))],
+        "partsupp (ps_suppkey BIGINT, ps_availqty INTEGER)":
+            [f"({1 if i < 2 else ref(n_supp)}, {rng.randint(1, 5)})"
+             for i in range(rng.randint(2, 4))],
+    }
+    con = duckdb.connect(str(path))
+    for table, values in rows.items():
+        con.execute(f"CREATE TABLE {table}; INSERT INTO {table.split()[0]} VALUES "
+                    + ", ".join(values))
+    con.close()
+
+
+MARKS = ("NO PATH", "CONFLICT", "NOT PROPOSED", "UNDECIDED", "ORPHANS")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_drafts_load_or_mark_the_table_and_hold_no_orphaned_path(tmp_path, seed):
+    # whatever the orphans and NULLs: a draft that does not load fails on a table it marks,
+    # and a draft that loads holds no path with orphans but a unit table's it marks ORPHANS
+    rng = random.Random(seed)
+    ids = {"customer": "c_custkey", "orders": "o_orderkey", "supplier": "s_suppkey"}
+    for i, (units, public) in enumerate([(("customer", "supplier"), []),
+                                         (("customer", "orders"), ["supplier", "partsupp"]),
+                                         (("orders", "supplier"), ["customer"])]):
+        db = tmp_path / f"shop{i}.duckdb"
+        _random_shop(db, rng)
+        text = build_metadata(db, public=public, unit=[f"{u}.{ids[u]}" for u in units])
+        marked = {t for t in ("customer", "supplier", "orders", "lineitem", "partsupp")
+                  if block(text, t).startswith(MARKS)}
+        try:
+            md = loads_metadata(text)
+        except ProgrammingError as exc:
+            (name,) = [t for t in marked if f"table {t!r}" in exc.message] or [exc.message]
+            # ORPHANS alone loads (a unit table's orphaned link): another mark fails it
+            assert any(mark in block(text, name) for mark in MARKS[:4]), exc.message
+            continue
+        for name in marked:  # it loads: only unit tables' orphaned links are marked
+            assert name in units and not any(m in block(text, name) for m in MARKS[:4])
+        for unit in units:
+            for p in _check(db, unit_view(md, unit)).paths:
+                assert p.orphans == 0 or block(text, p.table).startswith("ORPHANS"), p
+
+
+def _check(db, md: Metadata):
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return check_units(md, lambda sql: con.execute(sql).fetchall())
+    finally:
+        con.close()
