@@ -70,6 +70,8 @@ def test_build_with_a_hop_conflict_warns_and_writes_no_analyst_schema(tmp_path, 
                  "-o", str(out), "--analyst-schema", str(schema)]) == 0
     err = capsys.readouterr().err
     assert "warning: the draft does not load until you fix it:" in err
-    assert "table 'lineitem': has no path to any privacy unit (customer, orders)" in err
+    assert ("table 'lineitem': has no path to any privacy unit (customer, orders): declare "
+            "unit: {customer: <column>} or {customer: {via: <column>, to: <table>.<key>}} (or "
+            "public: true" in err)
     assert f"not written: {schema}" in err and not schema.exists()
     assert "  lineitem:\n    # CONFLICT between the proposed paths" in out.read_text()
