@@ -39,9 +39,11 @@ def command() -> None:
               help="With --backend spark: profile the CSV/Parquet file(s) PATH as table NAME "
                    "(repeatable); the draft records the source.")
 @click.option("--public", multiple=True, help="Mark this table as public (repeatable).")
-@click.option("--unit", metavar="TABLE.COLUMN",
+@click.option("--unit", "units", metavar="TABLE.COLUMN", multiple=True,
               help="Declare this privacy unit (e.g. customer.c_custkey) and propose each "
-                   "private table's path to it from key names and the data.")
+                   "private table's path to it from key names and the data. Repeatable: "
+                   "several unit tables (e.g. also supplier.s_suppkey), each table's path to "
+                   "each; the first carries the bounds.")
 @click.option("--domain-max", default=50, show_default=True, type=click.IntRange(min=0),
               help="Suggest a domain for columns with at most this many distinct values.")
 @click.option("--progress/--no-progress", default=False,
@@ -61,7 +63,7 @@ def build(
     tables: tuple[str, ...],
     sources: tuple[str, ...],
     public: tuple[str, ...],
-    unit: str | None,
+    units: tuple[str, ...],
     domain_max: int,
     progress: bool,
     output: Path | None,
@@ -75,8 +77,10 @@ def build(
 
     Bounds and candidate domains are written as comments: they are privacy decisions. With
     --unit, a private table with no proposed path is marked in the draft, which does not load
-    until its path is declared (or the table is made public).
+    until its path is declared (or the table is made public). With several --unit, so is a
+    table whose proposed paths conflict (the hop rule: the draft says why and how to fix it).
     """
+    unit = None if not units else units[0] if len(units) == 1 else list(units)
     spark = spark_argument(backend, spark_master)
     for target in (output, analyst_schema):
         if target is not None and target.exists() and not force:
@@ -110,7 +114,7 @@ def build(
 
     try:
         draft = loads_metadata(text)
-    except ProgrammingError as exc:  # only --unit drafts: a private table got no path
+    except ProgrammingError as exc:  # only --unit drafts: a table got no path (or conflicts)
         draft = None
         click.echo(f"warning: the draft does not load until you fix it: {exc.message}",
                    err=True)

@@ -9,7 +9,9 @@ derived from the data and applied automatically.
 Everything in the draft describes the private data: it is for the data owner, not analysts.
 
 With ``unit`` ("TABLE.COLUMN"), the draft declares that privacy unit and proposes each private
-table's path to it from key names and the data (:mod:`dpsql.metadata.build_units`).
+table's path to it from key names and the data (:mod:`dpsql.metadata.build_units`); with several
+("TABLE.COLUMN" each), it declares them all and proposes each table's path to each
+(:mod:`dpsql.metadata.build_multi`).
 
 The profiling queries are written once, in DuckDB's dialect; on Spark they run through
 :class:`dpsql.backends.spark.SparkBackend` (transpiled by sqlglot, executed as Spark jobs), so
@@ -32,7 +34,8 @@ import click
 import duckdb
 
 from dpsql.errors import OperationalError, ProgrammingError
-from dpsql.metadata.build_units import unit_target, with_unit
+from dpsql.metadata.build_multi import unit_targets, with_units
+from dpsql.metadata.build_units import with_unit
 from dpsql.metadata.load import load_metadata
 from dpsql.metadata.yaml_io import _emit, _flow
 
@@ -222,7 +225,7 @@ def build_metadata(
     progress: bool = False,
     domain_max: int = 50,
     ledger: str | None = None,
-    unit: str | None = None,
+    unit: str | Sequence[str] | None = None,
 ) -> str:
     """Profile a DuckDB database (or Spark tables) and return a draft metadata YAML text (our
     format).
@@ -237,8 +240,10 @@ def build_metadata(
     values get a commented candidate domain, numeric columns commented bounds. ``ledger`` is
     written as the draft's ``ledger:`` line, as given (a relative path is relative to the
     metadata file). ``unit`` ("TABLE.COLUMN") declares the privacy unit and proposes the
-    paths (:mod:`dpsql.metadata.build_units`). The text loads with
-    :func:`dpsql.metadata.load_metadata`, unless a private table got no path (it says so).
+    paths (:mod:`dpsql.metadata.build_units`); a sequence of several declares them all
+    (:mod:`dpsql.metadata.build_multi`; one is the same as ``unit`` itself). The text loads
+    with :func:`dpsql.metadata.load_metadata`, unless a private table got no path, or only
+    paths that conflict (it says so).
     """
     if not isinstance(con_or_path, (duckdb.DuckDBPyConnection, str, os.PathLike)):
         backend: Any = con_or_path  # a SparkBackend (its module imports pyspark: not here)
@@ -263,8 +268,9 @@ def _build(
     progress: bool,
     domain_max: int,
     ledger: str | None = None,
-    unit: str | None = None,
+    unit: str | Sequence[str] | None = None,
 ) -> str:
+    units = [unit] if isinstance(unit, str) else list(unit or ())
     chosen = _select(con.relations(), tables)
     public_keys: set[str] = set()
     for name in public:
@@ -276,9 +282,9 @@ def _build(
         public_keys.update(r.key for r in match)
 
     columns = {r.key: con.columns(r) for r in chosen}
-    if unit is not None:  # a wrong --unit fails before the profiling, not after
-        unit_target(unit, {k: [c[0] for c in cols] for k, cols in columns.items()},
-                    public_keys)
+    if units:  # a wrong --unit fails before the profiling, not after
+        names = {k: [c[0] for c in cols] for k, cols in columns.items()}
+        unit_targets(names, public_keys, units)
     rows = {r.key: con.fetchall(f"SELECT count(*) FROM {r.sql}")[0][0] for r in chosen}
     show = progress or sum(rows.values()) > PROGRESS_ROWS
 
@@ -317,8 +323,10 @@ def _build(
     md = load_metadata({"tables": doc_tables} if ledger is None
                        else {"ledger": ledger, "tables": doc_tables})
     unit_header = []
-    if unit is not None:
-        md, missing = with_unit(md, unit, {r.key: r.sql for r in chosen}, con.fetchall)
+    if units:
+        table_sql = {r.key: r.sql for r in chosen}
+        md, missing = (with_unit(md, units[0], table_sql, con.fetchall) if len(units) == 1
+                       else with_units(md, units, table_sql, con.fetchall))
         for name, note in missing.items():
             table_notes.setdefault(name, []).extend(note)
         unit_header = [

@@ -23,6 +23,7 @@ import dataclasses
 import textwrap
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from dpsql.errors import ProgrammingError
 from dpsql.metadata.model import Metadata, PrivacyUnit, UnitPath, _table_key
@@ -42,6 +43,16 @@ class Candidate:
     sql: str
     types: Mapping[str, str]
     keys: tuple[str, ...]
+
+
+class Refuted(NamedTuple):
+    """A name match the data refuted: its text for the draft, whether some of the column's
+    values were found (an orphan key: a link with dirty data, not a coincidence), and the path
+    it would have given."""
+
+    text: str
+    partly: bool
+    path: UnitPath
 
 
 def _stem(name: str) -> str:
@@ -73,10 +84,37 @@ def propose_paths(tables: list[Candidate], unit_table: str, unit_column: str,
                   ) -> tuple[dict[str, UnitPath], dict[str, list[str]]]:
     """(path per table that got one, notes per table that did not) for the private ``tables``
     (the unit's table among them; its path is its id column)."""
+    paths, refuted = find_paths(tables, unit_table, unit_column, fetch)
+    notes = {}
+    for t in tables:
+        if t.name in paths:
+            continue
+        text = (f"NO PATH to the privacy unit {unit_table!r} found (no column named like a "
+                "key of a table with a path has all its values there). Declare unit: <column> "
+                "or unit: {via: <column>, to: <table>.<key>}, or public: true if its rows are "
+                "not private: the file does not load until then.")
+        if refuted[t.name]:
+            text += " Name matches the data refuted: " + "; ".join(
+                r.text for r in refuted[t.name]) + "."
+        notes[t.name] = wrap(text)
+    return paths, notes
+
+
+def wrap(text: str) -> list[str]:
+    """``text`` as the lines of a draft's comment."""
+    return textwrap.wrap(text, 84, break_long_words=False, break_on_hyphens=False)
+
+
+def find_paths(tables: list[Candidate], unit_table: str, unit_column: str,
+               fetch: Callable[[str], list[tuple]], seed: Mapping[str, UnitPath] | None = None
+               ) -> tuple[dict[str, UnitPath], dict[str, list[Refuted]]]:
+    """(path per table that got one, the name matches the data refuted per table) for the
+    private ``tables`` (the unit's table among them; its path is its id column); ``seed``:
+    paths taken as found before the first round (dpsql.metadata.build_multi)."""
     by_name = {t.name: t for t in tables}
     unit = by_name[unit_table]
-    paths: dict[str, UnitPath] = {unit_table: UnitPath(unit_column)}
-    refuted: dict[str, list[str]] = {t.name: [] for t in tables}
+    paths: dict[str, UnitPath] = {unit_table: UnitPath(unit_column), **(seed or {})}
+    refuted: dict[str, list[Refuted]] = {t.name: [] for t in tables}
     tried: dict[tuple[str, str, str, str], bool] = {}
 
     def resolves(t: Candidate, column: str, target: Candidate, key: str) -> bool:
@@ -88,14 +126,16 @@ def propose_paths(tables: list[Candidate], unit_table: str, unit_column: str,
         ((rows, nulls, orphans),) = fetch(orphan_sql(t.sql, column, target.sql, key))
         ok = tried[(t.name, column, target.name, key)] = rows - nulls > 0 and orphans == 0
         if not ok:
-            refuted[t.name].append(
+            refuted[t.name].append(Refuted(
                 f"{column} -> {target.name}.{key} (" + (
                     f"{orphans} of {rows - nulls} values not found" if rows - nulls
-                    else "no non-NULL values") + ")")
+                    else "no non-NULL values") + ")", 0 < orphans < rows - nulls,
+                UnitPath(column) if target.name == unit_table and key == unit_column
+                else UnitPath(column, target.name, key)))
         return ok
 
     for t in tables:
-        if t.name == unit_table:
+        if t.name in paths:
             continue
         for column in t.types:
             if names_match(column, unit_column, unit_table) and resolves(
@@ -113,19 +153,7 @@ def propose_paths(tables: list[Candidate], unit_table: str, unit_column: str,
             if found is not None:
                 paths[t.name] = found
                 grown = True
-    notes = {}
-    for t in tables:
-        if t.name in paths:
-            continue
-        text = (f"NO PATH to the privacy unit {unit_table!r} found (no column named like a "
-                "key of a table with a path has all its values there). Declare unit: <column> "
-                "or unit: {via: <column>, to: <table>.<key>}, or public: true if its rows are "
-                "not private: the file does not load until then.")
-        if refuted[t.name]:
-            text += " Name matches the data refuted: " + "; ".join(refuted[t.name]) + "."
-        note = textwrap.wrap(text, 84, break_long_words=False, break_on_hyphens=False)
-        notes[t.name] = note
-    return paths, notes
+    return paths, refuted
 
 
 def _via(t: Candidate, reached: list[Candidate], unit_table: str, unit_column: str,
@@ -161,6 +189,17 @@ def unit_target(unit: str, columns: Mapping[str, Sequence[str]],
     return name, column
 
 
+def candidates(md: Metadata, table_sql: Mapping[str, str]) -> list[Candidate]:
+    """The private tables of the profiled draft ``md``, with their key columns (max frequency
+    1); ``table_sql`` names each table in SQL."""
+    return [
+        Candidate(t.name, table_sql[t.name],
+                  {c.name: c.type or "" for c in t.columns.values()},
+                  tuple(c.name for c in t.columns.values() if c.max_freq == 1))
+        for t in md.tables.values() if not t.public
+    ]
+
+
 def with_unit(md: Metadata, unit: str, table_sql: Mapping[str, str],
               fetch: Callable[[str], list[tuple]]) -> tuple[Metadata, dict[str, list[str]]]:
     """The draft ``md`` (profiled: types and max frequencies) with ``privacy_unit`` from
@@ -168,13 +207,7 @@ def with_unit(md: Metadata, unit: str, table_sql: Mapping[str, str],
     ``table_sql`` names each table in SQL. The result may not load (module docstring)."""
     name, column = unit_target(unit, {n: list(t.columns) for n, t in md.tables.items()},
                                {n for n, t in md.tables.items() if t.public})
-    candidates = [
-        Candidate(t.name, table_sql[t.name],
-                  {c.name: c.type or "" for c in t.columns.values()},
-                  tuple(c.name for c in t.columns.values() if c.max_freq == 1))
-        for t in md.tables.values() if not t.public
-    ]
-    paths, notes = propose_paths(candidates, name, column, fetch)
+    paths, notes = propose_paths(candidates(md, table_sql), name, column, fetch)
     tables = {n: dataclasses.replace(t, unit=paths.get(n)) for n, t in md.tables.items()}
     return dataclasses.replace(md, tables=tables,
                                privacy_unit=PrivacyUnit(table=name, column=column)), notes

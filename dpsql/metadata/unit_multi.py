@@ -120,7 +120,7 @@ def resolve_multi(reader: _Reader, by_name: Mapping[str, _TableSpec],
         if not paths.get(name):
             reader.fail(t.where, f"has no path to any privacy unit ({', '.join(names)}): "
                         f"declare unit: {{{names[0]}: <column>}} or {{{names[0]}: {{via: "
-                        "<column>, to: <table>.<key>}}} (or public: true if its rows are not "
+                        "<column>, to: <table>.<key>}} (or public: true if its rows are not "
                         "private)", t.node, t.key)
     out: dict[str, dict[str, UnitPath]] = {}
     for spec in units:

@@ -45,6 +45,20 @@ def test_build_without_a_path_warns_and_writes_no_analyst_schema(tmp_path, capsy
     assert "  supplier:\n    # NO PATH" in out.read_text()
 
 
+@pytest.mark.parametrize("clean, public, fixture", [
+    (True, ["supplier", "nation"], "unit_draft_clean.yaml"),
+    (False, ["nation"], "unit_draft_unclean.yaml"),
+])
+def test_one_unit_draft_is_unchanged_byte_for_byte(tmp_path, capsys, clean, public, fixture):
+    # the drafts of one --unit as they were before --unit became repeatable (several units:
+    # dpsql.metadata.build_multi): a paths-found draft, and one with NO PATH notes
+    db = make_db(tmp_path, CLEAN if clean else "")
+    args = [a for name in public for a in ("--public", name)]
+    assert main(["metadata", "build", "-d", str(db), *args, "--unit", "customer.c_custkey"]) == 0
+    out = capsys.readouterr().out.replace(f"from {db}.", "from DATABASE.", 1)
+    assert out == (ROOT / "tests" / "metadata" / "fixtures" / fixture).read_text()
+
+
 def test_build_unit_errors_are_one_line(tmp_path, capsys):
     db = make_db(tmp_path)
     assert main(["metadata", "build", "-d", str(db), "--unit", "customer"]) == 1

@@ -1,5 +1,6 @@
-"""`dpsql metadata check -m M -d D` with several privacy units (dpsql.metadata.unit_multi):
-every unit's paths are checked on the database, each on that unit's view."""
+"""`dpsql metadata build --unit .. --unit ..` and `dpsql metadata check -m M -d D` with several
+privacy units (dpsql.metadata.build_multi, dpsql.metadata.unit_multi): the draft proposes every
+unit's paths, and check verifies each unit's on the database, on that unit's view."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import random
 import duckdb
 
 from dpsql.cli.main import main
+from dpsql.metadata import UnitPath, load_metadata
 from tests.metadata.helpers import write
+from tests.metadata.unit_db import make_db
 from tests.units import tiny_multi
 
 
@@ -30,3 +33,45 @@ def test_check_verifies_every_units_paths(tmp_path, capsys):
     assert "path items.i_supp -> supplier.s_id" in out
     assert "path stock.k_supp -> supplier.s_id" in out
     assert "warning: items:" in err  # the orphans, per unit
+
+
+def test_build_proposes_every_units_paths_and_check_verifies_them(tmp_path, capsys):
+    # NULL keys, no orphans: the paths are proposed, and check counts the NULLs
+    db = make_db(tmp_path, "DELETE FROM orders WHERE o_custkey = 9;"
+                           "DELETE FROM lineitem WHERE l_orderkey = 99;")
+    out, schema = tmp_path / "m.yaml", tmp_path / "analyst.yaml"
+    assert main(["metadata", "build", "-d", str(db), "--public", "nation", "--unit",
+                 "customer.c_custkey", "--unit", "supplier.s_suppkey", "-o", str(out),
+                 "--analyst-schema", str(schema)]) == 0
+    err = capsys.readouterr().err
+    assert f"wrote {out} (5 tables)" in err and "warning" not in err
+    md = load_metadata(out)
+    assert [u.table for u in (md.privacy_unit, *md.extra_units)] == ["customer", "supplier"]
+    assert md.table("lineitem").unit_paths == {
+        "customer": UnitPath("l_orderkey", "orders", "o_orderkey"),
+        "supplier": UnitPath("l_suppkey")}
+    assert load_metadata(schema).extra_units == md.extra_units
+    assert main(["metadata", "check", "-m", str(out), "-d", str(db)]) == 0
+    out_text, err = capsys.readouterr()
+    assert "privacy unit: supplier.s_suppkey (the same bounds)" in out_text
+    assert "unit customer.c_custkey:" in out_text and "unit supplier.s_suppkey:" in out_text
+    assert "path lineitem.l_orderkey -> orders.o_orderkey" in out_text
+    assert "path lineitem.l_suppkey -> supplier.s_suppkey" in out_text
+    assert "warning: orders:" in err  # its NULL o_custkey: a row of no customer
+    assert "warning: lineitem:" in err  # its NULL l_orderkey
+
+
+def test_build_with_a_hop_conflict_warns_and_writes_no_analyst_schema(tmp_path, capsys):
+    db = make_db(tmp_path, "DELETE FROM orders WHERE o_custkey IS NULL OR o_custkey = 9;"
+                           "DELETE FROM lineitem WHERE l_orderkey IS NULL OR l_orderkey = 99;")
+    out, schema = tmp_path / "m.yaml", tmp_path / "analyst.yaml"
+    assert main(["metadata", "build", "-d", str(db), "--public", "nation", "--public",
+                 "supplier", "--unit", "customer.c_custkey", "--unit", "orders.o_orderkey",
+                 "-o", str(out), "--analyst-schema", str(schema)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the draft does not load until you fix it:" in err
+    assert ("table 'lineitem': has no path to any privacy unit (customer, orders): declare "
+            "unit: {customer: <column>} or {customer: {via: <column>, to: <table>.<key>}} (or "
+            "public: true" in err)
+    assert f"not written: {schema}" in err and not schema.exists()
+    assert "  lineitem:\n    # CONFLICT between the proposed paths" in out.read_text()

@@ -28,6 +28,9 @@ SKIPPED = {
                          "drives it with --password-stdin)",
     "dpsql audit -m": "needs the owner's sample.duckdb and draws 8000 releases "
                       "(tests/cli/test_privacy_audit.py)",
+    "dpsql metadata build -d tpch.duckdb": "needs TPC-H (tests/metadata/test_build_multi.py "
+                                           "drafts the same on SF 0.01)",
+    "dpsql metadata check -m units2.yaml": "checks that TPC-H draft",
 }
 SPARK = "--backend spark"  # needs a Spark cluster (tests/system/test_spark_connect.py)
 
