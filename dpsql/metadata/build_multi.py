@@ -11,9 +11,9 @@ Precondition: ``md`` is the profiled draft (types and max frequencies), the ``un
 distinct tables being described, none public.
 
 Guarantee: no path written fails to load, but a unit table's (below). A proposal the hop
-rule refuses (:func:`dpsql.metadata.unit_multi._check_hops`, mirrored by
-:func:`hop_conflicts`: a table reaching one unit through a hop table another unit's cascade
-can remove, not through the very same hop for that unit) is not written: the table gets a
+rule refuses (:func:`dpsql.metadata.unit_multi.hop_conflicts`, the loader's own check: a
+table reaching one unit through a hop table another unit's cascade can remove, not through
+the very same hop for that unit) is not written: the table gets a
 ``CONFLICT`` comment naming the hop, the unit that removes it and the fix, and no ``unit`` at
 all; so does every table whose proposed paths go through such a table (``NOT PROPOSED``). A
 private table linked to no unit gets the ``NO PATH`` comment one unit gives it. Those tables
@@ -50,32 +50,8 @@ from dpsql.metadata.build_units import (
     wrap,
 )
 from dpsql.metadata.model import Metadata, PrivacyUnit, UnitPath
+from dpsql.metadata.unit_multi import Conflict, hop_conflicts
 from dpsql.metadata.yaml_io import _flow, _one_path
-
-#: one refusal of the hop rule: (the unit reached, the hop table, the unit whose cascade can
-#: remove the hop's rows, the path)
-Conflict = tuple[str, str, str, UnitPath]
-
-
-def hop_conflicts(linked: Mapping[str, Mapping[str, UnitPath]],
-                  ids: Mapping[str, str]) -> dict[str, list[Conflict]]:
-    """The paths of ``linked`` (table -> unit table -> path, a unit table's own path included)
-    the hop rule refuses, per table; ``ids``: each unit table's id column. The rule of
-    :func:`dpsql.metadata.unit_multi._check_hops` on paths instead of specs (a test holds the
-    two to the same verdicts): a path through hop table T to unit U is refused when another
-    unit V's cascade can remove T's rows (T is V's table, or T links to V) and the table does
-    not reach V through the very same hop. A ``via`` to U's own id column is no hop."""
-    out: dict[str, list[Conflict]] = {}
-    for name, paths in linked.items():
-        for unit, path in paths.items():
-            hop = path.to_table
-            if hop is None or (hop == unit and path.to_column == ids[unit]):
-                continue
-            for other in ids:
-                removable = other != unit and (hop == other or other in linked.get(hop, {}))
-                if removable and paths.get(other) != path:
-                    out.setdefault(name, []).append((unit, hop, other, path))
-    return out
 
 
 def with_units(md: Metadata, units: Sequence[str], table_sql: Mapping[str, str],

@@ -143,40 +143,55 @@ def resolve_multi(reader: _Reader, by_name: Mapping[str, _TableSpec],
     return out
 
 
-def _check_hops(reader: _Reader, by_name: Mapping[str, _TableSpec], units: Sequence[_UnitSpec],
-                paths: Mapping[str, Mapping[str, _PathSpec]],
-                out: Mapping[str, Mapping[str, UnitPath]]) -> None:
-    """Refuse a path whose hop another unit's cascade can remove (module docstring).
+#: one refusal of the hop rule: (the unit reached, the hop table, the unit whose cascade can
+#: remove the hop's rows, the path)
+Conflict = tuple[str, str, str, UnitPath]
 
-    A row of R reaching unit U through a hop row of T (``via: c, to: T.k``) has U's id only
-    while that T row exists. If removing one V (another unit) can remove T rows (T is V's
-    table, or T links to V), R's row would not be removed with them but would change its unit
-    (to none): a result moves between units and the per-unit argument fails (found by the red
-    team: levels moved by 3 tau). So R must reach V through the very same hop, which puts the
-    row in V's cascade with its T row (inductively, T's own hops obey this rule). A ``via`` to
-    U's own id column is no hop: the value itself is the id (a direct path)."""
-    ids = {u.unit.table: u.unit.column for u in units}
-    for name, linked in out.items():
-        for unit, path in linked.items():
+
+def hop_conflicts(linked: Mapping[str, Mapping[str, UnitPath]],
+                  ids: Mapping[str, str]) -> dict[str, list[Conflict]]:
+    """The paths of ``linked`` (table -> unit table -> path, a unit table's own path included)
+    the hop rule refuses, per table, in ``linked``'s order; ``ids``: each unit table's id
+    column. The rule (module docstring; the loader refuses the first, ``dpsql metadata build``
+    marks them all): a path through hop table T to unit U is refused when another unit V's
+    cascade can remove T's rows (T is V's table, or T links to V) and the table does not reach
+    V through the very same hop. A ``via`` to U's own id column is no hop; a public T links to
+    no unit and is no unit table, so it never conflicts.
+
+    Why: a row of R reaching U through a hop row of T has U's id only while that T row exists.
+    If removing one V can remove T rows, R's row would not be removed with them but would
+    change its unit (to none): a result moves between units and the per-unit argument fails
+    (found by the red team: levels moved by 3 tau). Reaching V through the very same hop puts
+    the row in V's cascade with its T row (inductively, T's own hops obey this rule)."""
+    out: dict[str, list[Conflict]] = {}
+    for name, paths in linked.items():
+        for unit, path in paths.items():
             hop = path.to_table
             if hop is None or (hop == unit and path.to_column == ids[unit]):
                 continue
-            hop_spec = by_name.get(hop)
-            if hop_spec is None or hop_spec.public:
-                continue
             for other in ids:
-                removable = other != unit and (hop == other or other in out.get(hop, {}))
-                if not removable or linked.get(other) == path:
-                    continue
-                declared = paths.get(name, {}).get(unit)
-                node, key = ((declared.node, declared.key) if declared is not None
-                             else (by_name[name].node, by_name[name].key))
-                reader.fail(by_name[name].where, f"reaches unit {unit} through {hop}, whose "
-                            f"rows removing one {other} also removes: the {name} rows would "
-                            f"change their {unit} instead of leaving with them. Declare "
-                            f"{other}: {{via: {path.column}, to: {hop}.{path.to_column}}} "
-                            f"for {name} (the same hop), or give {name} a column holding "
-                            f"the {unit} id", node, key)
+                removable = other != unit and (hop == other or other in linked.get(hop, {}))
+                if removable and paths.get(other) != path:
+                    out.setdefault(name, []).append((unit, hop, other, path))
+    return out
+
+
+def _check_hops(reader: _Reader, by_name: Mapping[str, _TableSpec], units: Sequence[_UnitSpec],
+                paths: Mapping[str, Mapping[str, _PathSpec]],
+                out: Mapping[str, Mapping[str, UnitPath]]) -> None:
+    """Refuse the first path :func:`hop_conflicts` finds, at its declaration."""
+    ids = {u.unit.table: u.unit.column for u in units}
+    for name, conflicts in hop_conflicts(out, ids).items():
+        unit, hop, other, path = conflicts[0]
+        declared = paths.get(name, {}).get(unit)
+        node, key = ((declared.node, declared.key) if declared is not None
+                     else (by_name[name].node, by_name[name].key))
+        reader.fail(by_name[name].where, f"reaches unit {unit} through {hop}, whose "
+                    f"rows removing one {other} also removes: the {name} rows would "
+                    f"change their {unit} instead of leaving with them. Declare "
+                    f"{other}: {{via: {path.column}, to: {hop}.{path.to_column}}} "
+                    f"for {name} (the same hop), or give {name} a column holding "
+                    f"the {unit} id", node, key)
 
 
 def all_units(md: Metadata) -> tuple[PrivacyUnit, ...]:

@@ -12,9 +12,8 @@ import pytest
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import Metadata, PrivacyUnit, UnitPath, loads_metadata
 from dpsql.metadata.build import build_metadata
-from dpsql.metadata.build_multi import hop_conflicts
 from dpsql.metadata.unit_check import check_units
-from dpsql.metadata.unit_multi import unit_view
+from dpsql.metadata.unit_multi import hop_conflicts, unit_view
 from tests.metadata.helpers import ROOT
 from tests.metadata.unit_db import make_db
 
@@ -231,7 +230,7 @@ def _yaml(linked: dict[str, dict[str, UnitPath]]) -> str:
 
 
 def test_hop_conflicts_agree_with_the_loader():
-    # the build's mirror of the hop rule and the loader's rule (unit_multi._check_hops) give
+    # the hop rule on paths (unit_multi.hop_conflicts, what the build marks) and the loader give
     # the same verdict on random path sets: a draft never holds a path the loader refuses
     rng = random.Random(17)
     verdicts = set()
