@@ -95,7 +95,7 @@ def load(db: Mapping[str, Sequence[tuple[int, ...]]]) -> duckdb.DuckDBPyConnecti
     """An in-memory DuckDB holding ``db`` (one connection per process, its tables replaced;
     callers only read it)."""
     if not _CONNECTION:
-        _CONNECTION.append(duckdb.connect())
+        _CONNECTION.append(duckdb.connect(config={"threads": 1}))
     con = _CONNECTION[0]
     for table, columns in COLUMNS.items():
         rows = list(db[table])
