@@ -44,18 +44,23 @@ def quick_server(running: tuple[Server, str, int]) -> tuple[str, int]:
 def test_a_connection_that_does_not_authenticate_in_time_is_closed(
         quick_server: tuple[str, int]) -> None:
     host, port = quick_server
-    for send in (b"", rw.startup_packet({b"user": b"alice"})):  # silent; no SASL response
-        with rw.RawClient(host, port, timeout=10) as client:
-            began = time.monotonic()
-            client.send(send)
+    # the three clients wait side by side (the timeout is per connection): one silent, one
+    # that starts but never answers SASL, one that logs in and then idles past the timeout
+    with rw.RawClient(host, port, timeout=10) as silent, \
+            rw.RawClient(host, port, timeout=10) as starting, \
+            rw.RawClient(host, port, timeout=10) as authenticated:
+        began = time.monotonic()
+        silent.send(b"")
+        starting.send(rw.startup_packet({b"user": b"alice"}))
+        rw.login(authenticated, "alice", PASSWORDS["alice"])
+        for client in (silent, starting):
             answers = client.drain()  # the server closes it; no half-close from us
             assert 0.9 < time.monotonic() - began < 9
-        assert [a.fields().get("C") for a in answers if a.kind == b"E"] == ["57014"], answers
-    with rw.RawClient(host, port, timeout=10) as client:  # authenticated: no timeout after
-        rw.login(client, "alice", PASSWORDS["alice"])
-        time.sleep(1.5)
-        client.send(rw.query(b"SHOW dpsql.budget"))
-        assert [m.kind for m in client.read_until(b"Z")] == [b"T", b"D", b"C", b"Z"]
+            assert [a.fields().get("C") for a in answers if a.kind == b"E"] == ["57014"], \
+                answers
+        time.sleep(max(0.0, began + 1.5 - time.monotonic()))  # authenticated: no timeout after
+        authenticated.send(rw.query(b"SHOW dpsql.budget"))
+        assert [m.kind for m in authenticated.read_until(b"Z")] == [b"T", b"D", b"C", b"Z"]
 
 
 # -- backpressure ------------------------------------------------------------------------------
@@ -68,6 +73,21 @@ def _queued(server: Server) -> list[int]:
     """Bytes each connection holds for its client: queued replies plus the transport's buffer."""
     return [sum(map(len, c._out)) + c.writer.transport.get_write_buffer_size()
             for c in list(server._clients.values())]
+
+
+def _stalled(server: Server) -> int:
+    """Wait until the server holds at least OUT_HIGH_WATER bytes for a client that does not
+    read and that amount stays put for 0.3 s (it has filled the socket's buffers and waits),
+    then return it: a fixed sleep would pass a server that had not started writing yet."""
+    deadline, last, since = time.monotonic() + 15, -1, time.monotonic()
+    while time.monotonic() < deadline:
+        now = max(_queued(server), default=0)
+        if now != last:
+            last, since = now, time.monotonic()
+        elif now >= OUT_HIGH_WATER and time.monotonic() - since >= 0.3:
+            return now
+        time.sleep(0.02)
+    raise AssertionError(f"the server never stalled on the slow client (holds {last} bytes)")
 
 
 def test_a_client_that_stops_reading_holds_a_bounded_buffer_and_stalls_no_one(
@@ -84,8 +104,8 @@ def test_a_client_that_stops_reading_holds_a_bounded_buffer_and_stalls_no_one(
         slow.send(rw.parse(b"wide", WIDE))
         slow.send(b"".join(rw.bind(b"", b"wide") + rw.execute(b"") for _ in range(executes))
                   + rw.SYNC)
-        time.sleep(1.0)  # the server answers until the socket's buffers are full, then waits
-        assert max(_queued(server)) < 2 * OUT_HIGH_WATER + 64 * 1024 + 4096
+        # the server answers until the socket's buffers are full, then waits
+        assert _stalled(server) < 2 * OUT_HIGH_WATER + 64 * 1024 + 4096
         with rw.RawClient(host, port, timeout=20) as other:  # meanwhile, another client
             began = time.monotonic()
             rw.login(other, "alice", PASSWORDS["alice"])
@@ -108,7 +128,6 @@ def test_one_large_answer_is_written_as_the_client_reads_it(
         rw.login(slow, "alice", PASSWORDS["alice"])
         slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
         slow.send(rw.query(b"SELECT repeat('x', 2000) AS pad FROM generate_series(1, 5000)"))
-        time.sleep(1.0)
-        assert max(_queued(server)) < 2 * OUT_HIGH_WATER + 64 * 1024 + 4096
+        assert _stalled(server) < 2 * OUT_HIGH_WATER + 64 * 1024 + 4096
         kinds = [m.kind for m in slow.read_until(b"Z")]
     assert kinds.count(b"D") == 5000 and kinds[-2:] == [b"C", b"Z"]
