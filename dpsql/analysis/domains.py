@@ -16,8 +16,6 @@ listed value to the column's type (:func:`typed_value`), a cast these checks pro
 
 from __future__ import annotations
 
-import threading
-
 import duckdb
 from sqlglot import exp
 
@@ -26,6 +24,7 @@ from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.trees import copy_tree
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import Column, Metadata, Table
+from dpsql.scratch import scratch_cursor
 
 
 def typed_value(value: object, type_text: str | None) -> exp.Expression:
@@ -35,25 +34,6 @@ def typed_value(value: object, type_text: str | None) -> exp.Expression:
     if dtype is None or value is None:
         return literal
     return exp.Cast(this=literal, to=copy_tree(dtype))
-
-
-#: The in-memory DuckDB that casts declared domain values, one per process: opening a DuckDB
-#: instance costs ~17 ms of CPU (its catalog of built-in functions), paid by every session
-#: before; a cursor of a shared one costs ~0.3 ms. It holds no table and reads no file (it
-#: only casts the owner's literals), and each check works on its own cursor (a connection of
-#: its own: threads may check at once).
-_CASTS: list[duckdb.DuckDBPyConnection] = []
-_CASTS_LOCK = threading.Lock()
-
-
-def _cast_cursor() -> duckdb.DuckDBPyConnection:
-    with _CASTS_LOCK:
-        if not _CASTS:
-            con = duckdb.connect(":memory:")
-            con.execute("SET enable_external_access=false")
-            con.execute("SET lock_configuration=true")
-            _CASTS.append(con)
-        return _CASTS[0].cursor()
 
 
 def check_domains(metadata: Metadata) -> None:
@@ -66,7 +46,7 @@ def check_domains(metadata: Metadata) -> None:
                 if domain is None or normalise(column.type) is None:
                     continue
                 if domain.values is not None:
-                    con = con or _cast_cursor()
+                    con = con or scratch_cursor()  # casts the owner's literals
                     _check_values(con, table, column)
                 elif domain.table is not None and domain.column is not None:
                     _check_table_domain(metadata, table, column)

@@ -2,9 +2,9 @@
 
 Most queries only pick (and order) columns: done with numpy (:func:`fast_post_process`).
 Anything else (HAVING, expressions, LIMIT, DISTINCT, an ORDER BY over keys that do not sort in
-Python) runs the plan's post-processing SQL on an in-memory DuckDB that holds nothing but the
-noisy table, with external access off. Its errors may be shown as they are: it sees no exact
-value.
+Python) runs the plan's post-processing SQL on a connection of the process's scratch DuckDB
+(dpsql.scratch: in-memory, external access off) that sees nothing but the noisy table. Its
+errors may be shown as they are: it sees no exact value.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dpsql.execute.layout import Bins
 from dpsql.execute.typed import finish, finish_columns, plain_values
 from dpsql.rewrite.parameters import bind_params
 from dpsql.rewrite.plan import NOISY_TABLE, ExecutionPlan
+from dpsql.scratch import scratch_cursor
 
 if TYPE_CHECKING:
     from dpsql.analysis.output_types import OutputRule
@@ -32,18 +33,16 @@ Rows = tuple[tuple[str, ...], tuple[str, ...], list[tuple[Any, ...]]]
 
 
 class PostProcessor:
-    """Turns noisy bins into the analyst's rows for one session (owns the in-memory DuckDB,
-    opened on first use: most queries take the numpy path, and opening costs milliseconds)."""
+    """Turns noisy bins into the analyst's rows for one session (its own connection to the
+    process's scratch DuckDB, dpsql.scratch, opened on first use: most queries take the numpy
+    path)."""
 
     def __init__(self) -> None:
         self._db: duckdb.DuckDBPyConnection | None = None
 
     def _connection(self) -> duckdb.DuckDBPyConnection:
         if self._db is None:
-            con = duckdb.connect(":memory:")
-            con.execute("SET enable_external_access=false")
-            con.execute("SET lock_configuration=true")
-            self._db = con
+            self._db = scratch_cursor()
         return self._db
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
