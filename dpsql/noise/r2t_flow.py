@@ -50,6 +50,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from dpsql.noise.r2t_certify import (
+    Pairs,
+    all_light,
+    full,
+    level_caps,
+    saturated,
+    saturates,
+    scaled_down,
+)
+from dpsql.noise.r2t_certify import exact_sums as _sums
+
 __all__ = ["flow_truncated", "level_step"]
 
 #: every capacity stays below 2^31 (scipy's csgraph capacities are int32)
@@ -166,29 +177,6 @@ def _rank(codes: np.ndarray) -> np.ndarray:
     return rank
 
 
-def _sums(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Exact int64 sums of non-negative int64 ``values`` per code: bincount's float64 sums
-    when no code's partial sum can reach 2^53 (the largest value times the most entries of
-    one code; every partial sum then exact), values below 2^40 as two such
-    halves (26 low bits, the rest), else a sort and reduceat."""
-    if not codes.size:
-        return np.zeros(n, np.int64)
-    top = int(values.max())
-    if top * codes.size < 2**53 or top * int(np.bincount(codes).max()) < 2**53:
-        # every partial sum of one code stays below 2^53: float64 adds it exactly
-        return np.bincount(codes, weights=values, minlength=n).astype(np.int64)
-    if top < 2**40 and codes.size < 2**27:
-        low = np.bincount(codes, weights=values & (2**26 - 1), minlength=n).astype(np.int64)
-        high = np.bincount(codes, weights=values >> 26, minlength=n).astype(np.int64)
-        return (high << 26) + low
-    order = np.argsort(codes, kind="stable")
-    sorted_codes = codes[order]
-    out = np.zeros(n, np.int64)
-    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
-    out[sorted_codes[starts]] = np.add.reduceat(values[order], starts)
-    return out
-
-
 def flow_truncated(a: np.ndarray, b: np.ndarray, psi: np.ndarray, taus: Sequence[float], *,
                    integer: bool) -> np.ndarray:
     """``Q_j`` for every level ``taus[j]`` (value units) of the results ``(a[q], b[q],
@@ -207,21 +195,23 @@ def flow_truncated(a: np.ndarray, b: np.ndarray, psi: np.ndarray, taus: Sequence
         values = np.minimum(values, float(max(taus)))
     if values.size and (values.min() < 0 or not np.all(np.isfinite(values))):
         raise ValueError("every result's psi must be finite and >= 0")
-    na = int(a.max()) + 1 if a.size else 0
-    nb = int(b.max()) + 1 if b.size else 0
-    if a.size and not np.all(a[1:] >= a[:-1]):  # by a, once: _spread's ranks need no sort
-        order = np.argsort(a, kind="stable")
-        a, b, values = a[order], b[order], values[order]
-    out: list[float] = []
-    for tau in taus:
-        delta = level_step(float(tau), integer)
-        if integer:
-            step = int(delta)
-            cap = int(tau) // step
-            s = np.minimum(values, int(tau)) // step
-            out.append(step * _level(a, b, s, cap, na, nb))
-        else:
-            cap = math.floor(tau / delta)
-            s = np.floor(np.minimum(values, float(tau)) / delta).astype(np.int64)
-            out.append(delta * _level(a, b, s, cap, na, nb))
-    return np.array(out, dtype=np.int64 if integer else np.float64)
+    pairs = Pairs.of(a, b, values, integer)
+    out = np.zeros(len(taus), dtype=np.int64 if integer else np.float64)
+    scaled = None  # (side's present units): a count level saturated that whole side
+    for j in sorted(range(len(taus)), key=lambda i: -float(taus[i])):  # top down
+        tau = float(taus[j])
+        delta = level_step(tau, integer)
+        value = scaled_down(pairs, scaled, tau, delta)
+        if value is None:
+            value = all_light(pairs, tau, delta)
+        if value is None:
+            value = saturated(pairs, tau, delta)
+        if value is None:
+            s, cap = level_caps(values, tau, delta, integer)
+            value = full(pairs, s, cap)
+            if value is None:
+                value = _level(a, b, s.astype(np.int64), cap, pairs.na, pairs.nb)
+        if scaled is None:
+            scaled = saturates(pairs, value, tau, delta)
+        out[j] = int(delta) * value if integer else delta * value
+    return out
