@@ -149,19 +149,41 @@ def test_large_instances_are_certified_by_the_subset_and_the_spread(monkeypatch)
             16.0, integer)
 
 
-def test_a_float_spread_never_sends_more_than_the_exact_share():
-    """The float64 spread's flow is at most floor(s cap / load) on every result, also where
-    the ratio rounds up (loads just above cap)."""
+def test_the_float_spread_never_sends_more_than_the_exact_share():
+    """dpsql.noise.r2t_certify._spread_into's flow is at most floor(s cap / load) on every
+    result (read with each result its own receiver), so each sender sends at most cap (read
+    with each sender its own receiver), also where the ratio rounds up (loads just above cap)."""
+    from dpsql.noise.r2t_certify import _spread_into
+
     rng = np.random.default_rng(7)
-    cap = 2**30 + 12345
-    for _ in range(20):
-        s = rng.integers(0, cap, 1000).astype(np.float64)
-        x = rng.integers(0, 10, 1000)
-        load = np.bincount(x, weights=s, minlength=10).astype(np.int64)
-        load = np.maximum(load, cap + rng.integers(1, 3, 10))  # every x heavy, barely
-        ratio = np.ones(10)
-        heavy = load > cap
-        ratio[heavy] = cap / load[heavy] * (1.0 - 2.0**-50)
-        flow = np.floor(s * ratio[x]).astype(np.int64)
-        exact = (s.astype(np.int64) * cap) // load[x]
-        assert (flow <= exact).all()
+    for cap in (7, 2**30 + 12345):
+        for _ in range(30):
+            n = 200
+            x = rng.integers(0, 10, n)
+            s = rng.integers(0, cap + 1, n).astype(np.float64)
+            load = np.bincount(x, weights=s, minlength=10).astype(np.int64)
+            extra = cap + rng.integers(1, 3, 10) - load  # lift each load just above cap
+            s[:10] += np.maximum(extra, 0)[x[:10]] * (extra[x[:10]] > 0)
+            s = np.minimum(s, cap)
+            load = np.bincount(x, weights=s, minlength=10).astype(np.int64)
+            flow = _spread_into(x, np.arange(n), s, cap, load, n, 1)
+            light = load[x] <= cap
+            exact = np.where(light, s.astype(np.int64),
+                             (s.astype(np.int64) * cap) // np.maximum(load[x], 1))
+            assert (flow <= exact).all()
+            sent = _spread_into(x, x, s, cap, load, 10, n)
+            assert (sent <= cap).all()
+
+
+def test_an_over_generous_spread_would_certify_a_wrong_saturation():
+    """a0 reaches b0 (100) and b1 (1), a1 reaches b1 (99), tau 100: a0 cannot fill both, so
+    OPT is 199, not every supplier's 200. The subset certificate must stay silent."""
+    a = np.array([0, 0, 1])
+    b = np.array([0, 1, 1])
+    psi = np.array([100, 1, 99])
+    assert reference(a, b, psi, 100.0, True) == 199
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(r2t_certify, "_SUBSET_MIN", 0)
+        mp.setattr(r2t_certify, "_SUBSET_SHARE", 1)
+        assert saturated(Pairs.of(a, b, psi, True), 100.0, 1.0) is None
+    assert flow_truncated(a, b, psi, [100.0], integer=True).tolist() == [199]
