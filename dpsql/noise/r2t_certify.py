@@ -122,6 +122,10 @@ class Pairs:
     top_load_b: float
     total: int  #: sum psi (counts only; 0 for sums)
     mass: float  #: sum psi in float64 (within a factor 1 +- 2^-40 of it)
+    top: float  #: the largest psi
+    load_a: np.ndarray  #: real loads (exact int64 for counts, float64 for sums)
+    load_b: np.ndarray
+    prefix_mass: float  #: sum psi over the subset certificate's prefix (float64)
 
     @classmethod
     def of(cls, a: np.ndarray, b: np.ndarray, values: np.ndarray, integer: bool) -> Pairs:
@@ -131,19 +135,31 @@ class Pairs:
         count_b = np.bincount(b, minlength=nb)
         most_a = int(count_a.max()) if na else 0
         most_b = int(count_b.max()) if nb else 0
+        top = values.max() if values.size else 0
         if integer:
-            top = int(values.max()) if values.size else 0
-            load_a = exact_sums(a, values, na, top, most_a)
-            load_b = exact_sums(b, values, nb, top, most_b)
+            if top == 1 and values.min() == 1:  # flat rows (dpsql.units.multi_rewrite)
+                load_a, load_b = count_a.astype(np.int64), count_b.astype(np.int64)
+            else:
+                load_a = exact_sums(a, values, na, int(top), most_a)
+                load_b = exact_sums(b, values, nb, int(top), most_b)
             total = int(load_a.sum())
         else:
             load_a = np.bincount(a, weights=values, minlength=na)
             load_b = np.bincount(b, weights=values, minlength=nb)
             total = 0
+        m = a.size // _SUBSET_SHARE if a.size >= _SUBSET_MIN else 0
         return cls(a, b, values, integer, na, nb, int(np.count_nonzero(count_a)),
                    int(np.count_nonzero(count_b)), most_a, most_b,
                    float(load_a.max()) if na else 0.0, float(load_b.max()) if nb else 0.0,
-                   total, float(load_a.sum()))
+                   total, float(load_a.sum()), float(top), load_a, load_b,
+                   float(values[:m].sum()))
+
+    def caps(self, tau: float, delta: float) -> tuple[np.ndarray, int]:
+        """:func:`level_caps` of every result; for counts with ``delta`` 1 and every psi at
+        most tau, psi itself (no pass)."""
+        if self.integer and delta == 1 and self.top <= tau:
+            return self.values, int(tau)
+        return level_caps(self.values, tau, delta, self.integer)
 
 
 def all_light(p: Pairs, tau: float, delta: float) -> int | None:
@@ -188,6 +204,11 @@ def saturated(p: Pairs, tau: float, delta: float) -> int | None:
     if n < _SUBSET_MIN:
         return None
     m = n // _SUBSET_SHARE
+    cap = math.floor(tau / delta)
+    # what the prefix can carry at most: below a side's target, that side cannot saturate
+    reachable = p.prefix_mass / delta
+    if reachable < min(p.present_a, p.present_b) * cap:
+        return None
     s, cap = level_caps(p.values[:m], tau, delta, p.integer)
     sides = [(p.a[:m], p.b[:m], p.na, p.nb, p.most_a, p.most_b, p.present_b),
              (p.b[:m], p.a[:m], p.nb, p.na, p.most_b, p.most_a, p.present_a)]
@@ -205,8 +226,11 @@ def saturated(p: Pairs, tau: float, delta: float) -> int | None:
 def full(p: Pairs, s: np.ndarray, cap: int) -> int | None:
     """OPT by a closed form or a proportional spread over every result (module docstring, 3
     and 4), else None. ``s``: the level's capacities of every result."""
-    load_a = exact_sums(p.a, s, p.na, cap, p.most_a)
-    load_b = exact_sums(p.b, s, p.nb, cap, p.most_b)
+    if s is p.values:  # counts with every psi <= cap: the level's loads are the real ones
+        load_a, load_b = p.load_a, p.load_b
+    else:
+        load_a = exact_sums(p.a, s, p.na, cap, p.most_a)
+        load_b = exact_sums(p.b, s, p.nb, cap, p.most_b)
     cut_a = int(np.minimum(load_a, cap).sum())
     cut_b = int(np.minimum(load_b, cap).sum())
     if not p.a.size or load_a.max() <= cap:

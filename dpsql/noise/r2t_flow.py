@@ -54,7 +54,6 @@ from dpsql.noise.r2t_certify import (
     Pairs,
     all_light,
     full,
-    level_caps,
     saturated,
     saturates,
     scaled_down,
@@ -207,7 +206,7 @@ def flow_truncated(a: np.ndarray, b: np.ndarray, psi: np.ndarray, taus: Sequence
         if value is None:
             value = saturated(pairs, tau, delta)
         if value is None:
-            s, cap = level_caps(values, tau, delta, integer)
+            s, cap = pairs.caps(tau, delta)
             value = full(pairs, s, cap)
             if value is None:
                 value = _level(a, b, s.astype(np.int64), cap, pairs.na, pairs.nb)
