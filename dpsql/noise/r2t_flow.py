@@ -177,13 +177,14 @@ def _rank(codes: np.ndarray) -> np.ndarray:
 
 
 def flow_truncated(a: np.ndarray, b: np.ndarray, psi: np.ndarray, taus: Sequence[float], *,
-                   integer: bool) -> np.ndarray:
+                   integer: bool, trace: list[tuple[float, str]] | None = None) -> np.ndarray:
     """``Q_j`` for every level ``taus[j]`` (value units) of the results ``(a[q], b[q],
     psi[q])`` (module contract). Precondition: ``a``, ``b`` dense int codes (>= 0) of each
     result's unit on either side, every pair at most once or not (parallel results add);
     ``psi`` finite >= 0 (integers when ``integer``); codes need not be dense (unused codes
     are units of no result). Guarantee: int64 for counts, float64 for
-    sums, shape ``(len(taus),)``."""
+    sums, shape ``(len(taus),)``. ``trace`` (benchmarks): gets (tau, how it was solved) per
+    level (dpsql.noise.r2t_certify's certificates, or "exact": the collapsed flow)."""
     a = np.asarray(a, dtype=np.int64)
     b = np.asarray(b, dtype=np.int64)
     values = np.asarray(psi, dtype=np.int64 if integer else np.float64)
@@ -192,7 +193,8 @@ def flow_truncated(a: np.ndarray, b: np.ndarray, psi: np.ndarray, taus: Sequence
         # level; and a sum the database overflowed to +inf (the red team's error oracle:
         # raising here on one unit's data) is just a value above every level.
         values = np.minimum(values, float(max(taus)))
-    if values.size and (values.min() < 0 or not np.all(np.isfinite(values))):
+    # one pass: NaN fails ">= 0" too, and +inf was capped above (every tau is finite)
+    if values.size and not values.min() >= 0:
         raise ValueError("every result's psi must be finite and >= 0")
     pairs = Pairs.of(a, b, values, integer)
     out = np.zeros(len(taus), dtype=np.int64 if integer else np.float64)
@@ -200,17 +202,20 @@ def flow_truncated(a: np.ndarray, b: np.ndarray, psi: np.ndarray, taus: Sequence
     for j in sorted(range(len(taus)), key=lambda i: -float(taus[i])):  # top down
         tau = float(taus[j])
         delta = level_step(tau, integer)
+        how = "scaled down"
         value = scaled_down(pairs, scaled, tau, delta)
         if value is None:
-            value = all_light(pairs, tau, delta)
+            how, value = "all light", all_light(pairs, tau, delta)
         if value is None:
-            value = saturated(pairs, tau, delta)
+            how, value = "saturated subset", saturated(pairs, tau, delta)
         if value is None:
             s, cap = pairs.caps(tau, delta)
-            value = full(pairs, s, cap)
+            how, value = "closed form or spread", full(pairs, s, cap)
             if value is None:
-                value = _level(a, b, s.astype(np.int64), cap, pairs.na, pairs.nb)
+                how, value = "exact", _level(a, b, s.astype(np.int64), cap, pairs.na, pairs.nb)
         if scaled is None:
             scaled = saturates(pairs, value, tau, delta)
+        if trace is not None:
+            trace.append((tau, how))
         out[j] = int(delta) * value if integer else delta * value
     return out

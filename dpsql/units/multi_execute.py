@@ -94,10 +94,12 @@ def read_pair_truncated(backend: Backend, compiled: CompiledPlan, params: Sequen
     return pair_levels(columns, release)
 
 
-def pair_levels(columns: Sequence[Any], release: UnitRelease) -> list[np.ndarray]:
+def pair_levels(columns: Sequence[Any], release: UnitRelease,
+                trace: list[tuple[float, str]] | None = None) -> list[np.ndarray]:
     """Per R2T part, Q(tau_j) at every level from the executed query's columns: ``__u0,
     __u1`` and each part's psi per pair, or (flat plain counts, dpsql.units.multi_rewrite)
-    ``__u0, __u1`` per counted row, each a result of psi 1."""
+    ``__u0, __u1`` per counted row, each a result of psi 1. ``trace``: as
+    :func:`dpsql.noise.r2t_flow.flow_truncated`'s (benchmarks)."""
     flat = len(columns) == 2 and bool(release.parts) and all(p.integer for p in release.parts)
     if not flat and len(columns) != 2 + len(release.parts):
         raise ProgrammingError("the exact result of a query over two privacy units is "
@@ -110,5 +112,5 @@ def pair_levels(columns: Sequence[Any], release: UnitRelease) -> list[np.ndarray
         bound, _ = part_grid(part, release.unit)
         taus = [tau * bound for tau in part_levels(part, release.unit)]
         psi = ones if ones is not None else _values(columns[2 + i], part.integer)
-        out.append(flow_truncated(a, b, psi, taus, integer=part.integer))
+        out.append(flow_truncated(a, b, psi, taus, integer=part.integer, trace=trace))
     return out
