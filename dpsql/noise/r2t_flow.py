@@ -31,16 +31,19 @@ inequality read the other way. Also ``Q_j <= sum_q psi(q)`` (x <= psi'), with eq
 counts (delta_j = 1) once tau_j is at least every unit's load (x = psi' is feasible); for sums
 the flooring loses less than delta_j (about tau_j 2^-30) per result.
 
-Speed (exact, not approximations): a unit whose load sum psi' is at most T never binds
+Speed (exact, not approximations): the levels are solved top down, each by the first of
+dpsql.noise.r2t_certify's certificates that applies (every unit light: the plain sum; one side
+saturated by a flow on a prefix of the results; a closed form; a proportional spread meeting a
+cut; for counts, scaling down a level that saturated a side), each a feasible flow meeting a
+cut, so the same exact OPT in a few linear passes (on TPC-H every level). Otherwise
+:func:`_level`: a unit whose load sum psi' is at most T never binds
 (x <= psi' implies its constraint), so its results are fixed by the other side alone: results
 of two such units are constants, those with one heavy unit collapse into one edge per heavy
 unit, and only the heavy-heavy results are flow edges; a level with no heavy unit on one side
 is closed form, with none at all it is the plain sum. Before the flow, a cheap feasible
 integral flow (each heavy unit of one side spreads its cap over its results in proportion,
 the other side's units pass on at most cap) is compared with two cuts' capacities: when it
-meets one, it is a maximum flow (feasible <= OPT <= any cut) and Dinic is skipped -- the
-same exact value, found in linear time (on TPC-H's low levels one side saturates). The work
-is linear in the results per level plus the flow over the heavy part when that check fails.
+meets one, it is a maximum flow (feasible <= OPT <= any cut) and Dinic is skipped.
 """
 
 from __future__ import annotations
