@@ -29,6 +29,7 @@ from dpsql.units.analysis import UnitRelease
 from dpsql.units.execute import truncated_levels as engine_levels
 from dpsql.units.grid import part_grid, part_levels
 from dpsql.units.multi_execute import pair_levels
+from dpsql.units.multi_rewrite import is_flat, regrouped
 from tests.units import tiny_multi
 
 TWO_UNITS = [
@@ -81,7 +82,12 @@ def truncated_levels(release: UnitRelease, exact_sql: str, db: tiny_multi.Databa
         # the engine's reading of the executed query's columns (grouped pairs, or the flat
         # rows of plain counts: dpsql.units.multi_rewrite)
         cols = list(con.execute(exact_sql).fetchnumpy().values())
-        for (bound, _), levels in zip(grids, pair_levels(cols, release), strict=True):
+        got = pair_levels(cols, release)
+        if is_flat(exact_sql):  # the same levels as the pairs grouped in the database
+            grouped = con.execute(regrouped(exact_sql, len(release.parts))).fetchnumpy()
+            want = pair_levels(list(grouped.values()), release)
+            assert [g.tolist() for g in got] == [w.tolist() for w in want]
+        for (bound, _), levels in zip(grids, got, strict=True):
             out.append((bound, [float(v) for v in levels]))
         return out
     # one unit: the one row of sums, or for counts the histogram of contributions
