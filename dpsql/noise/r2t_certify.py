@@ -128,7 +128,9 @@ class Pairs:
     prefix_mass: float  #: sum psi over the subset certificate's prefix (float64)
 
     @classmethod
-    def of(cls, a: np.ndarray, b: np.ndarray, values: np.ndarray, integer: bool) -> Pairs:
+    def of(cls, a: np.ndarray, b: np.ndarray, values: np.ndarray, integer: bool,
+           low: float | None = None) -> Pairs:
+        """``low``: ``values.min()`` when the caller has it."""
         na = int(a.max()) + 1 if a.size else 0
         nb = int(b.max()) + 1 if b.size else 0
         count_a = np.bincount(a, minlength=na)
@@ -137,8 +139,10 @@ class Pairs:
         most_b = int(count_b.max()) if nb else 0
         top = values.max() if values.size else 0
         if integer:
-            if top == 1 and values.min() == 1:  # flat rows (dpsql.units.multi_rewrite)
-                load_a, load_b = count_a.astype(np.int64), count_b.astype(np.int64)
+            if top == 1 and (values.min() if low is None else low) == 1:
+                # flat rows (dpsql.units.multi_rewrite): the loads are the counts
+                load_a = count_a.astype(np.int64, copy=False)
+                load_b = count_b.astype(np.int64, copy=False)
             else:
                 load_a = exact_sums(a, values, na, int(top), most_a)
                 load_b = exact_sums(b, values, nb, int(top), most_b)

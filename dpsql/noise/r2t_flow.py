@@ -197,9 +197,10 @@ def flow_truncated(a: np.ndarray, b: np.ndarray, psi: np.ndarray, taus: Sequence
         # raising here on one unit's data) is just a value above every level.
         values = np.minimum(values, float(max(taus)))
     # one pass: NaN fails ">= 0" too, and +inf was capped above (every tau is finite)
-    if values.size and not values.min() >= 0:
+    low = values.min() if values.size else 0
+    if not low >= 0:
         raise ValueError("every result's psi must be finite and >= 0")
-    pairs = Pairs.of(a, b, values, integer)
+    pairs = Pairs.of(a, b, values, integer, low)
     out = np.zeros(len(taus), dtype=np.int64 if integer else np.float64)
     scaled = None  # (side's present units): a count level saturated that whole side
     for j in sorted(range(len(taus)), key=lambda i: -float(taus[i])):  # top down

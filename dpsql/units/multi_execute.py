@@ -40,7 +40,7 @@ def unit_codes(ids: Any) -> np.ndarray:
         # no NULL (the usual case): offset the ids without masking passes
         low, high = int(data.min()), int(data.max())
         if high - low <= 4 * data.size:
-            return data.astype(np.int64) - low
+            return np.subtract(data, low, dtype=np.int64)  # one pass, no wrap in int64
     arr = np.ma.asarray(ids)
     mask = np.ma.getmaskarray(arr)
     data = np.ma.getdata(arr)
