@@ -34,11 +34,13 @@ def unit_codes(ids: Any) -> np.ndarray:
     into one code, never split one: still sound, since every result of a removed unit still
     shares one node of the flow, whose cap bounds their total (dpsql.noise.r2t_flow's proof
     needs no more). Integer ids over a range at most 4 times their number are coded by offset
-    (no sort); others densely."""
+    (no sort; int64 ids in [0, 4n] are their own codes); others densely."""
     data = np.ma.getdata(ids)
     if data.dtype.kind == "i" and not np.ma.is_masked(ids) and data.size:
         # no NULL (the usual case): offset the ids without masking passes
         low, high = int(data.min()), int(data.max())
+        if data.dtype == np.int64 and low >= 0 and high <= 4 * data.size:
+            return data  # already codes (read only; codes need not start at 0): no pass
         if high - low <= 4 * data.size:
             return np.subtract(data, low, dtype=np.int64)  # one pass, no wrap in int64
     arr = np.ma.asarray(ids)
