@@ -47,7 +47,7 @@ of one unit), else :func:`exact_sums`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -87,18 +87,19 @@ def exact_sums(codes: np.ndarray, values: np.ndarray, n: int, top: float | None 
     return out
 
 
-def level_caps(values: np.ndarray, tau: float, delta: float, integer: bool
-               ) -> tuple[np.ndarray, int]:
+def level_caps(values: np.ndarray, tau: float, delta: float, integer: bool,
+               out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """``(s, T)`` of one level (dpsql.noise.r2t_flow's contract): ``s = floor(min(psi, tau) /
     delta)`` (int64 for counts; for sums float64 holding those integers, each below 2^31: no
-    conversion pass) and ``T = floor(tau / delta)``."""
+    conversion pass) and ``T = floor(tau / delta)``. ``out``: a buffer of ``values``' shape
+    and dtype to write ``s`` into (no fresh allocation per level)."""
     if integer:
         step = int(delta)
-        s = np.minimum(values, int(tau))
+        s = np.minimum(values, int(tau), out=out)
         if step != 1:
-            s //= step
+            np.floor_divide(s, step, out=s)
         return s, int(tau) // step
-    s = np.minimum(values, float(tau))
+    s = np.minimum(values, float(tau), out=out)
     s /= delta  # a power of two: exact
     np.floor(s, out=s)
     return s, math.floor(tau / delta)
@@ -126,6 +127,15 @@ class Pairs:
     load_a: np.ndarray  #: real loads (exact int64 for counts, float64 for sums)
     load_b: np.ndarray
     prefix_mass: float  #: sum psi over the subset certificate's prefix (float64)
+    #: per-level scratch arrays (a level's s, a spread's flow), reused level after level:
+    #: nothing outlives its level
+    scratch: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+
+    def buffer(self, name: str, dtype: type) -> np.ndarray:
+        """The scratch array ``name`` (one entry per result), allocated on first use."""
+        if name not in self.scratch:
+            self.scratch[name] = np.empty(self.values.size, dtype)
+        return self.scratch[name]
 
     @classmethod
     def of(cls, a: np.ndarray, b: np.ndarray, values: np.ndarray, integer: bool,
@@ -163,7 +173,8 @@ class Pairs:
         most tau, psi itself (no pass)."""
         if self.integer and delta == 1 and self.top <= tau:
             return self.values, int(tau)
-        return level_caps(self.values, tau, delta, self.integer)
+        return level_caps(self.values, tau, delta, self.integer,
+                          self.buffer("s", self.values.dtype.type))
 
 
 def all_light(p: Pairs, tau: float, delta: float) -> int | None:
@@ -179,24 +190,25 @@ def all_light(p: Pairs, tau: float, delta: float) -> int | None:
     slack = 1.0 + (max(p.most_a, p.most_b) + 1) * 2.0**-51
     if max(p.top_load_a, p.top_load_b) * slack > tau:
         return None
-    s, _ = level_caps(p.values, tau, delta, False)
+    s, _ = level_caps(p.values, tau, delta, False, p.buffer("s", np.float64))
     if p.mass * 2.0 / delta < 2**53:  # every partial sum an integer below 2^53: exact
         return int(s.sum())
     return int(s.astype(np.int64).sum())
 
 
 def _spread_into(x: np.ndarray, y: np.ndarray, s: np.ndarray, cap: int, load_x: np.ndarray,
-                 ny: int, most_y: int) -> np.ndarray:
+                 ny: int, most_y: int, out: np.ndarray | None = None) -> np.ndarray:
     """What each y node receives when every x node spreads at most ``cap`` over its results
     in proportion to their capacities: ``f(q) = s(q)`` for a light x (load at most cap), else
     at most ``floor(s(q) cap / load_x)``, computed in float64 as ``floor(s(q) r)`` with ``r``
     the ratio rounded and then lowered by 2^-50 relatively: the three roundings (ratio,
     product, each within 2^-53) cannot lift it above the exact share, so each x sends at most
-    cap and each f(q) <= s(q), integers."""
+    cap and each f(q) <= s(q), integers. ``out``: a float64 buffer of ``x``'s length."""
     ratio = np.ones(load_x.size)
     heavy = load_x > cap
     ratio[heavy] = cap / load_x[heavy] * (1.0 - 2.0**-50)
-    flow = s * ratio[x]
+    flow = np.take(ratio, x, out=out)
+    np.multiply(flow, s, out=flow)
     np.floor(flow, out=flow)
     return exact_sums(y, flow, ny, cap, most_y)
 
@@ -213,14 +225,16 @@ def saturated(p: Pairs, tau: float, delta: float) -> int | None:
     reachable = p.prefix_mass / delta
     if reachable < min(p.present_a, p.present_b) * cap:
         return None
-    s, cap = level_caps(p.values[:m], tau, delta, p.integer)
+    s, cap = level_caps(p.values[:m], tau, delta, p.integer,
+                        p.buffer("s", p.values.dtype.type)[:m])
+    flow = p.buffer("flow", np.float64)[:m]
     sides = [(p.a[:m], p.b[:m], p.na, p.nb, p.most_a, p.most_b, p.present_b),
              (p.b[:m], p.a[:m], p.nb, p.na, p.most_b, p.most_a, p.present_a)]
     if p.present_a < p.present_b:  # the smaller side is the likelier to saturate
         sides.reverse()
     for x, y, nx, ny, most_x, most_y, present_y in sides:
         load_x = exact_sums(x, s, nx, cap, most_x)
-        into = _spread_into(x, y, s, cap, load_x, ny, most_y)
+        into = _spread_into(x, y, s, cap, load_x, ny, most_y, flow)
         value = int(np.minimum(into, cap).sum())
         if value == present_y * cap:
             return value
@@ -245,8 +259,10 @@ def full(p: Pairs, s: np.ndarray, cap: int) -> int | None:
     sides = [(p.a, p.b, load_a, p.nb, p.most_b), (p.b, p.a, load_b, p.na, p.most_a)]
     if cut_a < cut_b:  # spread from the side that is not the cut's
         sides.reverse()
+    flow = p.buffer("flow", np.float64)
     for x, y, load_x, ny, most_y in sides:
-        if int(np.minimum(_spread_into(x, y, s, cap, load_x, ny, most_y), cap).sum()) == cut:
+        if int(np.minimum(_spread_into(x, y, s, cap, load_x, ny, most_y, flow),
+                          cap).sum()) == cut:
             return cut
     return None
 
