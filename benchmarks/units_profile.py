@@ -21,9 +21,17 @@ up to what the units part times. The cuts are built from the exact query's SQL t
 measure what dpsql runs; they read the same private rows as the exact query and are timed only
 (their values are not kept).
 
+Over TWO units (``NAME:unit+unit``, e.g. ``Q7:customer+supplier``; dpsql.units.multi) the
+exact side is one query and the flow truncation in Python, so :func:`two_unit_breakdown` cuts
+it as the run does: ``query`` (the pair query as executed -- for plain counts the flat rows
+behind dpsql's row guard, dpsql.units.multi_rewrite -- fetched as numpy), ``levels`` (coding
+the unit ids and every level's flow, on one fetched result), and ``exact`` (both, as
+:func:`dpsql.units.multi_execute.read_pair_truncated` runs them), with how each level was
+solved (dpsql.noise.r2t_certify's certificates, or the exact flow).
+
 ``python -m benchmarks.units_profile [--db ..] [--runs N] [Q10:customer ..]`` prints the
-breakdown of R2T's queries (default: the three issue #17 names over the goal) on a TPC-H
-database, without the rest of the part (no releases).
+breakdown of R2T's queries (default: the issue #17 names over the goal, one unit and two) on a
+TPC-H database, without the rest of the part (no releases).
 """
 
 from __future__ import annotations
@@ -41,7 +49,8 @@ from .common import Handles, interleaved, median_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the queries over the goal in benchmarks/results/units-sf1.md (issue #17)
-SLOW = ("Q10:customer", "Q12:orders", "Q20:customer")
+SLOW = ("Q10:customer", "Q12:orders", "Q20:customer", "Q7:customer+supplier",
+        "Q8:customer+supplier", "Q21:orders+supplier")
 
 
 def cuts(exact_sql: str) -> dict[str, str]:
@@ -106,16 +115,49 @@ def breakdown(raw_sql: str, exact_sql: str, handles: Handles, runs: int,
     return out
 
 
+def two_unit_breakdown(raw_sql: str, prepared: Any, handles: Handles, runs: int
+                       ) -> dict[str, Any]:
+    """Medians (ms, wall and ``<cut>_cpu_ms``) of the raw SQL and a two-unit release's cuts
+    (module docstring), interleaved; ``rows`` fetched, ``flat``, and ``how``: per level
+    (descending tau), how the flow truncation solved it."""
+    from dpsql.units import multi_execute
+    from dpsql.units.multi_rewrite import is_flat, limited
+
+    backend = handles.backend
+    compiled = prepared.compiled
+    release = prepared.analysis.unit
+    params = compiled.plan.exact_bindings([])
+    flat = is_flat(compiled.plan.exact_sql)
+    sql = backend.compile(limited(compiled.plan.exact_sql)) if flat else compiled.exact
+    columns, _ = backend.execute_columns(sql, params)
+    trace: list[tuple[float, str]] = []
+    multi_execute.pair_levels(columns, release, trace)
+    cpu: dict[str, list[float]] = {}
+    fns = {"raw": cpu_counted(cpu, "raw", lambda: handles.raw.execute(raw_sql).fetchall()),
+           "query": cpu_counted(cpu, "query", lambda: backend.execute_columns(sql, params)),
+           "levels": cpu_counted(cpu, "levels",
+                                 lambda: multi_execute.pair_levels(columns, release)),
+           "exact": cpu_counted(cpu, "exact", lambda: multi_execute.read_pair_truncated(
+               backend, compiled, [], release))}
+    times = interleaved(fns, runs)
+    out: dict[str, Any] = {f"{k}_ms": median_ms(v) for k, v in times.items()}
+    out.update({f"{k}_cpu_ms": median_ms(v[1:]) for k, v in cpu.items()})  # no warm-up
+    out.update(rows=int(columns[0].shape[0]), flat=flat,
+               how=[f"{tau:g}: {how}" for tau, how in trace])
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     from dpsql.metadata import load_metadata
     from dpsql.session import Session
 
     from .tpch_data import Dataset
     from .units import UNITS_YAML, _exact_runner
-    from .units_queries import R2T, unit_metadata, with_r2t_grid
+    from .units_queries import R2T, unit_metadata, units_metadata, with_r2t_grid
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("queries", nargs="*", default=list(SLOW), help="NAME:UNIT, e.g. Q10:customer")
+    p.add_argument("queries", nargs="*", default=list(SLOW),
+                   help="NAME:UNIT, e.g. Q10:customer or Q7:customer+supplier")
     p.add_argument("--db", default=str(ROOT / "benchmarks/data/sf1-builtin/tpch.duckdb"))
     p.add_argument("--metadata", default=str(ROOT / "schemas/tpch.yaml"))
     p.add_argument("--runs", type=int, default=15)
@@ -125,9 +167,21 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for item in args.queries:
             name, unit = item.split(":")
+            q = by_name[name]
+            if "+" in unit:
+                md = with_r2t_grid(units_metadata(handles.metadata, tuple(unit.split("+"))))
+                prepared = Session(md, handles.backend).prepare(q.sql)
+                b = two_unit_breakdown(q.sql, prepared, handles, args.runs)
+                order = ["raw", "query", "levels", "exact"]
+                print(f"{item} ({b['rows']:,} {'flat rows' if b['flat'] else 'pairs'}): "
+                      + ", ".join(f"{k} {b[k + '_ms']:.1f}/{b[k + '_cpu_ms']:.1f}"
+                                  for k in order)
+                      + f" ms (wall/CPU); exact/raw {b['exact_ms'] / b['raw_ms']:.2f} wall, "
+                      f"{b['exact_cpu_ms'] / b['raw_cpu_ms']:.2f} CPU; levels: "
+                      + "; ".join(b["how"]), flush=True)
+                continue
             md = load_metadata(UNITS_YAML) if unit == "customer" else unit_metadata(
                 handles.metadata, unit)
-            q = by_name[name]
             prepared = Session(with_r2t_grid(md), handles.backend).prepare(q.sql)
             b = breakdown(q.sql, prepared.compiled.exact, handles, args.runs,
                           _exact_runner(handles.backend, prepared))

@@ -31,16 +31,19 @@ inequality read the other way. Also ``Q_j <= sum_q psi(q)`` (x <= psi'), with eq
 counts (delta_j = 1) once tau_j is at least every unit's load (x = psi' is feasible); for sums
 the flooring loses less than delta_j (about tau_j 2^-30) per result.
 
-Speed (exact, not approximations): a unit whose load sum psi' is at most T never binds
+Speed (exact, not approximations): the levels are solved top down, each by the first of
+dpsql.noise.r2t_certify's certificates that applies (every unit light: the plain sum; one side
+saturated by a flow on a prefix of the results; a closed form; a proportional spread meeting a
+cut; for counts, scaling down a level that saturated a side), each a feasible flow meeting a
+cut, so the same exact OPT in a few linear passes (on TPC-H every level). Otherwise
+:func:`_level`: a unit whose load sum psi' is at most T never binds
 (x <= psi' implies its constraint), so its results are fixed by the other side alone: results
 of two such units are constants, those with one heavy unit collapse into one edge per heavy
 unit, and only the heavy-heavy results are flow edges; a level with no heavy unit on one side
 is closed form, with none at all it is the plain sum. Before the flow, a cheap feasible
 integral flow (each heavy unit of one side spreads its cap over its results in proportion,
 the other side's units pass on at most cap) is compared with two cuts' capacities: when it
-meets one, it is a maximum flow (feasible <= OPT <= any cut) and Dinic is skipped -- the
-same exact value, found in linear time (on TPC-H's low levels one side saturates). The work
-is linear in the results per level plus the flow over the heavy part when that check fails.
+meets one, it is a maximum flow (feasible <= OPT <= any cut) and Dinic is skipped.
 """
 
 from __future__ import annotations
@@ -49,6 +52,16 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+
+from dpsql.noise.r2t_certify import (
+    Pairs,
+    all_light,
+    full,
+    saturated,
+    saturates,
+    scaled_down,
+)
+from dpsql.noise.r2t_certify import exact_sums as _sums
 
 __all__ = ["flow_truncated", "level_step"]
 
@@ -166,37 +179,15 @@ def _rank(codes: np.ndarray) -> np.ndarray:
     return rank
 
 
-def _sums(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Exact int64 sums of non-negative int64 ``values`` per code: bincount's float64 sums
-    when no code's partial sum can reach 2^53 (the largest value times the most entries of
-    one code; every partial sum then exact), values below 2^40 as two such
-    halves (26 low bits, the rest), else a sort and reduceat."""
-    if not codes.size:
-        return np.zeros(n, np.int64)
-    top = int(values.max())
-    if top * codes.size < 2**53 or top * int(np.bincount(codes).max()) < 2**53:
-        # every partial sum of one code stays below 2^53: float64 adds it exactly
-        return np.bincount(codes, weights=values, minlength=n).astype(np.int64)
-    if top < 2**40 and codes.size < 2**27:
-        low = np.bincount(codes, weights=values & (2**26 - 1), minlength=n).astype(np.int64)
-        high = np.bincount(codes, weights=values >> 26, minlength=n).astype(np.int64)
-        return (high << 26) + low
-    order = np.argsort(codes, kind="stable")
-    sorted_codes = codes[order]
-    out = np.zeros(n, np.int64)
-    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
-    out[sorted_codes[starts]] = np.add.reduceat(values[order], starts)
-    return out
-
-
 def flow_truncated(a: np.ndarray, b: np.ndarray, psi: np.ndarray, taus: Sequence[float], *,
-                   integer: bool) -> np.ndarray:
+                   integer: bool, trace: list[tuple[float, str]] | None = None) -> np.ndarray:
     """``Q_j`` for every level ``taus[j]`` (value units) of the results ``(a[q], b[q],
     psi[q])`` (module contract). Precondition: ``a``, ``b`` dense int codes (>= 0) of each
     result's unit on either side, every pair at most once or not (parallel results add);
     ``psi`` finite >= 0 (integers when ``integer``); codes need not be dense (unused codes
     are units of no result). Guarantee: int64 for counts, float64 for
-    sums, shape ``(len(taus),)``."""
+    sums, shape ``(len(taus),)``. ``trace`` (benchmarks): gets (tau, how it was solved) per
+    level (dpsql.noise.r2t_certify's certificates, or "exact": the collapsed flow)."""
     a = np.asarray(a, dtype=np.int64)
     b = np.asarray(b, dtype=np.int64)
     values = np.asarray(psi, dtype=np.int64 if integer else np.float64)
@@ -205,23 +196,30 @@ def flow_truncated(a: np.ndarray, b: np.ndarray, psi: np.ndarray, taus: Sequence
         # level; and a sum the database overflowed to +inf (the red team's error oracle:
         # raising here on one unit's data) is just a value above every level.
         values = np.minimum(values, float(max(taus)))
-    if values.size and (values.min() < 0 or not np.all(np.isfinite(values))):
+    # one pass: NaN fails ">= 0" too, and +inf was capped above (every tau is finite)
+    low = values.min() if values.size else 0
+    if not low >= 0:
         raise ValueError("every result's psi must be finite and >= 0")
-    na = int(a.max()) + 1 if a.size else 0
-    nb = int(b.max()) + 1 if b.size else 0
-    if a.size and not np.all(a[1:] >= a[:-1]):  # by a, once: _spread's ranks need no sort
-        order = np.argsort(a, kind="stable")
-        a, b, values = a[order], b[order], values[order]
-    out: list[float] = []
-    for tau in taus:
-        delta = level_step(float(tau), integer)
-        if integer:
-            step = int(delta)
-            cap = int(tau) // step
-            s = np.minimum(values, int(tau)) // step
-            out.append(step * _level(a, b, s, cap, na, nb))
-        else:
-            cap = math.floor(tau / delta)
-            s = np.floor(np.minimum(values, float(tau)) / delta).astype(np.int64)
-            out.append(delta * _level(a, b, s, cap, na, nb))
-    return np.array(out, dtype=np.int64 if integer else np.float64)
+    pairs = Pairs.of(a, b, values, integer, low)
+    out = np.zeros(len(taus), dtype=np.int64 if integer else np.float64)
+    scaled = None  # (side's present units): a count level saturated that whole side
+    for j in sorted(range(len(taus)), key=lambda i: -float(taus[i])):  # top down
+        tau = float(taus[j])
+        delta = level_step(tau, integer)
+        how = "scaled down"
+        value = scaled_down(pairs, scaled, tau, delta)
+        if value is None:
+            how, value = "all light", all_light(pairs, tau, delta)
+        if value is None:
+            how, value = "saturated subset", saturated(pairs, tau, delta)
+        if value is None:
+            s, cap = pairs.caps(tau, delta)
+            how, value = "closed form or spread", full(pairs, s, cap)
+            if value is None:
+                how, value = "exact", _level(a, b, s.astype(np.int64), cap, pairs.na, pairs.nb)
+        if scaled is None:
+            scaled = saturates(pairs, value, tau, delta)
+        if trace is not None:
+            trace.append((tau, how))
+        out[j] = int(delta) * value if integer else delta * value
+    return out

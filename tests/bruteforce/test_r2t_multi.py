@@ -20,17 +20,16 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-import numpy as np
 import pytest
 
 from dpsql.analysis.blocks import analyze_request
 from dpsql.metadata import Metadata
-from dpsql.noise.r2t_flow import flow_truncated
 from dpsql.rewrite.plan import plan_execution
 from dpsql.units.analysis import UnitRelease
 from dpsql.units.execute import truncated_levels as engine_levels
 from dpsql.units.grid import part_grid, part_levels
-from dpsql.units.multi_execute import unit_codes
+from dpsql.units.multi_execute import pair_levels
+from dpsql.units.multi_rewrite import is_flat, regrouped
 from tests.units import tiny_multi
 
 TWO_UNITS = [
@@ -80,12 +79,15 @@ def truncated_levels(release: UnitRelease, exact_sql: str, db: tiny_multi.Databa
              for p in release.parts]
     out = []
     if release.more:
+        # the engine's reading of the executed query's columns (grouped pairs, or the flat
+        # rows of plain counts: dpsql.units.multi_rewrite)
         cols = list(con.execute(exact_sql).fetchnumpy().values())
-        a, b = unit_codes(cols[0]), unit_codes(cols[1])
-        for i, (part, (bound, taus)) in enumerate(zip(release.parts, grids, strict=True)):
-            psi = np.ma.filled(np.ma.asarray(cols[2 + i]), 0)
-            levels = flow_truncated(a, b, psi.astype(np.int64 if part.integer else float),
-                                    [t * bound for t in taus], integer=part.integer)
+        got = pair_levels(cols, release)
+        if is_flat(exact_sql):  # the same levels as the pairs grouped in the database
+            grouped = con.execute(regrouped(exact_sql, len(release.parts))).fetchnumpy()
+            want = pair_levels(list(grouped.values()), release)
+            assert [g.tolist() for g in got] == [w.tolist() for w in want]
+        for (bound, _), levels in zip(grids, got, strict=True):
             out.append((bound, [float(v) for v in levels]))
         return out
     # one unit: the one row of sums, or for counts the histogram of contributions

@@ -118,6 +118,28 @@ def test_profile_cuts(results):
     assert "LEFT JOIN orders AS __up0" in q20["lookup"] and "LEAST" not in q20["grouped"]
 
 
+def test_two_unit_profile(results):
+    """A two-unit query's breakdown (benchmarks.units_profile): the pair query as executed
+    (Q8's plain count: flat rows), the levels, the whole read, and how each level was solved."""
+    from benchmarks.common import Handles
+    from benchmarks.tpch_data import Dataset
+    from benchmarks.units_profile import two_unit_breakdown
+    from benchmarks.units_queries import R2T, units_metadata, with_r2t_grid
+    from dpsql.session import Session
+
+    handles = Handles.open(Dataset(0.01, str(results["db"]), str(ROOT / "schemas/tpch.yaml"),
+                                   "given", 0.0, 0.0, {}))
+    try:
+        q8 = next(q for q in R2T if q.name == "Q8")
+        md = with_r2t_grid(units_metadata(handles.metadata, ("customer", "supplier")))
+        prepared = Session(md, handles.backend).prepare(q8.sql)
+        b = two_unit_breakdown(q8.sql, prepared, handles, 1)
+    finally:
+        handles.close()
+    assert b["flat"] and b["rows"] > 0 and len(b["how"]) == 8
+    assert all(_ratio(b[f"{k}_ms"]) for k in ("raw", "query", "levels", "exact"))
+
+
 def test_markdown(results):
     md = results["md"]
     assert md.startswith("# Privacy units (issue #17): TPC-H SF 0.01")

@@ -58,3 +58,22 @@ def test_flow_levels_equal_the_lp_of_the_pairs(backend):
     value_taus = levels(32)  # a SUM part's levels: value units up to GS * 4
     assert np.allclose(got[1], [lp(sums, t) for t in value_taus], atol=1e-6)
     assert len(got) == 3  # COUNT, and the SUM's two parts
+
+
+def test_plain_counts_read_flat_rows_with_the_same_levels(backend):
+    """COUNT(*) alone: the rows' unit ids ungrouped (dpsql.units.multi_rewrite's flat form,
+    behind dpsql's row guard), the same levels as the pairs' LP."""
+    md = tiny_multi.metadata()
+    analysis = analyze_request("SELECT COUNT(*) FROM items WHERE qty > -2", md)
+    plan = compile_plan(backend, plan_execution(analysis, md))
+    assert "GROUP BY" not in plan.plan.exact_sql.upper()
+    (got,) = read_truncated(backend, plan, [], analysis.unit)
+    owner = dict(DB["orders"])
+    counts: dict[tuple[object, int], int] = {}
+    for order, supp, qty in DB["items"]:
+        if qty > -2:
+            key = (owner.get(order), supp)
+            counts[key] = counts.get(key, 0) + 1
+    want = [round(lp_truncated([(v, (("c", c), ("s", s))) for (c, s), v in counts.items()], t))
+            for t in levels(8)]
+    assert list(got) == want

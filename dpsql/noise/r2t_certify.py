@@ -1,0 +1,287 @@
+"""Cheap exact certificates for the levels of dpsql.noise.r2t_flow (issue #17: the time of R2T
+over two privacy units).
+
+:func:`dpsql.noise.r2t_flow.flow_truncated` computes, per level, OPT: the maximum flow source
+-> a (cap T) -> b (capacity s(q) = floor(min(psi(q), tau) / delta)) -> sink (cap T) over the
+results q = (a, b) (that module's contract). Most levels of real data need no flow solver: a
+*feasible* integral flow whose value meets the capacity of a *cut* is a maximum flow
+(feasible <= OPT <= any cut). Each function here returns OPT exactly, or None when its
+certificate does not apply (the caller then solves the level in full). Nothing here changes
+any level's value; it only finds the same integer faster. Five certificates:
+
+1. **All light** (:func:`all_light`): if every unit's real load L(u) = sum of its psi is at
+   most tau, then every psi <= tau and each unit's floored load sum floor(psi / delta) <=
+   floor(L / delta) <= T: x = s is feasible, and OPT = sum s (the cut of every result edge).
+   The loads are computed once for all levels (exact integers for counts; for sums float64,
+   whose sequential rounding error is bounded by the most results of one unit times 2^-52
+   of the load, so the check keeps that margin).
+2. **A saturated side on a subset** (:func:`saturated`): every unit of one side (say B,
+   ``present_b`` nodes with at least one result) saturated is the value present_b * T, the
+   cut of B's sink edges. A feasible flow reaching it on a SUBSET of the results (a prefix of
+   the arrays: zero flow elsewhere is feasible) proves OPT = present_b * T. The flow on the
+   subset: each A unit spreads at most T over its subset results in proportion to their
+   capacities, ``x(q) = floor(s(q) T / max(load_a, T))`` (its x sum to at most T, each x(q)
+   <= s(q)); each B unit passes on min(received, T). On TPC-H's low levels one side
+   saturates from an eighth of the results.
+3. **Closed forms** (:func:`full`): with no heavy A unit (floored load <= T), x = s meets every
+   A constraint and each B unit takes min(load_b, T): OPT is the cut sum_b min(load_b, T)
+   (and symmetrically).
+4. **Proportional spread on all results** (:func:`full`): 2's flow over every result,
+   from either side, compared with min(sum_a min(load_a, T), sum_b min(load_b, T)) (the two
+   cuts {source} + heavy-side choices: each node's edge to its terminal or all its result
+   edges); equal, it is OPT.
+
+5. **Scaling down** (:func:`saturates`, :func:`scaled_down`; counts, ``delta`` 1): if a level
+   k's OPT saturates every unit of one side (OPT_k = present * T_k), then so does every level
+   j below it: a maximum flow f of level k times lambda = T_j / T_k <= 1 is feasible at level
+   j (each unit sends or receives at most lambda T_k = T_j; each result carries lambda f(q)
+   <= lambda min(psi, T_k) <= min(psi, T_j)), of value present * T_j, the side's terminal
+   cut; the LP optimum is the integral one (module dpsql.noise.r2t_flow: totally
+   unimodular), so OPT_j = present * T_j. The levels are solved top down to use it.
+
+Integer arithmetic throughout: s <= T < 2^31, so s * T < 2^62; per-unit sums are float64
+bincounts only when no partial sum can reach 2^53 (the largest value times the most results
+of one unit), else :func:`exact_sums`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Pairs", "all_light", "exact_sums", "full", "level_caps", "saturated", "saturates",
+           "scaled_down"]
+
+#: below this many results the subset certificate is not worth a pass
+_SUBSET_MIN = 1 << 14
+#: the subset certificate tries this share of the results (a prefix)
+_SUBSET_SHARE = 8
+
+
+def exact_sums(codes: np.ndarray, values: np.ndarray, n: int, top: float | None = None,
+               most: int | None = None) -> np.ndarray:
+    """Exact int64 sums of non-negative integer ``values`` (int64, or float64 holding
+    integers) per code: bincount's float64 sums when no code's partial sum can reach 2^53 (the
+    largest value ``top`` times the most entries ``most`` of one code, each computed when not
+    given; every partial sum then exact), values below 2^40 as two such halves (26 low bits,
+    the rest), else a sort and reduceat."""
+    if not codes.size:
+        return np.zeros(n, np.int64)
+    top = int(values.max()) if top is None else int(top)
+    if top * codes.size < 2**53 or top * (int(np.bincount(codes).max()) if most is None
+                                          else most) < 2**53:
+        # every partial sum of one code stays below 2^53: float64 adds it exactly
+        return np.bincount(codes, weights=values, minlength=n).astype(np.int64)
+    values = values.astype(np.int64)
+    if top < 2**40 and codes.size < 2**27:
+        low = np.bincount(codes, weights=values & (2**26 - 1), minlength=n).astype(np.int64)
+        high = np.bincount(codes, weights=values >> 26, minlength=n).astype(np.int64)
+        return (high << 26) + low
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    out = np.zeros(n, np.int64)
+    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+    out[sorted_codes[starts]] = np.add.reduceat(values[order], starts)
+    return out
+
+
+def level_caps(values: np.ndarray, tau: float, delta: float, integer: bool,
+               out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+    """``(s, T)`` of one level (dpsql.noise.r2t_flow's contract): ``s = floor(min(psi, tau) /
+    delta)`` (int64 for counts; for sums float64 holding those integers, each below 2^31: no
+    conversion pass) and ``T = floor(tau / delta)``. ``out``: a buffer of ``values``' shape
+    and dtype to write ``s`` into (no fresh allocation per level)."""
+    if integer:
+        step = int(delta)
+        s = np.minimum(values, int(tau), out=out)
+        if step != 1:
+            np.floor_divide(s, step, out=s)
+        return s, int(tau) // step
+    s = np.minimum(values, float(tau), out=out)
+    s /= delta  # a power of two: exact
+    np.floor(s, out=s)
+    return s, math.floor(tau / delta)
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """The results of one truncation with what every level shares (computed once)."""
+
+    a: np.ndarray
+    b: np.ndarray
+    values: np.ndarray  #: psi, int64 for counts, float64 (capped at the top level) for sums
+    integer: bool
+    na: int
+    nb: int
+    present_a: int  #: A codes with at least one result
+    present_b: int
+    most_a: int  #: the most results of one A code
+    most_b: int
+    top_load_a: float  #: the largest real load (exact for counts)
+    top_load_b: float
+    total: int  #: sum psi (counts only; 0 for sums)
+    mass: float  #: sum psi in float64 (within a factor 1 +- 2^-40 of it)
+    top: float  #: the largest psi
+    load_a: np.ndarray  #: real loads (exact int64 for counts, float64 for sums)
+    load_b: np.ndarray
+    prefix_mass: float  #: sum psi over the subset certificate's prefix (float64)
+    #: per-level scratch arrays (a level's s, a spread's flow), reused level after level:
+    #: nothing outlives its level
+    scratch: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+
+    def buffer(self, name: str, dtype: type) -> np.ndarray:
+        """The scratch array ``name`` (one entry per result), allocated on first use."""
+        if name not in self.scratch:
+            self.scratch[name] = np.empty(self.values.size, dtype)
+        return self.scratch[name]
+
+    @classmethod
+    def of(cls, a: np.ndarray, b: np.ndarray, values: np.ndarray, integer: bool,
+           low: float | None = None) -> Pairs:
+        """``low``: ``values.min()`` when the caller has it."""
+        na = int(a.max()) + 1 if a.size else 0
+        nb = int(b.max()) + 1 if b.size else 0
+        count_a = np.bincount(a, minlength=na)
+        count_b = np.bincount(b, minlength=nb)
+        most_a = int(count_a.max()) if na else 0
+        most_b = int(count_b.max()) if nb else 0
+        top = values.max() if values.size else 0
+        if integer:
+            if top == 1 and (values.min() if low is None else low) == 1:
+                # flat rows (dpsql.units.multi_rewrite): the loads are the counts
+                load_a = count_a.astype(np.int64, copy=False)
+                load_b = count_b.astype(np.int64, copy=False)
+            else:
+                load_a = exact_sums(a, values, na, int(top), most_a)
+                load_b = exact_sums(b, values, nb, int(top), most_b)
+            total = int(load_a.sum())
+        else:
+            load_a = np.bincount(a, weights=values, minlength=na)
+            load_b = np.bincount(b, weights=values, minlength=nb)
+            total = 0
+        m = a.size // _SUBSET_SHARE if a.size >= _SUBSET_MIN else 0
+        return cls(a, b, values, integer, na, nb, int(np.count_nonzero(count_a)),
+                   int(np.count_nonzero(count_b)), most_a, most_b,
+                   float(load_a.max()) if na else 0.0, float(load_b.max()) if nb else 0.0,
+                   total, float(load_a.sum()), float(top), load_a, load_b,
+                   float(values[:m].sum()))
+
+    def caps(self, tau: float, delta: float) -> tuple[np.ndarray, int]:
+        """:func:`level_caps` of every result; for counts with ``delta`` 1 and every psi at
+        most tau, psi itself (no pass)."""
+        if self.integer and delta == 1 and self.top <= tau:
+            return self.values, int(tau)
+        return level_caps(self.values, tau, delta, self.integer,
+                          self.buffer("s", self.values.dtype.type))
+
+
+def all_light(p: Pairs, tau: float, delta: float) -> int | None:
+    """OPT when every unit's real load is at most tau (module docstring, 1), else None."""
+    if not p.a.size:
+        return 0
+    if p.integer:
+        if delta != 1 or max(p.top_load_a, p.top_load_b) > tau:
+            return None
+        return p.total  # every psi <= its unit's load <= tau: s = psi
+    # float64 loads: a sequential sum of k non-negative terms is within (k - 1) 2^-53 of its
+    # value, relatively; 2^-51 (k + 1) is a safe margin
+    slack = 1.0 + (max(p.most_a, p.most_b) + 1) * 2.0**-51
+    if max(p.top_load_a, p.top_load_b) * slack > tau:
+        return None
+    s, _ = level_caps(p.values, tau, delta, False, p.buffer("s", np.float64))
+    if p.mass * 2.0 / delta < 2**53:  # every partial sum an integer below 2^53: exact
+        return int(s.sum())
+    return int(s.astype(np.int64).sum())
+
+
+def _spread_into(x: np.ndarray, y: np.ndarray, s: np.ndarray, cap: int, load_x: np.ndarray,
+                 ny: int, most_y: int, out: np.ndarray | None = None) -> np.ndarray:
+    """What each y node receives when every x node spreads at most ``cap`` over its results
+    in proportion to their capacities: ``f(q) = s(q)`` for a light x (load at most cap), else
+    at most ``floor(s(q) cap / load_x)``, computed in float64 as ``floor(s(q) r)`` with ``r``
+    the ratio rounded and then lowered by 2^-50 relatively: the three roundings (ratio,
+    product, each within 2^-53) cannot lift it above the exact share, so each x sends at most
+    cap and each f(q) <= s(q), integers. ``out``: a float64 buffer of ``x``'s length."""
+    ratio = np.ones(load_x.size)
+    heavy = load_x > cap
+    ratio[heavy] = cap / load_x[heavy] * (1.0 - 2.0**-50)
+    flow = np.take(ratio, x, out=out)
+    np.multiply(flow, s, out=flow)
+    np.floor(flow, out=flow)
+    return exact_sums(y, flow, ny, cap, most_y)
+
+
+def saturated(p: Pairs, tau: float, delta: float) -> int | None:
+    """OPT when a prefix of the results carries a flow saturating every unit of one side
+    (module docstring, 2), else None."""
+    n = p.a.size
+    if n < _SUBSET_MIN:
+        return None
+    m = n // _SUBSET_SHARE
+    cap = math.floor(tau / delta)
+    # what the prefix can carry at most: below a side's target, that side cannot saturate
+    reachable = p.prefix_mass / delta
+    if reachable < min(p.present_a, p.present_b) * cap:
+        return None
+    s, cap = level_caps(p.values[:m], tau, delta, p.integer,
+                        p.buffer("s", p.values.dtype.type)[:m])
+    flow = p.buffer("flow", np.float64)[:m]
+    sides = [(p.a[:m], p.b[:m], p.na, p.nb, p.most_a, p.most_b, p.present_b),
+             (p.b[:m], p.a[:m], p.nb, p.na, p.most_b, p.most_a, p.present_a)]
+    if p.present_a < p.present_b:  # the smaller side is the likelier to saturate
+        sides.reverse()
+    for x, y, nx, ny, most_x, most_y, present_y in sides:
+        load_x = exact_sums(x, s, nx, cap, most_x)
+        into = _spread_into(x, y, s, cap, load_x, ny, most_y, flow)
+        value = int(np.minimum(into, cap).sum())
+        if value == present_y * cap:
+            return value
+    return None
+
+
+def full(p: Pairs, s: np.ndarray, cap: int) -> int | None:
+    """OPT by a closed form or a proportional spread over every result (module docstring, 3
+    and 4), else None. ``s``: the level's capacities of every result."""
+    if s is p.values:  # counts with every psi <= cap: the level's loads are the real ones
+        load_a, load_b = p.load_a, p.load_b
+    else:
+        load_a = exact_sums(p.a, s, p.na, cap, p.most_a)
+        load_b = exact_sums(p.b, s, p.nb, cap, p.most_b)
+    cut_a = int(np.minimum(load_a, cap).sum())
+    cut_b = int(np.minimum(load_b, cap).sum())
+    if not p.a.size or load_a.max() <= cap:
+        return cut_b
+    if load_b.max() <= cap:
+        return cut_a
+    cut = min(cut_a, cut_b)
+    sides = [(p.a, p.b, load_a, p.nb, p.most_b), (p.b, p.a, load_b, p.na, p.most_a)]
+    if cut_a < cut_b:  # spread from the side that is not the cut's
+        sides.reverse()
+    flow = p.buffer("flow", np.float64)
+    for x, y, load_x, ny, most_y in sides:
+        if int(np.minimum(_spread_into(x, y, s, cap, load_x, ny, most_y, flow),
+                          cap).sum()) == cut:
+            return cut
+    return None
+
+
+def saturates(p: Pairs, value: int, tau: float, delta: float) -> int | None:
+    """For a count level (``delta`` 1) whose OPT ``value`` saturates every unit of one side:
+    that side's number of units (module docstring, 5), else None."""
+    if not p.integer or delta != 1 or not p.a.size:
+        return None
+    cap = int(tau)
+    for present in (p.present_b, p.present_a):
+        if value == present * cap:
+            return present
+    return None
+
+
+def scaled_down(p: Pairs, present: int | None, tau: float, delta: float) -> int | None:
+    """OPT of a count level below one that saturated a side of ``present`` units (the value
+    :func:`saturates` returned; module docstring, 5), else None."""
+    if present is None or not p.integer or delta != 1:
+        return None
+    return present * int(tau)
