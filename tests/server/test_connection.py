@@ -30,6 +30,14 @@ def running(tmp_path: Path) -> Iterator[tuple[Server, str, int]]:
     try:
         yield server, host, port
     finally:
+        async def shut() -> None:  # the listening socket and every client's transport
+            assert server._server is not None
+            server._server.close()
+            for client in list(server._clients.values()):
+                client.writer.transport.abort()
+            await asyncio.sleep(0.05)  # let the aborted connections' handlers finish
+
+        asyncio.run_coroutine_threadsafe(shut(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
