@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         if scale > SMOKE_SCALE:
             print(f"--smoke runs at SF <= {SMOKE_SCALE}", file=sys.stderr)
             return 2
-        settings = Settings(scale=scale, runs=2, analysis_reps=3, draws=5,
+        settings = Settings(scale=scale, runs=2, analysis_reps=1, draws=5,
                             noise_size=200_000, noise_repeats=2, memory=False, smoke=True)
         generator = "builtin"
         out = args.out or (args.data_dir / "smoke-results")
