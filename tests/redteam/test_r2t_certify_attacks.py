@@ -480,3 +480,41 @@ def test_flat_reading_equals_the_grouped_one_and_the_reference(sql, params, tmp_
             monkeypatch.undo()
         finally:
             backend.close()
+
+
+def _column(values: list, kind: str):
+    """A fetched id column as DuckDB's fetchnumpy gives it: masked where NULL."""
+    mask = [v is None for v in values]
+    if kind == "str":
+        data = np.array(["" if v is None else f"u{v}" for v in values], dtype=object)
+    elif kind == "big":
+        data = np.array([0 if v is None else v * 10**12 - 7 for v in values], np.int64)
+    elif kind == "tiny":
+        data = np.array([0 if v is None else v * 60 - 100 for v in values], np.int8)
+    else:
+        data = np.array([0 if v is None else v for v in values], np.int64)
+    return np.ma.masked_array(data, mask=mask) if any(mask) else data
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 3)),
+                          st.one_of(st.none(), st.integers(0, 3))), max_size=12),
+       st.sampled_from(["int", "str", "big", "tiny"]), st.sampled_from(["int", "str", "big"]))
+def test_flat_and_grouped_columns_code_the_same_units(rows, kind0, kind1):
+    """pair_levels on flat rows and on the same rows grouped (any id type, NULLs, ids far
+    apart or negative) equals the reference over the grouped pairs."""
+    release, _ = _plan("SELECT COUNT(*) FROM items")
+    flat = [_column([r[0] for r in rows], kind0), _column([r[1] for r in rows], kind1)]
+    counts: dict[tuple, int] = {}
+    for r in rows:
+        counts[r] = counts.get(r, 0) + 1
+    keys = list(counts)
+    grouped = [_column([k[0] for k in keys], kind0), _column([k[1] for k in keys], kind1),
+               np.array([counts[k] for k in keys], np.int64)]
+    part = release.parts[0]
+    taus = [t * part_grid(part, release.unit)[0] for t in part_levels(part, release.unit)]
+    a = [-1 if k[0] is None else k[0] for k in keys]
+    b = [-1 if k[1] is None else k[1] for k in keys]
+    want = ref_levels(*arrays(a, b, [counts[k] for k in keys], True), taus, True)
+    assert pair_levels(flat, release)[0].tolist() == want
+    assert pair_levels(grouped, release)[0].tolist() == want
