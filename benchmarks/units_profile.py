@@ -121,14 +121,13 @@ def two_unit_breakdown(raw_sql: str, prepared: Any, handles: Handles, runs: int
     (module docstring), interleaved; ``rows`` fetched, ``flat``, and ``how``: per level
     (descending tau), how the flow truncation solved it."""
     from dpsql.units import multi_execute
-    from dpsql.units.multi_rewrite import is_flat, limited
 
     backend = handles.backend
     compiled = prepared.compiled
     release = prepared.analysis.unit
     params = compiled.plan.exact_bindings([])
-    flat = is_flat(compiled.plan.exact_sql)
-    sql = backend.compile(limited(compiled.plan.exact_sql)) if flat else compiled.exact
+    flat = compiled.fallback is not None
+    sql = compiled.exact
     columns, _ = backend.execute_columns(sql, params)
     trace: list[tuple[float, str]] = []
     multi_execute.pair_levels(columns, release, trace)

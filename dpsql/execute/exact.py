@@ -20,17 +20,19 @@ from dpsql.rewrite.plan import ExecutionPlan
 
 @dataclass(frozen=True)
 class CompiledPlan:
-    """A plan and the backend's own text of its exact and domain queries."""
+    """A plan and the backend's own text of its exact, domain and fallback queries."""
 
     plan: ExecutionPlan
     exact: str
     domains: str | None
+    fallback: str | None = None
 
 
 def compile_plan(backend: Backend, plan: ExecutionPlan) -> CompiledPlan:
     """``plan`` compiled by ``backend`` (raises its NotSupportedError; reads no data)."""
     domains = backend.compile(plan.domain_sql) if plan.domain_sql is not None else None
-    return CompiledPlan(plan, backend.compile(plan.exact_sql), domains)
+    fallback = backend.compile(plan.fallback_sql) if plan.fallback_sql is not None else None
+    return CompiledPlan(plan, backend.compile(plan.exact_sql), domains, fallback)
 
 
 class DomainMemo:

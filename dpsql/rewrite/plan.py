@@ -40,6 +40,7 @@ from dpsql.rewrite.not_in import not_in_as_not_exists, null_safe_not_in
 from dpsql.rewrite.parameters import bind_params, number_parameters, used_params
 from dpsql.rewrite.post import NOISY_TABLE, OutputSpec, build_post, fast_order, fast_path
 from dpsql.rewrite.totality import make_total_pass
+from dpsql.units.multi_rewrite import guarded_flat_counts
 from dpsql.units.rewrite import unit_contributions
 
 __all__ = ["NOISY_TABLE", "PASSES", "ExecutionPlan", "plan_execution"]
@@ -104,6 +105,12 @@ class ExecutionPlan:
     #: with a partition-selected key: ``exact_sql`` is the groups query
     #: (:func:`dpsql.execute.layout.write_selected`), whose groups the session selects by DP
     selected: bool = False
+    #: a query run instead of ``exact_sql`` (same parameters) when ``exact_sql`` returns more
+    #: rows than its guard allows: plain counts over two privacy units read their rows flat,
+    #: and past dpsql.units.multi_rewrite.FLAT_ROWS group them in the database. Compiled
+    #: while preparing, like every query a plan may run, so reaching it (which depends on the
+    #: data) can never meet a compile error.
+    fallback_sql: str | None = None
 
     def exact_bindings(self, params: Sequence[Any]) -> dict[str, Any]:
         """Every named parameter ``exact_sql`` takes, from the analyst's qmark ``params``."""
@@ -219,9 +226,13 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
     # an ORDER BY over group-key values that do not sort in Python, NULL or mixed types).
     post_sql = (None if fast is not None
                 else build_post(analysis, query).sql(dialect=DIALECT, copy=False))
+    exact_sql, fallback_sql = exact.bins_sql, None
+    flat = guarded_flat_counts(exact_sql, analysis.unit)
+    if flat is not None:
+        exact_sql, fallback_sql = flat
     return ExecutionPlan(
-        exact_sql=exact.bins_sql,
-        exact_params=used_params(exact.bins_sql),
+        exact_sql=exact_sql,
+        exact_params=used_params(exact_sql),
         n_keys=len(analysis.group_keys),
         n_measurements=n,
         output_names=tuple(c.name for c in analysis.columns),
@@ -235,4 +246,5 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
         domain_params=used_params(exact.domain_sql) if exact.domain_sql else (),
         selected=selected,
         domains_fixed=ctx.domains_fixed and exact.domain_sql is not None,
+        fallback_sql=fallback_sql,
     )

@@ -24,7 +24,7 @@ from dpsql.execute.exact import CompiledPlan
 from dpsql.noise.r2t_flow import flow_truncated
 from dpsql.units.analysis import UnitRelease
 from dpsql.units.grid import part_grid, part_levels
-from dpsql.units.multi_rewrite import FLAT_ROWS, is_flat, limited, regrouped
+from dpsql.units.multi_rewrite import FLAT_ROWS
 
 
 def unit_codes(ids: Any) -> np.ndarray:
@@ -83,16 +83,11 @@ def read_pair_truncated(backend: Backend, compiled: CompiledPlan, params: Sequen
     """Per R2T part, Q(tau_j) at every level by the flow truncation (exact: reads private
     data; module docstring)."""
     bindings = compiled.plan.exact_bindings(params)
-    if not is_flat(compiled.plan.exact_sql):
-        columns, _ = backend.execute_columns(compiled.exact, bindings)
-        return pair_levels(columns, release)
-    flat_sql = compiled.plan.exact_sql
-    columns, _ = backend.execute_columns(backend.compile(limited(flat_sql)), bindings)
-    if columns[0].shape[0] > FLAT_ROWS:
-        # more rows than are worth fetching (many per pair): grouped in the database instead
-        # (dpsql.units.multi_rewrite), the same levels
-        sql = backend.compile(regrouped(flat_sql, len(release.parts)))
-        columns, _ = backend.execute_columns(sql, bindings)
+    columns, _ = backend.execute_columns(compiled.exact, bindings)
+    if compiled.fallback is not None and columns[0].shape[0] > FLAT_ROWS:
+        # flat rows, more than are worth fetching (many per pair): the plan's fallback groups
+        # them in the database (dpsql.units.multi_rewrite), the same levels
+        columns, _ = backend.execute_columns(compiled.fallback, bindings)
     return pair_levels(columns, release)
 
 

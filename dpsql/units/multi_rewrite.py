@@ -12,13 +12,15 @@ query; the truncation (dpsql.units.flow) runs on its rows.
 **Plain counts, flat** (:func:`flat_counts`: every part a ``COUNT(*)`` and every level below
 2^31 rows, both public): the query returns the rows' ``__u0, __u1`` only, ungrouped (grouping
 6M pairs costs DuckDB ~4x the join itself); dpsql.units.multi_execute reads at most
-:data:`FLAT_ROWS` + 1 of them (:func:`limited`: its guard, not the analyst's LIMIT). Each row
+:data:`FLAT_ROWS` + 1 of them (:func:`limited`: its guard, not the analyst's LIMIT; the
+plan's exact query, :func:`guarded_flat_counts`). Each row
 is a result of psi 1; a pair's rows are parallel edges of capacity 1 each, which carry
 exactly what the pair's one edge of capacity min(psi, T) carries: no edge can carry more than
 T (its unit's own cap bounds what enters or leaves it), so the maximum flow, hence every
 level's Q_j, is the same integer (dpsql.noise.r2t_flow's step is 1 below 2^31: no flooring).
-More rows than FLAT_ROWS (many rows per pair): dpsql.units.multi_execute groups them in the
-database instead (:func:`regrouped`), so memory stays bounded by the pairs, as before.
+More rows than FLAT_ROWS (many rows per pair): dpsql.units.multi_execute runs the plan's
+fallback query instead, grouped in the database (:func:`regrouped`), so memory stays bounded by
+the pairs, as before; both queries are compiled while preparing.
 
 A row whose path to one unit does not resolve (NULL or orphan keys) has that id NULL: it
 belongs to no unit of that table (it stays in every neighbour that keeps its other unit); the
@@ -85,6 +87,16 @@ def is_flat(exact_sql: str) -> bool:
     unit ids only."""
     tree = sqlglot.parse_one(exact_sql, read="duckdb")
     return [e.alias_or_name for e in tree.expressions] == ["__u0", "__u1"]
+
+
+def guarded_flat_counts(exact_sql: str, release: UnitRelease | None) -> tuple[str, str] | None:
+    """For an executed query in the flat form (its final DuckDB text): the query returning at
+    most FLAT_ROWS + 1 of its rows (:func:`limited`) and the grouped fallback
+    (:func:`regrouped`), both run with the same parameters; None for any other query. Both
+    texts are the plan's, compiled while preparing (dpsql.rewrite.plan.ExecutionPlan)."""
+    if release is None or not release.more or not is_flat(exact_sql):
+        return None
+    return limited(exact_sql), regrouped(exact_sql, len(release.parts))
 
 
 def limited(flat_sql: str) -> str:

@@ -15,10 +15,10 @@ import pytest
 from dpsql.analysis.blocks import analyze_request
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.execute.exact import compile_plan
-from dpsql.rewrite.plan import plan_execution
+from dpsql.rewrite.plan import ExecutionPlan, plan_execution
 from dpsql.units import multi_execute, multi_rewrite
 from dpsql.units.multi_execute import pair_levels
-from dpsql.units.multi_rewrite import is_flat, limited, regrouped
+from dpsql.units.multi_rewrite import is_flat
 from tests.units import tiny_multi
 
 FLAT = ("SELECT COUNT(*) FROM items",
@@ -27,39 +27,44 @@ FLAT = ("SELECT COUNT(*) FROM items",
         "SELECT COUNT(*), COUNT(*) FROM items WHERE qty <> 2")
 
 
-def _exact(sql: str, md=None) -> tuple[object, str]:
+def _plan(sql: str, md=None) -> tuple[object, ExecutionPlan]:
     md = md or tiny_multi.metadata()
     analysis = analyze_request(sql, md)
     assert analysis.unit is not None and analysis.unit.more
-    return analysis.unit, plan_execution(analysis, md).exact_sql
+    return analysis.unit, plan_execution(analysis, md)
 
 
 def test_only_plain_counts_below_2_31_are_flat():
     for sql in FLAT:
-        assert is_flat(_exact(sql)[1]), sql
+        plan = _plan(sql)[1]
+        assert is_flat(plan.exact_sql) and plan.fallback_sql is not None, sql
+        # the plan's queries: the rows behind dpsql's guard, and the grouped fallback
+        assert plan.exact_sql.startswith("SELECT __f.__u0, __f.__u1 FROM (")
+        assert plan.exact_sql.endswith(f") AS __f LIMIT {multi_rewrite.FLAT_ROWS + 1}")
+        assert "GROUP BY" in plan.fallback_sql
     for sql in ("SELECT SUM(qty) FROM items", "SELECT COUNT(*), SUM(qty) FROM items",
                 "SELECT COUNT(qty) FROM items"):
         try:
-            _, exact = _exact(sql)
+            _, plan = _plan(sql)
         except Exception:  # refused under two units: nothing runs
             continue
-        assert not is_flat(exact), sql
+        assert not is_flat(plan.exact_sql) and plan.fallback_sql is None, sql
     # a level of 2^31 rows or more floors by a step above 1: the pairs must be grouped
-    _, exact = _exact("SELECT COUNT(*) FROM items", tiny_multi.metadata(max_contribution=2**32))
-    assert not is_flat(exact)
+    _, plan = _plan("SELECT COUNT(*) FROM items", tiny_multi.metadata(max_contribution=2**32))
+    assert not is_flat(plan.exact_sql) and plan.fallback_sql is None
 
 
 @pytest.mark.parametrize("sql", FLAT)
 def test_flat_rows_give_the_grouped_levels_on_random_databases(sql):
-    release, exact = _exact(sql)
+    release, plan = _plan(sql)
     rng = random.Random(sum(map(ord, sql)))
     con = duckdb.connect()
     for _ in range(25):
         db = tiny_multi.random_database(rng)
         db["items"] = db["items"] * rng.randint(1, 3)  # several rows per pair
         tiny_multi.load(db, con)
-        flat = list(con.execute(limited(exact)).fetchnumpy().values())
-        grouped = list(con.execute(regrouped(exact, len(release.parts))).fetchnumpy().values())
+        flat = list(con.execute(plan.exact_sql).fetchnumpy().values())
+        grouped = list(con.execute(plan.fallback_sql).fetchnumpy().values())
         assert len(flat) == 2 and len(grouped) == 2 + len(release.parts)
         want = pair_levels(grouped, release)
         got = pair_levels(flat, release)
@@ -103,7 +108,7 @@ def test_more_rows_than_the_guard_are_grouped_in_the_database(tmp_path, monkeypa
 
 
 def test_psi_of_flat_rows_is_one_per_row():
-    release, _ = _exact("SELECT COUNT(*) FROM items")
+    release, _ = _plan("SELECT COUNT(*) FROM items")
     cols = [np.array([1, 1, 1, 2]), np.array([5, 5, 6, 6])]
     (levels,) = pair_levels(cols, release)
     # pair (1, 5) has 2 rows, customer 1 carries 3: at tau 2 it gives 2, customer 2 its 1
