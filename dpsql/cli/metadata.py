@@ -80,7 +80,7 @@ def build(
     until its path is declared (or the table is made public). With several --unit, so is a
     table whose proposed paths conflict (the hop rule: the draft says why and how to fix it).
     """
-    unit = None if not units else units[0] if len(units) == 1 else list(units)
+    unit = list(units) or None  # build_metadata: one entry is the one-unit draft
     spark = spark_argument(backend, spark_master)
     for target in (output, analyst_schema):
         if target is not None and target.exists() and not force:
