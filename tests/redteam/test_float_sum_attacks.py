@@ -35,6 +35,7 @@ import pytest
 
 from dpsql.analysis.blocks import analyze_request
 from dpsql.analysis.elastic import QueryAnalysis
+from dpsql.backends.base import Backend
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.budget import Budget
 from dpsql.execute.exact import compile_plan, read_exact
@@ -43,6 +44,7 @@ from dpsql.noise.plan import plan_noise
 from dpsql.rewrite.plan import plan_execution
 from dpsql.units.execute import read_truncated
 from dpsql.units.grid import part_grid, part_levels
+from tests.recording import export_parquet, spark_backend_class, with_sources
 
 GAP = pytest.mark.xfail(strict=True, reason="float summation gap, docs/privacy.md section 4")
 
@@ -101,11 +103,15 @@ class Query:
         """Per measurement its exact value in every bin; under a unit without GROUP BY, per
         R2T part its levels Q(tau_j)."""
         with opened(path, self.md, threads) as backend:
-            compiled = compile_plan(backend, self.plan)
-            if self.r2t:
-                assert self.analysis.unit is not None
-                return read_truncated(backend, compiled, (), self.analysis.unit)
-            return read_exact(backend, compiled).exact
+            return self.read(backend)
+
+    def read(self, backend: Backend) -> list[np.ndarray]:
+        """:meth:`exact` on any backend."""
+        compiled = compile_plan(backend, self.plan)
+        if self.r2t:
+            assert self.analysis.unit is not None
+            return read_truncated(backend, compiled, (), self.analysis.unit)
+        return read_exact(backend, compiled).exact
 
     def claimed(self) -> list[list[float]]:
         """The bound the noise plan uses on each value's move: per measurement its elastic
@@ -215,6 +221,22 @@ def test_row_sum_is_the_same_for_every_thread_count(parallel_db):
     q = Query("SELECT SUM(v) FROM t", ROW_MD)
     runs = [q.exact(parallel_db, threads) for threads in (1, 2, 2, 4)]
     assert same(runs), [r[0].tolist() for r in runs]
+
+
+@GAP
+@pytest.mark.spark
+def test_row_sum_is_the_same_on_spark_and_duckdb(parallel_db, tmp_path, spark):
+    """The parallel database read by both backends (the Spark one over its Parquet export, as
+    tests/conftest.py's make_backend; one partition: a sequential sum): one exact value."""
+    q = Query("SELECT SUM(v) FROM t", ROW_MD)
+    on_duckdb = q.exact(parallel_db, threads=2)
+    sources = export_parquet(parallel_db, tmp_path / "parquet")
+    backend = spark_backend_class(False)(with_sources(ROW_MD, sources), spark)
+    try:
+        on_spark = q.read(backend)
+    finally:
+        backend.close()
+    assert same([on_duckdb, on_spark]), (on_duckdb[0].tolist(), on_spark[0].tolist())
 
 
 # ---------------------------------------------- (b), (c) one privacy unit: R2T and two-stage
