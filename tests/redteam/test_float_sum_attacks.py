@@ -424,6 +424,45 @@ def test_a_sum_beyond_2_1020_is_no_data_dependent_error(tmp_path):
     assert all(isinstance(a, list) for a in answers), answers
 
 
+# ------------------------------------ (f) sample-and-aggregate: each block's answer in floats
+
+SA_MD = loads_metadata("""
+tables:
+  t: {sample_aggregate: {blocks: 2, by: k},
+      columns: {i: {type: INTEGER}, k: {type: INTEGER}, v: {type: DOUBLE}}}
+""", "<float sums: sample-and-aggregate>")
+
+
+def _block_answers(path: Path, sql: str, key: int = 12345) -> list[list[float]]:
+    """The per-block exact answers of a SAMPLE_AGGREGATE query with a fixed block key, read as
+    dpsql.sample_aggregate.prepared.compute reads them."""
+    from dpsql.sample_aggregate.prepared import prepare_sample_aggregate
+    from dpsql.sample_aggregate.release import block_answers
+
+    with opened(path, SA_MD) as backend:
+        prepared = prepare_sample_aggregate(sql, SA_MD, backend)
+        rows, _ = backend.execute(prepared.compiled, prepared.bindings([], key))
+        return block_answers(rows, prepared.plan.blocks, 1).tolist()
+
+
+@GAP
+@pytest.mark.parametrize("sql", ["SELECT SAMPLE_AGGREGATE(SUM(v), 0, 1) FROM t",
+                                 "SELECT SAMPLE_AGGREGATE(AVG(v), 0, 1) FROM t"],
+                         ids=["sum", "avg"])
+def test_sample_aggregate_block_answers_do_not_depend_on_the_storage_order(tmp_path, sql):
+    """The block answers are the analyst's aggregates over each block, summed by the database
+    in floating point (dpsql.sample_aggregate.rewrite): unclamped rows 1e30, 0.75, -1e30 in one
+    block (one ``by`` value) sum to 0.75 in one storage order and 0 in another, the whole
+    width [0, 1] of the clamp after the scale of the block answers. The sensitivity argument
+    (a changed row moves two blocks) holds for functions of the blocks' rows, which these are
+    not; the fixed-point sums do not reach these aggregates (their rows have no bounds)."""
+    rows = [(0, 1, 1e30), (1, 1, 0.75), (2, 1, -1e30)]
+    runs = [_block_answers(make_db(tmp_path / f"p{n}.duckdb",
+                                   {"t": (["i INTEGER", "k INTEGER", "v DOUBLE"], order)}), sql)
+            for n, order in enumerate([rows, [rows[0], rows[2], rows[1]]])]
+    assert np.array_equal(np.array(runs[0]), np.array(runs[1]), equal_nan=True), runs
+
+
 # ------------------------------------------------ found on the way (not float sums)
 
 
