@@ -34,12 +34,14 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+from dpsql.analysis.model import Measurement
 from dpsql.errors import NotSupportedError
 from dpsql.metadata import PrivacyUnit
 from dpsql.noise.r2t_levels import MAX_LEVELS, levels
-from dpsql.units.analysis import R2TPart
+from dpsql.rewrite.fixed_point import SUMMAND_BITS, exponent_below
+from dpsql.units.analysis import R2TPart, UnitRelease, per_group_clamp
 
-__all__ = ["part_grid", "part_levels", "sum_top"]
+__all__ = ["part_grid", "part_levels", "sum_top", "summand_exponent"]
 
 
 def sum_top(bound: float, unit: PrivacyUnit) -> int:
@@ -75,3 +77,19 @@ def _too_large(gs: int) -> NotSupportedError:
         f"under a privacy unit, a SUM's truncation levels would reach {gs} value units, beyond "
         "2^62: declare max_sum (a bound on one unit's sum) in the privacy_unit, a smaller "
         "max_contribution, or tighter bounds on the summed column")
+
+
+def summand_exponent(m: Measurement, release: UnitRelease) -> int:
+    """The largest fixed-point k (dpsql.rewrite.fixed_point) with which every value the
+    units query sums over units stays below 2^62 steps: a part's truncated contribution (at most
+    its top level, in value units) under R2T; a unit's clamped contribution to one group
+    (:func:`dpsql.units.analysis.per_group_clamp`) in two stages. A sum of fewer than 2^63 of
+    them cannot overflow DECIMAL(38, 0). Public: the metadata and the bounds alone."""
+    if release.r2t:
+        top = max((Fraction(max(part_levels(p, release.unit))) * Fraction(
+            part_grid(p, release.unit)[0]) for p in release.parts if p.index == m.index),
+            default=Fraction(0))  # no part: a SUM over [0, 0]
+    else:
+        lo, hi = per_group_clamp(m, release.unit)
+        top = max(Fraction(-lo), Fraction(hi))
+    return exponent_below(top, SUMMAND_BITS)
