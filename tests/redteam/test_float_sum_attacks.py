@@ -1,28 +1,51 @@
-"""Red team: the floating-point summation of DOUBLE values (docs/privacy.md section 4, "Known
-gap: floating-point summation of DOUBLE values").
+"""Red team: the floating-point summation of DOUBLE values (docs/privacy.md section 4,
+"Floating-point summation").
 
 The claim attacked: the executed query clamps every SUM argument into its bounds
 (dpsql.rewrite.clamps), bounds each unit's contribution (dpsql.units.rewrite: R2T's truncated
 sums, the two-stage GROUP BY's per-group clamp) and each pair's psi (dpsql.units.multi_rewrite),
 so its exact value moves by at most the sensitivity the noise plan uses when one row changes /
-one unit goes (with its cascade). That holds for the real-valued sum; the database adds DOUBLE
-values in floating point, in an order that depends on the rows' storage order and on DuckDB's
-threads, so (i) the exact value of ONE database is not a function of its rows, and (ii) the
-computed move of a neighbour can exceed the claimed sensitivity.
+one unit goes (with its cascade), and is a function of the database's rows.
 
-Everything runs through the real engine on DuckDB files made here (no mocks): the analysis,
-dpsql.rewrite.plan's executed query, dpsql's own backend, and the plan's exact values
-(dpsql.execute.exact.read_exact; under a unit without GROUP BY the levels Q(tau_j),
-dpsql.units.execute.read_truncated). A move is measured in exact rationals (``Fraction``): the
-float difference of 2^53 + 2 and 1.5 rounds back to 2^53 and would hide the excess.
+Everything runs through the real engine (no mocks): the analysis, dpsql.rewrite.plan's executed
+query, dpsql's own DuckDB backend on files made here (or one in-memory backend whose tables are
+replaced, for the brute force), and the plan's exact values (dpsql.execute.exact.read_exact;
+under a unit without GROUP BY the levels Q(tau_j), dpsql.units.execute.read_truncated). A move
+is measured in exact rationals (``Fraction``): the float difference of 2^53 + 2 and 1.5 rounds
+back to 2^53 and would hide the excess.
 
-Each test asserts the PROPERTY that must hold; those the gap breaks on main are marked xfail
-(strict) until the fixed-point sums land.
+BROKE before the fixed-point sums (main 7ccea40; each test now guards the fix): DOUBLE values
+were summed in floating point, so
+
+* a neighbour moved the exact value beyond its claim: fl(1.5 + 2^53) = 2^53 + 2, so removing
+  the row (or unit) at the bound 2^53 moved a row-level SUM / AVG / SUM(x * 2.5), R2T's levels
+  2^52..2^54 and a two-stage bin by 2^53 + 0.5 where 2^53 is claimed;
+* one database's exact value depended on its rows' storage order (fl(fl(1e16 + 0.75) + 0.75)
+  = 1e16 but fl(1.5 + 1e16) = 1e16 + 2; one unit's or pair's 0.1 + 0.2 + 0.7 = 1 + 2^-52 or
+  1 - 2^-53, flipping every floored level of the two-unit flow by a step), on DuckDB's threads
+  (983,040 rows: a different value at 1, 2 and 4 threads, and between two runs at 2), and on the
+  backend (Spark's sequential sum of those rows differed from DuckDB's parallel one).
+
+Held since the fix: the exact sums move by exactly the clamped values' move, plus the one
+conversion to DOUBLE, measured (2 units on 1e16: a half ulp) within the documented 2^-51 |S|
+per value; every row adds a value inside [l, u] within half a step of it (NaN, +-inf, -0.0,
+NULL, half steps rounding away from zero, bounds off the grid, negative, 1e-300, subnormal,
+1e300), with or without the CASE the stored data let go; brute force over every unit removal
+(R2T, two-stage, pairs) with such values; the same values at every storage order and thread
+count, and on Spark.
+
+Still open (strict xfails, reported): sample-and-aggregate's block answers are float sums
+(documented as not fixed: an unchanged block's SUM moves by the clamp's whole width with the
+storage order); a SUM beyond 2^1020 raises in release_sums, a data-dependent error (and
+refunded); found on the way, outside the float sums: the two-stage keeps a unit's groups by a
+hash that differs between DuckDB and Spark, and bounds the mechanisms cannot use end in
+InternalError.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from fractions import Fraction
@@ -42,12 +65,17 @@ from dpsql.budget import Budget
 from dpsql.execute.exact import compile_plan, read_exact
 from dpsql.metadata import Metadata, loads_metadata
 from dpsql.noise.plan import plan_noise
+from dpsql.rewrite.fixed_point import exponent
 from dpsql.rewrite.plan import plan_execution
 from dpsql.units.execute import read_truncated
 from dpsql.units.grid import part_grid, part_levels
 from tests.recording import export_parquet, spark_backend_class, with_sources
 
-GAP = pytest.mark.xfail(strict=True, reason="float summation gap, docs/privacy.md section 4")
+#: sample-and-aggregate's block answers: still floating point, documented in docs/privacy.md
+#: section 4 ("Still floating point"), not fixed
+STILL_FLOAT = pytest.mark.xfail(strict=True, reason="float summation: sample-and-aggregate's "
+                                "block answers, documented as not fixed (docs/privacy.md "
+                                "section 4)")
 
 #: 2^53: from here on the DOUBLE grid is coarser than 1 (ulp 2), so 1.5 added to it rounds
 B53 = 2.0**53
@@ -204,7 +232,6 @@ ROW_NEIGHBOURS = [
 ]
 
 
-@GAP
 @pytest.mark.parametrize(("sql", "d", "d2"), ROW_NEIGHBOURS, ids=["sum", "avg", "computed"])
 def test_row_sum_moves_at_most_es_when_one_row_changes(tmp_path, sql, d, d2):
     """ES of SUM over [0, U] is U; the executed query's exact value moves by U + 0.5 (U + 1 for
@@ -215,7 +242,6 @@ def test_row_sum_moves_at_most_es_when_one_row_changes(tmp_path, sql, d, d2):
     assert not excess(q, got, got2), excess(q, got, got2)
 
 
-@GAP
 @pytest.mark.parametrize("sql", ["SELECT SUM(v) FROM t", "SELECT AVG(v) FROM t",
                                  "SELECT SUM(v * 2.5) FROM t"])
 def test_row_sum_is_the_same_for_every_storage_order(tmp_path, sql):
@@ -244,7 +270,6 @@ def parallel_db(tmp_path_factory) -> Path:
     return path
 
 
-@GAP
 def test_row_sum_is_the_same_for_every_thread_count(parallel_db):
     """One database, read with 1, 2 and 4 DuckDB threads (two runs each at 2): the per-thread
     partial sums are added in whatever order the threads finish, so the exact value changes
@@ -252,22 +277,6 @@ def test_row_sum_is_the_same_for_every_thread_count(parallel_db):
     q = Query("SELECT SUM(v) FROM t", ROW_MD)
     runs = [q.exact(parallel_db, threads) for threads in (1, 2, 2, 4)]
     assert same(runs), [r[0].tolist() for r in runs]
-
-
-@GAP
-@pytest.mark.spark
-def test_row_sum_is_the_same_on_spark_and_duckdb(parallel_db, tmp_path, spark):
-    """The parallel database read by both backends (the Spark one over its Parquet export, as
-    tests/conftest.py's make_backend; one partition: a sequential sum): one exact value."""
-    q = Query("SELECT SUM(v) FROM t", ROW_MD)
-    on_duckdb = q.exact(parallel_db, threads=2)
-    sources = export_parquet(parallel_db, tmp_path / "parquet")
-    backend = spark_backend_class(False)(with_sources(ROW_MD, sources), spark)
-    try:
-        on_spark = q.read(backend)
-    finally:
-        backend.close()
-    assert same([on_duckdb, on_spark]), (on_duckdb[0].tolist(), on_spark[0].tolist())
 
 
 # ---------------------------------------------- (b), (c) one privacy unit: R2T and two-stage
@@ -299,7 +308,6 @@ UNIT_D = [(1, 1, B53), (2, 1, 1.5)]
 UNIT_D2 = [(2, 1, 1.5)]  # person 1 removed with their visit
 
 
-@GAP
 @pytest.mark.parametrize("sql", ["SELECT SUM(v) FROM visits",
                                  "SELECT g, SUM(v) FROM visits GROUP BY g"],
                          ids=["r2t", "two_stage"])
@@ -317,7 +325,6 @@ def test_unit_sum_moves_at_most_its_claim_when_one_unit_goes(tmp_path, sql):
 TENTHS = [0.1, 0.2, 0.7]
 
 
-@GAP
 @pytest.mark.parametrize("sql", ["SELECT SUM(v) FROM visits",
                                  "SELECT g, SUM(v) FROM visits GROUP BY g"],
                          ids=["r2t", "two_stage"])
@@ -351,7 +358,6 @@ def _items(rows: Sequence[tuple[int, int, float]]) -> Tables:
             "items": (["i_cust INTEGER", "i_supp INTEGER", "v DOUBLE"], list(rows))}
 
 
-@GAP
 def test_pair_sum_is_the_same_for_every_storage_order():
     """One pair's psi is 1 + 2^-52 or 1 - 2^-53 by the storage order of its three rows, and the
     flow floors min(psi, tau) / delta_j: every level but the lowest flips by one step."""
@@ -423,6 +429,265 @@ def test_a_sum_beyond_2_1020_is_no_data_dependent_error(tmp_path):
     assert all(isinstance(a, list) for a in answers), answers
 
 
+# ================================== since the fix: the fixed-point sums (rewrite/fixed_point.py)
+
+
+def conversion_residual(*values: float) -> Fraction:
+    """What the one conversion of an exact integer sum S to DOUBLE may add to a neighbour's
+    move, as dpsql.rewrite.fixed_point documents it: within 2^-51 |S| of S, per value."""
+    return sum((abs(Fraction(v)) * Fraction(1, 2**51) for v in values), Fraction(0))
+
+
+def moves(q: Query, d: list[np.ndarray], d2: list[np.ndarray]) -> list[tuple[Fraction, Fraction,
+                                                                                 Fraction]]:
+    """Per value: (exact move, claim, documented conversion residual of both values)."""
+    out = []
+    for a, b, claims in zip(d, d2, q.claimed(), strict=True):
+        a, b = np.atleast_1d(a), np.atleast_1d(b)
+        for j, (x, y) in enumerate(zip(a.tolist(), b.tolist(), strict=True)):
+            claim = claims[j] if len(claims) > 1 else claims[0]
+            out.append((abs(Fraction(x) - Fraction(y)), Fraction(claim),
+                        conversion_residual(x, y)))
+    return out
+
+
+#: bounds [0, 1e16] sum in steps of 2 (k = -1): D's exact sum 1e16 + 3 steps is above 2^53
+#: and converts to 1e16 + 4 (ties to even), D''s 5e15 + 3 steps converts exactly
+CONVERSION_D = [1e16, 1e16, 6.0]
+CONVERSION_D2 = [0.0, 1e16, 6.0]
+
+
+def test_row_sum_moves_by_es_plus_at_most_the_conversion_residual(tmp_path):
+    """The exact integer sums move by ES exactly; their one conversion to DOUBLE rounds D's
+    up and D''s not at all: the released value moves by ES + 2 (one step of 2), within the
+    documented residual. Measured, so that a change in the conversion shows here."""
+    q = Query("SELECT SUM(v) FROM t", ROW_MD)
+    got = q.exact(make_db(tmp_path / "d.duckdb", _rows(CONVERSION_D)))
+    got2 = q.exact(make_db(tmp_path / "d2.duckdb", _rows(CONVERSION_D2)))
+    [(move, claim, residual)] = moves(q, got, got2)
+    assert move == claim + 2  # 2e16 + 8 - (1e16 + 6): the conversion's half ulp, attained
+    assert move - claim <= residual
+
+
+def test_r2t_top_level_moves_by_tau_plus_at_most_the_conversion_residual(tmp_path):
+    """Person 1 reaches the top level 2^54 (2^53 steps of 2), person 2 adds 3 steps: Q(2^54)
+    = 2^53 + 3 steps converts to 2^53 + 4; without person 1 it is 3 steps. The level moves by
+    tau + 2, within the documented residual; every other level by at most tau."""
+    q = Query("SELECT SUM(v) FROM visits", UNIT_MD)
+    got = q.exact(make_db(tmp_path / "d.duckdb",
+                          _visits([(1, 1, B53), (1, 1, B53), (2, 1, 6.0)])))
+    got2 = q.exact(make_db(tmp_path / "d2.duckdb", _visits([(2, 1, 6.0)])))
+    out = moves(q, got, got2)
+    assert [m - c for m, c, _ in out if m > c] == [2]
+    assert all(m - c <= r for m, c, r in out)
+
+
+def test_two_stage_bin_moves_by_its_claim_plus_at_most_the_conversion_residual(tmp_path):
+    """Two people at C * u = 2^53 (2^52 steps) and one adding 3 steps in the same group: the
+    bin's exact sum 2^53 + 3 steps converts to 2^53 + 4."""
+    q = Query("SELECT g, SUM(v) FROM visits GROUP BY g", UNIT_MD)
+    got = q.exact(make_db(tmp_path / "d.duckdb",
+                          _visits([(1, 1, B53), (2, 1, B53), (3, 1, 6.0)])))
+    got2 = q.exact(make_db(tmp_path / "d2.duckdb", _visits([(2, 1, B53), (3, 1, 6.0)])))
+    out = moves(q, got, got2)
+    assert [m - c for m, c, _ in out if m > c] == [2]
+    assert all(m - c <= r for m, c, r in out)
+
+
+def single_rows(tmp_path: Path, bounds: tuple[str, str], values: Sequence[float | None],
+                *, stored: bool = False) -> list[float]:
+    """What each row of ``values`` adds alone: the exact bins of ``SELECT i, SUM(v) FROM t
+    GROUP BY i`` (row i the only row of bin i), v DOUBLE with ``bounds`` (YAML numbers), on a
+    database file holding ``values``."""
+    domain = ", ".join(str(i) for i in range(len(values)))
+    md = loads_metadata(f"tables:\n  t: {{columns: {{i: {{type: INTEGER, releasable: true, "
+                        f"domain: {{values: [{domain}]}}}}, v: {{type: DOUBLE, "
+                        f"bounds: [{bounds[0]}, {bounds[1]}]}}}}}}\n", "<float sums: edges>")
+    path = make_db(tmp_path / f"edges{len(list(tmp_path.iterdir()))}.duckdb", _rows(values))
+    [sums] = Query("SELECT i, SUM(v) FROM t GROUP BY i", md).exact(path, stored=stored)
+    return [float(x) for x in sums]
+
+
+def test_non_finite_signed_zero_and_null_rows_add_what_the_contract_says(tmp_path):
+    """NaN and +inf add the upper bound, -inf the lower, -0.0 and NULL nothing (bounds on the
+    grid); the sum of an empty or zero set is +0.0, never -0.0 (it would leak a sign)."""
+    got = single_rows(tmp_path, ("-4", "4"),
+                      [float("nan"), float("inf"), float("-inf"), -0.0, None, 5.0, -5.0])
+    assert got == [4.0, 4.0, -4.0, 0.0, 0.0, 4.0, -4.0]
+    assert all(math.copysign(1.0, g) == 1.0 for g in got[3:5])
+
+
+def _half_steps(k: int) -> list[float]:
+    h = math.ldexp(1.0, -k - 1)  # half a step 2^-k
+    below = h * (1 - 2**-53)  # 0.49999999999999994 steps: floor(x + 0.5) would give 1
+    return [h, -h, 3 * h, -3 * h, 5 * h, 1 - h, -1 + h, 2 * h, 0.0, below, -below]
+
+
+@pytest.mark.parametrize("stored", [False, True], ids=["clamped", "clamp_removed"])
+def test_half_steps_round_away_from_zero(tmp_path, stored):
+    """Bounds [-1, 1] (on the grid): a value half a step from the grid goes to the step
+    farther from zero (ROUND), with and without the CASE the stored data let go."""
+    k = exponent(1.0)
+    values = _half_steps(k)
+    got = single_rows(tmp_path, ("-1", "1"), values, stored=stored)
+    step = Fraction(2) ** -k
+    expected = [float(math.floor(abs(Fraction(v)) / step + Fraction(1, 2)) * step
+                      * (1 if v >= 0 else -1)) for v in values]
+    assert got == expected
+
+
+@pytest.mark.parametrize(("bounds", "values"), [
+    (("0.1", "0.7"), [0.1, 0.7, 0.05, 0.75, 0.3, 0.1 + 2**-56]),
+    (("-0.7", "-0.1"), [-0.1, -0.7, -0.05, -0.75, -0.3]),
+    (("-1.0e-300", "1.0e-300"), [0.0, -0.0, 1e-300, -1e-300, 5e-301, 5e-324, 2e-300]),
+    (("0", "5.0e-324"), [0.0, 5e-324, 1.0]),
+    (("0", "1.0e-310"), [0.0, 1e-310, 3e-311, 5e-324]),
+    (("0", "1.0e+300"), [1e300, 3e299, 1.0, 0.0, 2e300]),
+    (("-3.5e+15", "0.3"), [0.3, 0.1, -0.1, -3.5e15, 1.0]),
+], ids=["off_grid", "negative", "tiny", "min_subnormal", "subnormal", "huge", "mixed"])
+def test_each_row_adds_its_value_within_half_a_step_inside_the_bounds(tmp_path, bounds, values):
+    """What a row adds lies inside [l, u] and within half a step 2^-k-1 <= 2^-53 max(|l|, |u|)
+    of its value clamped into them (the contract's rounding error): bounds off the grid ([0.1,
+    0.7]), negative, tiny (1e-300, subnormal: k beyond 1000, 2^k written as two factors), huge
+    (1e300). Except next to a bound off the grid: a value whose nearest step lies outside the
+    bounds goes to the first step inside, up to one whole step away (0.1 in [0.1, 0.7] adds
+    ceil(0.1 2^53) 2^-53 = 0.1 + 0.8 * 2^-53; privacy is unaffected, the row stays in [l, u])."""
+    lo, hi = float(bounds[0]), float(bounds[1])
+    step = Fraction(2) ** -exponent(max(abs(lo), abs(hi)))
+    got = single_rows(tmp_path, bounds, values)
+    for v, g in zip(values, got, strict=True):
+        clamped = Fraction(min(max(v, lo), hi))
+        nearest = round(clamped / step) * step  # ties do not occur in these values
+        tol = step / 2 if Fraction(lo) <= nearest <= Fraction(hi) else step
+        assert lo <= g <= hi, (v, g)
+        assert abs(Fraction(g) - clamped) <= tol <= Fraction(max(abs(lo), abs(hi))) / 2**52, (
+            v, g)
+
+
+def _unit_md(lo: str, hi: str, c: int) -> Metadata:
+    return loads_metadata(f"""
+privacy_unit: {{table: people, column: pid, max_contribution: {c}, max_groups: 1,
+               max_rows_per_group: {c}}}
+tables:
+  people: {{columns: {{pid: {{type: INTEGER}}}}}}
+  visits:
+    unit: v_pid
+    columns:
+      v_pid: {{type: INTEGER}}
+      g: {{type: INTEGER, releasable: true, domain: {{values: [1, 2]}}}}
+      v: {{type: DOUBLE, bounds: [{lo}, {hi}]}}
+""", "<float sums: unit brute force>")
+
+
+#: (bounds, values a row may hold): off the grid, and at 2^53 where the sums over units pass
+#: 2^53 steps (the conversion rounds)
+UNIT_WORLDS = [
+    (("-0.7", "0.7"), [0.7, -0.7, 0.1, -0.1, 0.35, 2**-54, -(2**-54), float("nan"),
+                       float("inf"), float("-inf"), -0.0, None, 5.0]),
+    (("-9007199254740992", "9007199254740992"), [B53, -B53, B53 - 2, 6.0, -6.0, 3.0, 1.0,
+                                                  float("nan"), None]),
+]
+
+
+@pytest.mark.parametrize("sql", ["SELECT SUM(v) FROM visits",
+                                 "SELECT g, SUM(v) FROM visits GROUP BY g"],
+                         ids=["r2t", "two_stage"])
+@pytest.mark.parametrize("world", range(len(UNIT_WORLDS)), ids=["off_grid", "at_2_53"])
+def test_unit_sums_over_every_removal_of_small_databases(tmp_path, sql, world):
+    """Brute force: random databases of 3 people with 0-3 visits each, every removal of one
+    person (with their visits): each level / bin moves by at most its claim plus the
+    documented conversion residual, and a database's value does not depend on the order its
+    rows are stored in."""
+    import random
+
+    (lo, hi), pool = UNIT_WORLDS[world]
+    q = Query(sql, _unit_md(lo, hi, 2))
+    rng = random.Random(world)
+    with q.in_memory() as run:
+        for _ in range(6):
+            rows = [(p, rng.choice([1, 2]), rng.choice(pool))
+                    for p in (1, 2, 3) for _ in range(rng.randint(0, 3))]
+            base = run(_visits(rows))
+            assert same([base, run(_visits(rows[::-1]))]), rows
+            for gone in (1, 2, 3):
+                other = run(_visits([r for r in rows if r[0] != gone]))
+                for move, claim, residual in moves(q, base, other):
+                    assert move <= claim + residual, (rows, gone, move, claim)
+
+
+@pytest.mark.spark
+def test_fixed_point_sums_are_the_same_on_spark_and_duckdb(tmp_path, spark):
+    """Spark rounds (ROUND: half up on the decimal form), compares NaN, sums DECIMAL(38, 0)
+    and converts to DOUBLE by its own code: the same exact values as DuckDB on half steps,
+    non-finite values, signed zeros and NULLs, a sum that the conversion rounds, in a
+    row-level SUM, a two-stage GROUP BY and R2T. (Before the fix, a DOUBLE SUM over 983,040 rows
+    read by Spark, sequentially, differed from DuckDB's parallel one in the 14th digit.)"""
+    values = [*_half_steps(exponent(1.0)), float("nan"), float("inf"), float("-inf"), -0.0,
+              None, 0.3, -0.7]
+    md = loads_metadata("tables:\n  t: {columns: {i: {type: INTEGER}, v: {type: DOUBLE, "
+                        "bounds: [-1, 1]}}}\n", "<float sums: spark>")
+    cases = [(Query("SELECT SUM(v) FROM t", md), _rows(values)),
+             # an exact sum above 2^53 steps: Spark's DECIMAL -> DOUBLE conversion
+             (Query("SELECT SUM(v) FROM t", ROW_MD), _rows(CONVERSION_D)),
+             (Query("SELECT g, SUM(v) FROM visits GROUP BY g", _unit_md("-0.7", "0.7", 2)),
+              # each person in one group: which of several groups a person keeps is another
+              # matter (test_two_stage_keeps_the_same_groups_on_spark_and_duckdb)
+              _visits([(1 + i % 3, 1 + i % 3 % 2, v) for i, v in enumerate(values)])),
+             # R2T: per-unit sums, truncations and the sum over units, all in steps
+             (Query("SELECT SUM(v) FROM visits", _unit_md("-0.7", "0.7", 2)),
+              _visits([(1 + i % 3, 1, v) for i, v in enumerate(values)]))]
+    for n, (q, tables) in enumerate(cases):
+        path = make_db(tmp_path / f"s{n}.duckdb", tables)
+        on_duckdb = q.exact(path)
+        sources = export_parquet(path, tmp_path / f"parquet{n}")
+        backend = spark_backend_class(False)(with_sources(q.md, sources), spark)
+        try:
+            on_spark = q.read(backend)
+        finally:
+            backend.close()
+        assert same([on_duckdb, on_spark]), ([a.tolist() for a in on_duckdb],
+                                             [a.tolist() for a in on_spark])
+
+
+
+
+def _pair_md(lo: str, hi: str) -> Metadata:
+    return loads_metadata(f"""
+privacy_unit:
+  - {{table: customer, column: c_id, max_contribution: 2}}
+  - {{table: supplier, column: s_id}}
+tables:
+  customer: {{columns: {{c_id: {{type: INTEGER}}}}}}
+  supplier: {{columns: {{s_id: {{type: INTEGER}}}}}}
+  items:
+    unit: {{customer: i_cust, supplier: i_supp}}
+    columns: {{i_cust: {{type: INTEGER}}, i_supp: {{type: INTEGER}},
+              v: {{type: DOUBLE, bounds: [{lo}, {hi}]}}}}
+""", "<float sums: two units brute force>")
+
+
+@pytest.mark.parametrize("world", range(len(UNIT_WORLDS)), ids=["off_grid", "at_2_53"])
+def test_pair_sums_over_every_removal_of_small_databases(world):
+    """The same brute force for a SUM over two units (each pair's psi summed in steps and
+    converted once, then the flow): every level moves by at most tau_j when one customer or
+    one supplier goes (psi is a function of the pair's rows, the levels exact multiples of
+    delta_j: no residual), and the storage order changes nothing."""
+    import random
+
+    (lo, hi), pool = UNIT_WORLDS[world]
+    q = Query("SELECT SUM(v) FROM items", _pair_md(lo, hi))
+    rng = random.Random(10 + world)
+    with q.in_memory() as run:
+        for _ in range(4):
+            rows = [(rng.randint(1, 2), rng.randint(1, 2), rng.choice(pool))
+                    for _ in range(rng.randint(1, 5))]
+            base = run(_items(rows))
+            assert same([base, run(_items(rows[::-1]))]), rows
+            for column, gone in itertools.product((0, 1), (1, 2)):
+                other = run(_items([r for r in rows if r[column] != gone]))
+                assert not excess(q, base, other), (rows, column, gone)
+
+
 # ------------------------------------ (f) sample-and-aggregate: each block's answer in floats
 
 SA_MD = loads_metadata("""
@@ -444,7 +709,7 @@ def _block_answers(path: Path, sql: str, key: int = 12345) -> list[list[float]]:
         return block_answers(rows, prepared.plan.blocks, 1).tolist()
 
 
-@GAP
+@STILL_FLOAT
 @pytest.mark.parametrize("sql", ["SELECT SAMPLE_AGGREGATE(SUM(v), 0, 1) FROM t",
                                  "SELECT SAMPLE_AGGREGATE(AVG(v), 0, 1) FROM t"],
                          ids=["sum", "avg"])
@@ -463,21 +728,6 @@ def test_sample_aggregate_block_answers_do_not_depend_on_the_storage_order(tmp_p
 
 
 # ------------------------------------------------ found on the way (not float sums)
-
-
-def _unit_md(lo: str, hi: str, c: int) -> Metadata:
-    return loads_metadata(f"""
-privacy_unit: {{table: people, column: pid, max_contribution: {c}, max_groups: 1,
-               max_rows_per_group: {c}}}
-tables:
-  people: {{columns: {{pid: {{type: INTEGER}}}}}}
-  visits:
-    unit: v_pid
-    columns:
-      v_pid: {{type: INTEGER}}
-      g: {{type: INTEGER, releasable: true, domain: {{values: [1, 2]}}}}
-      v: {{type: DOUBLE, bounds: [{lo}, {hi}]}}
-""", "<float sums: unit brute force>")
 
 
 @pytest.mark.spark
