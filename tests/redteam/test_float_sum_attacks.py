@@ -494,6 +494,27 @@ def test_two_stage_bin_moves_by_its_claim_plus_at_most_the_conversion_residual(t
     assert all(m - c <= r for m, c, r in out)
 
 
+def test_many_rows_at_the_bound_sum_beyond_2_63_steps_exactly(tmp_path):
+    """No 64-bit integer on the way: 4096 rows at 1e16 (5e15 steps each, 2^64.2 in all) in a
+    row-level SUM; five people each at the two-stage's per-group clamp C * u = 512 * 2^53
+    (2^61 steps each, 5 * 2^61 > 2^63 over units). Both exact."""
+    path = tmp_path / "many.duckdb"
+    con = duckdb.connect(str(path))
+    try:
+        con.execute("CREATE TABLE t AS SELECT i::INTEGER AS i, 1e16::DOUBLE AS v "
+                    "FROM range(4096) r(i)")
+        con.execute("CREATE TABLE people AS SELECT i::INTEGER AS pid FROM range(1, 6) r(i)")
+        con.execute("CREATE TABLE visits AS SELECT p.pid AS v_pid, 1 AS g, "
+                    f"{B53!r}::DOUBLE AS v FROM people p, range(512)")
+    finally:
+        con.close()
+    [got] = Query("SELECT SUM(v) FROM t", ROW_MD).exact(path)
+    assert got.tolist() == [4096 * 1e16]
+    [bins] = Query("SELECT g, SUM(v) FROM visits GROUP BY g",
+                   _unit_md("0", str(int(B53)), 512)).exact(path)
+    assert bins.tolist() == [5 * 512 * B53, 0.0]
+
+
 def single_rows(tmp_path: Path, bounds: tuple[str, str], values: Sequence[float | None],
                 *, stored: bool = False) -> list[float]:
     """What each row of ``values`` adds alone: the exact bins of ``SELECT i, SUM(v) FROM t
@@ -664,6 +685,61 @@ tables:
     columns: {{i_cust: {{type: INTEGER}}, i_supp: {{type: INTEGER}},
               v: {{type: DOUBLE, bounds: [{lo}, {hi}]}}}}
 """, "<float sums: two units brute force>")
+
+
+def _steps_ref(v: float | None, lo: float, hi: float, k: int) -> int:
+    """One row's steps by the contract, independently, in exact rationals: t = v 2^k; below
+    L = ceil(l 2^k): L; above U = floor(u 2^k) (or NaN): U; else t rounded half away from 0."""
+    lo_s = math.ceil(Fraction(lo) * 2**k) if k >= 0 else math.ceil(Fraction(lo) / 2**-k)
+    hi_s = math.floor(Fraction(hi) * 2**k) if k >= 0 else math.floor(Fraction(hi) / 2**-k)
+    if v is None:
+        return 0
+    if math.isnan(v) or v == math.inf:
+        return hi_s
+    if v == -math.inf:
+        return lo_s
+    t = Fraction(v) * Fraction(2) ** k
+    if t < lo_s:
+        return lo_s
+    if t > hi_s:
+        return hi_s
+    r = math.floor(abs(t) + Fraction(1, 2))
+    return r if t >= 0 else -r
+
+
+def test_r2t_levels_are_the_truncated_sums_on_the_grid():
+    """R2T's Q(tau_j) against the contract computed here: each row's steps (_steps_ref), c_u
+    their sum per person, min(c_u, floor(tau_j 2^k)) summed over people and converted once
+    (correctly rounded, as DuckDB converts). Bounds [0, 0.7] (k = 53, levels 2 and 4): rows a
+    half step (2^-54) around 0.5 put people a step or two above or below level 2."""
+    import random
+
+    from dpsql.rewrite.clamps import sum_exponent
+
+    q = Query("SELECT SUM(v) FROM visits", _unit_md("0", "0.7", 4))
+    [m] = q.analysis.measurements
+    k = sum_exponent(m, q.analysis)
+    assert q.analysis.unit is not None
+    [part] = q.analysis.unit.parts
+    taus = [t * part_grid(part, q.analysis.unit.unit)[0]
+            for t in part_levels(part, q.analysis.unit.unit)]
+    assert (k, taus) == (53, [2.0, 4.0])
+    half = 2.0**-54
+    pool = [0.5, 0.5, 0.5, 0.5 + half, 0.5 - half, 0.5 + 3 * half, 0.25, 0.7, 0.75, 0.1,
+            float("nan"), None, -0.0]
+    rng = random.Random(7)
+    with q.in_memory() as run:
+        edge = [(1, 1, 0.5 + half), (2, 1, 0.5 - half)] + [(p, 1, 0.5) for p in (1, 2, 3)
+                                                           for _ in range(3)] + [(3, 1, 0.5)]
+        for n in range(12):
+            rows = edge if n == 0 else [(p, 1, rng.choice(pool)) for p in (1, 2, 3)
+                                        for _ in range(rng.randint(0, 5))]
+            [got] = run(_visits(rows))
+            c = {p: sum(_steps_ref(v, 0.0, 0.7, k) for q_, _, v in rows if q_ == p)
+                 for p in (1, 2, 3)}
+            want = [float(Fraction(sum(min(cu, math.floor(Fraction(tau) * 2**k))
+                                      for cu in c.values())) / 2**k) for tau in taus]
+            assert got.tolist() == want, rows
 
 
 @pytest.mark.parametrize("world", range(len(UNIT_WORLDS)), ids=["off_grid", "at_2_53"])
