@@ -38,7 +38,9 @@ BROKE since the fix (strict xfail, reported): with bounds >= 2^53 the grid step 
 (k < 0) and R2T's levels are floored onto it (base 2, bounds 2^54: level 2 to 0 steps, level 4
 to one step of 4; base 5.5, bounds 2^53: level 5 to 4), so an increment Q(tau_j) -
 Q(tau_(j-1)), which the default plan noises at the scale of (tau_j - tau_(j-1)) b, moves by up
-to twice that for one person.
+to twice that for one person. And (not data-dependent) a grid coarser than the bounds'
+interval under a unit (max_sum 2^61: k = 0, bounds [0.3, 0.7] hold no step) trips an assert:
+InternalError instead of a refusal.
 
 Still open (strict xfails, reported): sample-and-aggregate's block answers are float sums
 (documented as not fixed: an unchanged block's SUM moves by the clamp's whole width with the
@@ -887,6 +889,44 @@ def test_extreme_bounds_are_refused_with_a_pep_249_error_naming_the_fix(tmp_path
     yaml = tmp_path / "md.yaml"
     yaml.write_text(f"tables:\n  t: {{columns: {{v: {{type: DOUBLE, bounds: [0, {bound}]}}}}}}\n")
     path = make_db(tmp_path / "d.duckdb", {"t": (["v DOUBLE"], [(1.0,)])})
+    conn = dpsql.connect(str(path), metadata=str(yaml), analyst="a", ledger=None,
+                         epsilon=1.0, delta=1e-6)
+    try:
+        with pytest.raises(Error) as info:
+            conn.cursor().execute(sql)
+        assert not isinstance(info.value, InternalError), info.value
+    finally:
+        conn.close()
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: under a unit, a grid coarser than the bounds' "
+                   "interval trips an assert in fixed_point.row_steps (reported)")
+@pytest.mark.parametrize(("extra", "sql"), [
+    ("max_sum: 2305843009213693952", "SELECT SUM(v) FROM visits"),
+    ("max_rows_per_group: 4611686018427387904", "SELECT g, SUM(v) FROM visits GROUP BY g"),
+], ids=["r2t_max_sum_2^61", "two_stage_C_2^62"])
+def test_a_grid_coarser_than_the_bounds_is_refused_with_a_pep_249_error(tmp_path, extra, sql):
+    """Not data-dependent, in the fix itself: under a unit k is also capped so that every
+    summand over units stays below 2^62 steps (units.grid.summand_exponent). With R2T's top
+    level at max_sum = 2^61, or the two-stage's clamp C * u near 2^62, that gives k = 0: a step
+    of 1, and bounds [0.3, 0.7] hold no step (L = 1 > U = 0). The query ends in 'unexpected
+    AssertionError ... (a dpsql bug)' (under python -O the assert is gone and each row adds
+    1 > u: the per-unit clamps still bound the release, but the contract is broken). It
+    should be a NotSupportedError naming max_sum / max_rows_per_group and the bounds."""
+    import dpsql
+    from dpsql.errors import Error, InternalError
+
+    yaml = tmp_path / "md.yaml"
+    yaml.write_text(f"""
+privacy_unit: {{table: people, column: pid, {extra}}}
+tables:
+  people: {{columns: {{pid: {{type: INTEGER}}}}}}
+  visits:
+    unit: v_pid
+    columns: {{v_pid: {{type: INTEGER}}, g: {{type: INTEGER, releasable: true,
+              domain: {{values: [1, 2]}}}}, v: {{type: DOUBLE, bounds: [0.3, 0.7]}}}}
+""")
+    path = make_db(tmp_path / "d.duckdb", _visits([(1, 1, 0.5)]))
     conn = dpsql.connect(str(path), metadata=str(yaml), analyst="a", ledger=None,
                          epsilon=1.0, delta=1e-6)
     try:
