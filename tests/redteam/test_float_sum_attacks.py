@@ -42,12 +42,18 @@ to twice that for one person. And (not data-dependent) a grid coarser than the b
 interval under a unit (max_sum 2^61: k = 0, bounds [0.3, 0.7] hold no step) trips an assert:
 InternalError instead of a refusal.
 
-Still open (strict xfails, reported): sample-and-aggregate's block answers are float sums
-(documented as not fixed: an unchanged block's SUM moves by the clamp's whole width with the
-storage order); a SUM beyond 2^1020 raises in release_sums, a data-dependent error (and
-refunded); found on the way, outside the float sums: the two-stage keeps a unit's groups by a
-hash that differs between DuckDB and Spark, and bounds the mechanisms cannot use end in
-InternalError.
+Sample-and-aggregate's block answers were float sums too (an unchanged block's SUM moved by
+the clamp's whole width with the storage order); since main 93a88ef / 99feeca they and every
+floating-point aggregate below the top level run ordered by their values (rewrite/ordered.py),
+held here -- except where that pass takes a DOUBLE argument for exact: a numeric literal of
+more than 38 digits (DuckDB reads it as a DOUBLE) leaves a derived table's SUM in scan order,
+and an outer WHERE on it counts the group or not by the storage order (strict xfail,
+reported).
+
+Still open (strict xfails, reported): a SUM beyond 2^1020 raises in release_sums, a
+data-dependent error (and refunded); found on the way, outside the float sums: the two-stage
+keeps a unit's groups by a hash that differs between DuckDB and Spark, and bounds the
+mechanisms cannot use end in InternalError.
 """
 
 from __future__ import annotations
@@ -78,12 +84,6 @@ from dpsql.rewrite.plan import plan_execution
 from dpsql.units.execute import read_truncated
 from dpsql.units.grid import part_grid, part_levels
 from tests.recording import export_parquet, spark_backend_class, with_sources
-
-#: sample-and-aggregate's block answers: still floating point, documented in docs/privacy.md
-#: section 4 ("Still floating point"), not fixed
-STILL_FLOAT = pytest.mark.xfail(strict=True, reason="float summation: sample-and-aggregate's "
-                                "block answers, documented as not fixed (docs/privacy.md "
-                                "section 4)")
 
 #: 2^53: from here on the DOUBLE grid is coarser than 1 (ulp 2), so 1.5 added to it rounds
 B53 = 2.0**53
@@ -831,22 +831,48 @@ def _block_answers(path: Path, sql: str, key: int = 12345) -> list[list[float]]:
         return block_answers(rows, prepared.plan.blocks, 1).tolist()
 
 
-@STILL_FLOAT
 @pytest.mark.parametrize("sql", ["SELECT SAMPLE_AGGREGATE(SUM(v), 0, 1) FROM t",
                                  "SELECT SAMPLE_AGGREGATE(AVG(v), 0, 1) FROM t"],
                          ids=["sum", "avg"])
 def test_sample_aggregate_block_answers_do_not_depend_on_the_storage_order(tmp_path, sql):
     """The block answers are the analyst's aggregates over each block, summed by the database
     in floating point (dpsql.sample_aggregate.rewrite): unclamped rows 1e30, 0.75, -1e30 in one
-    block (one ``by`` value) sum to 0.75 in one storage order and 0 in another, the whole
-    width [0, 1] of the clamp after the scale of the block answers. The sensitivity argument
-    (a changed row moves two blocks) holds for functions of the blocks' rows, which these are
-    not; the fixed-point sums do not reach these aggregates (their rows have no bounds)."""
+    block (one ``by`` value) summed to 0.75 in one storage order and 0 in another, the whole
+    width [0, 1] of the clamp; the sensitivity argument (a changed row moves two blocks) holds
+    for functions of the blocks' rows. Was a gap (main 93a88ef orders each block aggregate by
+    its values: SUM(x ORDER BY x)); now a guard."""
     rows = [(0, 1, 1e30), (1, 1, 0.75), (2, 1, -1e30)]
     runs = [_block_answers(make_db(tmp_path / f"p{n}.duckdb",
                                    {"t": (["i INTEGER", "k INTEGER", "v DOUBLE"], order)}), sql)
             for n, order in enumerate([rows, [rows[0], rows[2], rows[1]]])]
     assert np.array_equal(np.array(runs[0]), np.array(runs[1]), equal_nan=True), runs
+
+
+# ------------------------------- (g) aggregates below the top level (dpsql.rewrite.ordered)
+
+#: 41 significant digits: DuckDB reads this literal as a DOUBLE (a DECIMAL holds 38 at most)
+LONG_LITERAL = "0.12345678901234567890123456789012345678901"
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: rewrite.ordered._exact takes a numeric literal "
+                   "without 'e' for DECIMAL; past 38 digits DuckDB reads it as a DOUBLE "
+                   "(reported)")
+def test_a_derived_tables_sum_is_the_same_for_every_storage_order():
+    """The pass that orders floating-point aggregates below the top level (SUM(x ORDER BY x))
+    skips arguments it proves exact: integer / DECIMAL columns, + - * and numeric literals
+    without an exponent. y * 0.1234...(41 digits) passes that test but is DOUBLE
+    arithmetic, so the derived table's SUM stays in scan order: rows y = 2^30, 3, 3 of one
+    group sum to 132560718.56003994 or ...995 by their storage order, and the outer
+    ``WHERE s > 132560718.56003994`` counts that group or not. The group's value is not a
+    function of its rows; the stability argument assumes it is."""
+    md = loads_metadata("tables:\n  t: {columns: {x: {type: INTEGER}, y: {type: INTEGER}}}\n",
+                        "<float sums: ordered>")
+    q = Query(f"SELECT COUNT(*) FROM (SELECT t.x, SUM(t.y * {LONG_LITERAL}) AS s FROM t "
+              "GROUP BY t.x) AS g WHERE g.s > 132560718.56003994", md)
+    rows = [(1, 2**30), (1, 3), (1, 3)]
+    with q.in_memory() as run:
+        runs = [run({"t": (["x INTEGER", "y INTEGER"], order)}) for order in (rows, rows[::-1])]
+    assert same(runs), [r[0].tolist() for r in runs]
 
 
 # ------------------------------------------------ found on the way (not float sums)
