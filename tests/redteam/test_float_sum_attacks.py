@@ -264,13 +264,13 @@ def test_row_sum_is_the_same_for_every_storage_order(tmp_path, sql):
 
 @pytest.fixture(scope="module")
 def parallel_db(tmp_path_factory) -> Path:
-    """8 row groups (983,040 rows) of values in [0, 2^53) mixed with fractions below 1: big
-    enough that DuckDB scans them in parallel (~0.4 s to build)."""
+    """8 row groups (983,040 rows) of values in [0, 2^53) mixed with fractions below 1, in 5
+    groups k: big enough that DuckDB scans them in parallel (~0.4 s to build)."""
     path = tmp_path_factory.mktemp("float_sums") / "parallel.duckdb"
     con = duckdb.connect(str(path))
     try:
         con.execute(
-            "CREATE TABLE t AS SELECT i::INTEGER AS i, CASE WHEN i % 3 = 0 "
+            "CREATE TABLE t AS SELECT i::INTEGER AS i, (i % 5)::INTEGER AS k, CASE WHEN i % 3 = 0 "
             "THEN (hash(i) % 9007199254740992)::DOUBLE ELSE (hash(i * 7) % 1000) / 1000.0 END "
             "AS v FROM range(8 * 122880) r(i) ORDER BY i")
     finally:
@@ -873,6 +873,28 @@ def test_a_derived_tables_sum_is_the_same_for_every_storage_order():
     with q.in_memory() as run:
         runs = [run({"t": (["x INTEGER", "y INTEGER"], order)}) for order in (rows, rows[::-1])]
     assert same(runs), [r[0].tolist() for r in runs]
+
+
+def test_a_derived_tables_sum_is_the_same_for_every_thread_count(parallel_db):
+    """Held (rewrite.ordered): the derived table's per-group DOUBLE SUM runs as SUM(v ORDER BY
+    v), so group 0's value is the same at 1, 2 and 4 threads, and ``WHERE s >= <its value>``
+    counts it every time (unordered, this database's group sums differ between thread counts
+    and runs in the 14th digit)."""
+    con = duckdb.connect(str(parallel_db), read_only=True)
+    try:
+        [(target,)] = con.execute("SELECT SUM(v ORDER BY v) FROM t WHERE k = 0").fetchall()
+        [(expected,)] = con.execute(
+            "SELECT COUNT(*) FROM (SELECT k, SUM(v ORDER BY v) AS s FROM t GROUP BY k) "
+            f"WHERE s >= {target!r}").fetchall()
+    finally:
+        con.close()
+    md = loads_metadata("tables:\n  t: {columns: {i: {type: INTEGER}, k: {type: INTEGER}, "
+                        "v: {type: DOUBLE}}}\n", "<float sums: ordered, parallel>")
+    q = Query("SELECT COUNT(*) FROM (SELECT t.k, SUM(t.v) AS s FROM t GROUP BY t.k) AS g "
+              f"WHERE g.s >= {target!r}", md)
+    runs = [q.exact(parallel_db, threads) for threads in (1, 2, 2, 4)]
+    assert same(runs), [r[0].tolist() for r in runs]
+    assert runs[0][0].tolist() == [expected]  # group 0 and those far above it
 
 
 # ------------------------------------------------ found on the way (not float sums)
