@@ -1,8 +1,9 @@
 """Red team: errors around the sums (found attacking the floating-point summation; the harness:
-tests/redteam/float_sums.py). Each a strict xfail, reported:
+tests/redteam/float_sums.py). Each a strict xfail while open:
 
-* a SUM beyond 2^1020 raises in release_sums before any noise (refunded): whether the error
-  occurs reveals one changed row -- an error oracle that depends on the data;
+* FIXED (release_sums saturates into a public interval): a SUM beyond 2^1020 raised in
+  release_sums before any noise (refunded): whether the error occurred revealed one changed
+  row -- an error oracle that depended on the data;
 * not data-dependent: bounds whose noise scale leaves [2^-1000, 2^1000] (or VARIANCE's h^2
   overflowing), and under a unit a grid coarser than the bounds' interval (max_sum 2^61: k = 0,
   bounds [0.3, 0.7] hold no step), end in InternalError 'a dpsql bug' instead of a refusal
@@ -33,10 +34,6 @@ from tests.redteam.float_sums import (
 #: 2^1020 / 1e301 = 1,123,558.2: that many rows at the bound 1e301 sum to just below 2^1020,
 #: one more row just above it (exactly, and in DOUBLE: the rows are integers * 1e301)
 OVER_ROWS = 1_123_558
-BUG = pytest.mark.xfail(strict=True, reason="BUG: a sum beyond 2^1020 raises, whatever the "
-                        "bounds allow (dpsql.noise.mechanisms.release_sums)")
-
-
 def _answer(path: Path, yaml: Path) -> Any:
     """One release of SUM(v) through dpsql.connect (uncharged owner session): its rows, or
     the error's class name."""
@@ -55,7 +52,6 @@ def _answer(path: Path, yaml: Path) -> Any:
         conn.close()
 
 
-@BUG
 def test_a_sum_beyond_2_1020_is_no_data_dependent_error(tmp_path):
     """Bounds [0, 1e301] at epsilon 1 are accepted (scale ~1e301 <= 2^1000). D holds OVER_ROWS
     rows at the bound and one row 0; its neighbour D' changes that 0 into 1e301. D is
