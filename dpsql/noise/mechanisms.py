@@ -49,6 +49,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from dpsql.errors import NotSupportedError
+
 __all__ = [
     "MAX_DISCRETE_SCALE",
     "SUM_GRID_BITS",
@@ -272,8 +274,17 @@ def sum_granularity(scale: float) -> float:
     ceil_log2 = exp - 1 if mant == 0.5 else exp
     lo, hi = _SUM_SCALE_EXP_RANGE
     if not lo <= ceil_log2 <= hi:
-        raise ValueError("scale for a sum must lie in [2^-1000, 2^1000]")
+        raise ScaleOutOfRange(
+            "the noise scale of a sum (from its bounds and epsilon) must lie in [2^-1000, "
+            "2^1000]: declare bounds of a usual magnitude (rescale the column) or use another "
+            "epsilon")
     return math.ldexp(1.0, ceil_log2 - SUM_GRID_BITS)
+
+
+class ScaleOutOfRange(NotSupportedError, ValueError):
+    """A sum's noise scale outside [2^-1000, 2^1000]: a ValueError for the mechanisms' callers,
+    and a PEP 249 NotSupportedError for the analyst (the scale depends on the bounds and
+    epsilon alone, so refusing is data-independent)."""
 
 
 def gridded_sum_scale(sensitivity: float, epsilon: float) -> tuple[float, float]:

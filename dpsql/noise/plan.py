@@ -177,8 +177,18 @@ def _pure_plan(m: Measurement, epsilon: float, es_at: float) -> NoisePlan:
         if scale > mechanisms.MAX_DISCRETE_SCALE:
             raise _too_noisy()
         return NoisePlan(m, epsilon, 0.0, es_at, None, scale)
-    scale, g = mechanisms.gridded_sum_scale(es, epsilon)
+    try:
+        scale, g = mechanisms.gridded_sum_scale(es, epsilon)
+    except ValueError:  # the scale leaves [2^-1000, 2^1000]: bounds and epsilon alone
+        raise _scale_out_of_range(m) from None
     return NoisePlan(m, epsilon, 0.0, es_at, None, scale, g)
+
+
+def _scale_out_of_range(m: Measurement) -> NotSupportedError:
+    return NotSupportedError(
+        f"the noise scale of {m.label or 'a SUM'} (from its bounds and epsilon) lies outside "
+        "[2^-1000, 2^1000], where dpsql's sums are released: declare bounds of a usual "
+        "magnitude (rescale the column, e.g. to thousands) or use another epsilon")
 
 
 def count_window(epsilon: float) -> float:

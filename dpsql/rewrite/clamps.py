@@ -15,6 +15,7 @@ from sqlglot import exp
 
 from dpsql.analysis.elastic import Measurement, QueryAnalysis
 from dpsql.analysis.trees import copy_tree
+from dpsql.errors import NotSupportedError
 from dpsql.metadata import Table
 from dpsql.rewrite import fixed_point
 from dpsql.rewrite.context import Removable, RewriteContext, StoredData
@@ -139,19 +140,49 @@ def _sum_cannot_overflow(kind: Kind | None) -> bool:
     return kind.family == "decimal" and kind.digits + kind.scale <= 18
 
 
+def sum_bounds(m: Measurement, analysis: QueryAnalysis) -> tuple[float, float]:
+    """The interval SUM measurement ``m``'s rows are clamped into: its bounds; under R2T also
+    within its parts' top truncation levels (a row above the top level leaves every truncated
+    sum as it is: its unit's contribution is truncated at each level either way), which keeps
+    each row's steps below 2^63 whatever the owner's max_sum (dpsql.units.grid)."""
+    assert m.bounds is not None
+    release = analysis.unit
+    if release is None or not release.r2t or release.more:
+        return m.bounds
+    from dpsql.units.grid import r2t_row_bounds
+
+    return r2t_row_bounds(m, release)
+
+
 def sum_exponent(m: Measurement, analysis: QueryAnalysis) -> int:
     """The fixed-point k of SUM measurement ``m`` (a function of its bounds and the metadata):
     a row's value at most 2^53 steps (:func:`dpsql.rewrite.fixed_point.exponent`), and under a
     privacy unit whose pass sums contributions over units, each contribution it sums below
-    2^62 steps (:func:`dpsql.units.grid.summand_exponent`)."""
-    assert m.bounds is not None
-    k = fixed_point.exponent(max(abs(m.bounds[0]), abs(m.bounds[1])))
+    2^62 steps (:func:`dpsql.units.grid.summand_exponent`). Under R2T k >= 0: every level
+    (an integer number of value units) is then a whole number of steps, as the noised
+    increments' sensitivities assume (the red team found floored levels breaking them)."""
+    lo, hi = sum_bounds(m, analysis)
+    k = fixed_point.exponent(max(abs(lo), abs(hi)))
     release = analysis.unit
     if release is None or release.derived is not None or release.more:
         return k
     from dpsql.units.grid import summand_exponent
 
-    return min(k, summand_exponent(m, release))
+    k = min(k, summand_exponent(m, release))
+    return max(k, 0) if release.r2t else k
+
+
+def _check_grid(m: Measurement, bounds: tuple[float, float], k: int) -> None:
+    """Refuse a SUM whose bounds hold no point of its fixed-point grid (under a unit, k may be
+    capped so far that a step exceeds the bounds' width): a function of the metadata alone."""
+    lo, hi = fixed_point.grid_bounds(*bounds, k)
+    if lo > hi:
+        raise NotSupportedError(
+            f"{m.node.sql(dialect='duckdb')[:60]}: its bounds [{bounds[0]!r}, {bounds[1]!r}] "
+            f"hold no multiple of 2^{-k}, the step its sum is added in exactly (under the "
+            "privacy unit, the step grows with max_sum, max_contribution and "
+            "max_rows_per_group so that no sum can overflow): declare smaller unit bounds, "
+            "or wider bounds that include 0")
 
 
 def units_scale(analysis: QueryAnalysis) -> bool:
@@ -180,9 +211,11 @@ def _measurement_sql(analysis: QueryAnalysis, column_kind: ColumnKind,
                 # value in the bounds or nothing whatever the database computes
                 node.set("this", make_total(copy_tree(arg), column_kind))
             k = sum_exponent(m, analysis)
+            bounds = sum_bounds(m, analysis)
+            _check_grid(m, bounds, k)
             # under a unit every SUM is in steps: the pass sums contributions over units
             # again, which must be exact too, and one integer type serves every column type
-            clamp = _clamp(node.this, m.bounds, None if units_scale(analysis) else kind, k)
+            clamp = _clamp(node.this, bounds, None if units_scale(analysis) else kind, k)
             node = exp.Sum(this=clamp)
             if not _is_native(clamp):
                 exponents[m.index] = k
@@ -190,10 +223,10 @@ def _measurement_sql(analysis: QueryAnalysis, column_kind: ColumnKind,
                     node = fixed_point.to_value(node, k)
             source = sources.get(arg.table) if isinstance(arg, exp.Column) else None
             if (source is not None and stored is not None and _sum_cannot_overflow(kind)
-                    and stored.in_bounds(source[1].name, arg.name, m.bounds)):
+                    and stored.in_bounds(source[1].name, arg.name, bounds)):
                 if _is_native(clamp):
                     removable.append((clamp, arg))
-                elif fixed_point.on_grid(m.bounds, k):
+                elif fixed_point.on_grid(bounds, k):
                     # the CASE keeps every stored value as ROUND gives it: drop the CASE
                     case = clamp.this
                     removable.append((case, copy_tree(case.args["default"])))

@@ -19,8 +19,10 @@ magnitude is on the grid), whatever its value (NULL adds nothing; NaN and +inf a
 as the DOUBLE clamp did), as a function of that row alone; the sum is an integer computed
 exactly, in any order, so it is a function of the multiset of rows and moves between
 neighbours by exactly what the clamped values do: at most the sensitivity the bounds give. A
-value inside the bounds is rounded to the nearest step (half away from zero): an error of at
-most 2^-k-1 <= 2^-53 max(|l|, |u|) per row, DOUBLE's own precision at the bound.
+value inside ``[L 2^-k, U 2^-k]`` is rounded to the nearest step (half away from zero): an
+error of at most 2^-k-1 <= 2^-53 max(|l|, |u|) per row (with the largest k), DOUBLE's own
+precision at the bound; a value between a bound off the grid and the first step inside moves
+inwards by up to one step.
 
 |t| <= 2^53 per row, so a sum of fewer than 2^73 rows fits HUGEINT and DECIMAL(38, 0): no
 overflow, hence no error, for any data.
@@ -46,10 +48,9 @@ SUMMAND_BITS = 62
 
 
 def exponent(top: float, bits: int = ROW_BITS) -> int:
-    """The k for values of magnitude at most ``top``: the largest with ``top * 2^k <= 2^bits``
-    when ``top`` is a power of two, else with ``top * 2^k < 2^bits`` (then ``top``'s own
-    double is on the grid with ``bits = ROW_BITS``). Public: a function of ``top`` alone. 0
-    for ``top == 0``."""
+    """``k = bits - e`` for ``2^(e-1) <= |top| < 2^e``: ``top * 2^k < 2^bits`` (and
+    ``>= 2^(bits-1)``), and with ``bits = ROW_BITS`` ``top``'s own double is on the grid (its
+    53 significant bits). Public: a function of ``top`` alone. 0 for ``top == 0``."""
     if not math.isfinite(top):
         raise ValueError("a fixed-point grid needs finite bounds")
     if top == 0:

@@ -48,20 +48,48 @@ def ordered(agg: exp.Expression) -> exp.Expression:
     return agg
 
 
+#: DuckDB's widest DECIMAL: a product wider than this is computed in DOUBLE
+_MAX_WIDTH = 38
+
+
 def _exact(node: exp.Expression, kind: ColumnKind) -> bool:
-    """Whether DuckDB computes ``node`` in integer or DECIMAL arithmetic (its sum is then
-    exact in any order): columns of those types, plain numeric literals, and + - * (and TRY,
-    parentheses, unary minus) of such. Division, casts and functions: not proved."""
+    """Whether DuckDB computes ``node`` in integer or DECIMAL arithmetic, so that its sum is
+    exact in any order: :func:`_width` is not None."""
+    return _width(node, kind) is not None
+
+
+def _width(node: exp.Expression, kind: ColumnKind) -> tuple[bool, int] | None:
+    """``(decimal, digits)`` of ``node`` when DuckDB provably computes it in integer or DECIMAL
+    arithmetic, else None. Integers stay integers and DECIMALs DECIMALs under + - * (an
+    overflow raises, which TRY makes NULL); a literal is a plain number of at most 38 digits
+    (DuckDB reads a longer one as DOUBLE: the red team's finding). A DECIMAL product wider than
+    38 digits is not claimed (conservative: ordering it costs time only). Division, casts and
+    functions: not proved."""
     if isinstance(node, (exp.Paren, exp.Neg, exp.Try)):
-        return _exact(node.this, kind)
+        return _width(node.this, kind)
     if isinstance(node, exp.Column):
         k = kind(node)
-        return k is not None and k.family in ("int", "decimal")
+        if k is None or k.family not in ("int", "decimal"):
+            return None
+        return (k.family == "decimal", k.digits + k.scale)
     if isinstance(node, exp.Literal):
-        return node.is_number and "e" not in node.name.lower()
+        text = node.name
+        digits = sum(ch.isdigit() for ch in text)
+        if not node.is_number or "e" in text.lower() or digits > _MAX_WIDTH:
+            return None
+        return ("." in text, digits)
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
-        return _exact(node.this, kind) and _exact(node.expression, kind)
-    return False
+        left, right = _width(node.this, kind), _width(node.expression, kind)
+        if left is None or right is None:
+            return None
+        decimal = left[0] or right[0]
+        if isinstance(node, exp.Mul):
+            digits = left[1] + right[1]
+            if decimal and digits > _MAX_WIDTH:
+                return None  # DuckDB multiplies such DECIMALs in DOUBLE
+            return (decimal, min(digits, _MAX_WIDTH))
+        return (decimal, min(max(left[1], right[1]) + 1, _MAX_WIDTH))
+    return None
 
 
 def order_inner_aggregates(query: exp.Expression, *, ctx: RewriteContext) -> exp.Expression:

@@ -41,7 +41,7 @@ from dpsql.noise.r2t_levels import MAX_LEVELS, levels
 from dpsql.rewrite.fixed_point import SUMMAND_BITS, exponent_below
 from dpsql.units.analysis import R2TPart, UnitRelease, per_group_clamp
 
-__all__ = ["part_grid", "part_levels", "sum_top", "summand_exponent"]
+__all__ = ["part_grid", "part_levels", "r2t_row_bounds", "sum_top", "summand_exponent"]
 
 
 def sum_top(bound: float, unit: PrivacyUnit) -> int:
@@ -93,3 +93,24 @@ def summand_exponent(m: Measurement, release: UnitRelease) -> int:
         lo, hi = per_group_clamp(m, release.unit)
         top = max(Fraction(-lo), Fraction(hi))
     return exponent_below(top, SUMMAND_BITS)
+
+
+def r2t_row_bounds(m: Measurement, release: UnitRelease) -> tuple[float, float]:
+    """SUM measurement ``m``'s bounds within its R2T parts' top levels (value units, b = 1):
+    [max(l, -top_neg), min(u, top_pos)], each top rounded outwards to a double. A row's part
+    value above its top level is at least every level, so is its unit's contribution, and
+    every truncated sum min(c_u, tau_j) is the same with the row clamped there."""
+    assert m.bounds is not None
+    lo, hi = float(m.bounds[0]), float(m.bounds[1])
+    for p in release.parts:
+        if p.index != m.index:
+            continue
+        top = max(part_levels(p, release.unit)) * int(part_grid(p, release.unit)[0])
+        outward = float(top)
+        if outward < top:  # nearest double below the integer level: one step up
+            outward = math.nextafter(outward, math.inf)
+        if p.sign > 0:
+            hi = min(hi, outward)
+        else:
+            lo = max(lo, -outward)
+    return lo, hi

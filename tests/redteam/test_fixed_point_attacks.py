@@ -97,8 +97,6 @@ def test_two_stage_bin_moves_by_its_claim_plus_at_most_the_conversion_residual(t
     assert all(m - c <= r for m, c, r in out)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: R2T's levels floored onto a grid coarser than 1 "
-                   "(bounds >= 2^54) break the noised increments' sensitivity (reported)")
 @pytest.mark.parametrize(("hi", "base", "value"), [("18014398509481984", None, 4.0),
                                                   ("1152921504606846976", None, 256.0),
                                                   ("9007199254740992", 5.5, 30.0)],

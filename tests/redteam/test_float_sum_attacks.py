@@ -25,7 +25,7 @@ BROKE before the fixes: DOUBLE values were summed in floating point, so
 * sample-and-aggregate's block answers and a derived table's per-group sums too (an unchanged
   block's SUM moved by the clamp's whole width with the storage order).
 
-STILL BROKEN (strict xfail, reported): rewrite.ordered takes a numeric literal without an
+FIXED (rewrite.ordered counts a literal's digits): rewrite.ordered took a numeric literal without an
 exponent for exact DECIMAL arithmetic, but DuckDB reads one of more than 38 digits as a DOUBLE:
 a derived table's SUM(y * 0.1234...41 digits) stays in scan order, and an outer WHERE on it
 counts the group or not by the storage order.
@@ -215,9 +215,6 @@ def test_sample_aggregate_block_answers_do_not_depend_on_the_storage_order(tmp_p
 LONG_LITERAL = "0.12345678901234567890123456789012345678901"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: rewrite.ordered._exact takes a numeric literal "
-                   "without 'e' for DECIMAL; past 38 digits DuckDB reads it as a DOUBLE "
-                   "(reported)")
 def test_a_derived_tables_sum_is_the_same_for_every_storage_order():
     """The pass that orders floating-point aggregates below the top level (SUM(x ORDER BY x))
     skips arguments it proves exact: integer / DECIMAL columns, + - * and numeric literals

@@ -4,10 +4,10 @@ tests/redteam/float_sums.py). Each a strict xfail while open:
 * FIXED (release_sums saturates into a public interval): a SUM beyond 2^1020 raised in
   release_sums before any noise (refunded): whether the error occurred revealed one changed
   row -- an error oracle that depended on the data;
-* not data-dependent: bounds whose noise scale leaves [2^-1000, 2^1000] (or VARIANCE's h^2
-  overflowing), and under a unit a grid coarser than the bounds' interval (max_sum 2^61: k = 0,
-  bounds [0.3, 0.7] hold no step), end in InternalError 'a dpsql bug' instead of a refusal
-  naming the metadata;
+* FIXED (refused with a NotSupportedError naming the fix), not data-dependent: bounds whose
+  noise scale leaves [2^-1000, 2^1000] (or VARIANCE's h^2 overflowing), and under a unit a grid
+  coarser than the bounds' interval (max_sum 2^61: k = 0, bounds [0.3, 0.7] hold no step),
+  ended in InternalError 'a dpsql bug' instead of a refusal naming the metadata;
 * not a float matter: the two-stage keeps each unit's groups by a hash that differs between
   DuckDB and Spark, so one database releases in different groups on the two backends.
 """
@@ -96,8 +96,6 @@ def test_two_stage_keeps_the_same_groups_on_spark_and_duckdb(tmp_path, spark):
                                          [a.tolist() for a in on_spark])
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: bounds whose noise scale leaves [2^-1000, "
-                   "2^1000] (or VARIANCE's h^2 overflows) raise InternalError (reported)")
 @pytest.mark.parametrize(("bound", "sql"), [("1.0e-320", "SELECT SUM(v) FROM t"),
                                             ("2.0e+301", "SELECT SUM(v) FROM t"),
                                             ("1.0e+300", "SELECT VARIANCE(v) FROM t")],
@@ -122,8 +120,6 @@ def test_extreme_bounds_are_refused_with_a_pep_249_error_naming_the_fix(tmp_path
         conn.close()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: under a unit, a grid coarser than the bounds' "
-                   "interval trips an assert in fixed_point.row_steps (reported)")
 @pytest.mark.parametrize(("extra", "sql"), [
     ("max_sum: 2305843009213693952", "SELECT SUM(v) FROM visits"),
     ("max_rows_per_group: 4611686018427387904", "SELECT g, SUM(v) FROM visits GROUP BY g"),

@@ -188,3 +188,29 @@ def test_r2t_sums_of_doubles_are_exact_in_any_row_order():
                 exact = Fraction(want) / 2**k
                 assert abs(value - exact) <= abs(exact) / 2**51, (tau, value, exact)
     assert len(seen) == 1
+
+
+def test_r2t_rows_are_clamped_at_the_top_level_and_k_is_never_negative():
+    """A row above a part's top level cannot change a truncated sum, so R2T clamps rows there
+    (each row's steps then fit BIGINT whatever the bounds), and k >= 0 keeps every level a
+    whole number of steps (the noised increments' sensitivities: the red team's finding)."""
+    import dataclasses
+
+    from dpsql.rewrite.clamps import sum_bounds, sum_exponent
+    from dpsql.units.grid import r2t_row_bounds
+
+    base = tiny.metadata(max_contribution=8, max_sum=10)  # levels 2, 4, 8, 16 value units
+    items = base.tables["items"]
+    qty = dataclasses.replace(items.columns["qty"], type="DOUBLE", bounds=(-2.0**60, 2.0**60))
+    md = dataclasses.replace(base, tables={**base.tables, "items": dataclasses.replace(
+        items, columns={**items.columns, "qty": qty})})
+    analysis = analyze_request("SELECT SUM(qty) FROM items", md)
+    assert analysis.unit is not None
+    (m,) = analysis.measurements
+    assert r2t_row_bounds(m, analysis.unit) == sum_bounds(m, analysis) == (-16.0, 16.0)
+    assert sum_exponent(m, analysis) == 48  # a row: 16 * 2^48 = 2^52 (the summand cap: 57)
+    wide = dataclasses.replace(base.privacy_unit, max_sum=2**61)
+    analysis = analyze_request("SELECT SUM(qty) FROM items",
+                               dataclasses.replace(md, privacy_unit=wide))
+    (m,) = analysis.measurements
+    assert sum_exponent(m, analysis) == 0  # never negative: levels stay whole steps
