@@ -92,6 +92,18 @@ class Query:
         with opened(path, self.md, threads) as backend:
             return self.read(backend, stored=stored)
 
+    def on_spark(self, path: Path, folder: Path, spark: object) -> list[np.ndarray]:
+        """:meth:`exact` of the database file ``path`` read by the Spark backend (its tables
+        exported to parquet under ``folder``)."""
+        from tests.recording import export_parquet, spark_backend_class, with_sources
+
+        sources = export_parquet(path, folder)
+        backend = spark_backend_class(False)(with_sources(self.md, sources), spark)
+        try:
+            return self.read(backend)
+        finally:
+            backend.close()
+
     def read(self, backend: Backend, *, stored: bool = False) -> list[np.ndarray]:
         """:meth:`exact` on any backend."""
         plan = (plan_execution(self.analysis, self.md, StoredFacts(backend)) if stored
@@ -203,19 +215,6 @@ def visits_db(rows: Sequence[tuple[int, int, float | None]]) -> Tables:
             "visits": (["v_pid INTEGER", "g INTEGER", "v DOUBLE"], list(rows))}
 
 
-#: two privacy units (customer, supplier) with items(i_cust, i_supp, v DOUBLE in [0, 2^53])
-PAIR_MD = loads_metadata(f"""
-privacy_unit:
-  - {{table: customer, column: c_id, max_contribution: 2}}
-  - {{table: supplier, column: s_id}}
-tables:
-  customer: {{columns: {{c_id: {{type: INTEGER}}}}}}
-  supplier: {{columns: {{s_id: {{type: INTEGER}}}}}}
-  items:
-    unit: {{customer: i_cust, supplier: i_supp}}
-    columns: {{i_cust: {{type: INTEGER}}, i_supp: {{type: INTEGER}},
-              v: {{type: DOUBLE, bounds: [0, {int(B53)}]}}}}
-""", "<float sums: two units>")
 
 
 def items_db(rows: Sequence[tuple[int, int, float | None]]) -> Tables:
@@ -266,7 +265,8 @@ tables:
 
 
 def pair_md(lo: str, hi: str) -> Metadata:
-    """PAIR_MD's world with bounds [lo, hi] (YAML numbers)."""
+    """Two privacy units (customer, supplier) with items(i_cust, i_supp, v DOUBLE in [lo, hi])
+    (YAML numbers)."""
     return loads_metadata(f"""
 privacy_unit:
   - {{table: customer, column: c_id, max_contribution: 2}}
@@ -279,3 +279,7 @@ tables:
     columns: {{i_cust: {{type: INTEGER}}, i_supp: {{type: INTEGER}},
               v: {{type: DOUBLE, bounds: [{lo}, {hi}]}}}}
 """, "<float sums: two units brute force>")
+
+
+#: the two-unit world with v in [0, 2^53]
+PAIR_MD = pair_md("0", str(int(B53)))

@@ -37,7 +37,6 @@ from dpsql.budget import Budget
 from dpsql.metadata import loads_metadata
 from dpsql.rewrite.fixed_point import exponent
 from dpsql.units.grid import part_grid, part_levels
-from tests.recording import export_parquet, spark_backend_class, with_sources
 from tests.redteam.float_sums import (
     B53,
     ROW_MD,
@@ -281,12 +280,7 @@ def test_fixed_point_sums_are_the_same_on_spark_and_duckdb(tmp_path, spark):
     for n, (q, tables) in enumerate(cases):
         path = make_db(tmp_path / f"s{n}.duckdb", tables)
         on_duckdb = q.exact(path)
-        sources = export_parquet(path, tmp_path / f"parquet{n}")
-        backend = spark_backend_class(False)(with_sources(q.md, sources), spark)
-        try:
-            on_spark = q.read(backend)
-        finally:
-            backend.close()
+        on_spark = q.on_spark(path, tmp_path / f"parquet{n}", spark)
         assert same([on_duckdb, on_spark]), ([a.tolist() for a in on_duckdb],
                                              [a.tolist() for a in on_spark])
 

@@ -20,7 +20,6 @@ from typing import Any
 import duckdb
 import pytest
 
-from tests.recording import export_parquet, spark_backend_class, with_sources
 from tests.redteam.float_sums import (
     Query,
     make_db,
@@ -86,12 +85,7 @@ def test_two_stage_keeps_the_same_groups_on_spark_and_duckdb(tmp_path, spark):
     q = Query("SELECT g, COUNT(*) FROM visits GROUP BY g", unit_md("0", "1", 2))
     path = make_db(tmp_path / "h.duckdb", visits_db([(1, 1, 0.0), (1, 2, 0.0)]))
     on_duckdb = q.exact(path)
-    sources = export_parquet(path, tmp_path / "parquet")
-    backend = spark_backend_class(False)(with_sources(q.md, sources), spark)
-    try:
-        on_spark = q.read(backend)
-    finally:
-        backend.close()
+    on_spark = q.on_spark(path, tmp_path / "parquet", spark)
     assert same([on_duckdb, on_spark]), ([a.tolist() for a in on_duckdb],
                                          [a.tolist() for a in on_spark])
 
