@@ -13,7 +13,8 @@ in an order fixed by their values (ties are equal terms):
 * AVG: that sum over the array's size (an empty block: NULL; non-ANSI Spark divides by 0 as
   NULL);
 * VAR_POP / VAR_SAMP (VARIANCE) / STDDEV_POP / STDDEV_SAMP (STDDEV): two passes, the mean then
-  the sum of squared deviations, over n or n - 1 (n = 1: NULL, as DuckDB), and its square root;
+  the sum of squared deviations, over n or n - 1 (NULL below one or two values, as DuckDB), and
+  its square root;
 * COVAR_POP / COVAR_SAMP / CORR: the same over the sorted (y, x) pairs with both non-NULL.
 
 DISTINCT collects a set instead of a list. The two-pass moments differ from DuckDB's
@@ -52,7 +53,10 @@ def _one_argument(kind: type[exp.Expression], values: str) -> str:
         return mean
     squares = _SQUARES.format(L=values, M=mean)
     population = kind in (exp.VariancePop, exp.StddevPop)
-    variance = f"({squares} / (SIZE({values}) - {0 if population else 1}))"
+    # NULL below one value (population) or two (sample), as DuckDB: 0 / (0 - 1) is -0.0
+    least = 1 if population else 2
+    variance = (f"(CASE WHEN SIZE({values}) < {least} THEN NULL ELSE {squares} / "
+                f"(SIZE({values}) - {0 if population else 1}) END)")
     if kind in (exp.Stddev, exp.StddevSamp, exp.StddevPop):
         return f"SQRT({variance})"
     return variance
@@ -64,9 +68,10 @@ def _two_arguments(kind: type[exp.Expression], pairs: str) -> str:
     mx = _PAIR_MEAN.format(L=pairs, f="x")
     products = _PRODUCTS.format(L=pairs, f="y", g="x", M=my, N=mx)
     if kind is exp.CovarPop:
-        return f"({products} / SIZE({pairs}))"
+        return f"(CASE WHEN SIZE({pairs}) < 1 THEN NULL ELSE {products} / SIZE({pairs}) END)"
     if kind is exp.CovarSamp:
-        return f"({products} / (SIZE({pairs}) - 1))"
+        return (f"(CASE WHEN SIZE({pairs}) < 2 THEN NULL ELSE {products} / "
+                f"(SIZE({pairs}) - 1) END)")
     yy = _PRODUCTS.format(L=pairs, f="y", g="y", M=my, N=my)
     xx = _PRODUCTS.format(L=pairs, f="x", g="x", M=mx, N=mx)
     return f"({products} / SQRT({yy} * {xx}))"

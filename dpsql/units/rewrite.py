@@ -29,6 +29,9 @@ that belong to no unit, the same in both neighbours (docs/privacy.md, "Privacy u
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 from sqlglot import exp
 
 from dpsql.analysis.trees import copy_tree
@@ -73,10 +76,10 @@ def _steps_total(value: exp.Expression, k: int) -> exp.Expression:
     return fixed_point.to_value(fixed_point.exact_sum(value), k)
 
 
-def _steps(value: float, k: int, *, up: bool = False) -> int:
+def _steps(value: float | Fraction, k: int, *, up: bool = False) -> int:
     """``value`` in steps 2^-k, rounded down (up: rounded up), exactly."""
-    lo, hi = fixed_point.grid_bounds(value, value, k)
-    return lo if up else hi
+    scaled = Fraction(value) * Fraction(2) ** k
+    return math.ceil(scaled) if up else math.floor(scaled)
 
 
 def _greatest(value: exp.Expression, bound: float) -> exp.Expression:
@@ -152,11 +155,14 @@ def _r2t(select: exp.Select, release: UnitRelease, exponents: dict[int, int]) ->
     for i, part in enumerate(release.parts):
         unit_bound, _ = part_grid(part, release.unit)
         for j, tau in enumerate(part_levels(part, release.unit)):
+            # exactly tau_j * b (levels reach 2^62: a float product would round them)
+            cap = Fraction(tau) * Fraction(unit_bound)
             if part.integer:
-                total = _count_total(_least(_col(f"__p{i}", "__c"), tau * unit_bound))
+                assert cap.denominator == 1  # a count's b is a whole number of rows
+                total = _count_total(_least(_col(f"__p{i}", "__c"), int(cap)))
             else:  # the level in steps, rounded down: min(c, T) = min(c, floor T), c integer
                 k = exponents[part.index]
-                least = _least(_col(f"__p{i}", "__c"), _steps(tau * unit_bound, k))
+                least = _least(_col(f"__p{i}", "__c"), _steps(cap, k))
                 total = _steps_total(least, k)
             outer.select(exp.alias_(total, f"__r{i}_{j}"), copy=False)
     return outer.from_(per_unit, copy=False)

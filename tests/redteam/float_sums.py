@@ -140,15 +140,16 @@ class Query:
         finally:
             backend.close()
 
-    def claimed(self) -> list[list[float]]:
+    def claimed(self) -> list[list[float | Fraction]]:
         """The bound the noise plan uses on each value's move: per measurement its elastic
-        sensitivity at distance 0 (per bin); under R2T, per part tau_j * b per level."""
+        sensitivity at distance 0 (per bin); under R2T, per part tau_j * b per level, exactly
+        (levels reach 2^62: a float product would round them, as the SQL once did)."""
         unit = self.analysis.unit
         if self.r2t:
             assert unit is not None
-            out = []
+            out: list[list[float | Fraction]] = []
             for part in unit.parts:
-                bound = part_grid(part, unit.unit)[0]
+                bound = Fraction(part_grid(part, unit.unit)[0])
                 out.append([t * bound for t in part_levels(part, unit.unit)])
             return out
         return [[p.elastic_sensitivity] for p in plan_noise(self.analysis, Budget(1.0, 1e-6))]
