@@ -15,6 +15,7 @@ import duckdb
 import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
+from tests.assert_cache import prewrite
 from tests.recording import (
     RecordingDuckDBBackend,
     export_parquet,
@@ -152,6 +153,7 @@ def pytest_configure(config: pytest.Config) -> None:
     skip = re.compile(r"[/\\](test_[^/\\]*|conftest)\.py$")
     for name in COMPILED:
         compileall.compile_dir(root / name, quiet=2, rx=skip)
+    prewrite(config)  # the test modules' rewritten asserts, once (tests/assert_cache.py)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
