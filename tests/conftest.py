@@ -146,7 +146,8 @@ def pytest_configure(config: pytest.Config) -> None:
     writers) would otherwise compile every dpsql module it imports, ~0.15 CPU-s per process.
     A clean tree costs ~0.3 CPU-s once; a compiled one only the file checks. Test modules are
     left out (pytest compiles its own assertion-rewritten copy). compileall writes next to the
-    sources, in the ``__pycache__`` folders .gitignore names, and nothing else."""
+    sources, in the ``__pycache__`` folders .gitignore names, and nothing else. The test
+    modules' rewritten asserts are written once too, for the workers (tests/assert_cache.py)."""
     if hasattr(config, "workerinput"):
         return  # an xdist worker: the controller compiled
     root = Path(__file__).resolve().parents[1]
