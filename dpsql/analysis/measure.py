@@ -8,6 +8,8 @@ output columns, and rejects outputs that would release raw values.
 
 from __future__ import annotations
 
+import math
+
 from sqlglot import exp
 
 from dpsql.analysis import rules
@@ -78,6 +80,13 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
             es = base
         else:
             assert bounds is not None
+            if not all(math.isfinite(b) for b in bounds) or not math.isfinite(
+                    max(bounds[1], 0.0) - min(bounds[0], 0.0)):
+                # e.g. VARIANCE's squared deviations over bounds near 1e300 (metadata alone)
+                raise UnsupportedConstructError(
+                    f"the bounds derived for {key[:60]}, {bounds!r}, overflow a double "
+                    "(VARIANCE and STDDEV square the declared range): declare bounds of a "
+                    "usual magnitude (rescale the column)")
             es = rules.sum_sensitivity(rel.stability, grouped, bounds)
         m = Measurement(len(measurements), function, node, es, bounds, key)
         measurements.append(m)

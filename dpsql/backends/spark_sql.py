@@ -12,7 +12,9 @@ session configuration that goes with it):
   SUM argument of unknown type fails closed;
 * quantiles (QUANTILE_CONT / QUANTILE_DISC / QUANTILE / MEDIAN) of integer or floating-point
   values become Spark's exact ``percentile`` / ``percentile_disc``
-  (:mod:`dpsql.backends.spark_quantiles`); other argument types fail closed.
+  (:mod:`dpsql.backends.spark_quantiles`); other argument types fail closed;
+* floating-point aggregates ordered by their arguments (sample-and-aggregate's) become folds over
+  their sorted values (:mod:`dpsql.backends.spark_ordered`).
 
 A construct that cannot be expressed faithfully raises NotSupportedError before anything runs.
 """
@@ -27,6 +29,7 @@ from sqlglot.errors import ErrorLevel, SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.schema import MappingSchema
 
+from dpsql.backends.spark_ordered import translate_ordered
 from dpsql.backends.spark_quantiles import translate_quantiles
 from dpsql.errors import NotSupportedError
 
@@ -131,7 +134,7 @@ def to_spark_sql(sql: str, schema: MappingSchema | Mapping[str, Mapping[str, str
         schema = MappingSchema(dict(schema), dialect=SOURCE_DIALECT)
     try:
         tree = sqlglot.parse_one(sql, read=SOURCE_DIALECT)
-        tree = translate_quantiles(_exact_sums(_translate_try(tree), schema))
+        tree = translate_quantiles(_exact_sums(translate_ordered(_translate_try(tree)), schema))
         return tree.sql(dialect=TARGET_DIALECT, comments=False,
                         unsupported_level=ErrorLevel.RAISE)
     except SqlglotError as err:

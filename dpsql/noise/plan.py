@@ -177,8 +177,18 @@ def _pure_plan(m: Measurement, epsilon: float, es_at: float) -> NoisePlan:
         if scale > mechanisms.MAX_DISCRETE_SCALE:
             raise _too_noisy()
         return NoisePlan(m, epsilon, 0.0, es_at, None, scale)
-    scale, g = mechanisms.gridded_sum_scale(es, epsilon)
+    try:
+        scale, g = mechanisms.gridded_sum_scale(es, epsilon)
+    except ValueError:  # the scale leaves [2^-1000, 2^1000]: bounds and epsilon alone
+        raise _scale_out_of_range(m) from None
     return NoisePlan(m, epsilon, 0.0, es_at, None, scale, g)
+
+
+def _scale_out_of_range(m: Measurement) -> NotSupportedError:
+    return NotSupportedError(
+        f"the noise scale of {m.label or 'a SUM'} (from its bounds and epsilon) lies outside "
+        "[2^-1000, 2^1000], where dpsql's sums are released: declare bounds of a usual "
+        "magnitude (rescale the column, e.g. to thousands) or use another epsilon")
 
 
 def count_window(epsilon: float) -> float:
@@ -193,13 +203,14 @@ def _smoothed_plan(
     """Smoothed sensitivity S: Laplace scale 2S/epsilon, over a value clamped to a public window.
 
     Precondition: ``sm`` is S for ``m`` at (epsilon, delta); S may be any float (even inf).
-    Guarantee: never raises. The exact value is clamped into the window (``window``, public:
-    epsilon and the bounds alone), a clamp under which one change moves it by at most the
-    window's width V; min(S, V) is still beta-smooth (a minimum of beta-smooth functions) and
-    bounds the clamped value's local sensitivity, so scale 2 min(S, V)/epsilon gives
-    (epsilon, delta)-DP, and it never exceeds what the discrete sampler takes. Refusing
-    instead when S is large would depend on max frequencies: an analyst could binary-search
-    one for free by varying epsilon. Wherever S <= V (every realistic query) the noise is
+    Guarantee: raises only :class:`~dpsql.noise.mechanisms.ScaleOutOfRange`, a refusal that
+    depends on the bounds and epsilon alone (never on S). The exact value is clamped into the
+    window (``window``, public: epsilon and the bounds alone), a clamp under which one change
+    moves it by at most the window's width V; min(S, V) is still beta-smooth (a minimum of beta-
+    smooth functions) and bounds the clamped value's local sensitivity, so scale 2 min(S,
+    V)/epsilon gives (epsilon, delta)-DP, and it never exceeds what the discrete sampler takes.
+    Refusing instead when S is large would depend on max frequencies: an analyst could binary-
+    search one for free by varying epsilon. Wherever S <= V (every realistic query) the noise is
     exactly FLEX's; the clamp changes only answers beyond the window (at epsilon 0.1: counts
     above 2.1e8; see docs/privacy.md).
 
@@ -221,10 +232,21 @@ def _smoothed_plan(
     # 2^12 above the finest grid: joins whose S is up to 2^24 times the smallest possible
     # scale still fit the discrete sampler, at a snapping error below 1% of any noise scale.
     g0 = mechanisms.sum_granularity(2.0 * max(bound_width, 1e-300) / epsilon) * 2.0**12
-    # 2 (S' + g0)/epsilon <= MAX_DISCRETE_SCALE g0 for every S' <= width
-    width = max(epsilon * mechanisms.MAX_DISCRETE_SCALE * g0 / 2.0 - g0, 0.0)
+    # 2 (S' + g0)/epsilon <= MAX_DISCRETE_SCALE g0 for every S' <= width; at most 2^1000, so
+    # it stays finite for huge bounds and epsilon (an infinite window let an infinite S through
+    # to a release that raised: an error that depended on max frequencies, red team)
+    width = min(max(epsilon * mechanisms.MAX_DISCRETE_SCALE * g0 / 2.0 - g0, 0.0), _MAX_WINDOW)
+    if not math.isfinite(2.0 * (width + g0) / epsilon):  # the largest scale: public
+        raise mechanisms.ScaleOutOfRange(
+            f"the noise scale {m.label or 'a SUM'} could need (from its bounds and epsilon) "
+            "is beyond a double: declare bounds of a usual magnitude (rescale the column) or "
+            "use another epsilon")
     scale = 2.0 * (_capped(raw, width) + g0) / epsilon
     return NoisePlan(m, epsilon, delta, es_at, sm, scale, g0, window=(-width / 2, width / 2))
+
+
+#: the widest public window of a smoothed SUM (finite whatever the bounds and epsilon)
+_MAX_WINDOW = 2.0**1000
 
 
 def _capped(smooth_sensitivity: float, width: float) -> float:

@@ -28,8 +28,9 @@ class StoredData(Protocol):
         promised."""
         ...
 
-#: a SUM clamp the data make the identity, and the bare column it may be replaced by
-Removable = tuple[exp.Expression, exp.Column]
+#: a SUM clamp the data make the identity, and what it may be replaced by (the bare column; for
+#: a fixed-point sum, the rounding without the CASE: dpsql.rewrite.fixed_point)
+Removable = tuple[exp.Expression, exp.Expression]
 
 
 @dataclass
@@ -43,6 +44,9 @@ class RewriteContext:
     stored: StoredData | None = None
     #: SUM clamps the stored data make the identity (clamps pass)
     removable: list[Removable] = field(default_factory=list)
+    #: per SUM measurement summed in fixed-point steps 2^-k (dpsql.rewrite.fixed_point): its k
+    #: (clamps pass; the privacy-unit pass converts its own sums with it)
+    sum_exponents: dict[int, int] = field(default_factory=dict)
     #: per group key: the relation (__v, __o) of its domain (domains pass); None for a
     #: partition-selected key, whose groups come from the data (dpsql.noise.partition)
     domains: list[exp.Expression | None] = field(default_factory=list)

@@ -37,6 +37,7 @@ from dpsql.rewrite.clamps import clamp_measurements
 from dpsql.rewrite.context import Removable, RewriteContext, StoredData
 from dpsql.rewrite.domains import domain_relations, relation_sql
 from dpsql.rewrite.not_in import not_in_as_not_exists, null_safe_not_in
+from dpsql.rewrite.ordered import order_inner_aggregates
 from dpsql.rewrite.parameters import bind_params, number_parameters, used_params
 from dpsql.rewrite.post import NOISY_TABLE, OutputSpec, build_post, fast_order, fast_path
 from dpsql.rewrite.totality import make_total_pass
@@ -68,6 +69,7 @@ PASSES: tuple[Pass, ...] = (
     not_in_as_not_exists,
     make_total_pass,
     null_safe_not_in,
+    order_inner_aggregates,
     clamp_measurements,
     domain_relations,
     unit_contributions,

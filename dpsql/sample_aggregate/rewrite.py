@@ -38,6 +38,7 @@ from sqlglot import exp
 from dpsql.analysis.parse import DIALECT
 from dpsql.analysis.trees import copy_tree
 from dpsql.metadata import Metadata
+from dpsql.rewrite.ordered import ordered
 from dpsql.rewrite.parameters import bind_params, number_parameters, used_params
 from dpsql.rewrite.safe_compare import ColumnKind, column_kinds
 from dpsql.rewrite.totality import make_total, total_query
@@ -130,8 +131,11 @@ def block_expression(q: SampleAggregateQuery, metadata: Metadata) -> exp.Express
 
 
 def _total_aggregate(agg: exp.Expression, kind: ColumnKind) -> exp.Expression:
-    """``agg`` with its value arguments made total (numeric aggregates' cast to DOUBLE);
-    a quantile's literal fraction and COUNT(*)'s star stay as they are."""
+    """``agg`` with its value arguments made total (numeric aggregates' cast to DOUBLE, and
+    their terms in an order fixed by their values: :func:`dpsql.rewrite.ordered.ordered`); a
+    quantile's literal fraction and COUNT(*)'s star stay as they are. Ordered, a block's answer
+    is a function of that block's multiset of values alone, so a neighbour changes one block's
+    answer, as the release's sensitivity assumes (docs/privacy.md, section 4)."""
     agg = copy_tree(agg)
     numeric = isinstance(agg, NUMERIC_AGGREGATES)
     for key, child in list(agg.args.items()):
@@ -139,7 +143,7 @@ def _total_aggregate(agg: exp.Expression, kind: ColumnKind) -> exp.Expression:
             continue  # the fraction of QUANTILE_CONT / QUANTILE_DISC / QUANTILE: a literal
         if isinstance(child, exp.Expression):
             agg.set(key, _total_argument(child, kind, numeric))
-    return agg
+    return ordered(agg) if numeric else agg
 
 
 def _total_argument(node: exp.Expression, kind: ColumnKind, numeric: bool) -> exp.Expression:

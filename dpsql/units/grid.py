@@ -34,12 +34,14 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+from dpsql.analysis.model import Measurement
 from dpsql.errors import NotSupportedError
 from dpsql.metadata import PrivacyUnit
 from dpsql.noise.r2t_levels import MAX_LEVELS, levels
-from dpsql.units.analysis import R2TPart
+from dpsql.rewrite.fixed_point import SUMMAND_BITS, exponent_below
+from dpsql.units.analysis import R2TPart, UnitRelease, per_group_clamp
 
-__all__ = ["part_grid", "part_levels", "sum_top"]
+__all__ = ["part_grid", "part_levels", "r2t_row_bounds", "sum_top", "summand_exponent"]
 
 
 def sum_top(bound: float, unit: PrivacyUnit) -> int:
@@ -75,3 +77,40 @@ def _too_large(gs: int) -> NotSupportedError:
         f"under a privacy unit, a SUM's truncation levels would reach {gs} value units, beyond "
         "2^62: declare max_sum (a bound on one unit's sum) in the privacy_unit, a smaller "
         "max_contribution, or tighter bounds on the summed column")
+
+
+def summand_exponent(m: Measurement, release: UnitRelease) -> int:
+    """The largest fixed-point k (dpsql.rewrite.fixed_point) with which every value the
+    units query sums over units stays below 2^62 steps: a part's truncated contribution (at most
+    its top level, in value units) under R2T; a unit's clamped contribution to one group
+    (:func:`dpsql.units.analysis.per_group_clamp`) in two stages. A sum of fewer than 2^63 of
+    them cannot overflow DECIMAL(38, 0). Public: the metadata and the bounds alone."""
+    if release.r2t:
+        top = max((Fraction(max(part_levels(p, release.unit))) * Fraction(
+            part_grid(p, release.unit)[0]) for p in release.parts if p.index == m.index),
+            default=Fraction(0))  # no part: a SUM over [0, 0]
+    else:
+        lo, hi = per_group_clamp(m, release.unit)
+        top = max(Fraction(-lo), Fraction(hi))
+    return exponent_below(top, SUMMAND_BITS)
+
+
+def r2t_row_bounds(m: Measurement, release: UnitRelease) -> tuple[float, float]:
+    """SUM measurement ``m``'s bounds within its R2T parts' top levels (value units, b = 1):
+    [max(l, -top_neg), min(u, top_pos)], each top rounded outwards to a double. A row's part
+    value above its top level is at least every level, so is its unit's contribution, and
+    every truncated sum min(c_u, tau_j) is the same with the row clamped there."""
+    assert m.bounds is not None
+    lo, hi = float(m.bounds[0]), float(m.bounds[1])
+    for p in release.parts:
+        if p.index != m.index:
+            continue
+        top = max(part_levels(p, release.unit)) * int(part_grid(p, release.unit)[0])
+        outward = float(top)
+        if outward < top:  # nearest double below the integer level: one step up
+            outward = math.nextafter(outward, math.inf)
+        if p.sign > 0:
+            hi = min(hi, outward)
+        else:
+            lo = max(lo, -outward)
+    return lo, hi

@@ -45,7 +45,8 @@ from dpsql.units.rewrite import add_unit_id, select_parts
 FLAT_ROWS = 1 << 23
 
 
-def pair_contributions(select: exp.Select, release: UnitRelease) -> exp.Select:
+def pair_contributions(select: exp.Select, release: UnitRelease,
+                       exponents: dict[int, int]) -> exp.Select:
     """The exact query grouped by (``__u0``, ``__u1``) with each part's psi, or flat for plain
     counts (module docstring). Precondition: ``release.more`` holds the second unit,
     ``release.parts`` the R2T parts (no GROUP BY)."""
@@ -59,7 +60,7 @@ def pair_contributions(select: exp.Select, release: UnitRelease) -> exp.Select:
                                    if not (isinstance(e, exp.Alias)
                                            and e.alias.startswith("__m"))])
         return select
-    select_parts(select, release, sums_as_double=True)
+    select_parts(select, release, exponents, sums_as_double=True)
     return select
 
 

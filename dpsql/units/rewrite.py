@@ -29,9 +29,13 @@ that belong to no unit, the same in both neighbours (docs/privacy.md, "Privacy u
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 from sqlglot import exp
 
 from dpsql.analysis.trees import copy_tree
+from dpsql.rewrite import fixed_point
 from dpsql.rewrite.context import RewriteContext
 from dpsql.units.analysis import UnitRelease, per_group_clamp
 from dpsql.units.grid import part_grid, part_levels
@@ -39,6 +43,9 @@ from dpsql.units.paths import UnitSource
 
 
 def _number(value: float) -> exp.Expression:
+    if isinstance(value, int):  # exactly, beyond 2^53 too (levels in fixed-point steps)
+        return exp.Literal.number(value) if value >= 0 else exp.Neg(
+            this=exp.Literal.number(-value))
     if float(value).is_integer():
         return exp.Literal.number(int(value))
     return exp.Literal.number(repr(float(value)))
@@ -55,12 +62,24 @@ def _least(value: exp.Expression, bound: float) -> exp.Expression:
     return exp.Anonymous(this="LEAST", expressions=[zero, _number(bound)])
 
 
-def _as_total(value: exp.Expression, integer: bool) -> exp.Expression:
-    """What is summed over units, with its type spelled out (Spark's translation sums only
-    typed values exactly): counts as BIGINT (DuckDB sums them into HUGEINT; a sum of at most
-    one truncated count per unit stays below the table's row count), sums as DOUBLE, whose sum
-    cannot overflow into an error whatever the bounds (a DECIMAL sum can)."""
-    return exp.Cast(this=value, to=exp.DataType.build("BIGINT" if integer else "DOUBLE"))
+def _count_total(value: exp.Expression) -> exp.Expression:
+    """A count summed over units, with its type spelled out (Spark's translation sums only
+    typed values exactly): BIGINT (DuckDB sums it into HUGEINT; a sum of at most one truncated
+    count per unit stays below the table's row count)."""
+    return exp.Sum(this=exp.Cast(this=value, to=exp.DataType.build("BIGINT")))
+
+
+def _steps_total(value: exp.Expression, k: int) -> exp.Expression:
+    """Integer fixed-point contributions (steps 2^-k, each below 2^62 steps:
+    dpsql.units.grid.summand_exponent) summed over units exactly and converted to their value
+    once (dpsql.rewrite.fixed_point): a DOUBLE sum over units would depend on their order."""
+    return fixed_point.to_value(fixed_point.exact_sum(value), k)
+
+
+def _steps(value: float | Fraction, k: int, *, up: bool = False) -> int:
+    """``value`` in steps 2^-k, rounded down (up: rounded up), exactly."""
+    scaled = Fraction(value) * Fraction(2) ** k
+    return math.ceil(scaled) if up else math.floor(scaled)
 
 
 def _greatest(value: exp.Expression, bound: float) -> exp.Expression:
@@ -96,13 +115,14 @@ def counts_only(release: UnitRelease) -> bool:
     return all(part.integer for part in release.parts)
 
 
-def select_parts(select: exp.Select, release: UnitRelease, *, sums_as_double: bool = False
-                 ) -> None:
+def select_parts(select: exp.Select, release: UnitRelease, exponents: dict[int, int], *,
+                 sums_as_double: bool = False) -> None:
     """Replace ``select``'s measurement columns (``__m<j>``) by one column ``__p<i>`` per R2T
     part: the COUNT, or the SUM of the part's clamped values (a SUM with both parts splits into
-    its non-negative and non-positive sums, each as a sum of values >= 0). Shared by the one-unit
-    query (per unit) and the two-unit one (per pair of units, ``sums_as_double``: the flow reads
-    floats)."""
+    its non-negative and non-positive sums, each as a sum of values >= 0), in fixed-point steps
+    2^-k (``exponents``: the clamps pass's k per SUM). Shared by the one-unit query (per unit)
+    and the two-unit one (per pair of units, ``sums_as_double``: the flow reads each pair's
+    value, converted once from its exact sum)."""
     nodes = _measurement_nodes(select)
     kept: set[int] = set()
     for i, part in enumerate(release.parts):
@@ -119,15 +139,15 @@ def select_parts(select: exp.Select, release: UnitRelease, *, sums_as_double: bo
                 arg = _greatest(arg, 0)
             part_node = exp.Sum(this=arg)
             if sums_as_double:
-                part_node = exp.Cast(this=part_node, to=exp.DataType.build("DOUBLE"))
+                part_node = fixed_point.to_value(part_node, exponents[part.index])
         kept.add(part.index)
         select.select(exp.alias_(part_node, f"__p{i}"), copy=False)
     select.set("expressions", [e for e in select.expressions
                                if not (isinstance(e, exp.Alias) and e.alias.startswith("__m"))])
 
 
-def _r2t(select: exp.Select, release: UnitRelease) -> exp.Select:
-    select_parts(select, release)
+def _r2t(select: exp.Select, release: UnitRelease, exponents: dict[int, int]) -> exp.Select:
+    select_parts(select, release, exponents)
     per_unit = exp.alias_(exp.Subquery(this=select), "__c", table=True)
     if counts_only(release):
         return _r2t_histogram(per_unit, len(release.parts))
@@ -135,9 +155,16 @@ def _r2t(select: exp.Select, release: UnitRelease) -> exp.Select:
     for i, part in enumerate(release.parts):
         unit_bound, _ = part_grid(part, release.unit)
         for j, tau in enumerate(part_levels(part, release.unit)):
-            least = _least(_col(f"__p{i}", "__c"), tau * unit_bound)
-            outer.select(exp.alias_(exp.Sum(this=_as_total(least, part.integer)),
-                                    f"__r{i}_{j}"), copy=False)
+            # exactly tau_j * b (levels reach 2^62: a float product would round them)
+            cap = Fraction(tau) * Fraction(unit_bound)
+            if part.integer:
+                assert cap.denominator == 1  # a count's b is a whole number of rows
+                total = _count_total(_least(_col(f"__p{i}", "__c"), int(cap)))
+            else:  # the level in steps, rounded down: min(c, T) = min(c, floor T), c integer
+                k = exponents[part.index]
+                least = _least(_col(f"__p{i}", "__c"), _steps(cap, k))
+                total = _steps_total(least, k)
+            outer.select(exp.alias_(total, f"__r{i}_{j}"), copy=False)
     return outer.from_(per_unit, copy=False)
 
 
@@ -181,13 +208,14 @@ def _two_stage(select: exp.Select, release: UnitRelease, ctx: RewriteContext) ->
         outer.select(exp.alias_(_col(f"__k{i}", "__r"), f"__k{i}"), copy=False)
     for m in analysis.measurements:
         lo, hi = per_group_clamp(m, unit)
-        value = _least(_col(f"__m{m.index}", "__r"), hi)
-        if m.function != "COUNT":
-            value = _greatest(value, lo)
-        else:  # typed, so Spark's exact-sum rewrite knows what it sums (at most C per unit)
-            value = exp.Cast(this=value, to=exp.DataType.build("BIGINT"))
-        outer.select(exp.alias_(exp.Sum(this=_as_total(value, m.integer)), f"__m{m.index}"),
-                     copy=False)
+        if m.function == "COUNT":  # typed, so Spark's exact-sum rewrite knows what it sums
+            total = _count_total(_least(_col(f"__m{m.index}", "__r"), hi))
+        else:  # in steps 2^-k, the interval rounded inwards: it stays within [lo, hi]
+            k = ctx.sum_exponents[m.index]
+            value = _least(_col(f"__m{m.index}", "__r"), _steps(hi, k))
+            value = _greatest(value, _steps(lo, k, up=True))
+            total = _steps_total(value, k)
+        outer.select(exp.alias_(total, f"__m{m.index}"), copy=False)
     outer = outer.from_(exp.alias_(exp.Subquery(this=ranked), "__r", table=True), copy=False)
     outer = outer.where(exp.LTE(this=_col("__g", "__r"),
                                 expression=exp.Literal.number(unit.max_groups)), copy=False)
@@ -207,8 +235,8 @@ def unit_contributions(tree: exp.Expression, *, ctx: RewriteContext) -> exp.Expr
     if release.more:  # a result row of two units: grouped by the pair (dpsql.units.multi)
         from dpsql.units.multi_rewrite import pair_contributions
 
-        return pair_contributions(tree, release)
+        return pair_contributions(tree, release, ctx.sum_exponents)
     add_unit_id(tree, release.source, "__u")
     if release.r2t:
-        return _r2t(tree, release)
+        return _r2t(tree, release, ctx.sum_exponents)
     return _two_stage(tree, release, ctx)

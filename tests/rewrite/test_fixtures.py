@@ -71,6 +71,7 @@ PASS_OF_FILE = {
     "not_in": "not_in_as_not_exists",
     "totality": "make_total_pass",
     "null_safe_not_in": "null_safe_not_in",
+    "ordered": "order_inner_aggregates",
     "clamps": "clamp_measurements",
     "domains": "domain_relations",
 }

@@ -35,6 +35,9 @@ CASES = [
     ("SELECT SAMPLE_AGGREGATE(STDDEV(x) + VAR_POP(n), 0, 1000), SAMPLE_AGGREGATE(CORR(x, n), "
      "-1, 1) FROM t WHERE g IN (SELECT g FROM p WHERE w >= 1)", []),
     ("SELECT SAMPLE_AGGREGATE(COUNT(n) / (COUNT(*) - 5), -5, 5) FROM t WHERE x < ?", [60.0]),
+    # each floating-point aggregate ordered by its arguments (Spark: a fold over them sorted)
+    ("SELECT SAMPLE_AGGREGATE(SUM(DISTINCT n) + AVG(DISTINCT x), 0, 500), SAMPLE_AGGREGATE("
+     "VARIANCE(x) + STDDEV_POP(n) + COVAR_SAMP(x, n) + COVAR_POP(n, x), -1e4, 1e4) FROM t", []),
     ("SELECT SAMPLE_AGGREGATE(AVG(v) + ?, 0, 30) FROM u", [0.5]),
     ("SELECT SAMPLE_AGGREGATE(CAST(MIN(g) AS INTEGER) + QUANTILE_DISC(n, 0.5), 0, 9) FROM t "
      "WHERE x > (SELECT AVG(w) FROM p)", []),

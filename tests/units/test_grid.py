@@ -4,7 +4,9 @@ exact values, refusals, and the engine's executed query and explain on it."""
 
 from __future__ import annotations
 
+import math
 import random
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -99,3 +101,116 @@ def test_explain_shows_a_sums_value_grid():
     assert len(part["level_scales"]) == 3  # levels 2, 4, 8 value units
     text = explain_text("SELECT SUM(qty) FROM items", md, epsilon=1.0, delta=0.0)
     assert "levels in value units up to 5" in text
+
+
+@pytest.mark.parametrize(("unit", "bound"), [(_unit(max_contribution=8), 4.0),
+                                             (_unit(max_contribution=2**40), 1e6),
+                                             (_unit(max_contribution=837339, level_base=5.5,
+                                                    max_sum=837339), 0.001)])
+def test_every_r2t_summand_stays_below_2_62_steps(unit, bound):
+    """dpsql.units.grid.summand_exponent: the top level in steps 2^-k is below 2^62 and k is
+    the largest such (a coarser grid would round the rows more than needed)."""
+    from dpsql.analysis.model import Measurement
+    from dpsql.units.analysis import UnitRelease
+    from dpsql.units.grid import summand_exponent
+
+    part = R2TPart(0, 1, bound, False)
+    release = UnitRelease(unit, None, (part,))  # type: ignore[arg-type]  # source unused
+    m = Measurement(0, "SUM", None, None, bounds=(0.0, bound))  # type: ignore[arg-type]
+    k = summand_exponent(m, release)
+    top = Fraction(max(part_levels(part, unit)))
+    assert top * Fraction(2) ** k < 2**62 <= top * Fraction(2) ** (k + 1)
+
+
+def _round_half_away(x: Fraction) -> int:
+    """DuckDB's ROUND of a double, on its exact value."""
+    return int(math.copysign(math.floor(abs(x) + Fraction(1, 2)), x)) if x else 0
+
+
+def test_r2t_sums_of_doubles_are_exact_in_any_row_order():
+    """A DOUBLE SUM under a unit: each level is the exact sum over units of the truncated
+    per-unit sums of the rows' steps (computed here in rationals), converted once, whatever
+    the order the rows were written in."""
+    import dataclasses
+
+    import duckdb
+
+    from dpsql.rewrite.clamps import sum_exponent
+    from dpsql.rewrite.fixed_point import grid_bounds
+
+    base = tiny.metadata(max_contribution=8)
+    items = base.tables["items"]
+    qty = dataclasses.replace(items.columns["qty"], type="DOUBLE", bounds=(-1e12, 1e12))
+    md = dataclasses.replace(base, tables={**base.tables, "items": dataclasses.replace(
+        items, columns={**items.columns, "qty": qty})})
+    analysis = analyze_request("SELECT SUM(qty) FROM items", md)
+    assert analysis.unit is not None
+    (m,) = analysis.measurements
+    k = sum_exponent(m, analysis)
+    exact_sql = plan_execution(analysis, md).exact_sql
+    rng = random.Random(17)
+    customers = [(c, 1) for c in range(1, 21)]
+    orders = [(o, rng.randint(1, 20), 0) for o in range(1, 61)]
+    values = [rng.choice([1e11, -1e11, 3.7e10]) if rng.random() < 0.2
+              else rng.uniform(-1, 1) * 10 ** rng.randint(-3, 3) for _ in range(3000)]
+    items_rows = [(rng.randint(1, 61), v, 1) for v in values]  # order 61: an orphan
+    # the reference, in exact rationals
+    owner = {o: c for o, c, _ in orders}
+    lo, hi = grid_bounds(-1e12, 1e12, k)
+    per_unit: dict[tuple[int | None, int], int] = {}
+    for order, v, _ in items_rows:
+        steps = min(max(_round_half_away(Fraction(v) * 2**k), lo), hi)
+        for sign in (1, -1):
+            key = (owner.get(order), sign)
+            per_unit[key] = per_unit.get(key, 0) + max(sign * steps, 0)
+    seen = set()
+    for _ in range(2):
+        rng.shuffle(items_rows)
+        con = duckdb.connect()
+        con.execute("CREATE TABLE customer (c_id INTEGER, region INTEGER)")
+        con.execute("CREATE TABLE orders (o_id INTEGER, o_cust INTEGER, amount INTEGER)")
+        con.execute("CREATE TABLE items (i_order INTEGER, qty DOUBLE, kind INTEGER)")
+        con.execute("CREATE TABLE regions (r INTEGER)")
+        con.executemany("INSERT INTO customer VALUES (?, ?)", customers)
+        con.executemany("INSERT INTO orders VALUES (?, ?, ?)", orders)
+        con.executemany("INSERT INTO items VALUES (?, ?, ?)", items_rows)
+        row = con.execute(exact_sql).fetchone()
+        con.close()
+        seen.add(row)
+        got = iter(row)
+        for part in analysis.unit.parts:
+            for tau in part_levels(part, md.privacy_unit):
+                cap = Fraction(tau) * 2**k
+                # the rows of no unit (order 61) are one pseudo-unit, truncated too
+                want = sum(min(c, cap) for (_, sign), c in per_unit.items()
+                           if sign == part.sign)
+                value = Fraction(next(got))
+                exact = Fraction(want) / 2**k
+                assert abs(value - exact) <= abs(exact) / 2**51, (tau, value, exact)
+    assert len(seen) == 1
+
+
+def test_r2t_rows_are_clamped_at_the_top_level_and_k_is_never_negative():
+    """A row above a part's top level cannot change a truncated sum, so R2T clamps rows there
+    (each row's steps then fit BIGINT whatever the bounds), and k >= 0 keeps every level a
+    whole number of steps (the noised increments' sensitivities: the red team's finding)."""
+    import dataclasses
+
+    from dpsql.rewrite.clamps import sum_bounds, sum_exponent
+    from dpsql.units.grid import r2t_row_bounds
+
+    base = tiny.metadata(max_contribution=8, max_sum=10)  # levels 2, 4, 8, 16 value units
+    items = base.tables["items"]
+    qty = dataclasses.replace(items.columns["qty"], type="DOUBLE", bounds=(-2.0**60, 2.0**60))
+    md = dataclasses.replace(base, tables={**base.tables, "items": dataclasses.replace(
+        items, columns={**items.columns, "qty": qty})})
+    analysis = analyze_request("SELECT SUM(qty) FROM items", md)
+    assert analysis.unit is not None
+    (m,) = analysis.measurements
+    assert r2t_row_bounds(m, analysis.unit) == sum_bounds(m, analysis) == (-16.0, 16.0)
+    assert sum_exponent(m, analysis) == 48  # a row: 16 * 2^48 = 2^52 (the summand cap: 57)
+    wide = dataclasses.replace(base.privacy_unit, max_sum=2**61)
+    analysis = analyze_request("SELECT SUM(qty) FROM items",
+                               dataclasses.replace(md, privacy_unit=wide))
+    (m,) = analysis.measurements
+    assert sum_exponent(m, analysis) == 0  # never negative: levels stay whole steps

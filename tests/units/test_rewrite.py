@@ -16,6 +16,7 @@ from sqlglot import exp
 
 from dpsql.analysis.blocks import analyze_request
 from dpsql.noise.r2t import levels, truncated_sums
+from dpsql.rewrite.clamps import sum_exponent
 from dpsql.rewrite.plan import plan_execution
 from dpsql.units.execute import levels_from_histogram
 from dpsql.units.grid import part_grid
@@ -70,6 +71,8 @@ def test_truncated_sums_equal_the_reference_over_the_units(sql, histogram, base)
             k = names.index(f"__p{i}")
             c = np.array([0 if r[k] is None else r[k] for r in units],
                          dtype=np.int64 if part.integer else np.float64)
+            if not part.integer:  # per unit in fixed-point steps 2^-k (dpsql.rewrite.fixed_point)
+                c = c * 2.0 ** -sum_exponent(analysis.measurements[part.index], analysis)
             # each part on its own grid: rows for a COUNT, value units for a SUM
             # (dpsql.units.grid: GS_value = 8 rows x the per-row bound)
             bound, gs = part_grid(part, md.privacy_unit)
