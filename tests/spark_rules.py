@@ -31,7 +31,9 @@ RULES: dict[str, re.Pattern[str]] = {
     # named parameters $p become :p
     "named parameter": re.compile(r":__dpsql_param_\d"),
     # quantiles over the sorted values (dpsql/backends/spark_quantiles.py)
-    "quantile": re.compile(r"\bARRAY_SORT\(", re.I),
+    "quantile": re.compile(r"\bTRANSFORM\(ARRAY\(ARRAY_SORT\(", re.I),
+    # ordered floating-point aggregates as folds over sorted values (spark_ordered.py)
+    "ordered aggregate": re.compile(r"\bAGGREGATE\(ARRAY_SORT\(", re.I),
 }
 
 
