@@ -15,6 +15,7 @@ import duckdb
 import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
+from tests.assert_cache import prewrite
 from tests.recording import (
     RecordingDuckDBBackend,
     export_parquet,
@@ -145,13 +146,15 @@ def pytest_configure(config: pytest.Config) -> None:
     writers) would otherwise compile every dpsql module it imports, ~0.15 CPU-s per process.
     A clean tree costs ~0.3 CPU-s once; a compiled one only the file checks. Test modules are
     left out (pytest compiles its own assertion-rewritten copy). compileall writes next to the
-    sources, in the ``__pycache__`` folders .gitignore names, and nothing else."""
+    sources, in the ``__pycache__`` folders .gitignore names, and nothing else. The test
+    modules' rewritten asserts are written once too, for the workers (tests/assert_cache.py)."""
     if hasattr(config, "workerinput"):
         return  # an xdist worker: the controller compiled
     root = Path(__file__).resolve().parents[1]
     skip = re.compile(r"[/\\](test_[^/\\]*|conftest)\.py$")
     for name in COMPILED:
         compileall.compile_dir(root / name, quiet=2, rx=skip)
+    prewrite(config)  # the test modules' rewritten asserts, once (tests/assert_cache.py)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks

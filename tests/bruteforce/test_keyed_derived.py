@@ -110,7 +110,7 @@ def _neighbours(db):
 
 
 def _connect():
-    con = duckdb.connect()
+    con = duckdb.connect(config={"threads": 1})
     con.execute("CREATE TABLE p (x INTEGER, h INTEGER)")
     con.executemany("INSERT INTO p VALUES (?, ?)", PUBLIC_ROWS)
     return con

@@ -101,7 +101,7 @@ def test_groups_and_counts_over_every_neighbour(sql, relation):
     assert plan.selected
     n_keys = plan.n_keys
     es = [m.sensitivity.at(0) for m in analysis.measurements]
-    con = duckdb.connect()
+    con = duckdb.connect(config={"threads": 1})
     con.execute("CREATE TABLE a (x INTEGER, y INTEGER)")
     con.execute("CREATE TABLE p (x INTEGER, g INTEGER)")
     con.executemany("INSERT INTO p VALUES (?, ?)", PUBLIC_ROWS)

@@ -89,7 +89,7 @@ def _neighbours(rows):
 
 @pytest.fixture(scope="module")
 def con():
-    c = duckdb.connect()
+    c = duckdb.connect(config={"threads": 1})
     c.execute("CREATE TABLE a (x INTEGER, y INTEGER)")
     c.execute("CREATE TABLE p (x INTEGER, g INTEGER)")
     c.executemany("INSERT INTO p VALUES (?, ?)", PUBLIC_ROWS)

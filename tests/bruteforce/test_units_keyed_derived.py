@@ -93,7 +93,7 @@ _CON: list[duckdb.DuckDBPyConnection] = []
 def _load(db: tiny.Database) -> duckdb.DuckDBPyConnection:
     """``db`` in an in-memory DuckDB (NULLs allowed), INTEGER columns as tiny's metadata says."""
     if not _CON:
-        _CON.append(duckdb.connect())
+        _CON.append(duckdb.connect(config={"threads": 1}))
     con = _CON[0]
     for table, columns in tiny.COLUMNS.items():
         con.execute(f"CREATE OR REPLACE TABLE {table} "

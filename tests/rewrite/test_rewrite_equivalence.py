@@ -1,8 +1,9 @@
 """With noise switched off, the engine answers exactly what the analyst's SQL answers on DuckDB.
 
 The tests run on DuckDB; the reference is plain SQL on DuckDB. Spark is covered by
-tests/backends/test_spark.py, which runs the exact and domain queries of every case here on both
-backends and requires identical rows and types: equal to DuckDB, equal to the reference.
+tests/backends/test_spark.py, which translates the exact and domain queries of every case here
+for Spark and runs those of a subset executing every translation rule (SPARK_EXECUTES) on both
+backends, requiring identical rows and types: equal to DuckDB, equal to the reference.
 
 This is the contract of :mod:`dpsql.rewrite` (clamping, domain bins, TRY totality, NOT IN with
 NOT EXISTS semantics, post-processing over the noisy table) checked end to end through

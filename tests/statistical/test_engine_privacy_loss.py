@@ -196,7 +196,8 @@ def _estimate(engine, sql, d_value, d_prime_value, edges):
 
 # Every scenario on DuckDB. Not on Spark: the noise is drawn in Python from the exact bins,
 # and tests/backends/test_spark.py shows Spark's exact bins (domain and bins queries) equal
-# DuckDB's for every rewrite case, so a Spark run would repeat this test at ~1 s per draw.
+# DuckDB's for rewrite cases executing every translation rule, so a Spark run would repeat
+# this test at ~1 s per draw.
 BACKEND_SCENARIOS = [
     pytest.param("duckdb", *s.values, id=f"duckdb-{s.id}") for s in SCENARIOS
 ]

@@ -13,13 +13,16 @@ about 2e^-1000, so counts equal the true counts; tests that need visible noise u
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import json
 import math
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,15 +94,33 @@ class World:
             return book.status(str(self.db), analyst)
 
 
+#: the database written once in this process (a private template no test opens)
+_TEMPLATE: list[Path] = []
+
+
+def _people_template() -> Path:
+    if not _TEMPLATE:
+        folder = Path(tempfile.mkdtemp(prefix="dpsql-people-template-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        db = folder / "people.duckdb"
+        con = duckdb.connect(str(db))
+        con.execute("CREATE TABLE people (id INTEGER, region VARCHAR, age INTEGER)")
+        con.execute("INSERT INTO people SELECT i, ['north', 'south', 'east'][i % 3 + 1], "
+                    "20 + i % 50 FROM range(300) t(i)")
+        con.execute("CREATE TABLE visits (person_id INTEGER, minutes INTEGER)")
+        con.execute("INSERT INTO visits SELECT i % 300, i % 60 FROM range(900) t(i)")
+        con.close()  # closed and checkpointed: the one file holds everything
+        assert [p.name for p in folder.iterdir()] == ["people.duckdb"]
+        _TEMPLATE.append(db)
+    return _TEMPLATE[0]
+
+
 def build_world(tmp_path: Path, *, epsilon: float = 100.0, delta: float = 1e-3) -> World:
+    """A new world in ``tmp_path``: a byte copy of this process's database template (written
+    once, closed: DuckDB shares one instance per file in a process, so dpsql opens the copy
+    as a file no one else holds), its metadata files and a new ledger."""
     db = tmp_path / "people.duckdb"
-    con = duckdb.connect(str(db))
-    con.execute("CREATE TABLE people (id INTEGER, region VARCHAR, age INTEGER)")
-    con.execute("INSERT INTO people SELECT i, ['north', 'south', 'east'][i % 3 + 1], "
-                "20 + i % 50 FROM range(300) t(i)")
-    con.execute("CREATE TABLE visits (person_id INTEGER, minutes INTEGER)")
-    con.execute("INSERT INTO visits SELECT i % 300, i % 60 FROM range(900) t(i)")
-    con.close()  # DuckDB shares one instance per file in a process: close before dpsql opens it
+    shutil.copyfile(_people_template(), db)
     ledger = tmp_path / "ledger.sqlite"
     metadata = tmp_path / "people.yaml"
     metadata.write_text(METADATA.format(ledger_line="ledger: ledger.sqlite\n"))

@@ -109,7 +109,7 @@ def load(db: Mapping[str, Sequence[tuple[int, ...]]],
     its tables replaced)."""
     if con is None:
         if not _CONNECTION:
-            _CONNECTION.append(duckdb.connect())
+            _CONNECTION.append(duckdb.connect(config={"threads": 1}))
         con = _CONNECTION[0]
     script = []
     for table, columns in COLUMNS.items():
