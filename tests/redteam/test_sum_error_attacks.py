@@ -51,6 +51,22 @@ def _answer(path: Path, yaml: Path) -> Any:
         conn.close()
 
 
+def _refused_by_name(path: Path, yaml: Path, sql: str) -> None:
+    """``sql`` on ``path`` under ``yaml`` raises a PEP 249 error other than InternalError
+    ('a dpsql bug'): a refusal that names the construct and the fix."""
+    import dpsql
+    from dpsql.errors import Error, InternalError
+
+    conn = dpsql.connect(str(path), metadata=str(yaml), analyst="a", ledger=None,
+                         epsilon=1.0, delta=1e-6)
+    try:
+        with pytest.raises(Error) as info:
+            conn.cursor().execute(sql)
+        assert not isinstance(info.value, InternalError), info.value
+    finally:
+        conn.close()
+
+
 def test_a_sum_beyond_2_1020_is_no_data_dependent_error(tmp_path):
     """Bounds [0, 1e301] at epsilon 1 are accepted (scale ~1e301 <= 2^1000). D holds OVER_ROWS
     rows at the bound and one row 0; its neighbour D' changes that 0 into 1e301. D is
@@ -98,20 +114,10 @@ def test_extreme_bounds_are_refused_with_a_pep_249_error_naming_the_fix(tmp_path
     """Not data-dependent (the same for every database), found on the way: declared bounds
     the analysis accepts but the mechanisms cannot use end in 'unexpected ValueError ... (a
     dpsql bug)' instead of a NotSupportedError naming the bounds."""
-    import dpsql
-    from dpsql.errors import Error, InternalError
-
     yaml = tmp_path / "md.yaml"
     yaml.write_text(f"tables:\n  t: {{columns: {{v: {{type: DOUBLE, bounds: [0, {bound}]}}}}}}\n")
     path = make_db(tmp_path / "d.duckdb", {"t": (["v DOUBLE"], [(1.0,)])})
-    conn = dpsql.connect(str(path), metadata=str(yaml), analyst="a", ledger=None,
-                         epsilon=1.0, delta=1e-6)
-    try:
-        with pytest.raises(Error) as info:
-            conn.cursor().execute(sql)
-        assert not isinstance(info.value, InternalError), info.value
-    finally:
-        conn.close()
+    _refused_by_name(path, yaml, sql)
 
 
 @pytest.mark.parametrize(("extra", "sql"), [
@@ -126,9 +132,6 @@ def test_a_grid_coarser_than_the_bounds_is_refused_with_a_pep_249_error(tmp_path
     AssertionError ... (a dpsql bug)' (under python -O the assert is gone and each row adds
     1 > u: the per-unit clamps still bound the release, but the contract is broken). It
     should be a NotSupportedError naming max_sum / max_rows_per_group and the bounds."""
-    import dpsql
-    from dpsql.errors import Error, InternalError
-
     yaml = tmp_path / "md.yaml"
     yaml.write_text(f"""
 privacy_unit: {{table: people, column: pid, {extra}}}
@@ -140,11 +143,4 @@ tables:
               domain: {{values: [1, 2]}}}}, v: {{type: DOUBLE, bounds: [0.3, 0.7]}}}}
 """)
     path = make_db(tmp_path / "d.duckdb", visits_db([(1, 1, 0.5)]))
-    conn = dpsql.connect(str(path), metadata=str(yaml), analyst="a", ledger=None,
-                         epsilon=1.0, delta=1e-6)
-    try:
-        with pytest.raises(Error) as info:
-            conn.cursor().execute(sql)
-        assert not isinstance(info.value, InternalError), info.value
-    finally:
-        conn.close()
+    _refused_by_name(path, yaml, sql)

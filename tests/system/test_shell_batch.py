@@ -7,7 +7,6 @@ import dataclasses
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,8 +18,9 @@ import pytest
 from dpsql.accounting import Ledger, database_identity
 from dpsql.cli.commands import COMMANDS
 from dpsql.cli.main import main
-from dpsql.demo import DEMO_DELTA, DEMO_EPSILON, DemoFiles, create_demo
+from dpsql.demo import DemoFiles
 from dpsql.metadata import dump_metadata, load_metadata
+from tests.system.demo_copies import demo_copy, demo_template
 
 JOIN = ("SELECT COUNT(*) AS n FROM orders o JOIN customers c "
         "ON o.customer_id = c.customer_id")
@@ -28,20 +28,13 @@ JOIN = ("SELECT COUNT(*) AS n FROM orders o JOIN customers c "
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> DemoFiles:
-    return create_demo(tmp_path_factory.mktemp("template") / "demo", customers=500,
-                       orders=5_000, products=50)
+    return demo_template(tmp_path_factory.mktemp("template"))
 
 
 @pytest.fixture
 def shop(template: DemoFiles, tmp_path: Path) -> DemoFiles:
-    """A fresh copy of the small shop per test, with demo's full budget (the ledger keys
-    budgets by the database's real path, so the copy gets its own)."""
-    folder = Path(shutil.copytree(template.folder, tmp_path / "demo"))
-    files = dataclasses.replace(template, folder=folder, database=folder / "shop.duckdb",
-                                metadata=folder / "shop.yaml", ledger=folder / "ledger.sqlite")
-    with Ledger(files.ledger) as ledger:
-        ledger.set_budget(database_identity(files.database), "demo", DEMO_EPSILON, DEMO_DELTA)
-    return files
+    """A fresh copy of the small shop per test, with demo's full budget."""
+    return demo_copy(template, tmp_path)
 
 
 @dataclass

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -13,8 +11,8 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from dpsql.accounting import Ledger, database_identity
-from dpsql.demo import DEMO_DELTA, DEMO_EPSILON, DemoFiles, create_demo
+from dpsql.demo import DemoFiles
+from tests.system.demo_copies import demo_copy, demo_template
 
 PROMPT = "dpsql>"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -22,21 +20,13 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> DemoFiles:
-    return create_demo(tmp_path_factory.mktemp("template") / "demo", customers=500,
-                       orders=5_000, products=50)
+    return demo_template(tmp_path_factory.mktemp("template"))
 
 
 @pytest.fixture
 def shop(template: DemoFiles, tmp_path: Path) -> DemoFiles:
-    """A fresh copy of the small shop per test, with demo's full budget (the ledger keys
-    budgets by the database's real path, so the copy gets its own), as in
-    tests/system/test_shell_batch.py."""
-    folder = Path(shutil.copytree(template.folder, tmp_path / "demo"))
-    files = dataclasses.replace(template, folder=folder, database=folder / "shop.duckdb",
-                                metadata=folder / "shop.yaml", ledger=folder / "ledger.sqlite")
-    with Ledger(files.ledger) as ledger:
-        ledger.set_budget(database_identity(files.database), "demo", DEMO_EPSILON, DEMO_DELTA)
-    return files
+    """A fresh copy of the small shop per test, with demo's full budget."""
+    return demo_copy(template, tmp_path)
 
 
 def spawn(shop: DemoFiles, *extra: str) -> pexpect.spawn:
