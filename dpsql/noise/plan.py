@@ -184,8 +184,10 @@ def _pure_plan(m: Measurement, epsilon: float, es_at: float) -> NoisePlan:
     return NoisePlan(m, epsilon, 0.0, es_at, None, scale, g)
 
 
-def _scale_out_of_range(m: Measurement) -> NotSupportedError:
-    return NotSupportedError(
+def _scale_out_of_range(m: Measurement) -> mechanisms.ScaleOutOfRange:
+    """The refusal of a SUM whose noise scale leaves the sums' range: from its bounds and
+    epsilon alone (pure and smoothed plans)."""
+    return mechanisms.ScaleOutOfRange(
         f"the noise scale of {m.label or 'a SUM'} (from its bounds and epsilon) lies outside "
         "[2^-1000, 2^1000], where dpsql's sums are released: declare bounds of a usual "
         "magnitude (rescale the column, e.g. to thousands) or use another epsilon")
@@ -231,16 +233,16 @@ def _smoothed_plan(
     bound_width = max(m.bounds[1], 0.0) - min(m.bounds[0], 0.0)
     # 2^12 above the finest grid: joins whose S is up to 2^24 times the smallest possible
     # scale still fit the discrete sampler, at a snapping error below 1% of any noise scale.
-    g0 = mechanisms.sum_granularity(2.0 * max(bound_width, 1e-300) / epsilon) * 2.0**12
+    try:
+        g0 = mechanisms.sum_granularity(2.0 * max(bound_width, 1e-300) / epsilon) * 2.0**12
+    except mechanisms.ScaleOutOfRange:
+        raise _scale_out_of_range(m) from None
     # 2 (S' + g0)/epsilon <= MAX_DISCRETE_SCALE g0 for every S' <= width; at most 2^1000, so
     # it stays finite for huge bounds and epsilon (an infinite window let an infinite S through
     # to a release that raised: an error that depended on max frequencies, red team)
     width = min(max(epsilon * mechanisms.MAX_DISCRETE_SCALE * g0 / 2.0 - g0, 0.0), _MAX_WINDOW)
     if not math.isfinite(2.0 * (width + g0) / epsilon):  # the largest scale: public
-        raise mechanisms.ScaleOutOfRange(
-            f"the noise scale {m.label or 'a SUM'} could need (from its bounds and epsilon) "
-            "is beyond a double: declare bounds of a usual magnitude (rescale the column) or "
-            "use another epsilon")
+        raise _scale_out_of_range(m)
     scale = 2.0 * (_capped(raw, width) + g0) / epsilon
     return NoisePlan(m, epsilon, delta, es_at, sm, scale, g0, window=(-width / 2, width / 2))
 

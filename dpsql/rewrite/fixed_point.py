@@ -72,7 +72,7 @@ def exponent_below(top: Fraction | int | float, bits: int = SUMMAND_BITS) -> int
     return k
 
 
-def grid_bounds(lo: float, hi: float, k: int) -> tuple[int, int]:
+def grid_bounds(lo: float | Fraction, hi: float | Fraction, k: int) -> tuple[int, int]:
     """``(ceil(lo 2^k), floor(hi 2^k))``, exactly."""
     scale = Fraction(2) ** k
     return math.ceil(Fraction(lo) * scale), math.floor(Fraction(hi) * scale)
@@ -97,15 +97,13 @@ def scaled(value: exp.Expression, k: int) -> exp.Expression:
     return exp.Mul(this=value, expression=_power(k))
 
 
-def row_steps(value: exp.Expression, bounds: tuple[float, float], k: int, *,
-              clamp: bool = True) -> exp.Expression:
+def row_steps(value: exp.Expression, bounds: tuple[float, float], k: int) -> exp.Expression:
     """A row's DOUBLE ``value`` as a BIGINT number of steps 2^-k inside ``bounds`` (module
-    contract). ``clamp=False`` (the stored values are known to lie in the bounds, and both
-    bounds are on the grid, :func:`on_grid`) rounds without the CASE: the same integers."""
+    contract): ``CAST(CASE .. ELSE ROUND(t) END AS BIGINT)``. Where the stored values lie in
+    bounds that are on the grid (:func:`on_grid`), the CASE may be replaced by its ELSE
+    branch (dpsql.rewrite.clamps records it as removable): the same integers."""
     t = scaled(value, k)
     rounded = exp.Anonymous(this="ROUND", expressions=[t])
-    if not clamp:
-        return exp.Cast(this=rounded, to=exp.DataType.build("BIGINT"))
     lo, hi = grid_bounds(bounds[0], bounds[1], k)
     assert lo <= hi, (bounds, k)
     case = exp.Case(ifs=[

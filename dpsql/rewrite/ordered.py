@@ -48,7 +48,7 @@ def ordered(agg: exp.Expression) -> exp.Expression:
     return agg
 
 
-#: DuckDB's widest DECIMAL: a product wider than this is computed in DOUBLE
+#: DuckDB's widest DECIMAL, and the most digits of a literal it reads as a number, not a DOUBLE
 _MAX_WIDTH = 38
 
 
@@ -86,7 +86,7 @@ def _width(node: exp.Expression, kind: ColumnKind) -> tuple[bool, int] | None:
         if isinstance(node, exp.Mul):
             digits = left[1] + right[1]
             if decimal and digits > _MAX_WIDTH:
-                return None  # DuckDB multiplies such DECIMALs in DOUBLE
+                return None  # not claimed (DuckDB may refuse or widen it): conservative
             return (decimal, min(digits, _MAX_WIDTH))
         return (decimal, min(max(left[1], right[1]) + 1, _MAX_WIDTH))
     return None

@@ -29,7 +29,6 @@ that belong to no unit, the same in both neighbours (docs/privacy.md, "Privacy u
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 
 from sqlglot import exp
@@ -78,8 +77,8 @@ def _steps_total(value: exp.Expression, k: int) -> exp.Expression:
 
 def _steps(value: float | Fraction, k: int, *, up: bool = False) -> int:
     """``value`` in steps 2^-k, rounded down (up: rounded up), exactly."""
-    scaled = Fraction(value) * Fraction(2) ** k
-    return math.ceil(scaled) if up else math.floor(scaled)
+    lo, hi = fixed_point.grid_bounds(value, value, k)
+    return lo if up else hi
 
 
 def _greatest(value: exp.Expression, bound: float) -> exp.Expression:
