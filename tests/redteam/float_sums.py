@@ -193,22 +193,6 @@ def t_rows(values: Sequence[float | None]) -> Tables:
     return {"t": (ROW_COLUMNS, list(enumerate(values)))}
 
 
-#: one privacy unit (people) with visits(v_pid, g, v DOUBLE in [0, 2^53]); C = 2 rows for R2T,
-#: one group of one row per person for the two-stage
-UNIT_MD = loads_metadata(f"""
-privacy_unit: {{table: people, column: pid, max_contribution: 2, max_groups: 1,
-               max_rows_per_group: 1}}
-tables:
-  people: {{columns: {{pid: {{type: INTEGER}}}}}}
-  visits:
-    unit: v_pid
-    columns:
-      v_pid: {{type: INTEGER}}
-      g: {{type: INTEGER, releasable: true, domain: {{values: [1, 2]}}}}
-      v: {{type: DOUBLE, bounds: [0, {int(B53)}]}}
-""", "<float sums: one unit>")
-
-
 def visits_db(rows: Sequence[tuple[int, int, float | None]]) -> Tables:
     """Tables people and visits for ``rows`` (person, group, value), in the order given."""
     people = sorted({r[0] for r in rows})
@@ -247,13 +231,15 @@ def moves(q: Query, d: list[np.ndarray], d2: list[np.ndarray]) -> list[tuple[Fra
     return out
 
 
-def unit_md(lo: str, hi: str, c: int, base: float | None = None) -> Metadata:
-    """UNIT_MD's world with bounds [lo, hi] (YAML numbers), max_contribution and
-    max_rows_per_group ``c``, and R2T's level base."""
+def unit_md(lo: str, hi: str, c: int, base: float | None = None,
+            rows: int | None = None) -> Metadata:
+    """One privacy unit (people) with visits(v_pid, g, v DOUBLE in [lo, hi]) (YAML numbers),
+    max_contribution ``c``, max_rows_per_group ``rows`` (default ``c``), one group per person,
+    and R2T's level base."""
     levels = "" if base is None else f", levels: {{base: {base}}}"
     return loads_metadata(f"""
 privacy_unit: {{table: people, column: pid, max_contribution: {c}, max_groups: 1,
-               max_rows_per_group: {c}{levels}}}
+               max_rows_per_group: {c if rows is None else rows}{levels}}}
 tables:
   people: {{columns: {{pid: {{type: INTEGER}}}}}}
   visits:
@@ -281,6 +267,10 @@ tables:
               v: {{type: DOUBLE, bounds: [{lo}, {hi}]}}}}
 """, "<float sums: two units brute force>")
 
+
+#: one unit with v in [0, 2^53]: C = 2 rows for R2T, one group of one row per person for the
+#: two-stage
+UNIT_MD = unit_md("0", str(int(B53)), 2, rows=1)
 
 #: the two-unit world with v in [0, 2^53]
 PAIR_MD = pair_md("0", str(int(B53)))

@@ -14,11 +14,11 @@ R2T's levels equal an independent reference in exact rationals, people a step ab
 on a level; brute force over every unit removal (R2T, two-stage, pairs) with such values, in
 both storage orders; Spark computes the same values.
 
-BROKE since the fix (strict xfail, reported): with bounds >= 2^53 the grid step exceeds 1
-(k < 0) and R2T's levels are floored onto it (base 2, bounds 2^54: level 2 to 0 steps, level 4
-to one step of 4; base 5.5, bounds 2^53: level 5 to 4), so an increment Q(tau_j) -
-Q(tau_(j-1)), which the default plan noises at the scale of (tau_j - tau_(j-1)) b, moves by up
-to twice that for one person.
+FIXED (was a strict xfail; now k >= 0 under R2T, dpsql.rewrite.clamps.sum_exponent): with bounds
+>= 2^53 the grid step exceeded 1 (k < 0) and R2T's levels were floored onto it (base 2, bounds
+2^54: level 2 to 0 steps, level 4 to one step of 4; base 5.5, bounds 2^53: level 5 to 4), so an
+increment Q(tau_j) - Q(tau_(j-1)), which the default plan noises at the scale of
+(tau_j - tau_(j-1)) b, moved by up to twice that for one person.
 """
 
 from __future__ import annotations
