@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -62,6 +62,11 @@ class Backend(Protocol):
         (INTEGER, BIGINT, VARCHAR, DECIMAL(15,2), ...). Raises ProgrammingError when the backend
         has no such table. The engine fills undeclared metadata types from it: the analysis
         checks join keys' types (dpsql.backends.types)."""
+        ...
+
+    def table_schemas(self, tables: Sequence[str]) -> dict[str, dict[str, str] | None]:
+        """{table: :meth:`table_schema`} of each of ``tables``, None for one the backend does
+        not have: every declared table's schema when an engine opens, read at once."""
         ...
 
     def value_range(self, table: str, column: str) -> tuple[Any, Any] | None:

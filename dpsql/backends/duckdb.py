@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +199,22 @@ class DuckDBBackend:
     def table_schema(self, table: str) -> dict[str, str]:
         """{column: DuckDB type} of a table or view, resolved as queries resolve ``table``
         (temporary views of declared sources first). ProgrammingError if there is none."""
+        schema = self._described(table)
+        return self._with_collations({table: schema})[table]
+
+    def table_schemas(self, tables: Sequence[str]) -> dict[str, dict[str, str] | None]:
+        """:meth:`table_schema` of each of ``tables`` (None for one the database lacks), the
+        collations of all of them probed by one query (a probe is most of a schema's cost)."""
+        described: dict[str, dict[str, str] | None] = {}
+        for table in tables:
+            try:
+                described[table] = self._described(table)
+            except ProgrammingError:
+                described[table] = None
+        present = self._with_collations({t: s for t, s in described.items() if s is not None})
+        return {t: present.get(t) for t in described}
+
+    def _described(self, table: str) -> dict[str, str]:
         try:
             rows = self._con.execute(f"DESCRIBE {_quote_ident(table)}").fetchall()
         except duckdb.CatalogException:
@@ -207,41 +223,47 @@ class DuckDBBackend:
             raise OperationalError(
                 f"cannot read the columns of table {table!r} ({type(err).__name__})"
             ) from None
-        schema = {str(r[0]): str(r[1]) for r in rows}
-        for column, name in self._collations(table, schema).items():
-            schema[column] += f" COLLATE {name}"
-        return schema
+        return {str(r[0]): str(r[1]) for r in rows}
 
-    def _collations(self, table: str, schema: dict[str, str]) -> dict[str, str]:
-        """{column: collation} of ``table``'s VARCHAR columns stored with a collation.
+    def _with_collations(self, schemas: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        """``schemas`` with ``COLLATE <name>`` appended to each VARCHAR column stored with a
+        collation.
 
         DESCRIBE shows plain VARCHAR for ``VARCHAR COLLATE nocase``, so each collation is
-        detected by what it does: a comparison of a constant typed like the column (a scalar
-        subquery with LIMIT 0, which reads no row) with a case, accent or normalisation
-        variant. A view's expression collation is found the same way.
+        detected by what it does: a comparison of a value typed like the column (the column
+        of an empty result, ``LIMIT 0``, which reads no row, outer-joined to one row, so a NULL
+        that COALESCE replaces) with a case, accent or normalisation variant. A view's
+        expression collation is found the same way. One query probes every table.
         """
-        strings = [c for c, t in schema.items() if t.upper() == "VARCHAR"]
+        strings = [(t, c) for t, schema in schemas.items()
+                   for c, type_ in schema.items() if type_.upper() == "VARCHAR"]
         if not strings:
-            return {}
-        probes = []
-        for column in strings:
-            typed = (f"COALESCE((SELECT {_quote_ident(column)} FROM {_quote_ident(table)} "
-                     "LIMIT 0), ")
-            probes.append(f"{typed}'a') = 'A', {typed}'a') = 'á', "
-                          f"{typed}'\u00e9') = 'e\u0301'")
+            return schemas
+        joins, probes = [], []
+        for i, table in enumerate(dict.fromkeys(t for t, _ in strings)):
+            columns = [(j, c) for j, (t, c) in enumerate(strings) if t == table]
+            select = ", ".join(f"{_quote_ident(c)} AS __c{j}" for j, c in columns)
+            joins.append(f"LEFT JOIN (SELECT {select} FROM {_quote_ident(table)} LIMIT 0) "
+                         f"AS __t{i} ON TRUE")
+        for j in range(len(strings)):
+            probes.append(f"COALESCE(__c{j}, 'a') = 'A', COALESCE(__c{j}, 'a') = 'á', "
+                          f"COALESCE(__c{j}, '\u00e9') = 'e\u0301'")
         try:
-            row = self._con.execute("SELECT " + ", ".join(probes)).fetchone()
+            row = self._con.execute(
+                f"SELECT {', '.join(probes)} FROM (SELECT 1) AS __one {' '.join(joins)}"
+            ).fetchone()
         except duckdb.Error as err:
             raise OperationalError(
-                f"cannot read the collations of table {table!r} ({type(err).__name__})"
+                f"cannot read the collations of tables {', '.join(map(repr, schemas))} "
+                f"({type(err).__name__})"
             ) from None
         assert row is not None
-        out = {}
-        for i, column in enumerate(strings):
-            names = [n for n, hit in zip(("nocase", "noaccent", "nfc"), row[3 * i: 3 * i + 3],
+        out = {t: dict(schema) for t, schema in schemas.items()}
+        for j, (table, column) in enumerate(strings):
+            names = [n for n, hit in zip(("nocase", "noaccent", "nfc"), row[3 * j: 3 * j + 3],
                                          strict=True) if hit]
             if names:
-                out[column] = ".".join(names)
+                out[table][column] += f" COLLATE {'.'.join(names)}"
         return out
 
     def _unchanging(self, table: str) -> bool:

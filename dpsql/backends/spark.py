@@ -39,7 +39,7 @@ Comments (and so Spark hints) are dropped from the generated text.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -273,6 +273,10 @@ class SparkBackend:
             raise ProgrammingError(f"table {table!r} is not registered with this backend")
         fields = self._session.table(table).schema.fields
         return {f.name: duckdb_type_name(f.dataType) for f in fields}
+
+    def table_schemas(self, tables: Sequence[str]) -> dict[str, dict[str, str] | None]:
+        """:meth:`table_schema` of each registered table of ``tables``, None for the others."""
+        return {t: self.table_schema(t) if t in self._views else None for t in tables}
 
     def value_range(self, table: str, column: str) -> None:
         """None: nothing keeps a Spark catalog table or its files from changing between queries,

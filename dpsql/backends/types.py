@@ -37,10 +37,10 @@ def fill_column_types(metadata: Metadata, backend: Backend) -> Metadata:
     """``metadata`` with missing column types filled from ``backend`` (see module contract)."""
     tables = {}
     changed = False
+    schemas = backend.table_schemas([t.name for t in metadata.tables.values()])
     for key, table in metadata.tables.items():
-        try:
-            schema = backend.table_schema(table.name)
-        except ProgrammingError:
+        schema = schemas.get(table.name)
+        if schema is None:
             tables[key] = table  # not in the database: queries on it fail when they run
             continue
         actual = {name.lower(): type_ for name, type_ in schema.items()}

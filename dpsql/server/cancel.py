@@ -26,7 +26,7 @@ cancels a later one.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -93,6 +93,9 @@ class CancellableBackend:
 
     def table_schema(self, table: str) -> dict[str, str]:
         return self.inner.table_schema(table)
+
+    def table_schemas(self, tables: Sequence[str]) -> dict[str, dict[str, str] | None]:
+        return self.inner.table_schemas(tables)
 
     def value_range(self, table: str, column: str) -> tuple[Any, Any] | None:
         return self.inner.value_range(table, column)

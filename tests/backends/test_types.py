@@ -61,6 +61,29 @@ def test_table_schema_reads_duckdbs_types(database):
         backend.close()
 
 
+def test_table_schemas_read_at_once_equal_each_table_schema(tmp_path):
+    """One collation probe for every table gives what each table's own probe gives, a table
+    the database lacks is None, and a view's expression collation is seen too."""
+    path = tmp_path / "collated.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute("CREATE TABLE a (k VARCHAR COLLATE nocase, n INTEGER, s VARCHAR)")
+        con.execute("CREATE TABLE b (t VARCHAR COLLATE noaccent, u VARCHAR COLLATE nocase)")
+        con.execute("CREATE TABLE c (x INTEGER)")
+        con.execute("CREATE VIEW v AS SELECT s COLLATE nocase AS s FROM a")
+    backend = DuckDBBackend(path)
+    try:
+        together = backend.table_schemas(["a", "b", "c", "v", "ghost"])
+        assert together == {t: backend.table_schema(t) for t in ("a", "b", "c", "v")} | {
+            "ghost": None}
+        assert together["a"] == {"k": "VARCHAR COLLATE nocase", "n": "INTEGER", "s": "VARCHAR"}
+        assert together["b"]["u"] == "VARCHAR COLLATE nocase"
+        assert together["b"]["t"].startswith("VARCHAR COLLATE noaccent")
+        assert together["v"] == {"s": "VARCHAR COLLATE nocase"}
+        assert backend.table_schemas([]) == {}
+    finally:
+        backend.close()
+
+
 def test_table_schema_of_a_declared_csv_source(tmp_path):
     csv = tmp_path / "t.csv"
     csv.write_text("k,price\n1,2.5\n2,3.0\n")
