@@ -202,7 +202,8 @@ def run(handles: Handles, settings: Settings, log=print) -> dict[str, Any]:
     summary["met"] = summary["median_ms"] is not None and summary["median_ms"] <= ANALYSIS_TARGET_MS
     out: dict[str, Any] = {"summary": summary, "queries": queries}
     log("analysis: generated long queries (hostile input is bounded before qualify)")
-    out["long_queries"] = long_queries(handles, max(3, min(settings.analysis_reps, 15)), log)
+    out["long_queries"] = long_queries(
+        handles, settings.at_least(min(settings.analysis_reps, 15), 3), log)
     if settings.profile and ok:
         accepted = [(q["name"], q["sql"]) for q in ok]
         out["profile"] = profile_corpus(accepted, handles, settings,

@@ -47,6 +47,11 @@ class Settings:
     delta: float = DELTA
     smoke: bool = False
 
+    def at_least(self, n: int, floor: int) -> int:
+        """``n`` repetitions, raised to ``floor`` for a steadier median -- except in a smoke
+        run, which checks that the pipeline runs, not its numbers."""
+        return n if self.smoke else max(n, floor)
+
 
 @dataclass
 class Handles:

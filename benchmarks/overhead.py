@@ -148,7 +148,7 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
     exact_bins_ = read_exact(backend, prepared.compiled, [])
     columns = exact_bins_.exact
     noise_times = []
-    for _ in range(max(settings.runs, 5)):
+    for _ in range(settings.at_least(settings.runs, 5)):
         t, _ = timed(lambda: [noisy_values(c, p) for c, p in zip(columns, noise_plans,
                                                                   strict=True)])
         noise_times.append(t)
@@ -177,7 +177,8 @@ def one_query(name: str, sql: str, handles: Handles, settings: Settings, log) ->
     engine = Session(md, replay)
     engine.run(sql, epsilon=settings.epsilon, delta=settings.delta)  # warm-up
     fixed_times = []
-    for _ in range(max(3 * settings.runs, 15)):  # ~2 ms each: more runs, a steadier median
+    # ~2 ms each: more runs, a steadier median
+    for _ in range(settings.at_least(3 * settings.runs, 15)):
         engine._prepared.clear()  # uncached: the analysis is part of what is timed
         t, _ = timed(lambda: engine.run(sql, epsilon=settings.epsilon, delta=settings.delta))
         fixed_times.append(t)

@@ -132,13 +132,24 @@ def reference(shop):
 SLOW_FOLDERS = ("bruteforce", "statistical", "fuzz")
 
 
-#: modules run once per backend (make_backend) whose module fixtures (the shop, an engine) are
-#: worth building once: their DuckDB cases run on one worker. Not a module-level xdist_group
-#: mark: xdist joins every group name of an item, which would take the Spark cases out of the
-#: spark group (a second JVM).
+#: modules whose module fixtures or cached readings (the shop, engines, neighbour databases,
+#: a fuzzer's worlds) are worth building once: their DuckDB cases run on one worker, not once
+#: per worker that happens to get one of their tests (the timing plugin, tests/timing.py, put
+#: ~15 CPU-s of a run on three workers in such repeated set-ups). Not a module-level
+#: xdist_group mark: xdist joins every group name of an item, which would take the Spark cases
+#: out of the spark group (a second JVM).
 ONE_WORKER_MODULES = ("tests/test_blocks.py", "tests/units/test_selection_session.py",
                       "tests/rewrite/test_rewrite_equivalence.py",
-                      "tests/rewrite/test_gaussian_equivalence.py")
+                      "tests/rewrite/test_gaussian_equivalence.py",
+                      "tests/fuzz/test_error_fuzzer.py",
+                      "tests/bruteforce/test_units_keyed_derived.py",
+                      "tests/rewrite/test_safe_compare.py", "tests/test_correlated.py",
+                      "tests/rewrite/test_totality.py", "tests/system/test_shell_batch.py",
+                      "tests/backends/test_domain_tables_tpch.py",
+                      "tests/rewrite/test_partition_selection.py",
+                      "tests/rewrite/test_derived_keys.py",
+                      "tests/sample_aggregate/test_rewrite.py", "tests/rewrite/test_selection.py",
+                      "tests/rewrite/test_keyed_groups.py")
 
 
 #: the sources the workers and the processes tests start import: compiled once before the run
