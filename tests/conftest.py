@@ -8,6 +8,7 @@ pyspark they are skipped with that reason. ``-m "not spark"`` deselects them.
 from __future__ import annotations
 
 import compileall
+import gc
 import os
 import re
 from pathlib import Path
@@ -172,6 +173,17 @@ def pytest_configure(config: pytest.Config) -> None:
     for name in COMPILED:
         compileall.compile_dir(root / name, quiet=2, rx=skip)
     prewrite(config)  # the test modules' rewritten asserts, once (tests/assert_cache.py)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The collected items live as long as the run: freeze them out of the garbage collector's
+    generations, and collect less often (the suite allocates millions of small objects, sqlglot
+    trees above all, nearly all freed by reference counting). -2 to -4% CPU on the
+    brute-force and analysis folders, measured side by side; a DuckDB instance or a server a
+    test drops is still closed when its last reference goes, as before."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 50)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
