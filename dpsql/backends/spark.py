@@ -263,9 +263,11 @@ class SparkBackend:
 
     def catalog_tables(self) -> list[str]:
         """Names of the tables and views in :attr:`database` of the Spark catalog (not this
-        backend's temporary views)."""
-        tables = self._session.catalog.listTables(self.database)
-        return sorted(t.name for t in tables if not t.isTemporary)
+        backend's temporary views). By ``SHOW TABLES``, which needs no row decoding into
+        catalog objects (``catalog.listTables`` does, and fails with interpreted expressions)."""
+        where = "" if self.database is None else " IN `" + self.database.replace("`", "``") + "`"
+        rows = self._session.sql("SHOW TABLES" + where).collect()
+        return sorted(r["tableName"] for r in rows if not r["isTemporary"])
 
     def table_schema(self, table: str) -> dict[str, str]:
         """{column: DuckDB type name} of a registered table."""

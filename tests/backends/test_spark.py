@@ -283,7 +283,7 @@ def test_the_owners_session_is_not_changed(backends, spark):
     _, sparkb, _ = backends
     assert sparkb.session is not spark
     assert spark.conf.get("spark.sql.ansi.enabled") == "true"
-    assert not any(t.name == "orders" for t in spark.catalog.listTables())
+    assert not any(r["tableName"] == "orders" for r in spark.sql("SHOW TABLES").collect())
     assert sparkb.session.conf.get("spark.sql.runSQLOnFiles") == "false"
 
 
