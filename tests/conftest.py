@@ -153,7 +153,7 @@ ONE_WORKER_MODULES = ("tests/test_blocks.py", "tests/units/test_selection_sessio
                       "tests/rewrite/test_partition_selection.py",
                       "tests/rewrite/test_derived_keys.py",
                       "tests/sample_aggregate/test_rewrite.py", "tests/rewrite/test_selection.py",
-                      "tests/rewrite/test_keyed_groups.py")
+                      "tests/rewrite/test_keyed_groups.py", "tests/test_sqlalchemy_dialect.py")
 
 
 #: the sources the workers and the processes tests start import: compiled once before the run

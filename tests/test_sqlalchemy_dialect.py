@@ -16,8 +16,17 @@ from dpsql.accounting import Ledger
 from dpsql.errors import UnsupportedQueryError
 from tests.analyst_world import EXACT, build
 
-sqlalchemy = pytest.importorskip("sqlalchemy")
-pd = pytest.importorskip("pandas")
+
+# Imported by fixtures, not at collection: every worker collects this module, one runs it
+# (tests/conftest.py, ONE_WORKER_MODULES), and the two imports are ~0.6 CPU-s.
+@pytest.fixture(scope="module")
+def sqlalchemy():
+    return pytest.importorskip("sqlalchemy")
+
+
+@pytest.fixture(scope="module")
+def pd():
+    return pytest.importorskip("pandas")
 
 BY_G = "SELECT g, COUNT(*) AS n, SUM(i) AS si, SUM(d) AS sd FROM t GROUP BY g ORDER BY g"
 
@@ -34,7 +43,7 @@ def url(db, md, **query) -> str:
 
 
 @pytest.fixture(scope="module")
-def engine(world):
+def engine(world, sqlalchemy):
     db, md = world
     engine = sqlalchemy.create_engine(url(db, md, no_ledger="true", epsilon=EXACT))
     yield engine
@@ -48,7 +57,7 @@ def _warnings_are_errors():
         yield
 
 
-def test_pandas_read_sql_on_an_engine_gives_typed_columns_without_warning(engine):
+def test_pandas_read_sql_on_an_engine_gives_typed_columns_without_warning(engine, pd):
     frame = pd.read_sql(BY_G, engine)
     assert list(frame.columns) == ["g", "n", "si", "sd"]
     assert frame["g"].tolist() == ["a", "b", "empty"]
@@ -59,20 +68,20 @@ def test_pandas_read_sql_on_an_engine_gives_typed_columns_without_warning(engine
     assert all(isinstance(v, Decimal) and v.as_tuple().exponent == -2 for v in exact["sd"])
 
 
-def test_read_sql_with_qmark_parameters_and_with_text_parameters(engine):
+def test_read_sql_with_qmark_parameters_and_with_text_parameters(engine, sqlalchemy, pd):
     sql = "SELECT COUNT(*) AS n FROM t WHERE i >= ?"
     assert pd.read_sql(sql, engine, params=(4,))["n"].tolist() == [2]
     text = sqlalchemy.text("SELECT COUNT(*) AS n FROM t WHERE i >= :low")
     assert pd.read_sql(text, engine, params={"low": 5})["n"].tolist() == [1]
 
 
-def test_read_sql_in_chunks(engine):
+def test_read_sql_in_chunks(engine, pd):
     chunks = list(pd.read_sql(BY_G, engine, chunksize=2))
     assert [len(c) for c in chunks] == [2, 1]
     assert pd.concat(chunks)["g"].tolist() == ["a", "b", "empty"]
 
 
-def test_reflection_answers_from_the_metadata(engine):
+def test_reflection_answers_from_the_metadata(engine, sqlalchemy):
     inspector = sqlalchemy.inspect(engine)
     assert inspector.get_table_names() == ["t"]
     assert inspector.has_table("t") and not inspector.has_table("SELECT 1")
@@ -92,7 +101,7 @@ def test_reflection_answers_from_the_metadata(engine):
     assert list(meta.tables) == ["t"]
 
 
-def test_sqlalchemy_core_select_compiles_to_dpsql(engine):
+def test_sqlalchemy_core_select_compiles_to_dpsql(engine, sqlalchemy):
     meta = sqlalchemy.MetaData()
     t = sqlalchemy.Table("t", meta, autoload_with=engine)
     query = (sqlalchemy.select(t.c.g, sqlalchemy.func.count().label("n"))
@@ -101,7 +110,7 @@ def test_sqlalchemy_core_select_compiles_to_dpsql(engine):
         assert conn.execute(query).all() == [("a", 1), ("b", 1), ("empty", 0)]
 
 
-def test_the_engine_charges_the_ledger_and_caches(world, tmp_path):
+def test_the_engine_charges_the_ledger_and_caches(world, tmp_path, sqlalchemy, pd):
     db, md = world
     ledger_path = tmp_path / "ledger.sqlite"
     with Ledger(ledger_path, create=True) as ledger:
@@ -122,7 +131,7 @@ def test_the_engine_charges_the_ledger_and_caches(world, tmp_path):
     assert status.epsilon_spent == pytest.approx(0.5)
 
 
-def test_url_without_a_ledger_choice_is_refused_by_dpsql(world):
+def test_url_without_a_ledger_choice_is_refused_by_dpsql(world, sqlalchemy):
     db, md = world
     engine = sqlalchemy.create_engine(url(db, md))
     try:
@@ -140,12 +149,12 @@ def test_url_without_a_ledger_choice_is_refused_by_dpsql(world):
     ("dpsql:///x.duckdb?metadata=m.yaml&analyst=a&colour=red", "unknown key 'colour'"),
     ("dpsql:///x.duckdb?metadata=m.yaml&analyst=a&ledger=l.sqlite&no_ledger=1", "give one"),
 ])
-def test_bad_urls_say_what_to_change(bad, message):
+def test_bad_urls_say_what_to_change(bad, message, sqlalchemy):
     with pytest.raises(sqlalchemy.exc.ArgumentError, match=message):
         sqlalchemy.create_engine(bad)
 
 
-def test_connect_kwargs_from_the_url(world):
+def test_connect_kwargs_from_the_url(world, sqlalchemy):
     from dpsql.sqlalchemy_dialect import connect_kwargs
 
     db, md = world
@@ -159,7 +168,7 @@ def test_connect_kwargs_from_the_url(world):
     assert memory["database"] is None
 
 
-def test_raw_counts_reaches_the_connection(world):
+def test_raw_counts_reaches_the_connection(world, sqlalchemy):
     db, md = world
     engine = sqlalchemy.create_engine(url(db, md, no_ledger="1", raw_counts="true",
                                           epsilon=EXACT))
@@ -170,7 +179,7 @@ def test_raw_counts_reaches_the_connection(world):
         engine.dispose()
 
 
-def test_dpsql_errors_arrive_as_sqlalchemy_wrapped_dbapi_errors(engine):
+def test_dpsql_errors_arrive_as_sqlalchemy_wrapped_dbapi_errors(engine, sqlalchemy):
     with pytest.raises(sqlalchemy.exc.DBAPIError) as info, engine.connect() as conn:
         conn.exec_driver_sql("SELECT * FROM t")
     assert isinstance(info.value, sqlalchemy.exc.NotSupportedError)
