@@ -265,7 +265,8 @@ class SparkBackend:
         """Names of the tables and views in :attr:`database` of the Spark catalog (not this
         backend's temporary views). By ``SHOW TABLES``, which needs no row decoding into
         catalog objects (``catalog.listTables`` does, and fails with interpreted expressions)."""
-        where = "" if self.database is None else " IN `" + self.database.replace("`", "``") + "`"
+        # the owner's database name, as written (a multi-part name too): as :meth:`_qualified`
+        where = "" if self.database is None else f" IN {self.database}"
         rows = self._session.sql("SHOW TABLES" + where).collect()
         return sorted(r["tableName"] for r in rows if not r["isTemporary"])
 
