@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -94,8 +94,10 @@ class PostProcessor:
         tables live in this call's own connection and are dropped with it. ``public``: the
         ``(table, columns, declared types, rows)`` of public tables ``sql`` reads, copied in
         under their own names."""
+        # Temporary tables and registered views belong to this cursor's own connection:
+        # closing it drops them all (no DROP per table), and registering a name again replaces
+        # it (no unregister): ~0.6 of a call's ~2.6 ms.
         cur = self._connection().cursor()
-        created = [t[0] for t in tables] + [p[0] for p in public]
         try:
             with _post_errors():
                 for name, columns, declared, public_rows in public:
@@ -105,19 +107,14 @@ class PostProcessor:
                         f'CAST(__c{i} AS {t}) AS "{c}"' if t else f'__c{i} AS "{c}"'
                         for i, (c, t) in enumerate(zip(columns, declared, strict=True)))
                     cur.execute(f'CREATE TEMP TABLE "{name}" AS SELECT {select} FROM __public')
-                    cur.unregister("__public")
                 for table, (block_sql, block_params), bins, noisy in tables:
                     cur.register(NOISY_TABLE, _noisy_table(bins, noisy))
                     cur.execute(f"CREATE TEMP TABLE {table} AS {block_sql}",
                                 bind_params(block_params, params))
-                    cur.unregister(NOISY_TABLE)
                 result = cur.execute(sql, bind_params(positions, params))
                 rows = result.fetchall()
                 types = [str(d[1]) for d in result.description]
         finally:
-            for table in created:
-                with suppress(duckdb.Error):
-                    cur.execute(f'DROP TABLE IF EXISTS "{table}"')
             cur.close()
         return names, tuple(types), rows
 
