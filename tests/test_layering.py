@@ -45,3 +45,18 @@ def test_sqlglot_is_imported_only_where_sql_is_analysed_rewritten_or_compiled():
 def test_the_check_sees_an_import():
     assert _imports_sqlglot(PACKAGE / "analysis" / "parse.py")
     assert not _imports_sqlglot(PACKAGE / "noise" / "mechanisms.py")
+
+
+#: the first design brief lived outside the repository; the design doc is docs/design.md
+#: (issue #13: code, README and docs cite it, never a file outside the repository)
+OUTSIDE_BRIEF = "DESIGN" + ".md"
+
+
+def test_nothing_cites_the_design_brief_outside_the_repository():
+    root = PACKAGE.parent
+    files = [root / "README.md", *root.glob("docs/*.md"), *root.glob("schemas/*"),
+             *root.glob("benchmarks/*.py"), root / "benchmarks" / "README.md",
+             *PACKAGE.rglob("*.py"), *(root / "tests").rglob("*.py")]
+    citing = sorted(str(f.relative_to(root)) for f in files
+                    if f.is_file() and OUTSIDE_BRIEF in f.read_text(encoding="utf-8"))
+    assert citing == []

@@ -1,7 +1,8 @@
 """Privacy budgets: the persistent ledger, its audit log, analyst accounts, composition theorems
 and the result cache.
 
-DESIGN.md section 5. One SQLite file (WAL mode) holds, per (database identity, analyst):
+docs/privacy.md section 5 and docs/design.md section 2. One SQLite file (WAL mode) holds, per
+(database identity, analyst):
 
 * the budget the data owner granted (``set_budget``),
 * every charge ever made against it (who, when, query fingerprint, epsilon, delta, mechanism,

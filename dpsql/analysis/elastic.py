@@ -1,6 +1,6 @@
 """Elastic stability and mf_k over a query's relational shape; ES(k) per released aggregate.
 
-This implements DESIGN.md section 3 (FLEX, Johnson-Near-Song 2018, with FLEX's bugs fixed).
+This implements docs/privacy.md section 2 (FLEX, Johnson-Near-Song 2018, with FLEX's bugs fixed).
 Terminology: a *relation*'s stability S(k) bounds how many of its rows one changed base row
 (at distance k from the real database) can remove, and how many it can add; mf_k(a) bounds how
 many of its rows share one value of column a. ``None`` stands for an unknown (infinite) mf and
@@ -11,7 +11,7 @@ ES(k) >= max over databases y at distance <= k of the local sensitivity of that 
 (for SUM, of the sum clamped to the declared bounds), provided the metadata's max frequencies
 and column types are true for the real database. Every join / IN / EXISTS key equality must
 compare its stored values exactly (dpsql.analysis.keytypes). Queries no rule covers are
-rejected with the error classes of DESIGN.md section 6, before anything runs.
+rejected with the error classes of dpsql.errors, before anything runs.
 """
 
 from __future__ import annotations

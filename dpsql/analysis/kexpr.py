@@ -1,8 +1,8 @@
 """Functions of the distance k: the values elastic sensitivity is built from.
 
-Every elastic stability, mf_k and ES(k) of DESIGN.md section 3 is a combination of constants and
-``c + k`` terms by +, *, max and min, all with non-negative constants. Such a function f has a
-*degree* D (the largest number of ``c + k`` factors multiplied together) and
+Every elastic stability, mf_k and ES(k) of docs/privacy.md section 2 is a combination of
+constants and ``c + k`` terms by +, *, max and min, all with non-negative constants. Such a
+function f has a *degree* D (the largest number of ``c + k`` factors multiplied together) and
 ``e^(-beta k) f(k)`` is non-increasing for k >= D / beta: each term ``k^j e^(-beta k)`` decreases
 there, and sums, products by non-negative constants, max and min keep that. smooth.py relies on
 this to bound its scan.

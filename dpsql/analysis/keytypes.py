@@ -1,4 +1,5 @@
-"""Which join-key type pairs keep max frequencies meaningful (DESIGN.md section 3, join rule).
+"""Which join-key type pairs keep max frequencies meaningful (docs/privacy.md section 2,
+"Join keys must be compared without a lossy cast").
 
 The join rule bounds the rows of r1 that match one value of the key b by mf(a): the rows of r1
 matching one value share one value of a. That holds only if the equality ``a = b`` the

@@ -193,7 +193,7 @@ class Analyzer(JoinBuilder):
                 # No aggregate anywhere: the output is the set of distinct keys, as SELECT
                 # DISTINCT. A group vanishes only when all its rows are removed and appears
                 # only when a row is added, so S removed and S added input rows remove at most
-                # S groups and add at most S (DESIGN.md section 2's stability): S, not 2 * S.
+                # S groups and add at most S (docs/privacy.md section 2's stability): S, not 2 * S.
                 stability = rules.group_by_without_aggregate_stability(rel.stability)
                 rule = "GROUP BY without aggregates (distinct keys): S(input)"
             elif grouped and (rel.stability.depends_on_k or rel.stability.at(0) > 1) and (

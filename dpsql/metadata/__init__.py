@@ -1,4 +1,4 @@
-"""Table metadata: the validated model the analysis reads (DESIGN.md section 6).
+"""Table metadata: the validated model the analysis reads (README.md, "Metadata").
 
 Names are stored lower-case (DuckDB identifiers are case-insensitive); a schema prefix such as
 ``public.orders`` names the same table as ``orders``.

@@ -1,5 +1,5 @@
-"""Draft a metadata file from a DuckDB database or from tables in Spark (owner-side; DESIGN.md
-section 6).
+"""Draft a metadata file from a DuckDB database or from tables in Spark (owner-side; README.md,
+"Metadata").
 
 The draft holds each table's row count, each column's max frequency and DuckDB type. Observed
 numeric ranges and small sets of distinct values are written as YAML *comments*: clamping

@@ -17,7 +17,7 @@ from dpsql.metadata.yaml_io import _parse_yaml
 def _from_document(doc: object, origin: str, path: Path | None, base: Path | None) -> Metadata:
     reader = _Reader(origin, base)
     if doc is None:
-        reader.fail("", "the metadata is empty; declare 'tables:' (see DESIGN.md section 6)")
+        reader.fail("", "the metadata is empty; declare 'tables:' (see README.md, \"Metadata\")")
     if not isinstance(doc, Mapping):
         reader.fail(
             "",

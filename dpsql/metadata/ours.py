@@ -1,4 +1,4 @@
-"""Reading dpsql's own metadata format (DESIGN.md section 6), for example::
+"""Reading dpsql's own metadata format (README.md, "Metadata"), for example::
 
     ledger: ledger.sqlite             # optional; relative to this file
     data_version: 2026-11-26          # optional; bump it when the data change

@@ -3,7 +3,7 @@ that turn the readers' specs into the frozen model.
 
 Two formats are accepted and produce the same model:
 
-* ours (DESIGN.md section 6; :mod:`dpsql.metadata.ours`): ``{ledger?, data_version?,
+* ours (README.md, "Metadata"; :mod:`dpsql.metadata.ours`): ``{ledger?, data_version?,
   privacy_unit?, tables: {name: {public?, rows?, source?, unit?, columns: {name: {max_freq?,
   bounds?, releasable?, domain?, type?}}}}}`` (the unit and the paths:
   :mod:`dpsql.metadata.unit_paths`)

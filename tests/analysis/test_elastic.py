@@ -1,4 +1,4 @@
-"""Exact elastic sensitivities, rule by rule (DESIGN.md section 3).
+"""Exact elastic sensitivities, rule by rule (docs/privacy.md section 2).
 
 Every expected value is worked out by hand in the comment next to it, at k = 0, 1, 2, 5.
 mf_k of a private column is mf + k; of a public column mf. S is a relation's stability.
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FLEX = typed(load_metadata(ROOT / "schemas" / "flex_test.yaml"))
 KS = (0, 1, 2, 5)
 
-# FLEX's test schema (DESIGN.md worked examples) plus bounds, domains and a public table with
+# FLEX's test schema (the FLEX paper's worked examples) plus bounds, domains and a public table with
 # more than one row per value, to reach every rule with round numbers.
 MD = typed(Metadata(tables={
     "orders": Table("orders", {
@@ -154,7 +154,7 @@ def test_public_side_key_may_lack_mf_when_the_other_side_is_public():
 
 
 def test_worked_example_join():
-    # DESIGN.md: max(mf_k(o.cid)*S(r), mf_k(r.cid)*S(o)) = max(100+k, 250+k) = 250+k
+    # FLEX's worked example: max(mf_k(o.cid)*S(r), mf_k(r.cid)*S(o)) = max(100+k, 250+k) = 250+k
     assert es("SELECT COUNT(*) FROM orders JOIN recommendations "
               "ON orders.customer_id = recommendations.customer_id", FLEX) == [250, 251, 252, 255]
     m = only("SELECT COUNT(*) " + JOIN_OR, FLEX)
@@ -162,7 +162,7 @@ def test_worked_example_join():
 
 
 def test_worked_example_self_join():
-    # DESIGN.md: (100+k)*1 + (100+k)*1 + 1*1 = 201+2k
+    # FLEX's worked example: (100+k)*1 + (100+k)*1 + 1*1 = 201+2k
     assert es("SELECT COUNT(*) FROM orders o1 JOIN orders o2 "
               "ON o1.customer_id = o2.customer_id", FLEX) == [201, 203, 205, 211]
 

@@ -1,4 +1,4 @@
-"""Soundness of elastic sensitivity by brute force (DESIGN.md sections 2-3).
+"""Soundness of elastic sensitivity by brute force (docs/privacy.md sections 1-2).
 
 For random tiny databases D (2-5 rows per table, values from {1, 2, 3}) and query templates
 covering every rule, this file
@@ -10,7 +10,7 @@ covering every rule, this file
 4. checks the local sensitivity max_D' |q(D) - q(D')| <= ES(0) and, for a subset of small
    cases, max over D' at distance <= 1 of LS(D') <= ES(1) (neighbours of neighbours).
 
-Neighbouring model (DESIGN.md section 2, FLEX's): *change one row of one private table* -- any
+Neighbouring model (docs/privacy.md section 1, FLEX's): *change one row of one private table* -- any
 one row of a private table the query reads is replaced by any other tuple of values from the
 column domains. Public tables never change. Histograms (top-level GROUP BY) are compared bin by
 bin over the union of bins: the per-bin change and the L1 distance over bins must both be
