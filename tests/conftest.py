@@ -190,6 +190,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.set_threshold(50_000, 20, 50)
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: a run without xdist has no such spec
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (pyproject's addopts): one worker more than the cores this process may use.
     Many tests wait on another process (a server, a CLI run, the Spark JVM, a pseudo-terminal),
