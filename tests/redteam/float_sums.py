@@ -168,6 +168,15 @@ def excess(q: Query, d: list[np.ndarray], d2: list[np.ndarray]) -> list[str]:
     return out
 
 
+#: the thread counts a parallel read is repeated at (two runs at 2: a repeat may differ too)
+THREAD_COUNTS = (1, 2, 2, 4)
+
+
+def at_thread_counts(q: Query, path: Path) -> list[list[np.ndarray]]:
+    """:meth:`Query.exact` of ``path`` at each of :data:`THREAD_COUNTS`."""
+    return [q.exact(path, threads) for threads in THREAD_COUNTS]
+
+
 def same(values: Sequence[list[np.ndarray]]) -> bool:
     """Whether every run returned bit-identical values."""
     first = values[0]
@@ -186,6 +195,10 @@ tables:
   t: {columns: {i: {type: INTEGER}, v: {type: DOUBLE, bounds: [0, 1.0e+16]}}}
 """, "<float sums: rows>")
 ROW_COLUMNS = ("i INTEGER", "v DOUBLE")
+#: the parallel table of tests/redteam/conftest.py's ``parallel_db``, no bounds (the values it
+#: is read for sit below the top level, where no clamp applies)
+PARALLEL_MD = loads_metadata("tables:\n  t: {columns: {i: {type: INTEGER}, k: {type: INTEGER}, "
+                             "v: {type: DOUBLE}}}\n", "<float sums: the parallel table>")
 
 
 def t_rows(values: Sequence[float | None]) -> Tables:

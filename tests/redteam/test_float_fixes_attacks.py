@@ -53,8 +53,14 @@ import pytest
 from dpsql.metadata import Metadata, loads_metadata
 from dpsql.noise.r2t_levels import levels
 from dpsql.units.grid import part_levels
-from tests.redteam.float_sums import Query, Tables, make_db, same
-from tests.redteam.test_float_sum_attacks import parallel_db  # noqa: F401 (a fixture)
+from tests.redteam.float_sums import (
+    PARALLEL_MD,
+    Query,
+    Tables,
+    at_thread_counts,
+    make_db,
+    same,
+)
 
 # ------------------------------------------- 1. R2T: rows clamped at the parts' top levels
 
@@ -251,7 +257,7 @@ def test_inner_aggregates_are_the_same_in_every_storage_order(sql):
     assert same(runs), {str([r.tolist() for r in x]) for x in runs}
 
 
-def test_a_distinct_inner_sum_is_the_same_at_every_thread_count(parallel_db):  # noqa: F811
+def test_a_distinct_inner_sum_is_the_same_at_every_thread_count(parallel_db):
     """DuckDB runs DISTINCT aggregates by another operator (a hash set per group): ordered,
     the derived table's SUM(DISTINCT v) is the same at 1, 2 and 4 threads (983,040 rows)."""
     con = duckdb.connect(str(parallel_db), read_only=True)
@@ -260,11 +266,9 @@ def test_a_distinct_inner_sum_is_the_same_at_every_thread_count(parallel_db):  #
             "SELECT SUM(DISTINCT v ORDER BY v) FROM t WHERE k = 0").fetchall()
     finally:
         con.close()
-    md = loads_metadata("tables:\n  t: {columns: {i: {type: INTEGER}, k: {type: INTEGER}, "
-                        "v: {type: DOUBLE}}}\n", "<float fixes: distinct, parallel>")
     q = Query("SELECT COUNT(*) FROM (SELECT t.k, SUM(DISTINCT t.v) AS s FROM t GROUP BY t.k) "
-              f"AS g WHERE g.s >= {target!r}", md)
-    runs = [q.exact(parallel_db, threads) for threads in (1, 2, 2, 4)]
+              f"AS g WHERE g.s >= {target!r}", PARALLEL_MD)
+    runs = at_thread_counts(q, parallel_db)
     assert same(runs), [r[0].tolist() for r in runs]
 
 

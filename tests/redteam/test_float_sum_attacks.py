@@ -44,9 +44,11 @@ from dpsql.metadata import loads_metadata
 from tests.redteam.float_sums import (
     B53,
     PAIR_MD,
+    PARALLEL_MD,
     ROW_MD,
     UNIT_MD,
     Query,
+    at_thread_counts,
     excess,
     items_db,
     make_db,
@@ -90,28 +92,12 @@ def test_row_sum_is_the_same_for_every_storage_order(tmp_path, sql):
     assert same(runs), [r[0].tolist() for r in runs]
 
 
-@pytest.fixture(scope="module")
-def parallel_db(tmp_path_factory) -> Path:
-    """8 row groups (983,040 rows) of values in [0, 2^53) mixed with fractions below 1, in 5
-    groups k: big enough that DuckDB scans them in parallel (~0.4 s to build)."""
-    path = tmp_path_factory.mktemp("float_sums") / "parallel.duckdb"
-    con = duckdb.connect(str(path))
-    try:
-        con.execute(
-            "CREATE TABLE t AS SELECT i::INTEGER AS i, (i % 5)::INTEGER AS k, CASE WHEN i % 3 = 0 "
-            "THEN (hash(i) % 9007199254740992)::DOUBLE ELSE (hash(i * 7) % 1000) / 1000.0 END "
-            "AS v FROM range(8 * 122880) r(i) ORDER BY i")
-    finally:
-        con.close()
-    return path
-
-
 def test_row_sum_is_the_same_for_every_thread_count(parallel_db):
     """One database, read with 1, 2 and 4 DuckDB threads (two runs each at 2): the per-thread
     partial sums are added in whatever order the threads finish, so the exact value changes
     between thread counts and even between runs of the same database."""
     q = Query("SELECT SUM(v) FROM t", ROW_MD)
-    runs = [q.exact(parallel_db, threads) for threads in (1, 2, 2, 4)]
+    runs = at_thread_counts(q, parallel_db)
     assert same(runs), [r[0].tolist() for r in runs]
 
 # ---------------------------------------------- (b), (c) one privacy unit: R2T and two-stage
@@ -246,10 +232,8 @@ def test_a_derived_tables_sum_is_the_same_for_every_thread_count(parallel_db):
             f"WHERE s >= {target!r}").fetchall()
     finally:
         con.close()
-    md = loads_metadata("tables:\n  t: {columns: {i: {type: INTEGER}, k: {type: INTEGER}, "
-                        "v: {type: DOUBLE}}}\n", "<float sums: ordered, parallel>")
     q = Query("SELECT COUNT(*) FROM (SELECT t.k, SUM(t.v) AS s FROM t GROUP BY t.k) AS g "
-              f"WHERE g.s >= {target!r}", md)
-    runs = [q.exact(parallel_db, threads) for threads in (1, 2, 2, 4)]
+              f"WHERE g.s >= {target!r}", PARALLEL_MD)
+    runs = at_thread_counts(q, parallel_db)
     assert same(runs), [r[0].tolist() for r in runs]
     assert runs[0][0].tolist() == [expected]  # group 0 and those far above it
