@@ -33,6 +33,7 @@ from dpsql.metadata import Metadata, load_metadata
 from dpsql.server.auth import AuthInfo, LoginThrottle
 from dpsql.server.cancel import CancellableBackend
 from dpsql.server.connection import ClientConnection
+from dpsql.server.shadow import Shadows
 from dpsql.server.statements import StatementRunner
 from dpsql.session import Principal, Session
 
@@ -71,6 +72,8 @@ class Server:
             self.metadata = fill_column_types(md, probe)
         finally:
             probe.close()
+        #: the catalog queries' shadow databases, one per analyst, shared by their connections
+        self.shadows = Shadows(self.metadata)
         self.tls_context: ssl.SSLContext | None = None
         if tls_cert or tls_key:
             if not (tls_cert and tls_key):
@@ -119,7 +122,7 @@ class Server:
         except BaseException:
             backend.close()
             raise
-        return StatementRunner(session, account, user)
+        return StatementRunner(session, account, user, self.shadows)
 
     def register(self, client: ClientConnection) -> None:
         self._clients[client.pid] = client
@@ -174,3 +177,4 @@ class Server:
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.ledger.close()
+        self.shadows.close()

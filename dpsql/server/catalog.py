@@ -2,10 +2,10 @@
 
 Clients probe the server on connect (``version()``, ``SHOW``, ``pg_catalog`` and
 ``information_schema`` lookups: psql's ``\\dt``, SQLAlchemy's dialect, JDBC's metadata calls).
-They are answered by a *shadow* DuckDB: in memory, holding empty tables with the declared
-columns and types of the tables this analyst may query, and nothing else; external access is
-disabled and its configuration locked. Such a query cannot read a row of data, so it is answered
-exactly and costs nothing.
+They are answered by a *shadow* DuckDB (:mod:`dpsql.server.shadow`): in memory, holding empty
+tables with the declared columns and types of the tables this analyst may query, and nothing
+else; external access is disabled and its configuration locked. Such a query cannot read a row
+of data, so it is answered exactly and costs nothing.
 
 A query goes to the shadow only when every relation it names is a catalog relation
 (``pg_catalog.*``, ``information_schema.*``, or an unqualified ``pg_*`` name), a table function
@@ -15,20 +15,20 @@ session. PostgreSQL-only spellings the shadow lacks are rewritten first (:func:`
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import duckdb
 import sqlglot
 from sqlglot import exp
 
 from dpsql.metadata import Metadata
 from dpsql.server.pgshims import EXTENDED as _EXTENDED
-from dpsql.server.pgshims import MACROS as _MACROS
 from dpsql.server.pgshims import RENAMED as _RENAMED
+from dpsql.server.shadow import Shadows, build_shadow
 
 #: what ``SELECT version()`` and the ``server_version`` parameter say
 SERVER_VERSION = "15.0"
@@ -44,9 +44,13 @@ def _is_catalog_table(table: exp.Table) -> bool:
 
 
 def is_catalog_query(tree: exp.Expression) -> bool:
-    """True when ``tree`` is a SELECT whose every relation is a catalog relation (or none).
-    Depends on the SQL text alone."""
+    """True when ``tree`` is a SELECT that only reads, whose every relation is a catalog
+    relation (or none). Depends on the SQL text alone."""
     if not isinstance(tree, exp.Query):
+        return False
+    if any(tree.find_all(exp.Into, exp.DML, exp.DDL, exp.Command)):
+        # SELECT ... INTO (a CREATE TABLE) or a data-modifying CTE would change the analyst's
+        # shadow, which their other connections share (dpsql.server.shadow): not a catalog read
         return False
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     for table in tree.find_all(exp.Table):
@@ -67,6 +71,11 @@ def parse_postgres(sql: str) -> exp.Expression | None:
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, RecursionError):
         return None
     return trees[0] if len(trees) == 1 else None
+
+
+#: the mark of a relation inside an inlined definition (``pg_catalog.pg_class`` in pg_class's):
+#: the shadow's own, never inlined again
+_INLINED = "dpsql_shadow_inlined"
 
 
 def to_shadow_sql(tree: exp.Expression, user: str = "dpsql") -> str:
@@ -105,10 +114,13 @@ def to_shadow_sql(tree: exp.Expression, user: str = "dpsql") -> str:
             node.set("db", None)
             return node
         if isinstance(node, exp.Table) and node.name.lower() in _EXTENDED and \
-                (not node.db or node.db.lower() == "pg_catalog"):
+                (not node.db or node.db.lower() == "pg_catalog") and \
+                not node.meta.get(_INLINED):
             # inlined, not a view: a view would itself show up in the catalog's listings
             body = sqlglot.parse_one(_EXTENDED[node.name.lower()].format(user=quoted_user),
                                      read="duckdb")
+            for inner in body.find_all(exp.Table):  # DuckDB's own pg_class: not again
+                inner.meta[_INLINED] = True
             return exp.Subquery(this=body, alias=exp.TableAlias(
                 this=exp.to_identifier(node.alias or node.name)))
         if isinstance(node, exp.Column) and node.args.get("db") is not None and \
@@ -208,6 +220,26 @@ def _with_settings(tree: exp.Expression, settings: dict[str, str]) -> exp.Expres
     return tree.transform(fix)
 
 
+def shadow_sql(tree: exp.Expression, user: str, settings: dict[str, str] | None = None) -> str:
+    """The shadow's SQL for the catalog query ``tree`` of analyst ``user`` whose session has
+    ``settings``: a function of its arguments alone."""
+    tree = _as_user(tree, user)
+    if settings:
+        tree = _with_settings(tree, settings)
+    return to_shadow_sql(tree, user)
+
+
+@functools.lru_cache(maxsize=512)
+def shadow_sql_of_text(sql: str, user: str, settings: tuple[tuple[str, str], ...]) -> str:
+    """:func:`shadow_sql` of the catalog query text ``sql`` (which :func:`parse_postgres`
+    reads), memoised for the process: clients send the same introspection texts on every
+    connect, ~1 ms of parsing and rewriting each. ``settings`` as sorted items."""
+    tree = parse_postgres(sql)
+    if tree is None:
+        raise ValueError("not a single statement PostgreSQL's grammar reads")
+    return shadow_sql(tree, user, dict(settings))
+
+
 @dataclass(frozen=True)
 class CatalogAnswer:
     names: tuple[str, ...]
@@ -216,34 +248,32 @@ class CatalogAnswer:
 
 
 class Catalog:
-    """The shadow DuckDB of one analyst's schema (thread-safe: one lock per shadow)."""
+    """One client connection's view of its analyst's shadow DuckDB (dpsql.server.shadow):
+    thread-safe, one lock per connection."""
 
-    def __init__(self, metadata: Metadata, tables: Iterable[str], user: str = "dpsql") -> None:
-        self._con = duckdb.connect(":memory:")
+    def __init__(self, metadata: Metadata, tables: Iterable[str], user: str = "dpsql",
+                 shadows: Shadows | None = None) -> None:
+        """Through the server's ``shadows`` (shared with the analyst's other connections), or
+        a shadow of its own when there are none."""
+        tables = list(tables)
+        self._con = (build_shadow(metadata, tables, user) if shadows is None
+                     else shadows.connect(tables, user))
         self._lock = threading.Lock()
         self._user = user
-        for name in tables:
-            table = metadata.tables[name]
-            columns = ", ".join(
-                f'"{c.name}" {c.type or "VARCHAR"}' for c in table.columns.values())
-            self._con.execute(f'CREATE TABLE "{name}" ({columns})')
-        for macro in _MACROS:
-            self._con.execute(macro)
-        quoted = "'" + user.replace("'", "''") + "'"
-        self._con.execute(f"CREATE MACRO pg_get_userbyid(x) AS {quoted}")
-        self._con.execute("SET enable_external_access = false")
-        self._con.execute("SET threads = 1")
-        self._con.execute("SET memory_limit = '256MB'")
-        self._con.execute("SET lock_configuration = true")
 
     def run(self, tree: exp.Expression, settings: dict[str, str] | None = None) -> CatalogAnswer:
         """Answer a catalog query (see :func:`is_catalog_query`); ``current_setting(name)``
         says the session's ``settings``. Raises duckdb.Error when the shadow cannot answer
         it."""
-        tree = _as_user(tree, self._user)
-        if settings:
-            tree = _with_settings(tree, settings)
-        sql = to_shadow_sql(tree, self._user)
+        return self.run_sql(self.shadow_sql(tree, settings))
+
+    def shadow_sql(self, tree: exp.Expression, settings: dict[str, str] | None = None) -> str:
+        """What :meth:`run` sends the shadow for ``tree`` under ``settings``
+        (:func:`shadow_sql`)."""
+        return shadow_sql(tree, self._user, settings)
+
+    def run_sql(self, sql: str) -> CatalogAnswer:
+        """The shadow's answer to ``sql`` (from :meth:`shadow_sql`)."""
         with self._lock:
             cursor = self._con.execute(sql)
             description = cursor.description or []

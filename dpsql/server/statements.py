@@ -36,8 +36,10 @@ from dpsql.server.catalog import (
     is_catalog_query,
     parse_postgres,
     parse_session_command,
+    shadow_sql_of_text,
 )
 from dpsql.server.placeholders import to_qmark
+from dpsql.server.shadow import Shadows
 from dpsql.session import Session
 
 #: the routing memo of one connection: at most this many texts, each at most this long
@@ -70,13 +72,17 @@ class Answer:
 class StatementRunner:
     """Answers an analyst's statements (thread-confined: one per client connection)."""
 
-    def __init__(self, session: Session, account: AnalystAccount, analyst: str) -> None:
+    def __init__(self, session: Session, account: AnalystAccount, analyst: str,
+                 shadows: Shadows | None = None) -> None:
+        """``shadows``: the server's shadow databases (dpsql.server.shadow); without them the
+        connection builds a shadow of its own on its first catalog query."""
         self.session = session
         #: the owner's rules for this analyst: grants, per-query caps and defaults
         self.account = account
         self.analyst = analyst
         self.settings: dict[str, str] = dict(DEFAULT_SETTINGS)
         self.settings["session_authorization"] = analyst
+        self._shadows = shadows
         self._catalog: Catalog | None = None
         self.in_transaction = False
         self._routes: dict[str, bool] = {}  # SQL text -> is a catalog query (is_catalog)
@@ -90,7 +96,8 @@ class StatementRunner:
     @property
     def catalog(self) -> Catalog:
         if self._catalog is None:
-            self._catalog = Catalog(self.session.metadata, self.visible_tables, self.analyst)
+            self._catalog = Catalog(self.session.metadata, self.visible_tables, self.analyst,
+                                    self._shadows)
         return self._catalog
 
     def begin_statement(self) -> None:
@@ -108,13 +115,21 @@ class StatementRunner:
             if params:
                 raise ProgrammingError("session commands take no parameters")
             return self._session_command(*command)
-        tree = parse_postgres(sql) if self.is_catalog(sql) else None
-        if tree is not None:
-            if params:
-                tree = inline_params(tree, params)
-            got = self.catalog.run(tree, self.settings)
+        if self.is_catalog(sql):
+            got = self.catalog.run_sql(self._shadow_text(sql, params))
             return Answer(f"SELECT {len(got.rows)}", got.names, got.types, got.rows)
         return self._private(sql, params or [])
+
+    def _shadow_text(self, sql: str, params: list[Any] | None) -> str:
+        """The shadow's SQL for the catalog query ``sql`` with ``params`` under this session's
+        settings (memoised for the process when there are no parameters)."""
+        if not params and len(sql) <= _ROUTE_MEMO_TEXT:
+            return shadow_sql_of_text(sql, self.analyst, tuple(sorted(self.settings.items())))
+        tree = parse_postgres(sql)
+        assert tree is not None  # is_catalog parsed it
+        if params:
+            tree = inline_params(tree, params)
+        return self.catalog.shadow_sql(tree, self.settings)
 
     def is_catalog(self, sql: str) -> bool:
         """Whether ``sql`` is a catalog query (:func:`is_catalog_query`, which depends on the

@@ -35,6 +35,10 @@ MAX_FREQ = _AnyMaxFreq()
     ("SELECT COUNT(*) FROM pg_class JOIN orders ON true", False),
     ("SELECT COUNT(*) FROM main.pg_orders", False),  # a user schema, not the catalog
     ("WITH pg_x AS (SELECT 1) SELECT * FROM orders", False),
+    # writes to the analyst's shadow, shared by their connections (dpsql/server/shadow.py)
+    ("SELECT 1 INTO pg_leak", False),
+    ("SELECT relname INTO TEMP pg_leak FROM pg_class", False),
+    ("WITH pg_x AS (INSERT INTO pg_y VALUES (1) RETURNING 1) SELECT * FROM pg_x", False),
 ])
 def test_only_queries_naming_catalog_relations_go_to_the_shadow(sql: str, catalog: bool) -> None:
     tree = parse_postgres(sql)
