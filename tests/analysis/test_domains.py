@@ -47,6 +47,26 @@ def test_listed_values_must_cast_and_stay_distinct(column_type, values, message)
             check_domains(metadata)
 
 
+def _several(*columns: tuple[str, str]):
+    lines = "".join(f'      k{i}: {{type: "{t}", releasable: true, domain: {{values: {v}}}}}\n'
+                    for i, (t, v) in enumerate(columns))
+    return loads_metadata(f"tables:\n  t:\n    columns:\n{lines}")
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    (("INTEGER", "['1', 'other']"), r"t\.k1 .*'other'"),
+    (("INT4RANGE", "[1]"), r"t\.k1 .*cannot be read as INT4RANGE"),  # the batch query fails
+    (("INTEGER", "['1', '01']"), r"t\.k1 .*same"),
+])
+def test_domains_checked_in_one_query_still_name_the_bad_one(bad, message):
+    """The listed domains are cast in one query of the scratch instance; an unreadable type
+    fails that query, and the column-by-column check then names it."""
+    good = [("VARCHAR", "['a', 'b']"), ("DATE", "['2024-01-01']")]
+    check_domains(_several(*good))
+    with pytest.raises(ProgrammingError, match=message):
+        check_domains(_several(good[0], bad, good[1]))
+
+
 def test_a_table_domain_of_another_type_is_refused():
     metadata = loads_metadata("""
 tables:
