@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
+from tests.db_files import writing
 
 METADATA = """\
 tables:
@@ -31,9 +31,8 @@ EXACT = 2000.0
 def build(folder: Path) -> tuple[Path, Path]:
     """Write ``t.duckdb`` and its metadata ``t.yaml`` (no ledger line) into ``folder``."""
     db, md = folder / "t.duckdb", folder / "t.yaml"
-    con = duckdb.connect(str(db))
-    con.execute("CREATE TABLE t (g VARCHAR, i INTEGER, d DECIMAL(15,2), x DOUBLE)")
-    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", ROWS)
-    con.close()
+    with writing(db) as con:
+        con.execute("CREATE TABLE t (g VARCHAR, i INTEGER, d DECIMAL(15,2), x DOUBLE)")
+        con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", ROWS)
     md.write_text(METADATA)
     return db, md

@@ -12,28 +12,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import Error
 from dpsql.metadata import Metadata
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.shop_fixture import ZeroNoise
 
 Rows = dict[str, Sequence[tuple[Any, ...]]]
 
 
 def write_database(path: Path, schema: Sequence[str], rows: Rows) -> Path:
-    con = duckdb.connect(str(path))
-    try:
+    with writing(path) as con:
         for statement in schema:
             con.execute(statement)
         for table, values in rows.items():
             if values:  # parameters, not literals: NaN, infinity and NULL insert as values
                 marks = ", ".join("?" * len(values[0]))
                 con.executemany(f"INSERT INTO {table} VALUES ({marks})", list(values))
-    finally:
-        con.close()
     return path
 
 

@@ -4,12 +4,12 @@ answer cache, and the record's selection fields (dpsql/session.py, dpsql/noise/p
 
 from __future__ import annotations
 
-import duckdb
 import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import NotSupportedError, ProtectedBinError
 from dpsql.metadata import loads_metadata
+from tests.db_files import writing
 from tests.ledgers import charged, ledger_session, open_ledger
 from tests.shop_fixture import ZeroNoise
 
@@ -28,12 +28,12 @@ SQL = "SELECT city, COUNT(*) AS n, SUM(spend) AS s FROM visits GROUP BY city ORD
 @pytest.fixture(scope="module")
 def database(tmp_path_factory):
     path = tmp_path_factory.mktemp("partition_session") / "visits.duckdb"
-    con = duckdb.connect(str(path))
-    # big: 200 rows each; rare: 1 row
-    con.execute("""CREATE TABLE visits AS SELECT i::INTEGER AS person,
-                   CASE WHEN i < 200 THEN 'big' WHEN i < 400 THEN 'also' ELSE 'rare' END AS city,
-                   (i % 50)::DOUBLE AS spend FROM range(401) r(i)""")
-    con.close()
+    with writing(path) as con:
+        # big: 200 rows each; rare: 1 row
+        con.execute("""CREATE TABLE visits AS SELECT i::INTEGER AS person,
+                       CASE WHEN i < 200 THEN 'big' WHEN i < 400 THEN 'also' ELSE 'rare' END
+                       AS city,
+                       (i % 50)::DOUBLE AS spend FROM range(401) r(i)""")
     return path
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 
-import duckdb
 import numpy as np
 import pytest
 
@@ -22,6 +21,7 @@ from dpsql.errors import (
     QueryCancelledError,
 )
 from dpsql.metadata import loads_metadata
+from tests.db_files import writing
 from tests.ledgers import ANALYST, DATABASE, charged, ledger_session, open_ledger
 from tests.recording import RecordingDuckDBBackend
 from tests.shop_fixture import ZeroNoise
@@ -57,19 +57,18 @@ N_VISITS = 200_000
 @pytest.fixture(scope="module")
 def database(tmp_path_factory):
     path = tmp_path_factory.mktemp("session") / "visits.duckdb"
-    con = duckdb.connect(str(path))
-    # k has 4 values: the self-join below pairs 10^10 rows, long enough to cancel
-    con.execute(f"""CREATE TABLE visits AS SELECT i::INTEGER AS person, (i % 4)::INTEGER AS k,
-                    (i % 50)::DOUBLE AS spend, (i % 7)::INTEGER AS day,
-                    (i % 24)::INTEGER AS hour, (i % 90)::INTEGER AS age
-                    FROM range({N_VISITS}) r(i)""")
-    # 4,000 x 4,000 public domain values: 16 million bins, beyond the 10 million limit, and
-    # too many to inline, so the domain is read from the table by the domain query
-    con.execute("CREATE TABLE days AS SELECT i::INTEGER AS day FROM range(4000) r(i)")
-    con.execute("CREATE TABLE hours AS SELECT i::INTEGER AS hour FROM range(4000) r(i)")
-    con.execute("CREATE TABLE regions AS SELECT * FROM (VALUES ('north', 10), ('south', 32)) "
-                "v(region, population)")
-    con.close()
+    with writing(path) as con:
+        # k has 4 values: the self-join below pairs 10^10 rows, long enough to cancel
+        con.execute(f"""CREATE TABLE visits AS SELECT i::INTEGER AS person, (i % 4)::INTEGER AS k,
+                        (i % 50)::DOUBLE AS spend, (i % 7)::INTEGER AS day,
+                        (i % 24)::INTEGER AS hour, (i % 90)::INTEGER AS age
+                        FROM range({N_VISITS}) r(i)""")
+        # 4,000 x 4,000 public domain values: 16 million bins, beyond the 10 million limit, and
+        # too many to inline, so the domain is read from the table by the domain query
+        con.execute("CREATE TABLE days AS SELECT i::INTEGER AS day FROM range(4000) r(i)")
+        con.execute("CREATE TABLE hours AS SELECT i::INTEGER AS hour FROM range(4000) r(i)")
+        con.execute("CREATE TABLE regions AS SELECT * FROM (VALUES ('north', 10), ('south', 32)) "
+                    "v(region, population)")
     return path
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import sqlite3
 
-import duckdb
 import pytest
 
 from dpsql.accounting.curves import PrivacyCurve, pure_dp_rdp
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import BudgetExhaustedError, NotSupportedError
 from dpsql.metadata import loads_metadata
+from tests.db_files import writing
 from tests.ledgers import ANALYST, DATABASE, charged, ledger_session
 from tests.shop_fixture import ZeroNoise
 
@@ -33,11 +33,10 @@ tables:
 @pytest.fixture(scope="module")
 def database(tmp_path_factory):
     path = tmp_path_factory.mktemp("filters") / "visits.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("""CREATE TABLE visits AS SELECT (i % 30)::INTEGER AS person,
-                   (i % 50)::DOUBLE AS spend, (i % 3)::INTEGER AS day FROM range(70) r(i)""")
-    con.execute("CREATE TABLE people AS SELECT i::INTEGER AS person FROM range(30) r(i)")
-    con.close()
+    with writing(path) as con:
+        con.execute("""CREATE TABLE visits AS SELECT (i % 30)::INTEGER AS person,
+                       (i % 50)::DOUBLE AS spend, (i % 3)::INTEGER AS day FROM range(70) r(i)""")
+        con.execute("CREATE TABLE people AS SELECT i::INTEGER AS person FROM range(30) r(i)")
     return path
 
 

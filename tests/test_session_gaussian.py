@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-import duckdb
 import pytest
 
 import dpsql
@@ -15,6 +14,7 @@ from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.metadata import loads_metadata
 from dpsql.noise import gaussian
 from dpsql.noise.plan import plan_noise
+from tests.db_files import writing
 from tests.ledgers import charged, ledger_session, open_ledger
 from tests.shop_fixture import ZeroNoise
 
@@ -31,11 +31,10 @@ tables:
 @pytest.fixture(scope="module")
 def database(tmp_path_factory):
     path = tmp_path_factory.mktemp("gaussian") / "visits.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("""CREATE TABLE visits AS SELECT (i % 300)::INTEGER AS person,
-                   (i % 50)::DOUBLE + 0.3 AS spend, (i % 7)::INTEGER AS day
-                   FROM range(700) r(i)""")
-    con.close()
+    with writing(path) as con:
+        con.execute("""CREATE TABLE visits AS SELECT (i % 300)::INTEGER AS person,
+                       (i % 50)::DOUBLE + 0.3 AS spend, (i % 7)::INTEGER AS day
+                       FROM range(700) r(i)""")
     return path
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import sqlite3
 
-import duckdb
 import pytest
 
 from dpsql.accounting import AuditCharge, Ledger
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import OperationalError
 from dpsql.metadata import loads_metadata
+from tests.db_files import writing
 from tests.ledgers import ANALYST, DATABASE, ledger_session, open_ledger
 
 METADATA = """\
@@ -30,10 +30,9 @@ SQL = "SELECT day, COUNT(*) AS n FROM visits WHERE spend >= ? GROUP BY day ORDER
 @pytest.fixture(scope="module")
 def database(tmp_path_factory):
     path = tmp_path_factory.mktemp("audit") / "visits.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("""CREATE TABLE visits AS SELECT i::INTEGER AS person, (i % 3)::INTEGER AS day,
-                   (i % 50)::DOUBLE AS spend FROM range(300) r(i)""")
-    con.close()
+    with writing(path) as con:
+        con.execute("""CREATE TABLE visits AS SELECT i::INTEGER AS person, (i % 3)::INTEGER AS day,
+                       (i % 50)::DOUBLE AS spend FROM range(300) r(i)""")
     return path
 
 

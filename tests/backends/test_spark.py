@@ -20,6 +20,7 @@ from dpsql.errors import NotSupportedError, OperationalError, ProgrammingError
 from dpsql.metadata import loads_metadata
 from dpsql.rewrite.plan import ExecutionPlan
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.recording import export_parquet, with_sources
 from tests.rewrite.test_rewrite_equivalence import (
     BROKEN,
@@ -411,9 +412,8 @@ def test_integer_sums_beyond_64_bits_are_exact(tmp_path, spark):
     # 20 values of 9e17: the sum, 1.8e19, is beyond BIGINT (9.2e18). DuckDB sums integers in
     # 128 bits; Spark's BIGINT sum would wrap around (ANSI off) to a negative number.
     path = tmp_path / "big.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE big AS SELECT 900000000000000000::BIGINT AS v FROM range(20)")
-    con.close()
+    with writing(path) as con:
+        con.execute("CREATE TABLE big AS SELECT 900000000000000000::BIGINT AS v FROM range(20)")
     metadata = loads_metadata("""
 tables:
   big:
@@ -494,9 +494,9 @@ def test_the_spark_translation_happens_while_preparing(spark, tmp_path):
     from tests.recording import spark_backend_class
 
     path = tmp_path / "dates.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE t AS SELECT DATE '2020-01-01' + i::INTEGER AS d FROM range(5) r(i)")
-    con.close()
+    with writing(path) as con:
+        con.execute("CREATE TABLE t AS SELECT DATE '2020-01-01' + i::INTEGER AS d "
+                    "FROM range(5) r(i)")
     metadata = loads_metadata("tables:\n  t:\n    columns:\n      d: {type: DATE}\n")
     sources = export_parquet(path, tmp_path / "pq")
     sparkb = spark_backend_class(recording=True)(with_sources(metadata, sources), spark)

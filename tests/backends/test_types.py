@@ -15,6 +15,7 @@ from dpsql.backends.types import fill_column_types
 from dpsql.errors import MissingMetricError, ProgrammingError
 from dpsql.metadata import load_metadata, loads_metadata
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.ledgers import charged, ledger_session, open_ledger
 from tests.recording import RecordingDuckDBBackend
 
@@ -41,12 +42,11 @@ JOIN_INT_BIGINT = "SELECT COUNT(*) FROM a JOIN b ON a.n = b.n"
 def database(tmp_path):
     """a.k VARCHAR holds '1', '01', ' 1' (mf 1); b.k INTEGER; a.n INTEGER, b.n BIGINT."""
     path = tmp_path / "keys.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE a (k VARCHAR, n INTEGER)")
-    con.execute("INSERT INTO a VALUES ('1', 1), ('01', 1), (' 1', 2)")
-    con.execute("CREATE TABLE b (K INTEGER, n BIGINT)")  # upper-case column name on purpose
-    con.execute("INSERT INTO b VALUES (1, 1), (2, 2), (3, 2)")
-    con.close()
+    with writing(path) as con:
+        con.execute("CREATE TABLE a (k VARCHAR, n INTEGER)")
+        con.execute("INSERT INTO a VALUES ('1', 1), ('01', 1), (' 1', 2)")
+        con.execute("CREATE TABLE b (K INTEGER, n BIGINT)")  # upper-case column name on purpose
+        con.execute("INSERT INTO b VALUES (1, 1), (2, 2), (3, 2)")
     return path
 
 
@@ -179,11 +179,10 @@ def test_dbapi_connection_fills_types_from_the_database(database, tmp_path):
 def test_flex_format_metadata_gets_types_too(tmp_path):
     # FLEX's schema.yaml has no types at all
     path = tmp_path / "flex.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE orders (order_id INTEGER, customer_id INTEGER, product_id "
-                "INTEGER, quantity INTEGER, order_cost DOUBLE, order_date DATE)")
-    con.execute("CREATE TABLE recommendations (customer_id VARCHAR, product_id INTEGER)")
-    con.close()
+    with writing(path) as con:
+        con.execute("CREATE TABLE orders (order_id INTEGER, customer_id INTEGER, product_id "
+                    "INTEGER, quantity INTEGER, order_cost DOUBLE, order_date DATE)")
+        con.execute("CREATE TABLE recommendations (customer_id VARCHAR, product_id INTEGER)")
     md = load_metadata("tests/fixtures/flex_schema.yaml")
     backend = DuckDBBackend(path, md)
     try:

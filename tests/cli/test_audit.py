@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from dpsql.accounting import Ledger, database_identity
 from dpsql.cli.main import cli, main
+from tests.db_files import writing
 
 
 @pytest.fixture
@@ -151,15 +152,13 @@ def test_a_cache_hit_is_logged_with_the_request_and_the_charge_that_paid(tmp_pat
                                                                          monkeypatch):
     """A real library session on a real DuckDB file: the repeat is answered from the cache,
     charged nothing, and the log says so, naming the first charge."""
-    import duckdb
 
     import dpsql
 
     monkeypatch.delenv("DPSQL_LEDGER", raising=False)
     db, path = str(tmp_path / "t.duckdb"), str(tmp_path / "ledger.sqlite")
-    con = duckdb.connect(db)
-    con.execute("CREATE TABLE t AS SELECT i AS x FROM range(10) r(i)")
-    con.close()
+    with writing(db) as con:
+        con.execute("CREATE TABLE t AS SELECT i AS x FROM range(10) r(i)")
     md = {"tables": {"t": {"columns": {"x": {"max_freq": 1}}}}}
     with Ledger(path) as book:
         book.set_budget(db, "alice", 1.0, 0.0)

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import random
 
-import duckdb
-
 from dpsql.cli.main import main
 from dpsql.metadata import UnitPath, load_metadata
+from tests.db_files import writing
 from tests.metadata.helpers import write
 from tests.metadata.unit_db import make_db
 from tests.units import tiny_multi
@@ -19,9 +18,8 @@ def test_check_verifies_every_units_paths(tmp_path, capsys):
     db = tmp_path / "two.duckdb"
     data = tiny_multi.random_database(random.Random(2))
     data["items"].append((99, 8, 1))  # an orphan of both units
-    con = duckdb.connect(str(db))
-    tiny_multi.load(data, con)
-    con.close()
+    with writing(db) as con:
+        tiny_multi.load(data, con)
     md = write(tmp_path, tiny_multi.YAML.format(gs=8, grid=""))
     assert main(["metadata", "check", "-m", str(md), "-d", str(db)]) == 0
     out, err = capsys.readouterr()

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-import duckdb
 import pytest
 
 from dpsql.cli.main import main
+from tests.db_files import writing
 
 METADATA = """
 tables:
@@ -22,11 +22,10 @@ tables:
 
 @pytest.fixture
 def files(tmp_path):
-    con = duckdb.connect(str(tmp_path / "t.duckdb"))
-    con.execute("CREATE TABLE t (g VARCHAR, v DOUBLE)")
-    rows = [("ab"[i % 2], float(i % 10)) for i in range(20)]
-    con.executemany("INSERT INTO t VALUES (?, ?)", rows)
-    con.close()
+    with writing(tmp_path / "t.duckdb") as con:
+        con.execute("CREATE TABLE t (g VARCHAR, v DOUBLE)")
+        rows = [("ab"[i % 2], float(i % 10)) for i in range(20)]
+        con.executemany("INSERT INTO t VALUES (?, ?)", rows)
     (tmp_path / "m.yaml").write_text(METADATA)
     return ["-m", str(tmp_path / "m.yaml"), "-d", str(tmp_path / "t.duckdb")]
 
@@ -95,12 +94,11 @@ def test_unit_neighbours(tmp_path, capsys, flag):
     """--neighbours unit (the default under a privacy unit) on a real file: customer 1 (three
     orders) is the heaviest unit; its removal with its orders moves R2T's truncated count by
     tau = 2."""
-    con = duckdb.connect(str(tmp_path / "u.duckdb"))
-    con.execute("CREATE TABLE customer AS SELECT range::INTEGER AS c_id FROM range(1, 11)")
-    con.execute("CREATE TABLE orders AS SELECT range::INTEGER AS o_id, "
-                "(CASE WHEN range < 3 THEN 1 ELSE range - 1 END)::INTEGER AS o_cust "
-                "FROM range(0, 12)")
-    con.close()
+    with writing(tmp_path / "u.duckdb") as con:
+        con.execute("CREATE TABLE customer AS SELECT range::INTEGER AS c_id FROM range(1, 11)")
+        con.execute("CREATE TABLE orders AS SELECT range::INTEGER AS o_id, "
+                    "(CASE WHEN range < 3 THEN 1 ELSE range - 1 END)::INTEGER AS o_cust "
+                    "FROM range(0, 12)")
     (tmp_path / "u.yaml").write_text(UNIT_METADATA)
     code = main(["audit", "-m", str(tmp_path / "u.yaml"), "-d", str(tmp_path / "u.duckdb"),
                  *flag, "--tries", "2", "--runs", "100", "--json",

@@ -19,6 +19,7 @@ from dpsql.execute.selection import cell_counts, quantile_utilities
 from dpsql.metadata import loads_metadata
 from dpsql.noise.selection import exponential_mechanism_rows, exponential_probabilities
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.ledgers import charged, ledger_session, open_ledger
 
 MD = loads_metadata("""
@@ -104,11 +105,10 @@ def test_rows_validate_their_input():
 @pytest.fixture(scope="module")
 def database(tmp_path_factory):
     path = tmp_path_factory.mktemp("selection") / "t.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE t (id INTEGER, g INTEGER, y INTEGER, v DOUBLE, d DATE)")
-    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)",
-                    [(*r, d) for r, d in zip(ROWS, DATES, strict=True)])
-    con.close()
+    with writing(path) as con:
+        con.execute("CREATE TABLE t (id INTEGER, g INTEGER, y INTEGER, v DOUBLE, d DATE)")
+        con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)",
+                        [(*r, d) for r, d in zip(ROWS, DATES, strict=True)])
     return path
 
 

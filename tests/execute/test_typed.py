@@ -13,7 +13,6 @@ import decimal
 import math
 from decimal import Decimal
 
-import duckdb
 import numpy as np
 import pytest
 
@@ -23,6 +22,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.execute.typed import AVG_NULL, CLAMPED_COUNT, finish, finish_columns, plain_values
 from dpsql.metadata import loads_metadata
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.shop_fixture import ZeroNoise
 
 METADATA = """\
@@ -45,11 +45,10 @@ EXACT = 1e6  # epsilon: the sums' grid is far finer than their scale (0.01)
 @pytest.fixture(scope="module")
 def database(tmp_path_factory):
     path = tmp_path_factory.mktemp("typed") / "t.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE t (g VARCHAR, k DECIMAL(15,2), i INTEGER, big BIGINT, "
-                "d DECIMAL(15,2), x DOUBLE)")
-    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?)", ROWS)
-    con.close()
+    with writing(path) as con:
+        con.execute("CREATE TABLE t (g VARCHAR, k DECIMAL(15,2), i INTEGER, big BIGINT, "
+                    "d DECIMAL(15,2), x DOUBLE)")
+        con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?)", ROWS)
     return path
 
 

@@ -13,6 +13,7 @@ from dpsql.cli.main import main
 from dpsql.errors import OperationalError, ProgrammingError
 from dpsql.metadata import dump_metadata, load_metadata, loads_metadata
 from dpsql.metadata.build import build_metadata, quote_ident
+from tests.db_files import writing
 from tests.shared_data import PUMS_CSV, needs_pums
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,9 +47,8 @@ CREATE TABLE empty (x INTEGER);
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     path = tmp_path / "shop.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute(SETUP)
-    con.close()
+    with writing(path) as con:
+        con.execute(SETUP)
     return path
 
 
@@ -135,9 +135,8 @@ def test_table_filter(db):
 
 def test_same_name_in_two_schemas(tmp_path):
     path = tmp_path / "two.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE t (a INT); CREATE SCHEMA s2; CREATE TABLE s2.t (b INT)")
-    con.close()
+    with writing(path) as con:
+        con.execute("CREATE TABLE t (a INT); CREATE SCHEMA s2; CREATE TABLE s2.t (b INT)")
     with pytest.raises(ProgrammingError, match="same name"):
         build_metadata(path)
     with pytest.raises(ProgrammingError, match="matches several tables"):

@@ -14,6 +14,7 @@ from dpsql.metadata import Metadata, PrivacyUnit, UnitPath, loads_metadata
 from dpsql.metadata.build import build_metadata
 from dpsql.metadata.unit_check import check_units
 from dpsql.metadata.unit_multi import hop_conflicts, unit_view
+from tests.db_files import writing
 from tests.metadata.helpers import ROOT
 from tests.metadata.unit_db import make_db
 
@@ -291,11 +292,10 @@ def _random_shop(path, rng: random.Random) -> None:
             [f"({1 if i < 2 else ref(n_supp)}, {rng.randint(1, 5)})"
              for i in range(rng.randint(2, 4))],
     }
-    con = duckdb.connect(str(path))
-    for table, values in rows.items():
-        con.execute(f"CREATE TABLE {table}; INSERT INTO {table.split()[0]} VALUES "
-                    + ", ".join(values))
-    con.close()
+    with writing(path) as con:
+        for table, values in rows.items():
+            con.execute(f"CREATE TABLE {table}; INSERT INTO {table.split()[0]} VALUES "
+                        + ", ".join(values))
 
 
 MARKS = ("NO PATH", "CONFLICT", "NOT PROPOSED", "UNDECIDED", "ORPHANS")

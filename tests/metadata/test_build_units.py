@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import duckdb
 import pytest
 
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import UnitPath, loads_metadata
 from dpsql.metadata.build import build_metadata
 from dpsql.metadata.build_units import names_match
+from tests.db_files import writing
 from tests.metadata.unit_db import make_db
 
 CLEAN = ("DELETE FROM orders WHERE o_custkey IS NULL OR o_custkey = 9;"
@@ -75,16 +75,15 @@ def test_orphans_refute_a_name_match(tmp_path):
 
 def test_generic_names_and_the_demo_layout(tmp_path):
     path = tmp_path / "shop.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("""
-        CREATE TABLE customers (id INTEGER, age INTEGER);
-        INSERT INTO customers VALUES (1, 30), (2, 40), (3, 50);
-        CREATE TABLE orders (id INTEGER, customer_id INTEGER);
-        INSERT INTO orders VALUES (1, 1), (2, 1), (3, 3);
-        CREATE TABLE reviews (id INTEGER, order_id INTEGER, customer_ref VARCHAR);
-        INSERT INTO reviews VALUES (1, 1, '1'), (2, 3, '3');
-    """)
-    con.close()
+    with writing(path) as con:
+        con.execute("""
+            CREATE TABLE customers (id INTEGER, age INTEGER);
+            INSERT INTO customers VALUES (1, 30), (2, 40), (3, 50);
+            CREATE TABLE orders (id INTEGER, customer_id INTEGER);
+            INSERT INTO orders VALUES (1, 1), (2, 1), (3, 3);
+            CREATE TABLE reviews (id INTEGER, order_id INTEGER, customer_ref VARCHAR);
+            INSERT INTO reviews VALUES (1, 1, '1'), (2, 3, '3');
+        """)
     md = loads_metadata(build_metadata(path, unit="customers.id"))
     assert md.table("orders").unit == UnitPath("customer_id")
     # orders.id is unique and its values all occur in customers.id, but "id" says nothing;
@@ -94,12 +93,11 @@ def test_generic_names_and_the_demo_layout(tmp_path):
 
 def test_types_of_another_kind_are_not_compared(tmp_path):
     path = tmp_path / "t.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("""
-        CREATE TABLE customer (c_custkey BIGINT); INSERT INTO customer VALUES (1), (2);
-        CREATE TABLE orders (o_custkey VARCHAR); INSERT INTO orders VALUES ('1'), ('x');
-    """)
-    con.close()
+    with writing(path) as con:
+        con.execute("""
+            CREATE TABLE customer (c_custkey BIGINT); INSERT INTO customer VALUES (1), (2);
+            CREATE TABLE orders (o_custkey VARCHAR); INSERT INTO orders VALUES ('1'), ('x');
+        """)
     text = build_metadata(path, unit="customer.c_custkey")
     assert "  orders:\n    # NO PATH" in text
     assert "refuted" not in text  # not even tried: comparing would need a cast

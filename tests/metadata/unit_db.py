@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
+from tests.db_files import writing
 
 # customer is the unit (c_custkey 1..4, unique). orders: o_custkey 1, 1, 2, NULL, 9 (9 is an
 # orphan). lineitem: l_orderkey 10, 10, 11, 12, NULL, 99 (99 an orphan, one NULL). l_suppkey
@@ -41,7 +41,6 @@ tables:
 
 def make_db(folder: Path, extra: str = "") -> Path:
     path = folder / "units.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute(SETUP + extra)
-    con.close()
+    with writing(path) as con:
+        con.execute(SETUP + extra)
     return path

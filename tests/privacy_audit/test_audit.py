@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from dpsql.errors import NotSupportedError, ProgrammingError, UnsupportedQueryError
 from dpsql.metadata import loads_metadata
 from dpsql.noise.mechanisms import discrete_laplace
 from dpsql.privacy_audit import audit
+from tests.db_files import writing
 
 CONFIDENCE = 1 - 1e-6
 RUNS = 400  # releases per database: the power computation above
@@ -51,13 +51,12 @@ class QuarterScale:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> tuple[Path, object]:
     folder = tmp_path_factory.mktemp("audit")
-    con = duckdb.connect(str(folder / "t.duckdb"))
-    con.execute("CREATE TABLE t (id INTEGER, g VARCHAR, v DOUBLE)")
-    con.executemany("INSERT INTO t VALUES (?, ?, ?)",
-                    [(i, "ab"[i % 2], float(i % 10)) for i in range(40)])
-    con.execute("CREATE TABLE p (k INTEGER)")
-    con.execute("INSERT INTO p VALUES (1), (2)")
-    con.close()
+    with writing(folder / "t.duckdb") as con:
+        con.execute("CREATE TABLE t (id INTEGER, g VARCHAR, v DOUBLE)")
+        con.executemany("INSERT INTO t VALUES (?, ?, ?)",
+                        [(i, "ab"[i % 2], float(i % 10)) for i in range(40)])
+        con.execute("CREATE TABLE p (k INTEGER)")
+        con.execute("INSERT INTO p VALUES (1), (2)")
     return folder / "t.duckdb", loads_metadata(METADATA)
 
 

@@ -8,14 +8,14 @@ import pytest
 
 from dpsql.errors import ProgrammingError
 from dpsql.privacy_audit.neighbours import RELATIONS, candidates, copy_database, make_neighbour
+from tests.db_files import writing
 
 
 @pytest.fixture
 def base(tmp_path):
     path = tmp_path / "t.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE t AS SELECT i AS v FROM range(10) r(i)")
-    con.close()
+    with writing(path) as con:
+        con.execute("CREATE TABLE t AS SELECT i AS v FROM range(10) r(i)")
     return copy_database(path, tmp_path / "base.duckdb")
 
 

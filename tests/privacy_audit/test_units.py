@@ -28,6 +28,7 @@ from dpsql.noise.mechanisms import discrete_laplace
 from dpsql.privacy_audit import audit
 from dpsql.privacy_audit.neighbours import copy_database
 from dpsql.privacy_audit.units import UNIT, make_unit_neighbour, unit_candidates, unit_rows_sql
+from tests.db_files import writing
 from tests.units import tiny
 
 CONFIDENCE = 1 - 1e-6
@@ -42,16 +43,13 @@ class QuarterScale:
 
 
 def write(path: Path, db: tiny.Database) -> Path:
-    con = duckdb.connect(str(path))
-    try:
+    with writing(path) as con:
         for table, columns in tiny.COLUMNS.items():
             con.execute(f"CREATE TABLE {table} ({', '.join(c + ' INTEGER' for c in columns)})")
             if db[table]:
                 marks = ", ".join("?" for _ in columns)
                 con.executemany(f"INSERT INTO {table} VALUES ({marks})",
                                 [list(r) for r in db[table]])
-    finally:
-        con.close()
     return path
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from dpsql.privacy_audit import audit
+from tests.db_files import writing
 from tests.privacy_audit.test_units import CONFIDENCE, RUNS, QuarterScale
 from tests.units import tiny_multi
 
@@ -30,9 +30,8 @@ def database(tmp_path_factory) -> Path:
         "items": [(c, 1 if c <= 20 else c - 19, 1) for c in range(1, 61)],
         "stock": [(2, 1)], "nations": [(1,), (2,)]}
     path = tmp_path_factory.mktemp("audit_two_units") / "two.duckdb"
-    con = duckdb.connect(str(path))
-    tiny_multi.load(db, con)
-    con.close()
+    with writing(path) as con:
+        tiny_multi.load(db, con)
     return path
 
 

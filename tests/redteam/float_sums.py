@@ -32,6 +32,7 @@ from dpsql.noise.plan import plan_noise
 from dpsql.rewrite.plan import plan_execution
 from dpsql.units.execute import read_truncated
 from dpsql.units.grid import part_grid, part_levels
+from tests.db_files import writing
 
 #: 2^53: from here on the DOUBLE grid is coarser than 1 (ulp 2), so 1.5 added to it rounds
 B53 = 2.0**53
@@ -43,15 +44,12 @@ Tables = dict[str, tuple[Sequence[str], Sequence[tuple[Any, ...]]]]  # name -> (
 
 def make_db(path: Path, tables: Tables) -> Path:
     """A DuckDB file holding ``tables``, rows stored in the order given."""
-    con = duckdb.connect(str(path))
-    try:
+    with writing(path) as con:
         for name, (columns, rows) in tables.items():
             con.execute(f"CREATE TABLE {name} ({', '.join(columns)})")
             if rows:
                 marks = ", ".join("?" for _ in columns)
                 con.executemany(f"INSERT INTO {name} VALUES ({marks})", [list(r) for r in rows])
-    finally:
-        con.close()
     return path
 
 

@@ -30,13 +30,13 @@ from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from dpsql.budget import Budget
 from dpsql.metadata import loads_metadata
 from dpsql.rewrite.fixed_point import exponent
 from dpsql.units.grid import part_grid, part_levels
+from tests.db_files import writing
 from tests.redteam.float_sums import (
     B53,
     ROW_MD,
@@ -136,15 +136,12 @@ def test_many_rows_at_the_bound_sum_beyond_2_63_steps_exactly(tmp_path):
     row-level SUM; five people each at the two-stage's per-group clamp C * u = 512 * 2^53
     (2^61 steps each, 5 * 2^61 > 2^63 over units). Both exact."""
     path = tmp_path / "many.duckdb"
-    con = duckdb.connect(str(path))
-    try:
+    with writing(path) as con:
         con.execute("CREATE TABLE t AS SELECT i::INTEGER AS i, 1e16::DOUBLE AS v "
                     "FROM range(4096) r(i)")
         con.execute("CREATE TABLE people AS SELECT i::INTEGER AS pid FROM range(1, 6) r(i)")
         con.execute("CREATE TABLE visits AS SELECT p.pid AS v_pid, 1 AS g, "
                     f"{B53!r}::DOUBLE AS v FROM people p, range(512)")
-    finally:
-        con.close()
     [got] = Query("SELECT SUM(v) FROM t", ROW_MD).exact(path)
     assert got.tolist() == [4096 * 1e16]
     [bins] = Query("SELECT g, SUM(v) FROM visits GROUP BY g",

@@ -43,7 +43,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import numpy as np
 import pytest
 import sqlglot
@@ -61,6 +60,7 @@ from dpsql.rewrite.plan import plan_execution
 from dpsql.units import multi_rewrite
 from dpsql.units.execute import read_truncated
 from dpsql.units.grid import part_grid, part_levels
+from tests.db_files import writing
 from tests.ledgers import charged, ledger_session, open_ledger
 from tests.shop_fixture import ZeroNoise
 
@@ -305,9 +305,8 @@ def _session_outcomes(tmp: Path, md: Metadata, schema: Schema, db: Database,
     """('ok' or the error class per query, the charges) of ``queries`` run one after the other
     through one session on a real DuckDB file and ledger, zero noise."""
     tmp.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(tmp / "db.duckdb"))
-    _create(con, schema, db)
-    con.close()
+    with writing(tmp / "db.duckdb") as con:
+        _create(con, schema, db)
     backend = DuckDBBackend(tmp / "db.duckdb", md)
     ledger = open_ledger(tmp / "ledger.sqlite", epsilon=10.0, delta=1e-3)
     session = ledger_session(md, backend, ledger, sampler=ZeroNoise())

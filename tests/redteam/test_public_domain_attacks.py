@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 
-import duckdb
 import pytest
 
 from dpsql.backends import data_version
@@ -30,6 +29,7 @@ from dpsql.backends.duckdb import DuckDBBackend, domain_table_name
 from dpsql.errors import Error
 from dpsql.metadata import loads_metadata
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.shop_fixture import ZeroNoise
 
 METADATA = """
@@ -48,15 +48,12 @@ QUERY = "SELECT o.tag, COUNT(*) AS n FROM orders o GROUP BY o.tag"
 
 
 def _write(path, tags: list[str]) -> None:
-    con = duckdb.connect(str(path))
-    try:
+    with writing(path) as con:
         con.execute("CREATE OR REPLACE TABLE tags (tag VARCHAR)")
         con.executemany("INSERT INTO tags VALUES (?)", [[t] for t in tags])
         con.execute("CREATE OR REPLACE TABLE orders AS SELECT range AS id, "
                     "CASE range % 3 WHEN 0 THEN 'a' WHEN 1 THEN 'b' ELSE 'z' END AS tag "
                     "FROM range(30)")
-    finally:
-        con.close()
 
 
 @pytest.fixture

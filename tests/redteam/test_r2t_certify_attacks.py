@@ -17,7 +17,6 @@ import random
 from collections import deque
 from fractions import Fraction
 
-import duckdb
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -43,6 +42,7 @@ from dpsql.units import multi_execute, multi_rewrite
 from dpsql.units.grid import part_grid, part_levels
 from dpsql.units.multi_execute import pair_levels
 from dpsql.units.multi_rewrite import is_flat
+from tests.db_files import writing
 from tests.units import tiny_multi
 
 # --------------------------------------------------------------------------- reference
@@ -447,9 +447,8 @@ def test_flat_reading_equals_the_grouped_one_and_the_reference(sql, params, tmp_
     for i in range(2):
         db = _db(rng)
         path = tmp_path / f"db{i}.duckdb"
-        con = duckdb.connect(str(path))
-        tiny_multi.load(db, con)
-        con.close()
+        with writing(path) as con:
+            tiny_multi.load(db, con)
         backend = DuckDBBackend(str(path), md)
         try:
             grouped = compile_plan(backend, grouped_plan)

@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
 
+from tests.db_files import writing
 from tests.redteam.float_sums import (
     Query,
     make_db,
@@ -80,10 +80,9 @@ def test_a_sum_beyond_2_1020_is_no_data_dependent_error(tmp_path):
     answers = []
     for name, last in [("d", 0.0), ("d2", 1e301)]:
         path = tmp_path / f"{name}.duckdb"
-        con = duckdb.connect(str(path))
-        con.execute(f"CREATE TABLE t AS SELECT 1e301::DOUBLE AS v FROM range({OVER_ROWS}) "
-                    f"UNION ALL SELECT {last!r}::DOUBLE")
-        con.close()
+        with writing(path) as con:
+            con.execute(f"CREATE TABLE t AS SELECT 1e301::DOUBLE AS v FROM range({OVER_ROWS}) "
+                        f"UNION ALL SELECT {last!r}::DOUBLE")
         answers.append(_answer(path, yaml))
     assert all(isinstance(a, list) for a in answers), answers
 

@@ -17,6 +17,7 @@ import pytest
 
 from dpsql.metadata import loads_metadata
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.rewrite.test_rewrite_equivalence import assert_same_rows
 from tests.shop_fixture import ZeroNoise
 
@@ -42,19 +43,18 @@ tables:
 @pytest.fixture(scope="module")
 def events(tmp_path_factory):
     path = tmp_path_factory.mktemp("derived_keys") / "events.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("""
-        CREATE TABLE ev AS SELECT i AS id,
-            DATE '2019-12-20' + CAST(i * 7 % 753 AS INTEGER) AS d,
-            TIMESTAMP '2020-02-29 20:00:00' + INTERVAL (i * 5 % 100) HOUR AS ts,
-            ['a', 'b', 'c', 'd'][1 + i % 4] AS kind,
-            CAST(i * 13 % 101 AS INTEGER) AS amount
-        FROM range(400) t(i)""")
-    con.execute("CREATE TABLE kinds AS SELECT * FROM (VALUES ('a', 'x'), ('b', 'y'), ('c', 'x'), "
-                "('d', 'x')) t(kind, label)")
-    mf = {col: con.execute(f"SELECT MAX(c) FROM (SELECT COUNT(*) AS c FROM ev GROUP BY {col})")
-          .fetchone()[0] for col in ("d", "ts", "kind", "amount")}
-    con.close()
+    with writing(path) as con:
+        con.execute("""
+            CREATE TABLE ev AS SELECT i AS id,
+                DATE '2019-12-20' + CAST(i * 7 % 753 AS INTEGER) AS d,
+                TIMESTAMP '2020-02-29 20:00:00' + INTERVAL (i * 5 % 100) HOUR AS ts,
+                ['a', 'b', 'c', 'd'][1 + i % 4] AS kind,
+                CAST(i * 13 % 101 AS INTEGER) AS amount
+            FROM range(400) t(i)""")
+        con.execute("CREATE TABLE kinds AS SELECT * FROM (VALUES ('a', 'x'), ('b', 'y'), "
+                    "('c', 'x'), ('d', 'x')) t(kind, label)")
+        mf = {col: con.execute(f"SELECT MAX(c) FROM (SELECT COUNT(*) AS c FROM ev GROUP BY {col})")
+              .fetchone()[0] for col in ("d", "ts", "kind", "amount")}
     return path, loads_metadata(METADATA % mf)
 
 

@@ -26,6 +26,7 @@ from dpsql.execute.exact import read_exact
 from dpsql.metadata import loads_metadata
 from dpsql.rewrite import fixed_point
 from dpsql.rewrite.plan import plan_execution
+from tests.db_files import writing
 
 
 def _steps_sql(bounds: tuple[float, float], k: int) -> str:
@@ -186,10 +187,9 @@ def test_the_engines_exact_read_is_the_same_in_any_row_order(tmp_path):
     for i in range(2):
         rng.shuffle(values)
         path = tmp_path / f"t{i}.duckdb"
-        con = duckdb.connect(str(path))
-        con.execute("CREATE TABLE t AS SELECT (row_number() OVER ())::INTEGER AS id, v "
-                    "FROM (SELECT unnest(?) AS v)", [values])
-        con.close()
+        with writing(path) as con:
+            con.execute("CREATE TABLE t AS SELECT (row_number() OVER ())::INTEGER AS id, v "
+                        "FROM (SELECT unnest(?) AS v)", [values])
         backend = DuckDBBackend(str(path), metadata)
         try:
             bins = read_exact(backend, plan)

@@ -14,6 +14,7 @@ import pytest
 from dpsql.metadata import loads_metadata
 from dpsql.noise.partition import threshold
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.rewrite.test_rewrite_equivalence import assert_same_rows
 from tests.shop_fixture import ZeroNoise
 
@@ -41,18 +42,17 @@ Q13 = ("SELECT c_count, COUNT(*) AS custdist FROM (SELECT cust.ck, COUNT(ord.ok)
 @pytest.fixture(scope="module")
 def shop(tmp_path_factory):
     path = tmp_path_factory.mktemp("keyed") / "shop.duckdb"
-    con = duckdb.connect(str(path))
-    # customers 1..240 have i % 8 orders (30 customers per count), 241..250 have 11 (10
-    # customers: below tau); every 4th order is a special request, filtered by the ON
-    con.execute("CREATE TABLE cust AS SELECT CAST(i AS BIGINT) AS ck, "
-                "CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END AS seg FROM range(1, 251) t(i)")
-    con.execute("""
-        CREATE TABLE ord AS SELECT CAST(row_number() OVER (ORDER BY c.ck, j) AS BIGINT) AS ok,
-            c.ck, CASE WHEN (c.ck + j) % 4 = 0 THEN 'a special requests note' ELSE 'plain'
-            END AS note
-        FROM cust c, range(0, 11) s(j)
-        WHERE j < CASE WHEN c.ck > 240 THEN 11 ELSE c.ck % 8 END""")
-    con.close()
+    with writing(path) as con:
+        # customers 1..240 have i % 8 orders (30 customers per count), 241..250 have 11 (10
+        # customers: below tau); every 4th order is a special request, filtered by the ON
+        con.execute("CREATE TABLE cust AS SELECT CAST(i AS BIGINT) AS ck, "
+                    "CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END AS seg FROM range(1, 251) t(i)")
+        con.execute("""
+            CREATE TABLE ord AS SELECT CAST(row_number() OVER (ORDER BY c.ck, j) AS BIGINT) AS ok,
+                c.ck, CASE WHEN (c.ck + j) % 4 = 0 THEN 'a special requests note' ELSE 'plain'
+                END AS note
+            FROM cust c, range(0, 11) s(j)
+            WHERE j < CASE WHEN c.ck > 240 THEN 11 ELSE c.ck % 8 END""")
     return path
 
 

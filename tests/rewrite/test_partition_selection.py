@@ -17,6 +17,7 @@ from dpsql.errors import NotSupportedError, ProtectedBinError
 from dpsql.metadata import loads_metadata
 from dpsql.noise.partition import plan_selection, threshold
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.rewrite.test_rewrite_equivalence import assert_same_rows
 from tests.shop_fixture import ZeroNoise
 
@@ -44,17 +45,16 @@ tables:
 @pytest.fixture(scope="module")
 def events(tmp_path_factory):
     path = tmp_path_factory.mktemp("partition") / "events.duckdb"
-    con = duckdb.connect(str(path))
-    # city c<j> has 8 j rows (8 .. 64); kinds a, b, c in turn; tag NULL for every 5th row
-    con.execute("""
-        CREATE TABLE ev AS SELECT 'c' || j AS city, ['a', 'b', 'c'][1 + i % 3] AS kind,
-            CAST((i * 7) % 120 AS INTEGER) AS amount,
-            CASE WHEN i % 5 = 0 THEN NULL ELSE CAST(j % 3 AS INTEGER) END AS tag
-        FROM range(1, 9) s(j), range(0, 1000) t(i) WHERE t.i < 8 * s.j""")
-    con.execute("CREATE TABLE other AS SELECT 'c1' AS city")
-    con.execute("CREATE TABLE rates AS SELECT * FROM (VALUES ('a', 1), ('a', 2), ('b', 3)) "
-                "t(kind, rate)")
-    con.close()
+    with writing(path) as con:
+        # city c<j> has 8 j rows (8 .. 64); kinds a, b, c in turn; tag NULL for every 5th row
+        con.execute("""
+            CREATE TABLE ev AS SELECT 'c' || j AS city, ['a', 'b', 'c'][1 + i % 3] AS kind,
+                CAST((i * 7) % 120 AS INTEGER) AS amount,
+                CASE WHEN i % 5 = 0 THEN NULL ELSE CAST(j % 3 AS INTEGER) END AS tag
+            FROM range(1, 9) s(j), range(0, 1000) t(i) WHERE t.i < 8 * s.j""")
+        con.execute("CREATE TABLE other AS SELECT 'c1' AS city")
+        con.execute("CREATE TABLE rates AS SELECT * FROM (VALUES ('a', 1), ('a', 2), ('b', 3)) "
+                    "t(kind, rate)")
     return path
 
 

@@ -10,6 +10,7 @@ import pytest
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.metadata import loads_metadata
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.shop_fixture import ZeroNoise
 
 METADATA = """
@@ -24,9 +25,8 @@ tables:
 @pytest.fixture
 def session(tmp_path):
     path = tmp_path / "t.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE t AS SELECT 1 + i % 2 AS g, i % 11 AS x FROM range(40) r(i)")
-    con.close()
+    with writing(path) as con:
+        con.execute("CREATE TABLE t AS SELECT 1 + i % 2 AS g, i % 11 AS x FROM range(40) r(i)")
     md = loads_metadata(METADATA)
     backend = DuckDBBackend(path, md)
     yield Session(md, backend, sampler=ZeroNoise())

@@ -25,13 +25,13 @@ import math
 import re
 from decimal import Decimal
 
-import duckdb
 import pytest
 import sqlglot
 
 from dpsql.errors import ProgrammingError
 from dpsql.rewrite.not_in import null_safe_not_in
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.shop_fixture import STATUSES, ZeroNoise, build_shop
 
 EPSILON = 1000.0
@@ -441,11 +441,8 @@ def thinned_shop(tmp_path_factory):
     """The shop with private rows removed (every 'returned' order and every order of products
     5 and 6), public tables unchanged: released bins must not notice."""
     shop = build_shop(tmp_path_factory.mktemp("thinned") / "shop.duckdb")
-    con = duckdb.connect(str(shop.path))
-    try:
+    with writing(shop.path) as con:
         con.execute("DELETE FROM orders WHERE status = 'returned' OR product_id IN (5, 6)")
-    finally:
-        con.close()
     return shop
 
 

@@ -37,6 +37,7 @@ from dpsql.rewrite.safe_compare import (
     fold_date_intervals,
 )
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.shop_fixture import ZeroNoise
 
 #: column -> (declared type, extreme values as SQL literals)
@@ -266,21 +267,20 @@ tables:
 @pytest.fixture(scope="module")
 def clamp_db(tmp_path_factory):
     path = tmp_path_factory.mktemp("clamp") / "s.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE s (id INTEGER, price DECIMAL(15,2), neg DECIMAL(6,2), n BIGINT, "
-                "disc DECIMAL(15,2), g VARCHAR)")
-    rng = np.random.default_rng(7)
-    rows = []
-    for i in range(400):
-        price = Decimal(int(rng.integers(-5000, 15000))) / 100  # some outside [0, 100]
-        neg = Decimal(int(rng.integers(-400, 400))) / 100
-        n = int(rng.integers(-40, 40))
-        disc = Decimal(int(rng.integers(0, 20))) / 100
-        rows.append(f"({i}, {price}, {neg}, {n}, {disc}, '{'ab'[i % 2]}')")
-    rows.append("(1000, NULL, NULL, NULL, NULL, 'a')")
-    rows.append("(1001, 9999999999999.99, 9999.99, 9223372036854775807, 0.5, 'b')")
-    con.execute("INSERT INTO s VALUES " + ", ".join(rows))
-    con.close()
+    with writing(path) as con:
+        con.execute("CREATE TABLE s (id INTEGER, price DECIMAL(15,2), neg DECIMAL(6,2), n BIGINT, "
+                    "disc DECIMAL(15,2), g VARCHAR)")
+        rng = np.random.default_rng(7)
+        rows = []
+        for i in range(400):
+            price = Decimal(int(rng.integers(-5000, 15000))) / 100  # some outside [0, 100]
+            neg = Decimal(int(rng.integers(-400, 400))) / 100
+            n = int(rng.integers(-40, 40))
+            disc = Decimal(int(rng.integers(0, 20))) / 100
+            rows.append(f"({i}, {price}, {neg}, {n}, {disc}, '{'ab'[i % 2]}')")
+        rows.append("(1000, NULL, NULL, NULL, NULL, 'a')")
+        rows.append("(1001, 9999999999999.99, 9999.99, 9223372036854775807, 0.5, 'b')")
+        con.execute("INSERT INTO s VALUES " + ", ".join(rows))
     return path
 
 
@@ -348,12 +348,11 @@ def test_exact_query_wraps_only_what_can_fail(where, wrapped):
 
 def test_comparison_inside_coalesce_is_total_on_duckdb(tmp_path):
     path = tmp_path / "t.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE t (id INTEGER, code VARCHAR, day DATE, price DECIMAL(15,2))")
-    con.execute("INSERT INTO t VALUES (1, '5', DATE '2000-01-01', 1), (2, 'SECRET', NULL, 2)")
-    with pytest.raises(duckdb.Error):
-        con.execute("SELECT COUNT(*) FROM t WHERE COALESCE(t.code = 5, FALSE)").fetchall()
-    con.close()
+    with writing(path) as con:
+        con.execute("CREATE TABLE t (id INTEGER, code VARCHAR, day DATE, price DECIMAL(15,2))")
+        con.execute("INSERT INTO t VALUES (1, '5', DATE '2000-01-01', 1), (2, 'SECRET', NULL, 2)")
+        with pytest.raises(duckdb.Error):
+            con.execute("SELECT COUNT(*) FROM t WHERE COALESCE(t.code = 5, FALSE)").fetchall()
     backend = DuckDBBackend(path, TYPED)
     try:
         engine = Session(TYPED, backend, sampler=ZeroNoise())

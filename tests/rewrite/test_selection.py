@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime
 import math
 
-import duckdb
 import numpy as np
 import pytest
 
@@ -18,6 +17,7 @@ from dpsql.execute.exact import read_bins, read_domains
 from dpsql.execute.selection import cell_counts
 from dpsql.metadata import loads_metadata
 from dpsql.session import Session
+from tests.db_files import writing
 
 METADATA = loads_metadata("""
 tables:
@@ -52,11 +52,10 @@ ROWS = _rows()
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory, make_backend):
     path = tmp_path_factory.mktemp("selection_rewrite") / "m.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE m (id INTEGER, g VARCHAR, y INTEGER, v DOUBLE, d DATE)")
-    con.executemany("INSERT INTO m VALUES (?, ?, ?, ?, ?)", ROWS)
-    con.execute("CREATE TABLE k AS SELECT * FROM (VALUES ('a'), ('a'), ('b')) t(g)")
-    con.close()
+    with writing(path) as con:
+        con.execute("CREATE TABLE m (id INTEGER, g VARCHAR, y INTEGER, v DOUBLE, d DATE)")
+        con.executemany("INSERT INTO m VALUES (?, ?, ?, ?, ?)", ROWS)
+        con.execute("CREATE TABLE k AS SELECT * FROM (VALUES ('a'), ('a'), ('b')) t(g)")
     backend = make_backend(path, METADATA)
     session = Session(METADATA, backend)
     yield session

@@ -24,6 +24,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import OperationalError
 from dpsql.metadata import loads_metadata
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.shop_fixture import ZeroNoise, insert_rows
 
 SECRET_CODE = "SECRET-7731"
@@ -48,16 +49,13 @@ tables:
 
 
 def _build(path, *, with_bad_row: bool):
-    con = duckdb.connect(str(path))
-    try:
+    with writing(path) as con:
         con.execute("CREATE TABLE accounts (id INTEGER, a INTEGER, b INTEGER, code VARCHAR, "
                     "g VARCHAR)")
         rows = [(i, i % 50, 1 + i % 7, str(i), "x" if i % 2 else "y") for i in range(1, 201)]
         insert_rows(con, "accounts", rows + ([BAD_ROW] if with_bad_row else []))
         con.execute("CREATE TABLE owners (id INTEGER, k INTEGER)")
         insert_rows(con, "owners", [(i, i) for i in range(1, 151)] + [(1000, 1000)])
-    finally:
-        con.close()
     return path
 
 

@@ -13,6 +13,7 @@ import duckdb
 import pytest
 
 from dpsql.metadata import loads_metadata
+from tests.db_files import writing
 from tests.neighbours import engine, neighbour_pair, same_outcome
 
 SCHEMA = ["CREATE TABLE t (id INTEGER, n INTEGER, s VARCHAR, flag VARCHAR, b BOOLEAN)",
@@ -136,9 +137,8 @@ tables:
 ])
 def test_clamp_is_dropped_only_where_the_native_sum_cannot_overflow(tmp_path, type_, removable):
     path = tmp_path / "c.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute(f"CREATE TABLE c (v {type_}); INSERT INTO c VALUES (1), (2), (3)")
-    con.close()
+    with writing(path) as con:
+        con.execute(f"CREATE TABLE c (v {type_}); INSERT INTO c VALUES (1), (2), (3)")
     metadata = loads_metadata("tables:\n  c:\n    columns:\n      v: {bounds: [0, 10]}\n")
     eng = engine(path, metadata)
     exact = eng.prepare("SELECT SUM(v) FROM c").plan.exact_sql

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import random
 
-import duckdb
-
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.metadata import loads_metadata
 from dpsql.sample_aggregate.prepared import prepare_sample_aggregate
 from dpsql.sample_aggregate.rewrite import KEY_PARAM, block_expression
+from tests.db_files import writing
 
 METADATA = loads_metadata("""\
 tables:
@@ -39,11 +38,10 @@ def test_block_answers_are_the_same_in_any_row_order(tmp_path):
     for attempt in range(2):
         rng.shuffle(rows)
         path = tmp_path / f"u{attempt}.duckdb"
-        con = duckdb.connect(str(path))
-        con.execute("CREATE TABLE u AS SELECT i::INTEGER AS id, v FROM "
-                    "(SELECT unnest(?) AS i, unnest(?) AS v)",
-                    [[i for i, _ in rows], [v for _, v in rows]])
-        con.close()
+        with writing(path) as con:
+            con.execute("CREATE TABLE u AS SELECT i::INTEGER AS id, v FROM "
+                        "(SELECT unnest(?) AS i, unnest(?) AS v)",
+                        [[i for i, _ in rows], [v for _, v in rows]])
         backend = DuckDBBackend(str(path), METADATA)
         try:
             prepared = prepare_sample_aggregate(SQL, METADATA, backend)

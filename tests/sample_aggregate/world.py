@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
-
 from dpsql.metadata import Metadata, loads_metadata
+from tests.db_files import writing
 
 METADATA_TEXT = """\
 tables:
@@ -45,15 +44,14 @@ def metadata() -> Metadata:
 def build(path: Path) -> Path:
     """Write the database to ``path``: 40 rows of t (8 customers, one NULL n per 7 rows),
     12 of u, 3 of q, 3 of p."""
-    con = duckdb.connect(str(path))
-    con.execute("""CREATE TABLE t AS SELECT i::INTEGER AS id, (i % 8)::INTEGER AS cid,
-                   (i * 2.5)::DOUBLE AS x, (i % 3)::VARCHAR AS g,
-                   CASE WHEN i % 7 = 0 THEN NULL ELSE i % 5 END::INTEGER AS n
-                   FROM range(40) r(i)""")
-    con.execute("CREATE TABLE u AS SELECT i::INTEGER AS id, (i * 1.5)::DOUBLE AS v "
-                "FROM range(12) r(i)")
-    con.execute("CREATE TABLE q AS SELECT i::INTEGER AS id FROM range(3) r(i)")
-    con.execute("CREATE TABLE p AS SELECT * FROM (VALUES ('0', 1.0::DOUBLE), ('1', 2.0), "
-                "('2', 0.5)) v(g, w)")
-    con.close()
+    with writing(path) as con:
+        con.execute("""CREATE TABLE t AS SELECT i::INTEGER AS id, (i % 8)::INTEGER AS cid,
+                       (i * 2.5)::DOUBLE AS x, (i % 3)::VARCHAR AS g,
+                       CASE WHEN i % 7 = 0 THEN NULL ELSE i % 5 END::INTEGER AS n
+                       FROM range(40) r(i)""")
+        con.execute("CREATE TABLE u AS SELECT i::INTEGER AS id, (i * 1.5)::DOUBLE AS v "
+                    "FROM range(12) r(i)")
+        con.execute("CREATE TABLE q AS SELECT i::INTEGER AS id FROM range(3) r(i)")
+        con.execute("CREATE TABLE p AS SELECT * FROM (VALUES ('0', 1.0::DOUBLE), ('1', 2.0), "
+                    "('2', 0.5)) v(g, w)")
     return path

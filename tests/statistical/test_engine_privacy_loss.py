@@ -45,7 +45,6 @@ Runtime: ~3 s for the histograms, ~3 s for the scalar runs.
 
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pytest
 
@@ -56,6 +55,7 @@ from dpsql.metadata import loads_metadata
 from dpsql.noise.mechanisms import discrete_laplace
 from dpsql.noise.plan import plan_noise
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.statistical.privacy_loss import empirical_privacy_loss, integer_buckets
 
 EPSILON = 1.0
@@ -135,12 +135,9 @@ class HalvedScale:
 @pytest.fixture(scope="module")
 def database(tmp_path_factory):
     path = tmp_path_factory.mktemp("privacy_loss") / "bins.duckdb"
-    con = duckdb.connect(str(path))
-    try:
+    with writing(path) as con:
         for statement in SCHEMA:
             con.execute(statement)
-    finally:
-        con.close()
     return path
 
 
@@ -249,11 +246,8 @@ def neighbours(tmp_path_factory):
     paths = {}
     for name, rows in (("d", 50), ("d_prime", 51)):
         path = folder / f"{name}.duckdb"
-        con = duckdb.connect(str(path))
-        try:
+        with writing(path) as con:
             con.execute(f"CREATE TABLE people AS SELECT range::INTEGER AS id FROM range({rows})")
-        finally:
-            con.close()
         paths[name] = path
     return paths
 

@@ -23,7 +23,6 @@ loss checks at alpha = 1e-6: about 1e-5 for the file. Runtime: ~2 s.
 
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pytest
 
@@ -31,6 +30,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.metadata import loads_metadata
 from dpsql.noise.selection import exponential_probabilities
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.statistical.privacy_loss import empirical_privacy_loss, integer_buckets
 
 EPSILON = 2.0
@@ -60,11 +60,10 @@ U_D_PRIME = np.array([-2.0, -2.0, -2.0, 0.0])
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     path = tmp_path_factory.mktemp("selection_loss") / "obs.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute(f"CREATE TABLE bins AS SELECT range::INTEGER AS g FROM range(0, {2 * B})")
-    con.execute("CREATE TABLE obs AS SELECT g, 3 AS y FROM bins "
-                f"UNION ALL SELECT g, 3 FROM bins WHERE g >= {B}")
-    con.close()
+    with writing(path) as con:
+        con.execute(f"CREATE TABLE bins AS SELECT range::INTEGER AS g FROM range(0, {2 * B})")
+        con.execute("CREATE TABLE obs AS SELECT g, 3 AS y FROM bins "
+                    f"UNION ALL SELECT g, 3 FROM bins WHERE g >= {B}")
     session = Session(METADATA, DuckDBBackend(path, METADATA))
     yield session
     session.close()

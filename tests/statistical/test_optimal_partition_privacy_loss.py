@@ -27,7 +27,6 @@ probability far below 1e-12 (its loss exceeds 1 by ~1, the margin is ~0.05).
 
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pytest
 from scipy import stats
@@ -36,6 +35,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.metadata import loads_metadata
 from dpsql.noise import optimal_partition
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.statistical.privacy_loss import empirical_privacy_loss, integer_buckets
 
 EPSILON, DELTA = 1.0, 1e-6
@@ -64,10 +64,9 @@ def database(tmp_path_factory):
     parts = [f"SELECT ({j * B} + g)::INTEGER AS k FROM range(0, {B}) a(g), range(0, {n}) r(i)"
              for j, n in enumerate(SIZES)]
     parts.append(f"SELECT ({len(SIZES) * B} + g)::INTEGER FROM range(0, {M}) s(g)")
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE t AS SELECT row_number() OVER () AS pid, k FROM ("
-                + " UNION ALL ".join(parts) + ")")
-    con.close()
+    with writing(path) as con:
+        con.execute("CREATE TABLE t AS SELECT row_number() OVER () AS pid, k FROM ("
+                    + " UNION ALL ".join(parts) + ")")
     return path
 
 

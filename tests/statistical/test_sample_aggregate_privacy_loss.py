@@ -40,6 +40,7 @@ from dpsql.noise.mechanisms import discrete_laplace
 from dpsql.sample_aggregate.analysis import analyze_sample_aggregate
 from dpsql.sample_aggregate.rewrite import KEY_PARAM, block_expression
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.statistical.privacy_loss import empirical_privacy_loss
 
 EPSILON_EACH = 1.0
@@ -98,10 +99,9 @@ def worlds(tmp_path_factory):
     paths = []
     for name, rows in (("d", f"({A}, 0), ({A}, 1)"), ("d_prime", f"({B}, 1), ({A}, 1)")):
         path = folder / f"{name}.duckdb"
-        con = duckdb.connect(str(path))
-        con.execute(f"CREATE TABLE s AS SELECT k::INTEGER AS k, v::INTEGER AS v "
-                    f"FROM (VALUES {rows}) t(k, v)")
-        con.close()
+        with writing(path) as con:
+            con.execute(f"CREATE TABLE s AS SELECT k::INTEGER AS k, v::INTEGER AS v "
+                        f"FROM (VALUES {rows}) t(k, v)")
         paths.append(path)
     return paths
 

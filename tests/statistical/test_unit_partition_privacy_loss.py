@@ -26,7 +26,6 @@ misses with probability far below 1e-12.
 
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pytest
 from scipy import stats
@@ -35,6 +34,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.metadata import loads_metadata
 from dpsql.noise import unit_partition
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.statistical.privacy_loss import empirical_privacy_loss, integer_buckets
 
 EPSILON, DELTA = 1.0, 1e-6
@@ -60,14 +60,13 @@ tables:
 @pytest.fixture(scope="module")
 def database(tmp_path_factory):
     path = tmp_path_factory.mktemp("unit_partition_loss") / "t.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute(f"""
-        CREATE TABLE t AS
-        SELECT row_number() OVER () AS pid, k FROM (
-            SELECT g::INTEGER AS k FROM range(0, {2 * B}) a(g), range(0, {N + 1}) r(i)
-            WHERE r.i < {N} OR a.g >= {B}
-            UNION ALL SELECT ({2 * B} + g)::INTEGER FROM range(0, {M}) s(g))""")
-    con.close()
+    with writing(path) as con:
+        con.execute(f"""
+            CREATE TABLE t AS
+            SELECT row_number() OVER () AS pid, k FROM (
+                SELECT g::INTEGER AS k FROM range(0, {2 * B}) a(g), range(0, {N + 1}) r(i)
+                WHERE r.i < {N} OR a.g >= {B}
+                UNION ALL SELECT ({2 * B} + g)::INTEGER FROM range(0, {M}) s(g))""")
     return path
 
 

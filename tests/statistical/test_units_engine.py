@@ -50,6 +50,7 @@ from dpsql.metadata import Metadata
 from dpsql.noise import r2t
 from dpsql.noise.mechanisms import discrete_laplace
 from dpsql.session import Session
+from tests.db_files import writing
 from tests.statistical.privacy_loss import empirical_privacy_loss
 from tests.units import tiny
 
@@ -78,16 +79,13 @@ def _metadata() -> Metadata:
 
 
 def _write(path, db: tiny.Database) -> None:
-    con = duckdb.connect(str(path))
-    try:
+    with writing(path) as con:
         for table, columns in tiny.COLUMNS.items():
             con.execute(f"CREATE TABLE {table} ({', '.join(c + ' INTEGER' for c in columns)})")
             if db[table]:
                 marks = ", ".join("?" for _ in columns)
                 con.executemany(f"INSERT INTO {table} VALUES ({marks})",
                                 [list(r) for r in db[table]])
-    finally:
-        con.close()
 
 
 def _shop() -> tiny.Database:
@@ -170,8 +168,7 @@ def regions(tmp_path_factory):
     """One file: regions 0..2B-1; each holds two customers with one order each, and region
     B+g one more customer (id 10^6 + g) with five orders."""
     path = tmp_path_factory.mktemp("units_regions") / "regions.duckdb"
-    con = duckdb.connect(str(path))
-    try:
+    with writing(path) as con:
         con.execute("CREATE TABLE regions AS SELECT range::INTEGER AS r "
                     f"FROM range(0, {2 * B})")
         con.execute("CREATE TABLE customer AS SELECT (2 * r + k)::INTEGER AS c_id, r AS region "
@@ -181,8 +178,6 @@ def regions(tmp_path_factory):
                     "c_id AS o_cust, 1 AS amount FROM customer, range(0, 5) t(k) "
                     "WHERE k = 0 OR c_id >= 1000000")
         con.execute("CREATE TABLE items (i_order INTEGER, qty INTEGER, kind INTEGER)")
-    finally:
-        con.close()
     return path
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dpsql.cli.main import main
+from tests.db_files import writing
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEX = str(ROOT / "schemas" / "flex_test.yaml")
@@ -84,14 +85,12 @@ def test_untyped_keys_are_listed_as_unchecked(capsys):
 
 
 def test_database_option_fills_and_checks_key_types(capsys, tmp_path):
-    import duckdb
 
     db = tmp_path / "flex.duckdb"
-    con = duckdb.connect(str(db))
-    con.execute("CREATE TABLE orders (order_id INTEGER, order_date DATE, customer_id INTEGER, "
-                "product_id INTEGER, quantity INTEGER, order_cost DOUBLE)")
-    con.execute("CREATE TABLE recommendations (customer_id BIGINT, product_id VARCHAR)")
-    con.close()
+    with writing(db) as con:
+        con.execute("CREATE TABLE orders (order_id INTEGER, order_date DATE, customer_id INTEGER, "
+                    "product_id INTEGER, quantity INTEGER, order_cost DOUBLE)")
+        con.execute("CREATE TABLE recommendations (customer_id BIGINT, product_id VARCHAR)")
     code, out, _ = run(capsys, "explain", "-m", FLEX, "--database", str(db), "--json", JOIN)
     assert code == 0
     report = json.loads(out)

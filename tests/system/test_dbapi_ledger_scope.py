@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pytest
 
 import dpsql
@@ -15,6 +14,7 @@ from dpsql.accounting import Ledger, database_identity
 from dpsql.backends import ledger_identity
 from dpsql.errors import BudgetExhaustedError, ProgrammingError
 from dpsql.metadata import load_metadata
+from tests.db_files import writing
 
 COUNT = "SELECT COUNT(*) AS n FROM people"
 TOTAL = "SELECT SUM(age) AS s FROM people"
@@ -40,9 +40,9 @@ def write_metadata(path: Path, *, upper: int = 120, extra: str = "",
 def world(tmp_path: Path) -> tuple[Path, Path, Path]:
     """(database, metadata naming the ledger, ledger granting alice epsilon 100)."""
     db = tmp_path / "people.duckdb"
-    con = duckdb.connect(str(db))
-    con.execute("CREATE TABLE people AS SELECT i AS id, 20 + i % 50 AS age FROM range(300) t(i)")
-    con.close()
+    with writing(db) as con:
+        con.execute("CREATE TABLE people AS SELECT i AS id, 20 + i % 50 AS age "
+                    "FROM range(300) t(i)")
     ledger = tmp_path / "ledger.sqlite"
     with Ledger(ledger) as book:
         book.set_budget(database_identity(db), "alice", 100.0, 0.0)
@@ -80,9 +80,8 @@ def test_a_rewritten_database_is_charged_again(world):
     db, metadata, _ = world
     assert ask(db, metadata) == (False, 0.5)
     assert ask(db, metadata) == (True, 0.5)  # same data, same metadata: free repeat
-    con = duckdb.connect(str(db))
-    con.execute("UPDATE people SET age = 21 WHERE id = 0")  # rewrite one row
-    con.close()
+    with writing(db) as con:
+        con.execute("UPDATE people SET age = 21 WHERE id = 0")  # rewrite one row
     assert ask(db, metadata) == (False, 1.0)  # a new answer, paid for
     assert ask(db, metadata) == (True, 1.0)
 

@@ -17,6 +17,7 @@ from dpsql.noise.r2t import levels
 from dpsql.rewrite.plan import plan_execution
 from dpsql.session import Session
 from dpsql.units.execute import read_truncated
+from tests.db_files import writing
 from tests.shop_fixture import ZeroNoise
 from tests.units import tiny
 
@@ -31,12 +32,11 @@ DB = {
 @pytest.fixture(scope="module")
 def database(tmp_path_factory):
     path = tmp_path_factory.mktemp("units_backends") / "shop.duckdb"
-    con = duckdb.connect(str(path))
-    for table, columns in tiny.COLUMNS.items():
-        con.execute(f"CREATE TABLE {table} ({', '.join(c + ' INTEGER' for c in columns)})")
-        values = ", ".join("(" + ", ".join(map(str, r)) + ")" for r in DB[table])
-        con.execute(f"INSERT INTO {table} VALUES {values}")
-    con.close()
+    with writing(path) as con:
+        for table, columns in tiny.COLUMNS.items():
+            con.execute(f"CREATE TABLE {table} ({', '.join(c + ' INTEGER' for c in columns)})")
+            values = ", ".join("(" + ", ".join(map(str, r)) + ")" for r in DB[table])
+            con.execute(f"INSERT INTO {table} VALUES {values}")
     return path
 
 

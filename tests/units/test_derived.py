@@ -15,6 +15,7 @@ from dpsql.budget import Budget
 from dpsql.errors import Error, UnsupportedConstructError
 from dpsql.noise.unit_partition import plan_with_selection, shared_count
 from dpsql.rewrite.plan import plan_execution
+from tests.db_files import writing
 from tests.ledgers import charged, ledger_session, open_ledger
 from tests.shop_fixture import ZeroNoise
 from tests.units import tiny
@@ -158,12 +159,11 @@ def shop(tmp_path_factory):
                      for o in range(1, 121)],
           "items": [(1 + i % 120, i % 5, 1 + i % 3) for i in range(200)],
           "regions": [(1,), (2,)]}
-    con = duckdb.connect(str(path))
-    for table, columns in tiny.COLUMNS.items():
-        con.execute(f"CREATE TABLE {table} ({', '.join(c + ' INTEGER' for c in columns)})")
-        con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' for _ in columns)})",
-                        [list(r) for r in db[table]])
-    con.close()
+    with writing(path) as con:
+        for table, columns in tiny.COLUMNS.items():
+            con.execute(f"CREATE TABLE {table} ({', '.join(c + ' INTEGER' for c in columns)})")
+            con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' for _ in columns)})",
+                            [list(r) for r in db[table]])
     return path
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 
-import duckdb
 import numpy as np
 import pytest
 
@@ -16,6 +15,7 @@ from dpsql.errors import NotSupportedError, UnsupportedConstructError
 from dpsql.metadata import loads_metadata
 from dpsql.noise import r2t
 from dpsql.noise.r2t_lp import lp_truncated
+from tests.db_files import writing
 from tests.ledgers import charged, ledger_session, open_ledger
 from tests.shop_fixture import ZeroNoise
 from tests.units import tiny_multi
@@ -82,9 +82,8 @@ def database(tmp_path_factory):
     db["orders"] = [(o, 1 + o % 20) for o in range(1, 61)]
     # supplier 1 sells 80 items: well above the top level (GS 16)
     db["items"] = [(1 + i % 60, 1 if i < 80 else 2 + i % 4, i % 5 - 1) for i in range(200)]
-    con = duckdb.connect(str(path))
-    tiny_multi.load(db, con)
-    con.close()
+    with writing(path) as con:
+        tiny_multi.load(db, con)
     return path, db
 
 

@@ -4,7 +4,6 @@ truncation (HiGHS) of the (customer, supplier) pairs computed in Python from the
 
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pytest
 
@@ -14,6 +13,7 @@ from dpsql.noise.r2t import levels
 from dpsql.noise.r2t_lp import lp_truncated
 from dpsql.rewrite.plan import plan_execution
 from dpsql.units.execute import read_truncated
+from tests.db_files import writing
 from tests.units import tiny_multi
 
 DB: tiny_multi.Database = {
@@ -30,9 +30,8 @@ DB: tiny_multi.Database = {
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory, make_backend):
     path = tmp_path_factory.mktemp("multi_backends") / "two.duckdb"
-    con = duckdb.connect(str(path))
-    tiny_multi.load(DB, con)
-    con.close()
+    with writing(path) as con:
+        tiny_multi.load(DB, con)
     b = make_backend(path, tiny_multi.metadata())
     yield b
     b.close()

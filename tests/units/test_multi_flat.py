@@ -19,6 +19,7 @@ from dpsql.rewrite.plan import ExecutionPlan, plan_execution
 from dpsql.units import multi_execute, multi_rewrite
 from dpsql.units.multi_execute import pair_levels
 from dpsql.units.multi_rewrite import is_flat
+from tests.db_files import writing
 from tests.units import tiny_multi
 
 FLAT = ("SELECT COUNT(*) FROM items",
@@ -73,14 +74,13 @@ def test_flat_rows_give_the_grouped_levels_on_random_databases(sql):
 
 def test_more_rows_than_the_guard_are_grouped_in_the_database(tmp_path, monkeypatch):
     path = tmp_path / "flat.duckdb"
-    con = duckdb.connect(str(path))
-    db = tiny_multi.random_database(random.Random(3))
-    db["items"] = [(1, 1, 2)] * 6 + [(2, 2, 1)] * 3
-    db["orders"] = [(1, 1), (2, 2)]
-    db["customer"] = [(1, 1), (2, 2)]
-    db["supplier"] = [(1, 1), (2, 2)]
-    tiny_multi.load(db, con)
-    con.close()
+    with writing(path) as con:
+        db = tiny_multi.random_database(random.Random(3))
+        db["items"] = [(1, 1, 2)] * 6 + [(2, 2, 1)] * 3
+        db["orders"] = [(1, 1), (2, 2)]
+        db["customer"] = [(1, 1), (2, 2)]
+        db["supplier"] = [(1, 1), (2, 2)]
+        tiny_multi.load(db, con)
     md = tiny_multi.metadata()
     backend = DuckDBBackend(str(path), md)
     try:

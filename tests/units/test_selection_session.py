@@ -12,6 +12,7 @@ from dpsql.analysis.explain import explain
 from dpsql.errors import NotSupportedError
 from dpsql.metadata import Metadata, loads_metadata
 from dpsql.noise import optimal_partition, unit_partition
+from tests.db_files import writing
 from tests.ledgers import charged, ledger_session, open_ledger
 from tests.shop_fixture import ZeroNoise
 
@@ -41,17 +42,16 @@ CITIES = [("big", 60), ("mid", 30), ("edge", 13), ("rare", 3), ("one", 1)]
 @pytest.fixture(scope="module")
 def database(tmp_path_factory):
     path = tmp_path_factory.mktemp("unit_selection") / "v.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE people (pid INTEGER)")
-    con.execute("CREATE TABLE visits (v_pid INTEGER, city VARCHAR, amount INTEGER)")
-    pid = 0
-    for city, units in CITIES:
-        for _ in range(units):
-            pid += 1
-            con.execute("INSERT INTO people VALUES (?)", [pid])
-            con.executemany("INSERT INTO visits VALUES (?, ?, ?)",
-                            [[pid, city, 3], [pid, city, 4]])
-    con.close()
+    with writing(path) as con:
+        con.execute("CREATE TABLE people (pid INTEGER)")
+        con.execute("CREATE TABLE visits (v_pid INTEGER, city VARCHAR, amount INTEGER)")
+        pid = 0
+        for city, units in CITIES:
+            for _ in range(units):
+                pid += 1
+                con.execute("INSERT INTO people VALUES (?)", [pid])
+                con.executemany("INSERT INTO visits VALUES (?, ?, ?)",
+                                [[pid, city, 3], [pid, city, 4]])
     return path
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import random
 
-import duckdb
 import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import NotSupportedError
 from dpsql.noise import r2t
+from tests.db_files import writing
 from tests.ledgers import charged, ledger_session, open_ledger
 from tests.shop_fixture import ZeroNoise
 from tests.units import tiny
@@ -25,15 +25,14 @@ def database(tmp_path_factory):
     db["orders"] = [(o, 1 if o <= 30 else 1 + o % 40, o % 7 - 2) for o in range(1, 121)]
     db["items"] = [(1 + i % 120, i % 5, 1 + i % 3) for i in range(300)]
     src = tiny.load(db)
-    con = duckdb.connect(str(path))
-    for table in tiny.COLUMNS:
-        rows = src.execute(f"SELECT * FROM {table}").fetchall()
-        columns = ", ".join(c + " INTEGER" for c in tiny.COLUMNS[table])
-        con.execute(f"CREATE TABLE {table} ({columns})")
-        if rows:
-            con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' for _ in rows[0])})",
-                            [list(r) for r in rows])
-    con.close()
+    with writing(path) as con:
+        for table in tiny.COLUMNS:
+            rows = src.execute(f"SELECT * FROM {table}").fetchall()
+            columns = ", ".join(c + " INTEGER" for c in tiny.COLUMNS[table])
+            con.execute(f"CREATE TABLE {table} ({columns})")
+            if rows:
+                con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' for _ in rows[0])})",
+                                [list(r) for r in rows])
     return path, db
 
 
