@@ -12,10 +12,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import duckdb
-
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.metadata import Metadata
+from tests.db_files import reading
 
 
 def with_sources(metadata: Metadata, sources: dict[str, str]) -> Metadata:
@@ -29,19 +28,16 @@ def with_sources(metadata: Metadata, sources: dict[str, str]) -> Metadata:
 def export_parquet(database: Path, folder: Path) -> dict[str, str]:
     """Write every table of the DuckDB file ``database`` to ``folder/<table>.parquet``."""
     folder.mkdir(parents=True, exist_ok=True)
-    # Its own in-memory instance: a dpsql backend may hold the file's instance, locked down.
-    con = duckdb.connect(":memory:")
-    try:
-        con.execute(f"ATTACH '{database}' AS src (READ_ONLY)")
+    # Attached to the tests' own instance: a dpsql backend may hold the file's, locked down.
+    with reading(database) as con:
         names = [r[0] for r in con.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'src'").fetchall()]
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()"
+        ).fetchall()]
         sources = {}
         for name in names:
             path = folder / f"{name}.parquet"
-            con.execute(f"COPY src.\"{name}\" TO '{path}' (FORMAT parquet)")
+            con.execute(f"COPY \"{name}\" TO '{path}' (FORMAT parquet)")
             sources[name] = str(path)
-    finally:
-        con.close()
     return sources
 
 
