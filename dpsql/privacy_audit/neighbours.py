@@ -26,6 +26,7 @@ import duckdb
 import numpy as np
 
 from dpsql.errors import ProgrammingError
+from dpsql.privacy_audit.files import attach_alias, opened, quote_literal
 
 #: The neighbouring relations the audit can build (the first is dpsql's own without a privacy
 #: unit; ``unit`` is the relation under one).
@@ -71,30 +72,26 @@ def _quote(name: str) -> str:
 def copy_database(source: Path, dest: Path) -> Path:
     """A full copy of DuckDB database ``source`` at ``dest`` (tables, views, macros), read
     through ``ATTACH ... READ_ONLY`` so an unflushed write-ahead log is included."""
-    con = duckdb.connect(str(dest))
-    try:
-        con.execute(f"ATTACH '{source}' AS __audit_source (READ_ONLY)")
+    source_alias = attach_alias()
+    with opened(dest) as con:
+        con.execute(f"ATTACH {quote_literal(str(source))} AS {source_alias} (READ_ONLY)")
         row = con.execute("SELECT current_database()").fetchone()
         assert row is not None
         target = row[0]
-        con.execute(f"COPY FROM DATABASE __audit_source TO {_quote(target)}")
-        con.execute("DETACH __audit_source")
-    finally:
-        con.close()
+        con.execute(f"COPY FROM DATABASE {source_alias} TO {_quote(target)}")
+        con.execute(f"DETACH {source_alias}")
     return dest
 
 
 def spread_rowids(database: Path, table: str, count: int) -> list[int]:
     """``count`` rowids of ``table`` spread evenly over its rows in rowid order."""
-    con = duckdb.connect(str(database), read_only=True)
     try:
-        rowids = [r[0] for r in con.execute(
-            f"SELECT rowid FROM {_quote(table)} ORDER BY rowid").fetchall()]
+        with opened(database, read_only=True) as con:
+            rowids = [r[0] for r in con.execute(
+                f"SELECT rowid FROM {_quote(table)} ORDER BY rowid").fetchall()]
     except duckdb.Error as err:
         raise ProgrammingError(f"the audit reads table {table!r} from the database, and could "
                                f"not: {err}") from None
-    finally:
-        con.close()
     if len(rowids) < 2:
         return rowids
     count = min(count, len(rowids))
@@ -132,13 +129,10 @@ def make_neighbour(base_copy: Path, dest: Path, table: str, replaced: int,
     """``dest``: ``base_copy`` (a copy of the original, same rowids) with the change made
     (row ``replaced`` removed, and a copy of row ``replacement`` added unless it is None)."""
     dest.write_bytes(base_copy.read_bytes())
-    con = duckdb.connect(str(dest))
-    try:
+    with opened(dest) as con:
         if replacement is not None:
             con.execute(f"INSERT INTO {_quote(table)} SELECT * FROM {_quote(table)} "
                         "WHERE rowid = ?", [replacement])
         con.execute(f"DELETE FROM {_quote(table)} WHERE rowid = ?", [replaced])
         con.execute("CHECKPOINT")
-    finally:
-        con.close()
     return Neighbour(table, replaced, replacement, dest)

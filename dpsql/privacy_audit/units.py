@@ -35,6 +35,7 @@ import numpy as np
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import Metadata
 from dpsql.metadata.unit_check import quote_ident
+from dpsql.privacy_audit.files import opened
 
 RID = "__audit_rid"
 UNIT = "__audit_unit"
@@ -90,11 +91,8 @@ def _linked_counts(con: duckdb.DuckDBPyConnection, metadata: Metadata) -> list[t
 
 def unit_candidates(database: Path, metadata: Metadata, count: int) -> list[Any]:
     """Up to ``count`` units (module docstring): the heaviest half, then spread ones."""
-    con = duckdb.connect(str(database), read_only=True)
-    try:
+    with opened(database, read_only=True) as con:
         linked = _linked_counts(con, metadata)
-    finally:
-        con.close()
     heavy_n = min(len(linked), math.ceil(count / 2))
     # most rows first; ties in id order (sorted is stable)
     heavy = [u for u, _ in sorted(linked, key=lambda p: -p[1])[:heavy_n]]
@@ -113,8 +111,7 @@ def make_unit_neighbour(base_copy: Path, dest: Path, metadata: Metadata,
     path and the rows removed per private table (the row sets are found before any is
     deleted, so a table's rows are found through its parents' rows as they are in the base)."""
     dest.write_bytes(base_copy.read_bytes())
-    con = duckdb.connect(str(dest))
-    try:
+    with opened(dest) as con:
         doomed = {t: [r[0] for r in con.execute(
             f"SELECT {RID} FROM ({unit_rows_sql(metadata, t)}) WHERE {UNIT} = ?",
             [unit]).fetchall()] for t in private_tables(metadata)}
@@ -123,6 +120,4 @@ def make_unit_neighbour(base_copy: Path, dest: Path, metadata: Metadata,
                 con.execute(f"DELETE FROM {quote_ident(table)} WHERE rowid IN "
                             f"(SELECT UNNEST(?))", [rowids])
         con.execute("CHECKPOINT")
-    finally:
-        con.close()
     return dest, tuple((t, len(r)) for t, r in doomed.items() if r)
