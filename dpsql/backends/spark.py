@@ -48,6 +48,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.schema import MappingSchema
 
 from dpsql.backends.base import columns_of
+from dpsql.backends.spark_sources import read_source
 from dpsql.backends.spark_sql import SOURCE_DIALECT, TARGET_DIALECT, to_spark_sql
 from dpsql.errors import (
     OperationalError,
@@ -238,13 +239,10 @@ class SparkBackend:
         return dict(self._sources)
 
     def _read(self, name: str, source: str | None) -> DataFrame:
-        reader = self._session.read
         if source is not None:
             if source.lower().endswith((".json", ".ndjson")):
                 raise ProgrammingError(f"unsupported table source {source!r}: use CSV or Parquet")
-            if _is_parquet(source):
-                return reader.parquet(source)
-            return reader.option("header", True).option("inferSchema", True).csv(source)
+            return read_source(self._session, source, parquet=_is_parquet(source))
         if not self._in_catalog(name):
             raise OperationalError(
                 f"table {self._qualified(name)!r} is not in the Spark catalog and the metadata "
