@@ -32,10 +32,10 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from dpsql.duckdb_files import opened
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import Metadata
 from dpsql.metadata.unit_check import quote_ident
-from dpsql.privacy_audit.files import opened
 
 RID = "__audit_rid"
 UNIT = "__audit_unit"

@@ -28,7 +28,6 @@ from dpsql.noise.mechanisms import discrete_laplace
 from dpsql.privacy_audit import audit
 from dpsql.privacy_audit.neighbours import copy_database
 from dpsql.privacy_audit.units import UNIT, make_unit_neighbour, unit_candidates, unit_rows_sql
-from tests.db_files import writing
 from tests.units import tiny
 
 CONFIDENCE = 1 - 1e-6
@@ -40,17 +39,6 @@ class QuarterScale:
 
     def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
         return discrete_laplace(scale / 4, size)
-
-
-def write(path: Path, db: tiny.Database) -> Path:
-    with writing(path) as con:
-        for table, columns in tiny.COLUMNS.items():
-            con.execute(f"CREATE TABLE {table} ({', '.join(c + ' INTEGER' for c in columns)})")
-            if db[table]:
-                marks = ", ".join("?" for _ in columns)
-                con.executemany(f"INSERT INTO {table} VALUES ({marks})",
-                                [list(r) for r in db[table]])
-    return path
 
 
 def read(path: Path) -> tiny.Database:
@@ -75,7 +63,7 @@ def shop_metadata() -> Metadata:
 
 @pytest.fixture(scope="module")
 def database(tmp_path_factory) -> Path:
-    return write(tmp_path_factory.mktemp("audit_units") / "shop.duckdb", shop())
+    return tiny.write_file(tmp_path_factory.mktemp("audit_units") / "shop.duckdb", shop())
 
 
 def test_each_row_gets_the_unit_its_path_reaches():
@@ -101,7 +89,7 @@ def test_a_unit_neighbour_is_the_cascade_removal(tmp_path):
     md = tiny.metadata()
     for i in range(3):
         db = tiny.random_database(rng)
-        base = write(tmp_path / f"b{i}.duckdb", db)
+        base = tiny.write_file(tmp_path / f"b{i}.duckdb", db)
         for unit in tiny.units(db):
             path, removed = make_unit_neighbour(base, tmp_path / f"n{i}-{unit}.duckdb", md, unit)
             want = tiny.remove_unit(db, unit)

@@ -26,7 +26,6 @@ import pytest
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.backends.replay import ReplayBackend
 from dpsql.session import Session
-from tests.db_files import writing
 from tests.statistical.privacy_loss import empirical_privacy_loss
 from tests.statistical.test_units_engine import HalvedScale
 from tests.units import tiny
@@ -50,15 +49,7 @@ def files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("units_derived")
     out = {}
     for name, db in (("d", _shop()), ("d_prime", tiny.remove_unit(_shop(), 99))):
-        path = folder / f"{name}.duckdb"
-        with writing(path) as con:
-            for table, columns in tiny.COLUMNS.items():
-                con.execute(f"CREATE TABLE {table} ({', '.join(c + ' INTEGER' for c in columns)})")
-                if db[table]:
-                    marks = ", ".join("?" for _ in columns)
-                    con.executemany(f"INSERT INTO {table} VALUES ({marks})",
-                                    [list(r) for r in db[table]])
-        out[name] = path
+        out[name] = tiny.write_file(folder / f"{name}.duckdb", db)
     return out
 
 

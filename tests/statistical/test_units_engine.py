@@ -78,16 +78,6 @@ def _metadata() -> Metadata:
     return tiny.metadata(max_contribution=GS, max_groups=KAPPA, max_rows_per_group=C)
 
 
-def _write(path, db: tiny.Database) -> None:
-    with writing(path) as con:
-        for table, columns in tiny.COLUMNS.items():
-            con.execute(f"CREATE TABLE {table} ({', '.join(c + ' INTEGER' for c in columns)})")
-            if db[table]:
-                marks = ", ".join("?" for _ in columns)
-                con.executemany(f"INSERT INTO {table} VALUES ({marks})",
-                                [list(r) for r in db[table]])
-
-
 def _shop() -> tiny.Database:
     """Customers 2..21 with one order (and one item) each; customer 1 with three orders and
     six items."""
@@ -104,8 +94,8 @@ def neighbours(tmp_path_factory):
     folder = tmp_path_factory.mktemp("units_engine")
     db = _shop()
     paths = {"d": folder / "d.duckdb", "d_prime": folder / "d_prime.duckdb"}
-    _write(paths["d"], db)
-    _write(paths["d_prime"], tiny.remove_unit(db, 1))
+    tiny.write_file(paths["d"], db)
+    tiny.write_file(paths["d_prime"], tiny.remove_unit(db, 1))
     return paths
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import duckdb
 
 from dpsql.metadata import Column, Domain, Metadata, PrivacyUnit, Table, UnitPath
 from dpsql.units.analysis import UnitRelease
 from dpsql.units.execute import truncated_levels
+from tests.db_files import writing
 
 Database = dict[str, list[tuple[int, ...]]]
 
@@ -109,6 +111,18 @@ def load(db: Mapping[str, Sequence[tuple[int, ...]]]) -> duckdb.DuckDBPyConnecti
             con.execute(f"INSERT INTO {table} VALUES {values}")
         _LOADED[table] = rows
     return con
+
+
+def write_file(path: Path, db: Mapping[str, Sequence[tuple[int, ...]]]) -> Path:
+    """A DuckDB file at ``path`` holding ``db`` (for a real Session on it)."""
+    with writing(path) as con:
+        for table, columns in COLUMNS.items():
+            con.execute(f"CREATE TABLE {table} ({', '.join(c + ' INTEGER' for c in columns)})")
+            if db[table]:
+                marks = ", ".join("?" for _ in columns)
+                con.executemany(f"INSERT INTO {table} VALUES ({marks})",
+                                [list(r) for r in db[table]])
+    return path
 
 
 def r2t_row(con: duckdb.DuckDBPyConnection, exact_sql: str, release: UnitRelease

@@ -1,11 +1,11 @@
-"""dpsql.privacy_audit.files: the audit's files opened through one instance of the process."""
+"""dpsql.duckdb_files: database files opened through one DuckDB instance of the process."""
 
 from __future__ import annotations
 
 import duckdb
 import pytest
 
-from dpsql.privacy_audit.files import opened
+from dpsql.duckdb_files import opened
 
 
 def _attached(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -18,7 +18,7 @@ def test_statements_write_the_file_which_is_closed_on_leaving(tmp_path):
     with opened(path) as con:
         con.execute("CREATE TABLE t AS SELECT range AS x FROM range(5)")
         con.execute("INSERT INTO t VALUES (7)")
-        assert con.execute("SELECT current_database()").fetchone()[0].startswith("__audit_db_")
+        assert con.execute("SELECT current_database()").fetchone()[0].startswith("__file_db_")
     with opened(path) as con:
         current = con.execute("SELECT current_database()").fetchone()[0]
         assert sorted(_attached(con)) == sorted(["memory", current])  # the first one went

@@ -1,13 +1,14 @@
-"""The audit's database files (the base copy, each neighbour), opened through one DuckDB
-instance of the process.
+"""DuckDB database files the owner's tools write and read (the privacy audit's copy of the
+database and its neighbours; the tests' small databases), opened through one DuckDB instance
+of the process.
 
 A new DuckDB instance costs ~17 ms of CPU (its catalog of built-in functions) and an audit
 writes a copy of the database and one file per neighbour; attaching a file to an instance
 already open costs ~1 ms. :func:`opened` attaches ``path`` and yields a connection whose
 default database IS that file, so statements written for ``duckdb.connect(path)`` run
-unchanged; on leaving, the file is detached (checkpointed and closed), so the audit's sessions
-then open it as they open any database file. The owner's tool only: it reads and writes the
-files the owner named, and no analyst query runs here.
+unchanged; on leaving, the file is detached (checkpointed and closed), so a dpsql session then
+opens it as it opens any database file. The instance holds nothing of its own. No analyst
+query runs here (the process's instance for released values is :mod:`dpsql.scratch`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def quote_literal(text: str) -> str:
 
 def attach_alias() -> str:
     """A database alias no other attachment of this process uses."""
-    return f"__audit_db_{next(_ALIASES)}"
+    return f"__file_db_{next(_ALIASES)}"
 
 
 @contextmanager
