@@ -22,7 +22,7 @@ from dpsql.backends.replay import ReplayBackend
 from dpsql.noise import r2t
 from dpsql.session import Session
 from tests.statistical.privacy_loss import empirical_privacy_loss
-from tests.statistical.test_units_engine import ALPHA, EPSILON, HalvedScale, _shop, _write
+from tests.statistical.test_units_engine import ALPHA, EPSILON, HalvedScale, _shop
 from tests.units import tiny
 
 N_RUNS = 1000
@@ -35,8 +35,8 @@ def neighbours(tmp_path_factory):
     folder = tmp_path_factory.mktemp("units_engine_sum")
     db = _shop()
     paths = {"d": folder / "d.duckdb", "d_prime": folder / "d_prime.duckdb"}
-    _write(paths["d"], db)
-    _write(paths["d_prime"], tiny.remove_unit(db, 1))
+    tiny.write_file(paths["d"], db)
+    tiny.write_file(paths["d_prime"], tiny.remove_unit(db, 1))
     return paths
 
 
