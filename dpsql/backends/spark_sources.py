@@ -13,6 +13,7 @@ and at most :data:`KEPT` of them.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -32,7 +33,7 @@ def _version(source: str) -> tuple[Any, ...] | None:
         st = os.stat(source)
     except OSError:
         return None
-    if not os.path.isfile(source):
+    if not stat.S_ISREG(st.st_mode):  # a folder of parts: inferred every time
         return None
     return (os.path.abspath(source), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
 
