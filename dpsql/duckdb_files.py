@@ -21,13 +21,11 @@ from contextlib import contextmanager
 
 import duckdb
 
+from dpsql.sql import quote_literal
+
 _INSTANCE: list[duckdb.DuckDBPyConnection] = []
 _LOCK = threading.Lock()
 _ALIASES = itertools.count()
-
-
-def quote_literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def attach_alias() -> str:

@@ -1,11 +1,17 @@
-"""SQL text helpers shared outside the analysis: where a statement ends, by sqlglot's DuckDB
-tokenizer (the shell splits scripts with it). sqlglot is imported on first use, so that
-`dpsql --help` stays fast."""
+"""SQL text helpers shared outside the analysis: a string literal, and where a statement ends,
+by sqlglot's DuckDB tokenizer (the shell splits scripts with it). sqlglot is imported on first
+use, so that `dpsql --help` stays fast."""
 
 from __future__ import annotations
 
 import functools
 from typing import Any
+
+
+def quote_literal(text: str) -> str:
+    """``text`` as an SQL string literal (quotes doubled), for dpsql's own statements: file
+    paths, an analyst's name in the catalog shadow."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 @functools.cache

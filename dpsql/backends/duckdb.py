@@ -20,6 +20,7 @@ import numpy as np
 from dpsql.errors import OperationalError, ProgrammingError, QueryCancelledError
 from dpsql.metadata import Metadata
 from dpsql.rewrite.domains import scan_relation
+from dpsql.sql import quote_literal
 
 #: DuckDB's perfect_ht_threshold for dpsql's connection (bits of the group keys' value range):
 #: at most 2^18 slots of aggregate states per thread (a few MB for the one or two aggregates of
@@ -30,8 +31,6 @@ def _quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _quote_str(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _is_glob(source: str) -> bool:
@@ -98,10 +97,10 @@ class DuckDBBackend:
             files = [p for p in paths if not _is_glob(p)]
             dirs = [str(Path(p).parent) for p in paths if _is_glob(p)]
             if files:
-                self._con.execute(f"SET allowed_paths=[{', '.join(map(_quote_str, files))}]")
+                self._con.execute(f"SET allowed_paths=[{', '.join(map(quote_literal, files))}]")
             if dirs:
                 self._con.execute(
-                    f"SET allowed_directories=[{', '.join(map(_quote_str, dirs))}]"
+                    f"SET allowed_directories=[{', '.join(map(quote_literal, dirs))}]"
                 )
             self._con.execute("SET enable_external_access=false")
             self._con.execute("SET autoinstall_known_extensions=false")
@@ -130,7 +129,7 @@ class DuckDBBackend:
             # Temporary views belong to this connection only.
             self._con.execute(
                 f"CREATE OR REPLACE TEMP VIEW {_quote_ident(table.name)} AS SELECT * FROM "
-                f"{_reader(table.source)}({_quote_str(table.source)})"
+                f"{_reader(table.source)}({quote_literal(table.source)})"
             )
         if not locked:
             self._con.execute("SET lock_configuration=true")

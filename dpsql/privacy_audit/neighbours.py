@@ -25,8 +25,9 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from dpsql.duckdb_files import attach_alias, opened, quote_literal
+from dpsql.duckdb_files import attach_alias, opened
 from dpsql.errors import ProgrammingError
+from dpsql.sql import quote_literal
 
 #: The neighbouring relations the audit can build (the first is dpsql's own without a privacy
 #: unit; ``unit`` is the relation under one).

@@ -29,6 +29,7 @@ from dpsql.metadata import Metadata
 from dpsql.server.pgshims import EXTENDED as _EXTENDED
 from dpsql.server.pgshims import RENAMED as _RENAMED
 from dpsql.server.shadow import Shadows, build_shadow
+from dpsql.sql import quote_literal
 
 #: what ``SELECT version()`` and the ``server_version`` parameter say
 SERVER_VERSION = "15.0"
@@ -83,7 +84,7 @@ def to_shadow_sql(tree: exp.Expression, user: str = "dpsql") -> str:
     ``pg_catalog.f()`` → ``f()``, ``version()`` → dpsql's version text, casts to ``reg*`` types
     → an OID lookup, ``COLLATE pg_catalog.default`` dropped, ``OPERATOR(pg_catalog.~)`` → ``~``."""
 
-    quoted_user = "'" + user.replace("'", "''") + "'"
+    quoted_user = quote_literal(user)
 
     def fix(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Func) and \

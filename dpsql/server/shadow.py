@@ -22,6 +22,7 @@ import duckdb
 
 from dpsql.metadata import Metadata
 from dpsql.server.pgshims import MACROS
+from dpsql.sql import quote_literal
 
 
 def build_shadow(metadata: Metadata, tables: Iterable[str], user: str) -> duckdb.DuckDBPyConnection:
@@ -36,8 +37,7 @@ def build_shadow(metadata: Metadata, tables: Iterable[str], user: str) -> duckdb
             con.execute(f'CREATE TABLE "{name}" ({columns})')
         for macro in MACROS:
             con.execute(macro)
-        quoted = "'" + user.replace("'", "''") + "'"
-        con.execute(f"CREATE MACRO pg_get_userbyid(x) AS {quoted}")
+        con.execute(f"CREATE MACRO pg_get_userbyid(x) AS {quote_literal(user)}")
         con.execute("SET enable_external_access = false")
         con.execute("SET threads = 1")
         con.execute("SET memory_limit = '256MB'")
