@@ -41,7 +41,7 @@ from dpsql.rewrite.ordered import order_inner_aggregates
 from dpsql.rewrite.parameters import bind_params, number_parameters, used_params
 from dpsql.rewrite.post import NOISY_TABLE, OutputSpec, build_post, fast_order, fast_path
 from dpsql.rewrite.totality import make_total_pass
-from dpsql.units.multi_rewrite import guarded_flat_counts
+from dpsql.units.multi_rewrite import guarded_flat
 from dpsql.units.rewrite import unit_contributions
 
 __all__ = ["NOISY_TABLE", "PASSES", "ExecutionPlan", "plan_execution"]
@@ -108,8 +108,8 @@ class ExecutionPlan:
     #: (:func:`dpsql.execute.layout.write_selected`), whose groups the session selects by DP
     selected: bool = False
     #: a query run instead of ``exact_sql`` (same parameters) when ``exact_sql`` returns more
-    #: rows than its guard allows: plain counts over two privacy units read their rows flat,
-    #: and past dpsql.units.multi_rewrite.FLAT_ROWS group them in the database. Compiled
+    #: rows than its guard allows: plain counts and SUMs over two privacy units read their
+    #: rows flat, and past dpsql.units.multi_rewrite.FLAT_ROWS group them in the database. Compiled
     #: while preparing, like every query a plan may run, so reaching it (which depends on the
     #: data) can never meet a compile error.
     fallback_sql: str | None = None
@@ -229,7 +229,7 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
     post_sql = (None if fast is not None
                 else build_post(analysis, query).sql(dialect=DIALECT, copy=False))
     exact_sql, fallback_sql = exact.bins_sql, None
-    flat = guarded_flat_counts(exact_sql, analysis.unit)
+    flat = guarded_flat(exact_sql, analysis.unit)
     if flat is not None:
         exact_sql, fallback_sql = flat
     return ExecutionPlan(

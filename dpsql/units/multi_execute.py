@@ -2,9 +2,10 @@
 the executed query is :func:`dpsql.units.multi_rewrite.pair_contributions`'s).
 
 The exact query returns one row per pair of unit ids: ``__u0``, ``__u1`` (NULL: no unit of
-that table) and each R2T part's psi ``__p<i>`` (NULL, a SUM over no value, is 0); or, for
-plain counts, one row ``__u0, __u1`` per counted row (at most FLAT_ROWS of them, else the
-same query grouped in the database: dpsql.units.multi_rewrite).
+that table) and each R2T part's psi ``__p<i>`` (NULL, a SUM over no value, is 0); or, flat
+(plain counts and SUMs), one row per joined row: ``__u0, __u1`` and a SUM part's row value,
+at most FLAT_ROWS of them, else the same rows grouped in the database with the same
+capacities per level (dpsql.units.multi_rewrite).
 :func:`read_pair_truncated` codes the ids densely (each table's NULL one more code, never a
 real unit's), and returns per part the flow truncation Q(tau_j) over the part's levels
 (dpsql.noise.r2t_flow, in value units tau_j * b): what :func:`dpsql.units.execute.r2t_bins`
@@ -13,6 +14,7 @@ releases with R2T, exactly as a one-unit query's truncated sums.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,10 +23,9 @@ import numpy as np
 from dpsql.backends.base import Backend
 from dpsql.errors import ProgrammingError
 from dpsql.execute.exact import CompiledPlan
-from dpsql.noise.r2t_flow import flow_truncated
+from dpsql.noise.r2t_flow import flow_truncated, level_step
 from dpsql.units.analysis import UnitRelease
-from dpsql.units.grid import part_grid, part_levels
-from dpsql.units.multi_rewrite import FLAT_ROWS
+from dpsql.units.multi_rewrite import FLAT_ROWS, value_levels
 
 
 def unit_codes(ids: Any) -> np.ndarray:
@@ -85,29 +86,58 @@ def read_pair_truncated(backend: Backend, compiled: CompiledPlan, params: Sequen
     bindings = compiled.plan.exact_bindings(params)
     columns, _ = backend.execute_columns(compiled.exact, bindings)
     if compiled.fallback is not None and columns[0].shape[0] > FLAT_ROWS:
-        # flat rows, more than are worth fetching (many per pair): the plan's fallback groups
-        # them in the database (dpsql.units.multi_rewrite), the same levels
+        # flat rows, more than are worth fetching: the plan's fallback groups them in the
+        # database with the same capacities (dpsql.units.multi_rewrite), the same levels
         columns, _ = backend.execute_columns(compiled.fallback, bindings)
+        return pair_levels(columns, release, regrouped=True)
     return pair_levels(columns, release)
 
 
 def pair_levels(columns: Sequence[Any], release: UnitRelease,
-                trace: list[tuple[float, str]] | None = None) -> list[np.ndarray]:
-    """Per R2T part, Q(tau_j) at every level from the executed query's columns: ``__u0,
-    __u1`` and each part's psi per pair, or (flat plain counts, dpsql.units.multi_rewrite)
-    ``__u0, __u1`` per counted row, each a result of psi 1. ``trace``: as
+                trace: list[tuple[float, str]] | None = None, *,
+                regrouped: bool = False) -> list[np.ndarray]:
+    """Per R2T part, Q(tau_j) at every level from the executed query's columns (module
+    docstring): ``__u0, __u1`` and each part's psi, per pair or per flat row (the same
+    truncation: each is a result); flat with some COUNT(*) parts, only the SUM parts' values
+    (a COUNT(*) row is a result of psi 1); ``regrouped``: the fallback's columns
+    (dpsql.units.multi_rewrite.regrouped: a SUM part's capacities per level). ``trace``: as
     :func:`dpsql.noise.r2t_flow.flow_truncated`'s (benchmarks)."""
-    flat = len(columns) == 2 and bool(release.parts) and all(p.integer for p in release.parts)
-    if not flat and len(columns) != 2 + len(release.parts):
+    parts = release.parts
+    sums = sum(1 for p in parts if not p.integer)
+    widths = [1 if p.integer or not regrouped else len(value_levels(p, release))
+              for p in parts]
+    per_part = len(columns) == 2 + sum(widths)
+    if not per_part and (regrouped or len(columns) != 2 + sums):
         raise ProgrammingError("the exact result of a query over two privacy units is "
                                "malformed")
     a = unit_codes(columns[0])
     b = unit_codes(columns[1])
-    ones = np.ones(a.size, np.int64) if flat else None
+    ones = None if per_part else np.ones(a.size, np.int64)
+    rest = iter(columns[2:])
     out = []
-    for i, part in enumerate(release.parts):
-        bound, _ = part_grid(part, release.unit)
-        taus = [tau * bound for tau in part_levels(part, release.unit)]
-        psi = ones if ones is not None else _values(columns[2 + i], part.integer)
-        out.append(flow_truncated(a, b, psi, taus, integer=part.integer, trace=trace))
+    for part, width in zip(parts, widths, strict=True):
+        taus = value_levels(part, release)
+        if ones is not None and part.integer:  # a flat COUNT(*): psi 1 per row
+            out.append(flow_truncated(a, b, ones, taus, integer=True, trace=trace))
+        elif regrouped and not part.integer:  # integer capacities, one column per level
+            out.append(_regrouped_levels(a, b, [next(rest) for _ in range(width)], taus,
+                                         trace))
+        else:
+            psi = _values(next(rest), part.integer)
+            out.append(flow_truncated(a, b, psi, taus, integer=part.integer, trace=trace))
+    return out
+
+
+def _regrouped_levels(a: np.ndarray, b: np.ndarray, columns: Sequence[Any],
+                      taus: Sequence[float], trace: list[tuple[float, str]] | None
+                      ) -> np.ndarray:
+    """A SUM part's Q_j from the fallback's capacities ``__p<i>_<j>`` (integers in steps
+    delta_j, each pair's at most T_j): ``delta_j OPT_j``, the flow at cap T_j, the float
+    dpsql.noise.r2t_flow.flow_truncated returns for the same rows read flat."""
+    out = np.zeros(len(taus), np.float64)
+    for j, (column, tau) in enumerate(zip(columns, taus, strict=True)):
+        delta = level_step(tau, False)
+        cap = math.floor(tau / delta)
+        (opt,) = flow_truncated(a, b, _values(column, True), [cap], integer=True, trace=trace)
+        out[j] = delta * int(opt)
     return out

@@ -1,5 +1,5 @@
 """The executed query of a release over two privacy units (dpsql.units.multi): the join
-grouped by the pair of unit ids, or for plain counts its rows themselves.
+grouped by the pair of unit ids, or (plain counts and SUMs) its rows themselves.
 
 :func:`pair_contributions` takes the exact query as the other passes leave it (``SELECT
 <aggregates> AS __m<j> FROM .. WHERE ..``, no GROUP BY, every aggregate clamped and total),
@@ -7,20 +7,30 @@ computes each row's id in both units (``__u0``, ``__u1``: each along its unit pa
 to unique keys, as dpsql.units.rewrite computes one) and groups by the pair, with one column
 ``__p<i>`` per R2T part: the pair's row count (COUNT) or sum of clamped non-negative /
 non-positive values (a SUM's two parts) -- psi(q) of R2T's LP, per result pair. One database
-query; the truncation (dpsql.units.flow) runs on its rows.
+query; the truncation (dpsql.noise.r2t_flow) runs on its rows.
 
-**Plain counts, flat** (:func:`flat_counts`: every part a ``COUNT(*)`` and every level below
-2^31 rows, both public): the query returns the rows' ``__u0, __u1`` only, ungrouped (grouping
-6M pairs costs DuckDB ~4x the join itself); dpsql.units.multi_execute reads at most
-:data:`FLAT_ROWS` + 1 of them (:func:`limited`: its guard, not the analyst's LIMIT; the
-plan's exact query, :func:`guarded_flat_counts`). Each row
-is a result of psi 1; a pair's rows are parallel edges of capacity 1 each, which carry
-exactly what the pair's one edge of capacity min(psi, T) carries: no edge can carry more than
-T (its unit's own cap bounds what enters or leaves it), so the maximum flow, hence every
-level's Q_j, is the same integer (dpsql.noise.r2t_flow's step is 1 below 2^31: no flooring).
-More rows than FLAT_ROWS (many rows per pair): dpsql.units.multi_execute runs the plan's
-fallback query instead, grouped in the database (:func:`regrouped`), so memory stays bounded by
-the pairs, as before; both queries are compiled while preparing.
+**Flat** (:func:`flat_rows`: every part a ``COUNT(*)`` with every level below 2^31 rows, or a
+SUM; no HAVING, DISTINCT, ORDER BY or LIMIT of its own; all public): the query returns its rows
+ungrouped -- ``__u0, __u1`` and, per SUM part ``i``, the row's clamped value ``__v<i>`` (its
+fixed-point steps as a DOUBLE: exact) -- since grouping 6M pairs costs DuckDB ~4x the join
+itself (TPC-H Q7, issue #17). Each row is a result of R2T's LP (as in R2T's own formulation:
+one variable per join result), psi 1 for a COUNT(*), its value for a SUM. A pair's rows are
+parallel edges, which carry exactly what one edge of their summed capacity carries: no edge can
+carry more than T (its unit's own cap bounds what enters or leaves it). So for counts every
+level's Q_j is the grouped query's integer (dpsql.noise.r2t_flow's step is 1 below 2^31: no
+flooring); for a SUM each row's capacity is floored at level j's step delta_j
+(``floor(min(v, tau_j) / delta_j)``, dpsql.noise.r2t_flow) row by row, which loses less than
+delta_j = tau_j 2^-30 per row, at most ``FLAT_ROWS`` rows: less than tau_j / 128 per level.
+
+dpsql.units.multi_execute reads at most :data:`FLAT_ROWS` + 1 rows (:func:`limited`: its guard,
+not the analyst's LIMIT; the plan's exact query, :func:`guarded_flat`). More rows (the
+fallback, :func:`regrouped`, compiled while preparing too) are grouped in the database, with
+**the same capacities**: per pair, each COUNT(*) part's row count, and for each SUM part one
+column ``__p<i>_<j>`` per level, the sum over the pair's rows of the very integers the flat
+reading floors them to (IEEE arithmetic on the same DOUBLE: ``min`` and a power-of-two scale
+are exact), capped at the level's T_j (a cap no flow can exceed). Which of the two queries runs
+depends on the data (the number of rows), so both must give the same levels: they do, exactly
+(``tests/units/test_multi_flat.py``).
 
 A row whose path to one unit does not resolve (NULL or orphan keys) has that id NULL: it
 belongs to no unit of that table (it stays in every neighbour that keeps its other unit); the
@@ -30,51 +40,79 @@ truncation treats each unit table's NULL as one more node, never removed.
 from __future__ import annotations
 
 import functools
+import math
 
 import sqlglot
 from sqlglot import exp
 
-from dpsql.units.analysis import UnitRelease
+from dpsql.noise.r2t_flow import level_step
+from dpsql.rewrite import fixed_point
+from dpsql.units.analysis import R2TPart, UnitRelease
 from dpsql.units.grid import part_grid, part_levels
-from dpsql.units.rewrite import add_unit_id, select_parts
+from dpsql.units.rewrite import add_unit_id, part_summand, select_parts
 
-#: the most rows a flat count query returns before it is grouped in the database instead.
-#: Past it the rows read are thrown away (the grouped query runs), so it bounds that waste and
-#: the memory of a flat read: two int64 ids per row, 128 MiB at 2^23 (TPC-H SF1's two-unit
-#: counts read at most 6M rows; at SF10 they are grouped in the database, as before).
+#: the most rows a flat query returns before it is grouped in the database instead. Past it
+#: the rows read are thrown away (the grouped query runs), so it bounds that waste and the
+#: memory of a flat read: two int64 ids (and a DOUBLE per SUM part) per row, 128-192 MiB at
+#: 2^23 (TPC-H SF1's two-unit queries read at most 6M rows; at SF10 they are grouped in the
+#: database). It also bounds a flat SUM's flooring loss (module docstring).
 FLAT_ROWS = 1 << 23
+
+
+def value_levels(part: R2TPart, release: UnitRelease) -> list[float]:
+    """A part's levels in value units, as the flow reads them (``tau_j * b`` in float64: the
+    very numbers dpsql.units.multi_execute passes to dpsql.noise.r2t_flow)."""
+    bound, _ = part_grid(part, release.unit)
+    return [tau * bound for tau in part_levels(part, release.unit)]
 
 
 def pair_contributions(select: exp.Select, release: UnitRelease,
                        exponents: dict[int, int]) -> exp.Select:
-    """The exact query grouped by (``__u0``, ``__u1``) with each part's psi, or flat for plain
-    counts (module docstring). Precondition: ``release.more`` holds the second unit,
+    """The exact query grouped by (``__u0``, ``__u1``) with each part's psi, or flat
+    (module docstring). Precondition: ``release.more`` holds the second unit,
     ``release.parts`` the R2T parts (no GROUP BY)."""
     assert len(release.more) == 1
-    flat = flat_counts(select, release)
+    flat = flat_rows(select, release)
     add_unit_id(select, release.source, "__u0")
     add_unit_id(select, release.more[0][1], "__u1")
-    if flat:
-        select.set("group", None)
-        select.set("expressions", [e for e in select.expressions
-                                   if not (isinstance(e, exp.Alias)
-                                           and e.alias.startswith("__m"))])
+    if not flat:
+        select_parts(select, release, exponents, sums_as_double=True)
         return select
-    select_parts(select, release, exponents, sums_as_double=True)
+    nodes = _measurements(select)
+    used: set[int] = set()
+    for i, part in enumerate(release.parts):
+        if not part.integer:  # a SUM part: the row's clamped value, exact as a DOUBLE
+            steps = part_summand(nodes[part.index], part, release,
+                                 reuse=part.index not in used)
+            select.select(exp.alias_(fixed_point.to_value(steps, exponents[part.index]),
+                                     f"__v{i}"), copy=False)
+        used.add(part.index)
+    select.set("group", None)
+    select.set("expressions", [e for e in select.expressions
+                               if not (isinstance(e, exp.Alias)
+                                       and e.alias.startswith("__m"))])
     return select
 
 
-def flat_counts(select: exp.Select, release: UnitRelease) -> bool:
-    """Whether the query returns its rows flat (module docstring): every measurement a
-    release part reads is a plain ``COUNT(*)``, every level of every part below 2^31 rows, no
-    HAVING, DISTINCT, ORDER BY or LIMIT of its own. Depends on the SQL and the metadata only."""
+def _measurements(select: exp.Select) -> dict[int, exp.Expression]:
+    return {int(e.alias[3:]): e.this for e in select.expressions
+            if isinstance(e, exp.Alias) and e.alias.startswith("__m")}
+
+
+def flat_rows(select: exp.Select, release: UnitRelease) -> bool:
+    """Whether the query returns its rows flat (module docstring): every measurement a release
+    part reads is a plain ``COUNT(*)`` (every level below 2^31 rows) or a SUM, and no HAVING,
+    DISTINCT, ORDER BY or LIMIT of its own. Depends on the SQL and the metadata only."""
     if any(select.args.get(k) for k in ("having", "distinct", "order", "limit", "group")):
         return False
-    nodes = {int(e.alias[3:]): e.this for e in select.expressions
-             if isinstance(e, exp.Alias) and e.alias.startswith("__m")}
+    nodes = _measurements(select)
     for part in release.parts:
         agg = nodes.get(part.index)
-        if not (part.integer and isinstance(agg, exp.Count) and isinstance(agg.this, exp.Star)):
+        if not part.integer:
+            if not isinstance(agg, exp.Sum):
+                return False
+            continue
+        if not (isinstance(agg, exp.Count) and isinstance(agg.this, exp.Star)):
             return False
         bound, _ = part_grid(part, release.unit)
         if bound != 1 or max(part_levels(part, release.unit)) * bound >= 2**31:
@@ -84,37 +122,64 @@ def flat_counts(select: exp.Select, release: UnitRelease) -> bool:
 
 @functools.lru_cache(maxsize=256)
 def is_flat(exact_sql: str) -> bool:
-    """Whether a two-unit exact query (its DuckDB text) is the flat form: it selects the two
-    unit ids only."""
+    """Whether a two-unit exact query (its DuckDB text) is the flat form: the two unit ids
+    (and a SUM part's row values), no GROUP BY."""
     tree = sqlglot.parse_one(exact_sql, read="duckdb")
-    return [e.alias_or_name for e in tree.expressions] == ["__u0", "__u1"]
+    names = [e.alias_or_name for e in tree.expressions]
+    return (names[:2] == ["__u0", "__u1"] and not tree.args.get("group")
+            and all(n.startswith("__v") for n in names[2:]))
 
 
-def guarded_flat_counts(exact_sql: str, release: UnitRelease | None) -> tuple[str, str] | None:
+def guarded_flat(exact_sql: str, release: UnitRelease | None) -> tuple[str, str] | None:
     """For an executed query in the flat form (its final DuckDB text): the query returning at
     most FLAT_ROWS + 1 of its rows (:func:`limited`) and the grouped fallback
     (:func:`regrouped`), both run with the same parameters; None for any other query. Both
     texts are the plan's, compiled while preparing (dpsql.rewrite.plan.ExecutionPlan)."""
     if release is None or not release.more or not is_flat(exact_sql):
         return None
-    return limited(exact_sql), regrouped(exact_sql, len(release.parts))
+    return limited(exact_sql), regrouped(exact_sql, release)
 
 
 def limited(flat_sql: str) -> str:
     """The flat query (its DuckDB text) returning at most FLAT_ROWS + 1 rows (dpsql's guard,
     not the analyst's LIMIT: all rows are used, or none and :func:`regrouped` runs)."""
-    sub = exp.alias_(exp.Subquery(this=sqlglot.parse_one(flat_sql, read="duckdb")), "__f",
-                     table=True)
-    keys = [exp.column(k, "__f") for k in ("__u0", "__u1")]
-    return exp.select(*keys).from_(sub).limit(FLAT_ROWS + 1).sql("duckdb")
+    tree = sqlglot.parse_one(flat_sql, read="duckdb")
+    names = [e.alias_or_name for e in tree.expressions]
+    sub = exp.alias_(exp.Subquery(this=tree), "__f", table=True)
+    return exp.select(*[exp.column(n, "__f") for n in names]).from_(sub).limit(
+        FLAT_ROWS + 1).sql("duckdb")
 
 
-def regrouped(flat_sql: str, n_parts: int) -> str:
-    """The flat query (its DuckDB text) grouped by the pair in the database: ``__u0, __u1``
-    and each part's row count ``__p<i>``, as a grouped query returns."""
+def regrouped(flat_sql: str, release: UnitRelease) -> str:
+    """The flat query (its DuckDB text) grouped by the pair in the database with the flat
+    reading's capacities (module docstring): ``__u0, __u1``, then per part ``i`` its row count
+    ``__p<i>`` (a COUNT(*)) or, per level ``j``, ``__p<i>_<j>`` (a SUM part: the pair's rows'
+    floored capacities at level j, in steps delta_j, capped at T_j)."""
     tree = sqlglot.parse_one(flat_sql, read="duckdb")
     keys = [exp.column(k, "__f") for k in ("__u0", "__u1")]
     outer = exp.select(*keys).from_(exp.alias_(exp.Subquery(this=tree), "__f", table=True))
-    for i in range(n_parts):
-        outer.select(exp.alias_(exp.Count(this=exp.Star()), f"__p{i}"), copy=False)
+    for i, part in enumerate(release.parts):
+        if part.integer:
+            outer.select(exp.alias_(exp.Count(this=exp.Star()), f"__p{i}"), copy=False)
+            continue
+        value = exp.Coalesce(this=exp.column(f"__v{i}", "__f"),
+                             expressions=[exp.Literal.number(0)])
+        for j, tau in enumerate(value_levels(part, release)):
+            outer.select(exp.alias_(level_capacity(value, tau), f"__p{i}_{j}"), copy=False)
     return outer.group_by(*[k.copy() for k in keys], copy=False).sql("duckdb")
+
+
+def level_capacity(value: exp.Expression, tau: float) -> exp.Expression:
+    """The summed capacity of a pair's rows at level ``tau`` (value units): ``min(sum over
+    its rows of floor(min(v, tau) / delta), T)``, delta = dpsql.noise.r2t_flow.level_step(tau),
+    T = floor(tau / delta) < 2^31, in exact arithmetic: ``v`` a DOUBLE, ``min`` with ``tau``'s
+    own double and the scale by 2^-e exact, so each row's floor is the integer
+    dpsql.noise.r2t_certify.level_caps computes for it; summed as DECIMAL(38, 0)."""
+    delta = level_step(tau, False)
+    exponent = math.frexp(delta)[1] - 1  # delta = 2^exponent
+    least = exp.Anonymous(this="LEAST", expressions=[value.copy(), exp.convert(float(tau))])
+    floored = exp.Anonymous(this="FLOOR", expressions=[fixed_point.scaled(least, -exponent)])
+    total = fixed_point.exact_sum(floored)
+    cap = exp.Anonymous(this="LEAST", expressions=[total, exp.Literal.number(
+        math.floor(tau / delta))])
+    return exp.Cast(this=cap, to=exp.DataType.build("BIGINT"))

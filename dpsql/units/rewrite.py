@@ -36,7 +36,7 @@ from sqlglot import exp
 from dpsql.analysis.trees import copy_tree
 from dpsql.rewrite import fixed_point
 from dpsql.rewrite.context import RewriteContext
-from dpsql.units.analysis import UnitRelease, per_group_clamp
+from dpsql.units.analysis import R2TPart, UnitRelease, per_group_clamp
 from dpsql.units.grid import part_grid, part_levels
 from dpsql.units.paths import UnitSource
 
@@ -129,20 +129,29 @@ def select_parts(select: exp.Select, release: UnitRelease, exponents: dict[int, 
         if isinstance(agg, exp.Count):
             part_node: exp.Expression = agg if part.index not in kept else copy_tree(agg)
         else:
-            assert isinstance(agg, exp.Sum), agg
-            arg = agg.this if part.index not in kept else copy_tree(agg.this)
-            both = sum(1 for p in release.parts if p.index == part.index) == 2
-            if part.sign < 0:
-                arg = exp.Neg(this=exp.Paren(this=arg))
-            if both:
-                arg = _greatest(arg, 0)
-            part_node = exp.Sum(this=arg)
+            part_node = exp.Sum(this=part_summand(agg, part, release,
+                                                  reuse=part.index not in kept))
             if sums_as_double:
                 part_node = fixed_point.to_value(part_node, exponents[part.index])
         kept.add(part.index)
         select.select(exp.alias_(part_node, f"__p{i}"), copy=False)
     select.set("expressions", [e for e in select.expressions
                                if not (isinstance(e, exp.Alias) and e.alias.startswith("__m"))])
+
+
+def part_summand(agg: exp.Expression, part: R2TPart, release: UnitRelease, *,
+                 reuse: bool) -> exp.Expression:
+    """A SUM part's per-row summand: the measurement's clamped fixed-point steps (``agg``: its
+    ``SUM``), negated for the non-positive part and floored at 0 when the SUM has both parts,
+    so an integer >= 0 (NULL: no value). ``reuse``: take ``agg``'s argument itself (its first
+    use) rather than a copy."""
+    assert isinstance(agg, exp.Sum), agg
+    arg = agg.this if reuse else copy_tree(agg.this)
+    if part.sign < 0:
+        arg = exp.Neg(this=exp.Paren(this=arg))
+    if sum(1 for p in release.parts if p.index == part.index) == 2:
+        arg = _greatest(arg, 0)
+    return arg
 
 
 def _r2t(select: exp.Select, release: UnitRelease, exponents: dict[int, int]) -> exp.Select:

@@ -25,6 +25,7 @@ import pytest
 from dpsql.analysis.blocks import analyze_request
 from dpsql.metadata import Metadata
 from dpsql.rewrite.plan import plan_execution
+from dpsql.units import multi_rewrite
 from dpsql.units.analysis import UnitRelease
 from dpsql.units.execute import truncated_levels as engine_levels
 from dpsql.units.grid import part_grid, part_levels
@@ -80,12 +81,12 @@ def truncated_levels(release: UnitRelease, exact_sql: str, db: tiny_multi.Databa
     out = []
     if release.more:
         # the engine's reading of the executed query's columns (grouped pairs, or the flat
-        # rows of plain counts: dpsql.units.multi_rewrite)
+        # rows of plain counts and SUMs: dpsql.units.multi_rewrite)
         cols = list(con.execute(exact_sql).fetchnumpy().values())
         got = pair_levels(cols, release)
         if is_flat(exact_sql):  # the same levels as the pairs grouped in the database
-            grouped = con.execute(regrouped(exact_sql, len(release.parts))).fetchnumpy()
-            want = pair_levels(list(grouped.values()), release)
+            grouped = con.execute(regrouped(exact_sql, release)).fetchnumpy()
+            want = pair_levels(list(grouped.values()), release, regrouped=True)
             assert [g.tolist() for g in got] == [w.tolist() for w in want]
         for (bound, _), levels in zip(grids, got, strict=True):
             out.append((bound, [float(v) for v in levels]))
@@ -137,26 +138,35 @@ def test_on_an_owner_grid():
         bruteforce_two_units(sql, md, _databases(2, 11))
 
 
-def test_the_exact_query_is_the_join_grouped_by_both_ids():
-    """Rewrite equivalence (noise off): the per-pair rows are the analyst's join grouped by
-    (customer, supplier), computed here in Python from the rows."""
+def test_the_exact_query_is_the_join_grouped_by_both_ids(monkeypatch):
+    """Rewrite equivalence (noise off): the flat rows are the analyst's join rows with both ids
+    and each SUM part's clamped value, and the grouped form (planned when a query cannot be
+    flat) is that join grouped by (customer, supplier), both computed here in Python."""
     md = tiny_multi.metadata()
     sql = ("SELECT COUNT(*), SUM(qty) FROM orders o JOIN items i ON i.i_order = o.o_id"
            " WHERE i.qty > -5")
+    flat_plan = plan_execution(analyze_request(sql, md), md)
+    assert is_flat(flat_plan.exact_sql)
+    monkeypatch.setattr(multi_rewrite, "flat_rows", lambda *args: False)
     plan = plan_execution(analyze_request(sql, md), md)
+    assert not is_flat(plan.exact_sql)
     for db in _databases(4, 5):
-        rows = tiny_multi.load(db).execute(plan.exact_sql).fetchall()
+        con = tiny_multi.load(db)
+        rows = con.execute(plan.exact_sql).fetchall()
         got = {(r[0], r[1]): (r[2], r[3], r[4]) for r in rows}
         want: dict[tuple[object, object], list[float]] = {}
+        joined = []
         for o_id, cust in db["orders"]:
             for order, supp, qty in db["items"]:
                 if order == o_id:
                     q = min(max(qty, -2), 4)
+                    joined.append((cust, supp, float(max(q, 0)), float(max(-q, 0))))
                     entry = want.setdefault((cust, supp), [0, 0.0, 0.0])
                     entry[0] += 1
                     entry[1] += max(q, 0)
                     entry[2] += max(-q, 0)
         assert got == {k: (v[0], v[1], v[2]) for k, v in want.items()}
+        assert sorted(con.execute(flat_plan.exact_sql).fetchall()) == sorted(joined)
 
 
 def test_a_star_supplier_is_truncated_at_tau_and_its_removal_moves_by_exactly_tau():

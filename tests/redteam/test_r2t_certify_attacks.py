@@ -440,7 +440,7 @@ def test_flat_reading_equals_the_grouped_one_and_the_reference(sql, params, tmp_
     flat_plan = plan_execution(analysis, md)
     assert is_flat(flat_plan.exact_sql)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(multi_rewrite, "flat_counts", lambda *args: False)
+        patch.setattr(multi_rewrite, "flat_rows", lambda *args: False)
         grouped_plan = plan_execution(analyze_request(sql, md), md)
     assert not is_flat(grouped_plan.exact_sql)
     rng = random.Random(sum(map(ord, sql)))

@@ -76,3 +76,23 @@ def test_plain_counts_read_flat_rows_with_the_same_levels(backend):
     want = [round(lp_truncated([(v, (("c", c), ("s", s))) for (c, s), v in counts.items()], t))
             for t in levels(8)]
     assert list(got) == want
+
+
+def test_the_guards_fallback_gives_the_flat_levels(backend, monkeypatch):
+    """Past the row guard the pairs are grouped in the database (dpsql.units.multi_rewrite's
+    fallback: a SUM part's floored capacities per level, summed per pair), on every backend:
+    exactly the levels of the same rows read flat, fractional values included."""
+    from dpsql.units import multi_execute, multi_rewrite
+
+    md = tiny_multi.metadata(max_contribution=2**27, level_base=5.5)  # steps up to 2
+    analysis = analyze_request("SELECT COUNT(*), SUM(qty * 0.37) FROM items", md)
+    plan = compile_plan(backend, plan_execution(analysis, md))
+    assert plan.fallback is not None
+    flat = read_truncated(backend, plan, [], analysis.unit)
+    monkeypatch.setattr(multi_execute, "FLAT_ROWS", 0)
+    grouped = read_truncated(backend, plan, [], analysis.unit)
+    assert [g.tolist() for g in grouped] == [f.tolist() for f in flat]
+    # the top level floors 0.37-multiples at steps of 2: below the exact sum, not above
+    exact = sum(max(min(q, 4), 0) * 0.37 for _, _, q in DB["items"])
+    assert 0 < flat[1][-1] < exact
+    assert multi_rewrite.FLAT_ROWS > 0

@@ -1,8 +1,8 @@
-"""dpsql.units.multi_rewrite's flat form for plain counts over two units: the rows' unit ids,
-ungrouped, give every level the same Q_j as the pairs grouped in the database (a pair's rows
-are parallel edges of capacity 1: dpsql.units.multi_rewrite's argument); more rows than
-FLAT_ROWS fall back to the grouped query; which form runs depends on the SQL and the metadata
-only."""
+"""dpsql.units.multi_rewrite's flat form for plain counts and SUMs over two units: the rows'
+unit ids (and a SUM part's row values), ungrouped, give every level exactly the Q_j of the
+fallback that groups them in the database (a pair's rows are parallel edges: that module's
+argument; a SUM's capacities floored row by row in both); more rows than FLAT_ROWS fall back to
+the grouped query; which form is planned depends on the SQL and the metadata only."""
 
 from __future__ import annotations
 
@@ -25,7 +25,14 @@ from tests.units import tiny_multi
 FLAT = ("SELECT COUNT(*) FROM items",
         "SELECT COUNT(*) FROM items WHERE qty > 1",
         "SELECT COUNT(*) FROM items i JOIN orders o ON i.i_order = o.o_id",
-        "SELECT COUNT(*), COUNT(*) FROM items WHERE qty <> 2")
+        "SELECT COUNT(*), COUNT(*) FROM items WHERE qty <> 2",
+        "SELECT SUM(qty) FROM items",
+        # fractional values: each row's capacity is floored at every level's step
+        "SELECT COUNT(*), SUM(qty * 0.37) FROM items",
+        "SELECT SUM(qty / 3.0), COUNT(*) FROM items i JOIN orders o ON i.i_order = o.o_id")
+#: metadata under which FLAT is flat: the default grid, and a wide one (a SUM's levels up to
+#: ~2^31 value units: steps delta_j up to 2, so most rows' values floor away at the top)
+GRIDS = {"default": {}, "wide": {"max_contribution": 2**27, "level_base": 5.5}}
 
 
 def _plan(sql: str, md=None) -> tuple[object, ExecutionPlan]:
@@ -35,16 +42,17 @@ def _plan(sql: str, md=None) -> tuple[object, ExecutionPlan]:
     return analysis.unit, plan_execution(analysis, md)
 
 
-def test_only_plain_counts_below_2_31_are_flat():
+def test_only_plain_counts_below_2_31_and_sums_are_flat():
     for sql in FLAT:
         plan = _plan(sql)[1]
         assert is_flat(plan.exact_sql) and plan.fallback_sql is not None, sql
         # the plan's queries: the rows behind dpsql's guard, and the grouped fallback
-        assert plan.exact_sql.startswith("SELECT __f.__u0, __f.__u1 FROM (")
+        release = _plan(sql)[0]
+        values = "".join(f", __f.__v{i}" for i, p in enumerate(release.parts) if not p.integer)
+        assert plan.exact_sql.startswith(f"SELECT __f.__u0, __f.__u1{values} FROM (")
         assert plan.exact_sql.endswith(f") AS __f LIMIT {multi_rewrite.FLAT_ROWS + 1}")
         assert "GROUP BY" in plan.fallback_sql
-    for sql in ("SELECT SUM(qty) FROM items", "SELECT COUNT(*), SUM(qty) FROM items",
-                "SELECT COUNT(qty) FROM items"):
+    for sql in ("SELECT COUNT(qty) FROM items", "SELECT COUNT(qty), SUM(qty) FROM items"):
         try:
             _, plan = _plan(sql)
         except Exception:  # refused under two units: nothing runs
@@ -55,21 +63,35 @@ def test_only_plain_counts_below_2_31_are_flat():
     assert not is_flat(plan.exact_sql) and plan.fallback_sql is None
 
 
+@pytest.mark.parametrize("grid", GRIDS)
 @pytest.mark.parametrize("sql", FLAT)
-def test_flat_rows_give_the_grouped_levels_on_random_databases(sql):
-    release, plan = _plan(sql)
+def test_flat_rows_give_the_grouped_levels_on_random_databases(sql, grid):
+    release, plan = _plan(sql, tiny_multi.metadata(**GRIDS[grid]))
+    assert plan.fallback_sql is not None
+    sums = [p for p in release.parts if not p.integer]
     rng = random.Random(sum(map(ord, sql)))
     con = duckdb.connect()
+    floored = 0
     for _ in range(25):
         db = tiny_multi.random_database(rng)
         db["items"] = db["items"] * rng.randint(1, 3)  # several rows per pair
         tiny_multi.load(db, con)
         flat = list(con.execute(plan.exact_sql).fetchnumpy().values())
         grouped = list(con.execute(plan.fallback_sql).fetchnumpy().values())
-        assert len(flat) == 2 and len(grouped) == 2 + len(release.parts)
-        want = pair_levels(grouped, release)
+        assert len(flat) == 2 + len(sums)
+        assert len(grouped) == 2 + sum(
+            len(multi_rewrite.value_levels(p, release)) if not p.integer else 1
+            for p in release.parts)
+        want = pair_levels(grouped, release, regrouped=True)
         got = pair_levels(flat, release)
         assert [g.tolist() for g in got] == [w.tolist() for w in want]
+        # the exact sums of the parts' values: a level reaching every unit floors them
+        for k, part in enumerate(release.parts):
+            if not part.integer:
+                values = np.ma.filled(np.ma.asarray(flat[2 + sums.index(part)]), 0)
+                floored += got[k][-1] < values.sum()
+    if grid == "wide" and sums and "0.37" in sql:
+        assert floored  # the test reached the floors it is about
 
 
 def test_more_rows_than_the_guard_are_grouped_in_the_database(tmp_path, monkeypatch):
