@@ -20,7 +20,8 @@ carry more than T (its unit's own cap bounds what enters or leaves it). So for c
 level's Q_j is the grouped query's integer (dpsql.noise.r2t_flow's step is 1 below 2^31: no
 flooring); for a SUM each row's capacity is floored at level j's step delta_j
 (``floor(min(v, tau_j) / delta_j)``, dpsql.noise.r2t_flow) row by row, which loses less than
-delta_j = tau_j 2^-30 per row, at most ``FLAT_ROWS`` rows: less than tau_j / 128 per level.
+delta_j = tau_j 2^-30 per row (a bias, as the pairs' flooring per pair): less than tau_j / 128
+per level up to 2^23 rows.
 
 dpsql.units.multi_execute reads at most :data:`FLAT_ROWS` + 1 rows (:func:`limited`: its guard,
 not the analyst's LIMIT; the plan's exact query, :func:`guarded_flat`). More rows (the
@@ -55,7 +56,7 @@ from dpsql.units.rewrite import add_unit_id, part_summand, select_parts
 #: the rows read are thrown away (the grouped query runs), so it bounds that waste and the
 #: memory of a flat read: two int64 ids (and a DOUBLE per SUM part) per row, 128-192 MiB at
 #: 2^23 (TPC-H SF1's two-unit queries read at most 6M rows; at SF10 they are grouped in the
-#: database). It also bounds a flat SUM's flooring loss (module docstring).
+#: database).
 FLAT_ROWS = 1 << 23
 
 
