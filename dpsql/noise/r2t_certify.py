@@ -88,19 +88,25 @@ def exact_sums(codes: np.ndarray, values: np.ndarray, n: int, top: float | None 
 
 
 def level_caps(values: np.ndarray, tau: float, delta: float, integer: bool,
-               out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+               out: np.ndarray | None = None, top: float | None = None
+               ) -> tuple[np.ndarray, int]:
     """``(s, T)`` of one level (dpsql.noise.r2t_flow's contract): ``s = floor(min(psi, tau) /
     delta)`` (int64 for counts; for sums float64 holding those integers, each below 2^31: no
     conversion pass) and ``T = floor(tau / delta)``. ``out``: a buffer of ``values``' shape
-    and dtype to write ``s`` into (no fresh allocation per level)."""
+    and dtype to write ``s`` into (no fresh allocation per level). ``top``: a bound on every
+    psi, when known (at most tau: the ``min`` is the identity and is skipped)."""
     if integer:
         step = int(delta)
         s = np.minimum(values, int(tau), out=out)
         if step != 1:
             np.floor_divide(s, step, out=s)
         return s, int(tau) // step
-    s = np.minimum(values, float(tau), out=out)
-    s /= delta  # a power of two: exact
+    # a power of two: dividing by it and multiplying by its inverse are both exact
+    if top is not None and top <= tau:
+        s = np.multiply(values, 1.0 / delta, out=out)
+    else:
+        s = np.minimum(values, float(tau), out=out)
+        s *= 1.0 / delta
     np.floor(s, out=s)
     return s, math.floor(tau / delta)
 
@@ -139,15 +145,16 @@ class Pairs:
 
     @classmethod
     def of(cls, a: np.ndarray, b: np.ndarray, values: np.ndarray, integer: bool,
-           low: float | None = None) -> Pairs:
-        """``low``: ``values.min()`` when the caller has it."""
+           low: float | None = None, top: float | None = None) -> Pairs:
+        """``low``, ``top``: ``values.min()`` and ``values.max()`` when the caller has them."""
         na = int(a.max()) + 1 if a.size else 0
         nb = int(b.max()) + 1 if b.size else 0
         count_a = np.bincount(a, minlength=na)
         count_b = np.bincount(b, minlength=nb)
         most_a = int(count_a.max()) if na else 0
         most_b = int(count_b.max()) if nb else 0
-        top = values.max() if values.size else 0
+        if top is None:
+            top = values.max() if values.size else 0
         if integer:
             if top == 1 and (values.min() if low is None else low) == 1:
                 # flat rows (dpsql.units.multi_rewrite): the loads are the counts
@@ -174,7 +181,17 @@ class Pairs:
         if self.integer and delta == 1 and self.top <= tau:
             return self.values, int(tau)
         return level_caps(self.values, tau, delta, self.integer,
-                          self.buffer("s", self.values.dtype.type))
+                          self.buffer("s", self.values.dtype.type), self.top)
+
+    def light(self, side: str, tau: float) -> bool:
+        """Whether every unit of ``side`` ("a" or "b") has a real load of at most ``tau``, so
+        at most T once floored (sum floor(min(psi, tau) / delta) <= floor(load / delta)): a
+        float64 load keeps :func:`all_light`'s margin for its rounding."""
+        top = self.top_load_a if side == "a" else self.top_load_b
+        if self.integer:
+            return top <= tau
+        most = self.most_a if side == "a" else self.most_b
+        return top * (1.0 + (most + 1) * 2.0**-51) <= tau
 
 
 def all_light(p: Pairs, tau: float, delta: float) -> int | None:
@@ -190,7 +207,7 @@ def all_light(p: Pairs, tau: float, delta: float) -> int | None:
     slack = 1.0 + (max(p.most_a, p.most_b) + 1) * 2.0**-51
     if max(p.top_load_a, p.top_load_b) * slack > tau:
         return None
-    s, _ = level_caps(p.values, tau, delta, False, p.buffer("s", np.float64))
+    s, _ = level_caps(p.values, tau, delta, False, p.buffer("s", np.float64), p.top)
     if p.mass * 2.0 / delta < 2**53:  # every partial sum an integer below 2^53: exact
         return int(s.sum())
     return int(s.astype(np.int64).sum())
@@ -226,7 +243,7 @@ def saturated(p: Pairs, tau: float, delta: float) -> int | None:
     if reachable < min(p.present_a, p.present_b) * cap:
         return None
     s, cap = level_caps(p.values[:m], tau, delta, p.integer,
-                        p.buffer("s", p.values.dtype.type)[:m])
+                        p.buffer("s", p.values.dtype.type)[:m], p.top)
     flow = p.buffer("flow", np.float64)[:m]
     sides = [(p.a[:m], p.b[:m], p.na, p.nb, p.most_a, p.most_b, p.present_b),
              (p.b[:m], p.a[:m], p.nb, p.na, p.most_b, p.most_a, p.present_a)]
@@ -241,11 +258,17 @@ def saturated(p: Pairs, tau: float, delta: float) -> int | None:
     return None
 
 
-def full(p: Pairs, s: np.ndarray, cap: int) -> int | None:
+def full(p: Pairs, s: np.ndarray, cap: int, tau: float | None = None) -> int | None:
     """OPT by a closed form or a proportional spread over every result (module docstring, 3
-    and 4), else None. ``s``: the level's capacities of every result."""
+    and 4), else None. ``s``: the level's capacities of every result; ``tau``: the level,
+    when given a side light by its real loads (:meth:`Pairs.light`) is the closed form
+    without summing its floored loads."""
     if s is p.values:  # counts with every psi <= cap: the level's loads are the real ones
         load_a, load_b = p.load_a, p.load_b
+    elif tau is not None and p.a.size and p.light("a", tau):  # no heavy A unit: 3
+        return int(np.minimum(exact_sums(p.b, s, p.nb, cap, p.most_b), cap).sum())
+    elif tau is not None and p.a.size and p.light("b", tau):
+        return int(np.minimum(exact_sums(p.a, s, p.na, cap, p.most_a), cap).sum())
     else:
         load_a = exact_sums(p.a, s, p.na, cap, p.most_a)
         load_b = exact_sums(p.b, s, p.nb, cap, p.most_b)

@@ -191,16 +191,18 @@ def flow_truncated(a: np.ndarray, b: np.ndarray, psi: np.ndarray, taus: Sequence
     a = np.asarray(a, dtype=np.int64)
     b = np.asarray(b, dtype=np.int64)
     values = np.asarray(psi, dtype=np.int64 if integer else np.float64)
-    if not integer and values.size and len(taus):
+    top = values.max() if values.size else 0
+    if not integer and values.size and len(taus) and not top <= float(max(taus)):
         # Every level reads min(psi, tau_j) only, so capping psi at the top level changes no
         # level; and a sum the database overflowed to +inf (the red team's error oracle:
-        # raising here on one unit's data) is just a value above every level.
+        # raising here on one unit's data) is just a value above every level. (NaN stays.)
         values = np.minimum(values, float(max(taus)))
-    # one pass: NaN fails ">= 0" too, and +inf was capped above (every tau is finite)
+        top = values.max()
+    # NaN fails ">= 0" too, and +inf was capped above (every tau is finite)
     low = values.min() if values.size else 0
     if not low >= 0:
         raise ValueError("every result's psi must be finite and >= 0")
-    pairs = Pairs.of(a, b, values, integer, low)
+    pairs = Pairs.of(a, b, values, integer, low, top)
     out = np.zeros(len(taus), dtype=np.int64 if integer else np.float64)
     scaled = None  # (side's present units): a count level saturated that whole side
     for j in sorted(range(len(taus)), key=lambda i: -float(taus[i])):  # top down
@@ -214,7 +216,7 @@ def flow_truncated(a: np.ndarray, b: np.ndarray, psi: np.ndarray, taus: Sequence
             how, value = "saturated subset", saturated(pairs, tau, delta)
         if value is None:
             s, cap = pairs.caps(tau, delta)
-            how, value = "closed form or spread", full(pairs, s, cap)
+            how, value = "closed form or spread", full(pairs, s, cap, tau)
             if value is None:
                 how, value = "exact", _level(a, b, s.astype(np.int64), cap, pairs.na, pairs.nb)
         if scaled is None:
