@@ -508,3 +508,24 @@ def _unit_derived(draw, params: list[Any]) -> Query:
     return Query(outer.format(derived), params,
                  draw(st.sampled_from(["laplace", "laplace", "gaussian"])),
                  labels="GROUP BY d." in outer)
+
+
+@st.composite
+def two_unit_queries(draw) -> Query:
+    """Queries the two-unit world (``worlds.two_unit_metadata``) releases: ``t`` (reaching both
+    units) alone, joined to ``u`` on its path or with an EXISTS over ``u``, COUNT(*) and SUMs
+    (of columns and of a fractional expression: R2T's flat reading, dpsql.units.multi_rewrite)
+    or COUNT of a column (the grouped pairs), no GROUP BY, with the grammar's predicates."""
+    params: list[Any] = []
+    source = draw(st.sampled_from(["t", "t JOIN u ON u.id = t.id", "exists"]))
+    if source == "exists":
+        source = (f"t WHERE EXISTS (SELECT 1 FROM u WHERE u.id = t.id AND "
+                  f"{_predicate(draw, params, 'u', 2)})")
+    aggregates = draw(st.lists(st.sampled_from(
+        ["COUNT(*)", "SUM(t.n)", "SUM(t.x)", "SUM(t.n * 0.37)", "SUM(t.x + t.n)", "AVG(t.x)",
+         "COUNT(t.s)"]), min_size=1, max_size=3, unique=True))
+    where = ""
+    if draw(st.booleans()):
+        where = (" AND " if " WHERE " in source else " WHERE ") + _predicate(draw, params)
+    sql = f"SELECT {', '.join(aggregates)} FROM {source}{where}"
+    return Query(sql, params, draw(st.sampled_from(["laplace", "laplace", "gaussian"])))

@@ -42,7 +42,7 @@ from dpsql.sample_aggregate.prepared import PreparedSampleAggregate
 from dpsql.sample_aggregate.release import block_answers, clamped_sums, plan_release
 from dpsql.session import Prepared, Session
 from tests.fuzz import worlds
-from tests.fuzz.grammar import Query, queries, unit_queries
+from tests.fuzz.grammar import Query, queries, two_unit_queries, unit_queries
 from tests.shop_fixture import ZeroNoise
 
 FUZZ_EXAMPLES = int(os.environ.get("DPSQL_FUZZ_EXAMPLES", "150"))
@@ -241,6 +241,22 @@ def test_outcomes_under_two_units_never_tell_neighbours_apart(two_unit_engines, 
     refusals (GROUP BY, subquery aggregates, a unit reached only in a subquery) read the SQL
     and the metadata alone."""
     _check(two_unit_engines, query, epsilon=1.0)
+
+
+@settings(max_examples=max(FUZZ_EXAMPLES // 8, 6), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(query=two_unit_queries(), guard=st.sampled_from(["flat", "fallback"]))
+def test_two_unit_releases_never_tell_neighbours_apart(two_unit_engines, query, guard):
+    """Queries the two-unit world releases (the grammar above mostly meets refusals): the flat
+    rows, or every flat query past its row guard (FLAT_ROWS 0: the fallback grouped in the
+    database, dpsql.units.multi_rewrite.regrouped: a SUM part's floored capacities per level,
+    DECIMAL sums, BIGINT casts), and the flow truncation may not fail on one neighbour only."""
+    from dpsql.units import multi_execute
+
+    with pytest.MonkeyPatch.context() as patch:
+        if guard == "fallback":
+            patch.setattr(multi_execute, "FLAT_ROWS", 0)
+        _check(two_unit_engines, query, epsilon=1.0)
 
 
 @UNIT_SETTINGS
