@@ -112,7 +112,8 @@ def pair_levels(columns: Sequence[Any], release: UnitRelease,
                                "malformed")
     a = unit_codes(columns[0])
     b = unit_codes(columns[1])
-    ones = None if per_part else np.ones(a.size, np.int64)
+    # psi 1 for every flat row: a read-only broadcast, no 6M-entry array to allocate
+    ones = None if per_part else np.broadcast_to(np.int64(1), a.shape)
     rest = iter(columns[2:])
     out = []
     for part, width in zip(parts, widths, strict=True):
