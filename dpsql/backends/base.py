@@ -31,6 +31,13 @@ class Backend(Protocol):
 
     dialect: str
 
+    @property
+    def columnar(self) -> bool:
+        """Whether :meth:`execute_columns` fetches columns as arrays natively (DuckDB: numpy)
+        rather than through a Python tuple per row (Spark): reading millions of rows flat
+        (dpsql.units.multi_rewrite) is worth it only then."""
+        ...
+
     def compile(self, sql: str) -> str:
         """The backend's own text for dpsql's generated SQL (DuckDB dialect); raises
         NotSupportedError for what the backend cannot run. Reads no data."""

@@ -67,6 +67,8 @@ def _binder_error(err: Exception) -> ProgrammingError:
 class DuckDBBackend:
     """Exact aggregates from DuckDB (see module docstring)."""
 
+    columnar = True  # fetchnumpy: see Backend
+
     dialect = "duckdb"
 
     def __init__(

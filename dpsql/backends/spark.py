@@ -167,6 +167,8 @@ class SparkBackend:
     read raises OperationalError.
     """
 
+    columnar = False  # rows are collected as Python tuples: see Backend
+
     dialect = TARGET_DIALECT
 
     def __init__(

@@ -58,6 +58,10 @@ class CancellableBackend:
         self.inner.interrupt()
 
     @property
+    def columnar(self) -> bool:
+        return bool(self.inner.columnar)
+
+    @property
     def cancel_requested(self) -> bool:
         return self._requested.is_set()
 

@@ -25,7 +25,7 @@ from dpsql.errors import ProgrammingError
 from dpsql.execute.exact import CompiledPlan
 from dpsql.noise.r2t_flow import flow_truncated, level_step
 from dpsql.units.analysis import UnitRelease
-from dpsql.units.multi_rewrite import FLAT_ROWS, value_levels
+from dpsql.units.multi_rewrite import FLAT_ROWS, flat_guard, value_levels
 
 
 def unit_codes(ids: Any) -> np.ndarray:
@@ -84,8 +84,14 @@ def read_pair_truncated(backend: Backend, compiled: CompiledPlan, params: Sequen
     """Per R2T part, Q(tau_j) at every level by the flow truncation (exact: reads private
     data; module docstring)."""
     bindings = compiled.plan.exact_bindings(params)
+    if compiled.fallback is not None and not backend.columnar:
+        # a flat read would come as a Python tuple per row: the grouped fallback, the same
+        # levels (dpsql.units.multi_rewrite)
+        columns, _ = backend.execute_columns(compiled.fallback, bindings)
+        return pair_levels(columns, release, regrouped=True)
     columns, _ = backend.execute_columns(compiled.exact, bindings)
-    if compiled.fallback is not None and columns[0].shape[0] > FLAT_ROWS:
+    if (compiled.fallback is not None
+            and columns[0].shape[0] > flat_guard(len(columns), FLAT_ROWS)):
         # flat rows, more than are worth fetching: the plan's fallback groups them in the
         # database with the same capacities (dpsql.units.multi_rewrite), the same levels
         columns, _ = backend.execute_columns(compiled.fallback, bindings)

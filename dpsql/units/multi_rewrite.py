@@ -23,8 +23,10 @@ flooring); for a SUM each row's capacity is floored at level j's step delta_j
 delta_j = tau_j 2^-30 per row (a bias, as the pairs' flooring per pair): less than tau_j / 128
 per level up to 2^23 rows.
 
-dpsql.units.multi_execute reads at most :data:`FLAT_ROWS` + 1 rows (:func:`limited`: its guard,
-not the analyst's LIMIT; the plan's exact query, :func:`guarded_flat`). More rows (the
+dpsql.units.multi_execute reads at most :func:`flat_guard` + 1 rows (:func:`limited`: its guard,
+not the analyst's LIMIT; the plan's exact query, :func:`guarded_flat`; :data:`FLAT_ROWS` with up
+to three columns), and only from a backend that fetches columns natively (DuckDB; Spark would
+collect them as Python tuples: it runs the fallback at once, the same levels). More rows (the
 fallback, :func:`regrouped`, compiled while preparing too) are grouped in the database, with
 **the same capacities**: per pair, each COUNT(*) part's row count, and for each SUM part one
 column ``__p<i>_<j>`` per level, the sum over the pair's rows of the very integers the flat
@@ -52,12 +54,22 @@ from dpsql.units.analysis import R2TPart, UnitRelease
 from dpsql.units.grid import part_grid, part_levels
 from dpsql.units.rewrite import add_unit_id, part_summand, select_parts
 
-#: the most rows a flat query returns before it is grouped in the database instead. Past it
-#: the rows read are thrown away (the grouped query runs), so it bounds that waste and the
-#: memory of a flat read: two int64 ids (and a DOUBLE per SUM part) per row, 128-192 MiB at
-#: 2^23 (TPC-H SF1's two-unit queries read at most 6M rows; at SF10 they are grouped in the
+#: the most rows a flat query of up to three columns (two ids and one SUM part's values)
+#: returns before it is grouped in the database instead (:func:`flat_guard`: fewer with more
+#: columns). Past it the rows read are thrown away (the grouped query runs), so it bounds that
+#: waste and the memory of a flat read: 8-byte values, at most 3 * 2^23 of them, 192 MiB
+#: (TPC-H SF1's two-unit queries read at most 6M rows; at SF10 they are grouped in the
 #: database).
 FLAT_ROWS = 1 << 23
+
+
+def flat_guard(columns: int, rows: int | None = None) -> int:
+    """The most rows a flat read of ``columns`` columns keeps: ``rows`` (default
+    :data:`FLAT_ROWS`) up to three columns, proportionally fewer beyond, so no flat read
+    holds more than 3 ``rows`` values whatever the number of SUM parts. Public: the SQL's
+    shape alone."""
+    rows = FLAT_ROWS if rows is None else rows
+    return rows * 3 // max(3, columns)
 
 
 def value_levels(part: R2TPart, release: UnitRelease) -> list[float]:
@@ -142,13 +154,13 @@ def guarded_flat(exact_sql: str, release: UnitRelease | None) -> tuple[str, str]
 
 
 def limited(flat_sql: str) -> str:
-    """The flat query (its DuckDB text) returning at most FLAT_ROWS + 1 rows (dpsql's guard,
-    not the analyst's LIMIT: all rows are used, or none and :func:`regrouped` runs)."""
+    """The flat query (its DuckDB text) returning at most :func:`flat_guard` + 1 rows (dpsql's
+    guard, not the analyst's LIMIT: all rows are used, or none and :func:`regrouped` runs)."""
     tree = sqlglot.parse_one(flat_sql, read="duckdb")
     names = [e.alias_or_name for e in tree.expressions]
     sub = exp.alias_(exp.Subquery(this=tree), "__f", table=True)
     return exp.select(*[exp.column(n, "__f") for n in names]).from_(sub).limit(
-        FLAT_ROWS + 1).sql("duckdb")
+        flat_guard(len(names)) + 1).sql("duckdb")
 
 
 def regrouped(flat_sql: str, release: UnitRelease) -> str:

@@ -35,10 +35,13 @@ Not privacy bugs, noted for the maintainers: (a) the "< tau_j / 128 lost per lev
 for the flat read only; the fallback runs exactly when there are more rows, and floors each
 row too, so it loses up to (rows) * delta_j per level (a row below delta_j, e.g. 0.37 at a
 level with delta_j = 2, adds nothing at that level however many there are); the grouped query
-before ed39622 floored once per pair. (b) The flat read's memory at the guard grows with the
-number of SUM parts: 30 two-signed SUMs read 62 columns, ~3.9 GiB at FLAT_ROWS rows (the
-docstring's 128-192 MiB is for one part); on Spark the guard's FLAT_ROWS + 1 rows are collected
-as Python tuples before the fallback runs.
+before ed39622 floored once per pair (documented in docs/privacy.md since). (b) The flat
+read's memory at the guard grew with the number of SUM parts: 30 two-signed SUMs read 62
+columns, ~3.9 GiB at FLAT_ROWS rows; on Spark the guard's FLAT_ROWS + 1 rows were collected as
+Python tuples before the fallback ran. Mended: the guard is now
+dpsql.units.multi_rewrite.flat_guard (at most 3 * FLAT_ROWS values whatever the columns), and a
+backend without columnar fetch (Spark) runs the fallback at once
+(tests/units/test_multi_backends.py).
 """
 
 from __future__ import annotations
@@ -310,10 +313,12 @@ def test_the_tau_literal_and_scale_floor_exactly_as_numpy(engine):
 
 
 def test_the_guards_boundary_gives_the_same_levels(tmp_path, monkeypatch):
-    """FLAT_ROWS rows are read flat, one more runs the fallback: the same levels (the guard
-    planned into the LIMIT, multi_rewrite.FLAT_ROWS, and the reader's, multi_execute's)."""
-    monkeypatch.setattr(multi_rewrite, "FLAT_ROWS", 6)
-    monkeypatch.setattr(multi_execute, "FLAT_ROWS", 6)
+    """flat_guard rows are read flat, one more runs the fallback: the same levels (the guard
+    planned into the LIMIT, multi_rewrite.FLAT_ROWS, and the reader's, multi_execute's). The
+    query reads four columns (two ids, the SUM's two parts), so the guard is FLAT_ROWS * 3 / 4:
+    6 rows at FLAT_ROWS 8."""
+    monkeypatch.setattr(multi_rewrite, "FLAT_ROWS", 8)
+    monkeypatch.setattr(multi_execute, "FLAT_ROWS", 8)
     md = metadata(base=5.5, gs=40, phi="200.0")
     sql = "SELECT SUM(price), COUNT(*) FROM items"
     analysis = analyze_request(sql, md)
@@ -338,7 +343,7 @@ def test_the_guards_boundary_gives_the_same_levels(tmp_path, monkeypatch):
         fill(backend._con, db)
         past = multi_execute.read_pair_truncated(backend, compiled, [], analysis.unit)
         assert len(ran) == 3 and "GROUP BY" in ran[2]  # 7 rows: grouped
-        monkeypatch.setattr(multi_execute, "FLAT_ROWS", 7)  # the same 7 rows read flat
+        monkeypatch.setattr(multi_execute, "FLAT_ROWS", 10)  # guard 7: the 7 rows read flat
         flat = multi_execute.read_pair_truncated(backend, compiled, [], analysis.unit)
         assert len(ran) == 4
         assert [p.tolist() for p in past] == [f.tolist() for f in flat]

@@ -96,3 +96,25 @@ def test_the_guards_fallback_gives_the_flat_levels(backend, monkeypatch):
     exact = sum(max(min(q, 4), 0) * 0.37 for _, _, q in DB["items"])
     assert 0 < flat[1][-1] < exact
     assert multi_rewrite.FLAT_ROWS > 0
+
+
+def test_a_backend_without_columnar_fetch_runs_the_fallback_at_once(backend, monkeypatch):
+    """Spark collects rows as Python tuples (``columnar`` False): a flat plan reads the
+    grouped fallback directly, one query; DuckDB reads the flat rows. The same levels."""
+    md = tiny_multi.metadata()
+    analysis = analyze_request("SELECT COUNT(*), SUM(qty) FROM items", md)
+    plan = compile_plan(backend, plan_execution(analysis, md))
+    ran: list[str] = []
+    execute = backend.execute_columns
+
+    def recording(sql, params=None):
+        ran.append(sql)
+        return execute(sql, params)
+
+    monkeypatch.setattr(backend, "execute_columns", recording)
+    got = read_truncated(backend, plan, [], analysis.unit)
+    assert ran == [plan.fallback if not backend.columnar else plan.exact]
+    assert backend.columnar == (backend.dialect == "duckdb")
+    monkeypatch.setattr(type(backend), "columnar", not backend.columnar)
+    again = read_truncated(backend, plan, [], analysis.unit)
+    assert [g.tolist() for g in again] == [g.tolist() for g in got]
