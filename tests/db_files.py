@@ -10,8 +10,9 @@ through ``duckdb.connect(path)``; on leaving, the file is detached, and dpsql op
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import duckdb
 
@@ -31,3 +32,15 @@ def reading(path: str | os.PathLike) -> Iterator[duckdb.DuckDBPyConnection]:
     """:func:`writing`, the file attached read-only."""
     with opened(path, read_only=True) as con:
         yield con
+
+
+def create_tables(con: Any, schema: Mapping[str, Sequence[str]],
+                  db: Mapping[str, Sequence[Sequence[Any]]]) -> None:
+    """Each table of ``schema`` (table -> "column TYPE" declarations) created or replaced on
+    ``con`` and filled with ``db``'s rows for it (none when absent)."""
+    for table, columns in schema.items():
+        con.execute(f"CREATE OR REPLACE TABLE {table} ({', '.join(columns)})")
+        rows = db.get(table, [])
+        if rows:
+            marks = ", ".join("?" for _ in columns)
+            con.executemany(f"INSERT INTO {table} VALUES ({marks})", [list(r) for r in rows])

@@ -66,7 +66,8 @@ from dpsql.noise.r2t_levels import levels
 from dpsql.rewrite.plan import plan_execution
 from dpsql.units import multi_execute, multi_rewrite
 from dpsql.units.multi_rewrite import is_flat, level_capacity, value_levels
-from tests.db_files import writing
+from tests.db_files import create_tables, writing
+from tests.units import tiny_multi
 
 Database = dict[str, list[tuple[Any, ...]]]
 
@@ -116,12 +117,7 @@ def metadata(gs: int = 8, base: float | None = None, max_sum: int | None = None,
 
 
 def fill(con: Any, db: Mapping[str, Sequence[tuple[Any, ...]]]) -> None:
-    for table, columns in SCHEMA.items():
-        con.execute(f"CREATE OR REPLACE TABLE {table} ({', '.join(columns)})")
-        rows = db.get(table, [])
-        if rows:
-            marks = ", ".join("?" for _ in columns)
-            con.executemany(f"INSERT INTO {table} VALUES ({marks})", [list(r) for r in rows])
+    create_tables(con, SCHEMA, db)
 
 
 def levels_both(backend: Any, compiled: Any, unit: Any, params: Sequence[Any] = ()
@@ -326,13 +322,7 @@ def test_the_guards_boundary_gives_the_same_levels(tmp_path, monkeypatch):
     try:
         compiled = compile_plan(backend, plan_execution(analysis, md))
         assert compiled.plan.exact_sql.endswith("LIMIT 7")
-        ran: list[str] = []
-        execute = backend.execute_columns
-
-        def recording(sql: str, params: Any = None) -> Any:
-            ran.append(sql)
-            return execute(sql, params)
-        monkeypatch.setattr(backend, "execute_columns", recording)
+        ran = tiny_multi.recorded(backend, monkeypatch)
         base = [(1, 1, 0, 166.0, 1, 0.5), (1, 1, 0, 29.9, 1, 0.5), (2, 2, 0, 5.0, 1, 0.5)]
         db = {"customer": [(1,), (2,)], "supplier": [(1,), (2,)],
               "orders": [(1, 1), (2, 2)], "items": base * 2}

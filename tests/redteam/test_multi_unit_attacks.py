@@ -60,7 +60,7 @@ from dpsql.rewrite.plan import plan_execution
 from dpsql.units import multi_rewrite
 from dpsql.units.execute import read_truncated
 from dpsql.units.grid import part_grid, part_levels
-from tests.db_files import writing
+from tests.db_files import create_tables, writing
 from tests.ledgers import charged, ledger_session, open_ledger
 from tests.shop_fixture import ZeroNoise
 
@@ -68,15 +68,6 @@ Schema = Mapping[str, Sequence[str]]  # table -> "column TYPE" declarations
 Database = dict[str, list[tuple[Any, ...]]]
 
 # ----------------------------------------------------------------------------- the harness
-
-
-def _create(con: Any, schema: Schema, db: Mapping[str, Sequence[tuple[Any, ...]]]) -> None:
-    for table, columns in schema.items():
-        con.execute(f"CREATE OR REPLACE TABLE {table} ({', '.join(columns)})")
-        rows = db.get(table, [])
-        if rows:
-            marks = ", ".join("?" for _ in columns)
-            con.executemany(f"INSERT INTO {table} VALUES ({marks})", [list(r) for r in rows])
 
 
 class Engine:
@@ -95,7 +86,7 @@ class Engine:
 
     def levels(self, schema: Schema, db: Database) -> list[tuple[list[float], list[float]]]:
         """Per R2T part: (tau_j * b, Q_j)."""
-        _create(self.backend._con, schema, db)  # the backend's own connection, locked down
+        create_tables(self.backend._con, schema, db)  # the backend's own connection, locked down
         got = read_truncated(self.backend, self.compiled, (), self.release)
         out = []
         for part, q in zip(self.release.parts, got, strict=True):
@@ -306,7 +297,7 @@ def _session_outcomes(tmp: Path, md: Metadata, schema: Schema, db: Database,
     through one session on a real DuckDB file and ledger, zero noise."""
     tmp.mkdir(parents=True, exist_ok=True)
     with writing(tmp / "db.duckdb") as con:
-        _create(con, schema, db)
+        create_tables(con, schema, db)
     backend = DuckDBBackend(tmp / "db.duckdb", md)
     ledger = open_ledger(tmp / "ledger.sqlite", epsilon=10.0, delta=1e-3)
     session = ledger_session(md, backend, ledger, sampler=ZeroNoise())

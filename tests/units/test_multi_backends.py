@@ -104,14 +104,7 @@ def test_a_backend_without_columnar_fetch_runs_the_fallback_at_once(backend, mon
     md = tiny_multi.metadata()
     analysis = analyze_request("SELECT COUNT(*), SUM(qty) FROM items", md)
     plan = compile_plan(backend, plan_execution(analysis, md))
-    ran: list[str] = []
-    execute = backend.execute_columns
-
-    def recording(sql, params=None):
-        ran.append(sql)
-        return execute(sql, params)
-
-    monkeypatch.setattr(backend, "execute_columns", recording)
+    ran = tiny_multi.recorded(backend, monkeypatch)
     got = read_truncated(backend, plan, [], analysis.unit)
     assert ran == [plan.fallback if not backend.columnar else plan.exact]
     assert backend.columnar == (backend.dialect == "duckdb")

@@ -112,14 +112,7 @@ def test_more_rows_than_the_guard_are_grouped_in_the_database(tmp_path, monkeypa
     try:
         analysis = analyze_request("SELECT COUNT(*) FROM items", md)
         compiled = compile_plan(backend, plan_execution(analysis, md))
-        ran: list[str] = []
-        execute = backend.execute_columns
-
-        def recording(sql, params=None):
-            ran.append(sql)
-            return execute(sql, params)
-
-        monkeypatch.setattr(backend, "execute_columns", recording)
+        ran = tiny_multi.recorded(backend, monkeypatch)
         first = multi_execute.read_pair_truncated(backend, compiled, [], analysis.unit)
         assert len(ran) == 1 and "LIMIT" in ran[0].upper()
         monkeypatch.setattr(multi_execute, "FLAT_ROWS", 4)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import duckdb
 
@@ -121,3 +122,17 @@ def load(db: Mapping[str, Sequence[tuple[int, ...]]],
             script.append(f"INSERT INTO {table} VALUES {values}")
     con.execute("; ".join(script))
     return con
+
+
+def recorded(backend: Any, monkeypatch: Any) -> list[str]:
+    """The SQL texts ``backend.execute_columns`` runs from now on, in order (the backend still
+    runs them: ``monkeypatch`` wraps the method for the test's duration)."""
+    ran: list[str] = []
+    execute = backend.execute_columns
+
+    def recording(sql: str, params: Any = None) -> Any:
+        ran.append(sql)
+        return execute(sql, params)
+
+    monkeypatch.setattr(backend, "execute_columns", recording)
+    return ran
