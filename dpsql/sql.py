@@ -1,4 +1,5 @@
-"""SQL text helpers shared outside the analysis: a string literal, and where a statement ends,
+"""SQL text helpers shared outside the analysis: a string literal, an identifier, and where a
+statement ends,
 by sqlglot's DuckDB tokenizer (the shell splits scripts with it). sqlglot is imported on first
 use, so that `dpsql --help` stays fast."""
 
@@ -12,6 +13,12 @@ def quote_literal(text: str) -> str:
     """``text`` as an SQL string literal (quotes doubled), for dpsql's own statements: file
     paths, an analyst's name in the catalog shadow."""
     return "'" + text.replace("'", "''") + "'"
+
+
+def quote_ident(name: str) -> str:
+    """``name`` as an SQL identifier: double-quoted, embedded quotes doubled (DuckDB and
+    PostgreSQL), for dpsql's own statements over the owner's tables and columns."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 @functools.cache

@@ -20,16 +20,12 @@ import numpy as np
 from dpsql.errors import OperationalError, ProgrammingError, QueryCancelledError
 from dpsql.metadata import Metadata
 from dpsql.rewrite.domains import scan_relation
-from dpsql.sql import quote_literal
+from dpsql.sql import quote_ident, quote_literal
 
 #: DuckDB's perfect_ht_threshold for dpsql's connection (bits of the group keys' value range):
 #: at most 2^18 slots of aggregate states per thread (a few MB for the one or two aggregates of
 #: a unit's contribution; DuckDB's default is 12)
 PERFECT_HT_BITS = 18
-
-def _quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
 
 
 
@@ -130,7 +126,7 @@ class DuckDBBackend:
             assert table.source is not None
             # Temporary views belong to this connection only.
             self._con.execute(
-                f"CREATE OR REPLACE TEMP VIEW {_quote_ident(table.name)} AS SELECT * FROM "
+                f"CREATE OR REPLACE TEMP VIEW {quote_ident(table.name)} AS SELECT * FROM "
                 f"{_reader(table.source)}({quote_literal(table.source)})"
             )
         if not locked:
@@ -217,7 +213,7 @@ class DuckDBBackend:
 
     def _described(self, table: str) -> dict[str, str]:
         try:
-            rows = self._con.execute(f"DESCRIBE {_quote_ident(table)}").fetchall()
+            rows = self._con.execute(f"DESCRIBE {quote_ident(table)}").fetchall()
         except duckdb.CatalogException:
             raise ProgrammingError(f"table {table!r} is not in the database") from None
         except duckdb.Error as err:
@@ -243,8 +239,8 @@ class DuckDBBackend:
         joins, probes = [], []
         for i, table in enumerate(dict.fromkeys(t for t, _ in strings)):
             columns = [(j, c) for j, (t, c) in enumerate(strings) if t == table]
-            select = ", ".join(f"{_quote_ident(c)} AS __c{j}" for j, c in columns)
-            joins.append(f"LEFT JOIN (SELECT {select} FROM {_quote_ident(table)} LIMIT 0) "
+            select = ", ".join(f"{quote_ident(c)} AS __c{j}" for j, c in columns)
+            joins.append(f"LEFT JOIN (SELECT {select} FROM {quote_ident(table)} LIMIT 0) "
                          f"AS __t{i} ON TRUE")
         for j in range(len(strings)):
             probes.append(f"COALESCE(__c{j}, 'a') = 'A', COALESCE(__c{j}, 'a') = 'á', "
@@ -288,9 +284,9 @@ class DuckDBBackend:
         try:
             if not self._unchanging(table):
                 return None
-            quoted = _quote_ident(column)
+            quoted = quote_ident(column)
             row = self._con.execute(
-                f"SELECT MIN({quoted}), MAX({quoted}) FROM {_quote_ident(table)}").fetchone()
+                f"SELECT MIN({quoted}), MAX({quoted}) FROM {quote_ident(table)}").fetchone()
         except duckdb.Error:
             return None
         return (row[0], row[1]) if row else None
@@ -319,7 +315,7 @@ class DuckDBBackend:
                 if not self._unchanging(table) or self._exists(name):
                     return None
                 scan = scan_relation(table, column).sql(dialect="duckdb", copy=False)
-                self._con.execute(f"CREATE TEMP TABLE {_quote_ident(name)} AS {scan}")
+                self._con.execute(f"CREATE TEMP TABLE {quote_ident(name)} AS {scan}")
             except duckdb.Error:
                 return None
             self._domains[key] = name

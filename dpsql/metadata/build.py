@@ -38,6 +38,7 @@ from dpsql.metadata.build_multi import unit_targets, with_units
 from dpsql.metadata.build_units import with_unit
 from dpsql.metadata.load import load_metadata
 from dpsql.metadata.yaml_io import _emit, _flow
+from dpsql.sql import quote_ident
 
 if TYPE_CHECKING:
     from dpsql.backends.spark import SparkBackend
@@ -50,11 +51,6 @@ _NUMERIC = {
     "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT",
     "FLOAT", "DOUBLE",
 }  # fmt: skip
-
-
-def quote_ident(name: str) -> str:
-    """``name`` as a DuckDB identifier: double-quoted, embedded quotes doubled."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _is_numeric(duck_type: str) -> bool:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from dpsql.errors import Error, OperationalError
 from dpsql.metadata.model import Metadata
+from dpsql.sql import quote_ident
 
 Fetch = Callable[[str], list[tuple]]
 
@@ -36,11 +37,6 @@ def _counts(fetch: Fetch, sql: str, what: str) -> list[int]:
         raise OperationalError(f"checking {what} failed: {exc.message} (are the table and "
                                "column in the database, and of comparable types?)") from None
     return [int(v) for v in row]
-
-
-def quote_ident(name: str) -> str:
-    """``name`` as a SQL identifier: double-quoted, embedded quotes doubled."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 def key_sql(table_sql: str, column: str) -> str:

@@ -35,7 +35,7 @@ import numpy as np
 from dpsql.duckdb_files import opened
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import Metadata
-from dpsql.metadata.unit_check import quote_ident
+from dpsql.sql import quote_ident
 
 RID = "__audit_rid"
 UNIT = "__audit_unit"

@@ -12,7 +12,7 @@ import dpsql.metadata.build as mb
 from dpsql.cli.main import main
 from dpsql.errors import OperationalError, ProgrammingError
 from dpsql.metadata import dump_metadata, load_metadata, loads_metadata
-from dpsql.metadata.build import build_metadata, quote_ident
+from dpsql.metadata.build import build_metadata
 from tests.db_files import writing
 from tests.shared_data import PUMS_CSV, needs_pums
 
@@ -50,10 +50,6 @@ def db(tmp_path: Path) -> Path:
     with writing(path) as con:
         con.execute(SETUP)
     return path
-
-
-def test_quote_ident():
-    assert quote_ident('Odd "T" x') == '"Odd ""T"" x"'
 
 
 def test_exact_counts(db):
