@@ -101,6 +101,18 @@ def _flow(values: tuple[str, ...]) -> str:
     return "[" + ", ".join(values) + "]"
 
 
+class _AnyMaxFreq(dict):
+    """Max frequencies for a use that never reads them (the server's catalog shadow): any
+    value will do."""
+
+    def __missing__(self, key: str) -> int:
+        return 1
+
+
+#: :func:`shop_metadata_yaml`'s max frequencies where none is read
+ANY_MAX_FREQ: dict[str, int] = _AnyMaxFreq()
+
+
 def shop_metadata_yaml(max_freq: dict[str, int], *,
                        status_domain: tuple[str, ...] = STATUSES) -> str:
     mf = max_freq

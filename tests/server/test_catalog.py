@@ -12,17 +12,7 @@ from dpsql.server.catalog import (
     parse_postgres,
     parse_session_command,
 )
-from tests.shop_fixture import shop_metadata_yaml
-
-
-class _AnyMaxFreq(dict):
-    """The shadow never sees max frequencies: any value will do."""
-
-    def __missing__(self, key: str) -> int:
-        return 1
-
-
-MAX_FREQ = _AnyMaxFreq()
+from tests.shop_fixture import ANY_MAX_FREQ, shop_metadata_yaml
 
 
 @pytest.mark.parametrize(("sql", "catalog"), [
@@ -47,7 +37,8 @@ def test_only_queries_naming_catalog_relations_go_to_the_shadow(sql: str, catalo
 
 
 def test_the_shadow_holds_the_granted_tables_columns_and_types_and_no_rows() -> None:
-    shadow = Catalog(loads_metadata(shop_metadata_yaml(MAX_FREQ)), ["orders", "products"], "bob")
+    shadow = Catalog(loads_metadata(shop_metadata_yaml(ANY_MAX_FREQ)), ["orders", "products"],
+                     "bob")
     try:
         got = shadow.run(parse_postgres(
             "SELECT table_name, column_name, data_type FROM information_schema.columns "

@@ -22,8 +22,7 @@ from dpsql.server.catalog import (
 from dpsql.server.shadow import Shadows
 from dpsql.server.statements import StatementRunner
 from dpsql.session import Session
-from tests.server.test_catalog import MAX_FREQ
-from tests.shop_fixture import build_shop, shop_metadata_yaml
+from tests.shop_fixture import ANY_MAX_FREQ, build_shop, shop_metadata_yaml
 
 TABLES = "SELECT table_name FROM information_schema.tables ORDER BY table_name"
 USER = "SELECT pg_get_userbyid(10), current_user"
@@ -31,7 +30,7 @@ USER = "SELECT pg_get_userbyid(10), current_user"
 
 @pytest.fixture
 def shadows():
-    pool = Shadows(loads_metadata(shop_metadata_yaml(MAX_FREQ)))
+    pool = Shadows(loads_metadata(shop_metadata_yaml(ANY_MAX_FREQ)))
     yield pool
     pool.close()
 
