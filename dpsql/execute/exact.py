@@ -25,13 +25,14 @@ class CompiledPlan:
     plan: ExecutionPlan
     exact: str
     domains: str | None
-    fallback: str | None = None
+    fallback: tuple[str, ...] | None = None
 
 
 def compile_plan(backend: Backend, plan: ExecutionPlan) -> CompiledPlan:
     """``plan`` compiled by ``backend`` (raises its NotSupportedError; reads no data)."""
     domains = backend.compile(plan.domain_sql) if plan.domain_sql is not None else None
-    fallback = backend.compile(plan.fallback_sql) if plan.fallback_sql is not None else None
+    fallback = (tuple(backend.compile(sql) for sql in plan.fallback_sql)
+                if plan.fallback_sql is not None else None)
     return CompiledPlan(plan, backend.compile(plan.exact_sql), domains, fallback)
 
 

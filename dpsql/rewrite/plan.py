@@ -107,12 +107,12 @@ class ExecutionPlan:
     #: with a partition-selected key: ``exact_sql`` is the groups query
     #: (:func:`dpsql.execute.layout.write_selected`), whose groups the session selects by DP
     selected: bool = False
-    #: a query run instead of ``exact_sql`` (same parameters) when ``exact_sql`` returns more
+    #: the queries run instead of ``exact_sql`` (same parameters) when it returns more
     #: rows than its guard allows: plain counts and SUMs over two privacy units read their
     #: rows flat, and past dpsql.units.multi_rewrite.FLAT_ROWS group them in the database. Compiled
     #: while preparing, like every query a plan may run, so reaching it (which depends on the
     #: data) can never meet a compile error.
-    fallback_sql: str | None = None
+    fallback_sql: tuple[str, ...] | None = None
 
     def exact_bindings(self, params: Sequence[Any]) -> dict[str, Any]:
         """Every named parameter ``exact_sql`` takes, from the analyst's qmark ``params``."""

@@ -15,7 +15,7 @@ releases with R2T, exactly as a one-unit query's truncated sums.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ from dpsql.errors import ProgrammingError
 from dpsql.execute.exact import CompiledPlan
 from dpsql.noise.r2t_flow import flow_truncated, level_step
 from dpsql.units.analysis import UnitRelease
-from dpsql.units.multi_rewrite import FLAT_ROWS, flat_guard, value_levels
+from dpsql.units.multi_rewrite import FLAT_ROWS, fallback_layout, flat_guard, value_levels
 
 
 def unit_codes(ids: Any) -> np.ndarray:
@@ -87,33 +87,30 @@ def read_pair_truncated(backend: Backend, compiled: CompiledPlan, params: Sequen
     if compiled.fallback is not None and not backend.columnar:
         # a flat read would come as a Python tuple per row: the grouped fallback, the same
         # levels (dpsql.units.multi_rewrite)
-        columns, _ = backend.execute_columns(compiled.fallback, bindings)
-        return pair_levels(columns, release, regrouped=True)
+        return fallback_levels(
+            (backend.execute_columns(sql, bindings)[0] for sql in compiled.fallback), release)
     columns, _ = backend.execute_columns(compiled.exact, bindings)
     if (compiled.fallback is not None
             and columns[0].shape[0] > flat_guard(len(columns), FLAT_ROWS)):
         # flat rows, more than are worth fetching: the plan's fallback groups them in the
         # database with the same capacities (dpsql.units.multi_rewrite), the same levels
-        columns, _ = backend.execute_columns(compiled.fallback, bindings)
-        return pair_levels(columns, release, regrouped=True)
+        del columns
+        return fallback_levels(
+            (backend.execute_columns(sql, bindings)[0] for sql in compiled.fallback), release)
     return pair_levels(columns, release)
 
 
 def pair_levels(columns: Sequence[Any], release: UnitRelease,
-                trace: list[tuple[float, str]] | None = None, *,
-                regrouped: bool = False) -> list[np.ndarray]:
+                trace: list[tuple[float, str]] | None = None) -> list[np.ndarray]:
     """Per R2T part, Q(tau_j) at every level from the executed query's columns (module
     docstring): ``__u0, __u1`` and each part's psi, per pair or per flat row (the same
     truncation: each is a result); flat with some COUNT(*) parts, only the SUM parts' values
-    (a COUNT(*) row is a result of psi 1); ``regrouped``: the fallback's columns
-    (dpsql.units.multi_rewrite.regrouped: a SUM part's capacities per level). ``trace``: as
+    (a COUNT(*) row is a result of psi 1). ``trace``: as
     :func:`dpsql.noise.r2t_flow.flow_truncated`'s (benchmarks)."""
     parts = release.parts
     sums = sum(1 for p in parts if not p.integer)
-    widths = [1 if p.integer or not regrouped else len(value_levels(p, release))
-              for p in parts]
-    per_part = len(columns) == 2 + sum(widths)
-    if not per_part and (regrouped or len(columns) != 2 + sums):
+    per_part = len(columns) == 2 + len(parts)
+    if not per_part and len(columns) != 2 + sums:
         raise ProgrammingError("the exact result of a query over two privacy units is "
                                "malformed")
     a = unit_codes(columns[0])
@@ -122,29 +119,40 @@ def pair_levels(columns: Sequence[Any], release: UnitRelease,
     ones = None if per_part else np.broadcast_to(np.int64(1), a.shape)
     rest = iter(columns[2:])
     out = []
-    for part, width in zip(parts, widths, strict=True):
+    for part in parts:
         taus = value_levels(part, release)
         if ones is not None and part.integer:  # a flat COUNT(*): psi 1 per row
             out.append(flow_truncated(a, b, ones, taus, integer=True, trace=trace))
-        elif regrouped and not part.integer:  # integer capacities, one column per level
-            out.append(_regrouped_levels(a, b, [next(rest) for _ in range(width)], taus,
-                                         trace))
         else:
             psi = _values(next(rest), part.integer)
             out.append(flow_truncated(a, b, psi, taus, integer=part.integer, trace=trace))
     return out
 
 
-def _regrouped_levels(a: np.ndarray, b: np.ndarray, columns: Sequence[Any],
-                      taus: Sequence[float], trace: list[tuple[float, str]] | None
-                      ) -> np.ndarray:
-    """A SUM part's Q_j from the fallback's capacities ``__p<i>_<j>`` (integers in steps
-    delta_j, each pair's at most T_j): ``delta_j OPT_j``, the flow at cap T_j, the float
+def fallback_levels(results: Iterable[Sequence[Any]], release: UnitRelease
+                    ) -> list[np.ndarray]:
+    """Per R2T part, Q(tau_j) at every level from the fallback's query results in order
+    (dpsql.units.multi_rewrite.fallback_layout: each ``__u0, __u1`` and its capacity columns):
+    a COUNT(*) part's levels from its row counts per pair, a SUM part's level j as ``delta_j
+    OPT_j``, the flow at cap T_j of its integer capacities -- the float
     dpsql.noise.r2t_flow.flow_truncated returns for the same rows read flat."""
-    out = np.zeros(len(taus), np.float64)
-    for j, (column, tau) in enumerate(zip(columns, taus, strict=True)):
-        delta = level_step(tau, False)
-        cap = math.floor(tau / delta)
-        (opt,) = flow_truncated(a, b, _values(column, True), [cap], integer=True, trace=trace)
-        out[j] = delta * int(opt)
+    parts = release.parts
+    out = [np.zeros(len(value_levels(p, release)), np.int64 if p.integer else np.float64)
+           for p in parts]
+    # one result in memory at a time (``results`` may be a generator of the queries' reads)
+    for columns, chunk in zip(results, fallback_layout(release), strict=True):
+        if len(columns) != 2 + len(chunk):
+            raise ProgrammingError("the exact result of a query over two privacy units is "
+                                   "malformed")
+        a = unit_codes(columns[0])
+        b = unit_codes(columns[1])
+        for (i, j), column in zip(chunk, columns[2:], strict=True):
+            taus = value_levels(parts[i], release)
+            if j is None:  # a COUNT(*) part: its pairs' row counts
+                out[i] = flow_truncated(a, b, _values(column, True), taus, integer=True)
+                continue
+            delta = level_step(taus[j], False)
+            cap = math.floor(taus[j] / delta)
+            (opt,) = flow_truncated(a, b, _values(column, True), [cap], integer=True)
+            out[i][j] = delta * int(opt)
     return out

@@ -31,7 +31,10 @@ fallback, :func:`regrouped`, compiled while preparing too) are grouped in the da
 **the same capacities**: per pair, each COUNT(*) part's row count, and for each SUM part one
 column ``__p<i>_<j>`` per level, the sum over the pair's rows of the very integers the flat
 reading floors them to (IEEE arithmetic on the same DOUBLE: ``min`` and a power-of-two scale
-are exact), capped at the level's T_j (a cap no flow can exceed). Which of the two queries runs
+are exact), capped at the level's T_j (a cap no flow can exceed). A level's flow needs its own
+column only, so the columns are spread over several queries of at most
+:data:`FALLBACK_COLUMNS` each, run one after the other: the fallback holds about as much per
+pair at a time as the grouped pairs of one SUM did. Which of the two queries runs
 depends on the data (the number of rows), so both must give the same levels: they do, exactly
 (``tests/units/test_multi_flat.py``).
 
@@ -143,10 +146,11 @@ def is_flat(exact_sql: str) -> bool:
             and all(n.startswith("__v") for n in names[2:]))
 
 
-def guarded_flat(exact_sql: str, release: UnitRelease | None) -> tuple[str, str] | None:
+def guarded_flat(exact_sql: str, release: UnitRelease | None
+                 ) -> tuple[str, tuple[str, ...]] | None:
     """For an executed query in the flat form (its final DuckDB text): the query returning at
-    most FLAT_ROWS + 1 of its rows (:func:`limited`) and the grouped fallback
-    (:func:`regrouped`), both run with the same parameters; None for any other query. Both
+    most FLAT_ROWS + 1 of its rows (:func:`limited`) and the grouped fallback's queries
+    (:func:`regrouped`), all run with the same parameters; None for any other query. Both
     texts are the plan's, compiled while preparing (dpsql.rewrite.plan.ExecutionPlan)."""
     if release is None or not release.more or not is_flat(exact_sql):
         return None
@@ -163,23 +167,45 @@ def limited(flat_sql: str) -> str:
         flat_guard(len(names)) + 1).sql("duckdb")
 
 
-def regrouped(flat_sql: str, release: UnitRelease) -> str:
+#: the most capacity columns one fallback query returns beside the two ids (a SUM part has one
+#: per level): the fallback holds at most that many values per pair at a time, as the grouped
+#: pairs of before did for one SUM's two parts and a COUNT
+FALLBACK_COLUMNS = 3
+
+
+def fallback_layout(release: UnitRelease) -> list[list[tuple[int, int | None]]]:
+    """The capacity columns of the fallback's queries, in order: per query, ``(i, None)`` for
+    COUNT(*) part i's row count and ``(i, j)`` for SUM part i's capacities at its level j, at
+    most :data:`FALLBACK_COLUMNS` per query. Public: the release's parts and grid."""
+    items: list[tuple[int, int | None]] = [
+        (i, None) for i, part in enumerate(release.parts) if part.integer]
+    items += [(i, j) for i, part in enumerate(release.parts) if not part.integer
+              for j in range(len(value_levels(part, release)))]
+    return [items[k:k + FALLBACK_COLUMNS] for k in range(0, len(items), FALLBACK_COLUMNS)]
+
+
+def regrouped(flat_sql: str, release: UnitRelease) -> tuple[str, ...]:
     """The flat query (its DuckDB text) grouped by the pair in the database with the flat
-    reading's capacities (module docstring): ``__u0, __u1``, then per part ``i`` its row count
-    ``__p<i>`` (a COUNT(*)) or, per level ``j``, ``__p<i>_<j>`` (a SUM part: the pair's rows'
-    floored capacities at level j, in steps delta_j, capped at T_j)."""
-    tree = sqlglot.parse_one(flat_sql, read="duckdb")
-    keys = [exp.column(k, "__f") for k in ("__u0", "__u1")]
-    outer = exp.select(*keys).from_(exp.alias_(exp.Subquery(this=tree), "__f", table=True))
-    for i, part in enumerate(release.parts):
-        if part.integer:
-            outer.select(exp.alias_(exp.Count(this=exp.Star()), f"__p{i}"), copy=False)
-            continue
-        value = exp.Coalesce(this=exp.column(f"__v{i}", "__f"),
-                             expressions=[exp.Literal.number(0)])
-        for j, tau in enumerate(value_levels(part, release)):
+    reading's capacities (module docstring), as the queries of :func:`fallback_layout`: each
+    ``__u0, __u1``, then its columns, a COUNT(*) part's row count ``__p<i>`` or a SUM part's
+    ``__p<i>_<j>`` (the pair's rows' floored capacities at level j, in steps delta_j, capped
+    at T_j). Each level's flow reads one query's rows alone, so the queries run one at a time
+    and their rows need no matching."""
+    out = []
+    for chunk in fallback_layout(release):
+        tree = sqlglot.parse_one(flat_sql, read="duckdb")
+        keys = [exp.column(k, "__f") for k in ("__u0", "__u1")]
+        outer = exp.select(*keys).from_(exp.alias_(exp.Subquery(this=tree), "__f", table=True))
+        for i, j in chunk:
+            if j is None:
+                outer.select(exp.alias_(exp.Count(this=exp.Star()), f"__p{i}"), copy=False)
+                continue
+            value = exp.Coalesce(this=exp.column(f"__v{i}", "__f"),
+                                 expressions=[exp.Literal.number(0)])
+            tau = value_levels(release.parts[i], release)[j]
             outer.select(exp.alias_(level_capacity(value, tau), f"__p{i}_{j}"), copy=False)
-    return outer.group_by(*[k.copy() for k in keys], copy=False).sql("duckdb")
+        out.append(outer.group_by(*[k.copy() for k in keys], copy=False).sql("duckdb"))
+    return tuple(out)
 
 
 def level_capacity(value: exp.Expression, tau: float) -> exp.Expression:

@@ -29,7 +29,7 @@ from dpsql.units import multi_rewrite
 from dpsql.units.analysis import UnitRelease
 from dpsql.units.execute import truncated_levels as engine_levels
 from dpsql.units.grid import part_grid, part_levels
-from dpsql.units.multi_execute import pair_levels
+from dpsql.units.multi_execute import fallback_levels, pair_levels
 from dpsql.units.multi_rewrite import is_flat, regrouped
 from tests.units import tiny_multi
 
@@ -85,8 +85,9 @@ def truncated_levels(release: UnitRelease, exact_sql: str, db: tiny_multi.Databa
         cols = list(con.execute(exact_sql).fetchnumpy().values())
         got = pair_levels(cols, release)
         if is_flat(exact_sql):  # the same levels as the pairs grouped in the database
-            grouped = con.execute(regrouped(exact_sql, release)).fetchnumpy()
-            want = pair_levels(list(grouped.values()), release, regrouped=True)
+            grouped = [list(con.execute(q).fetchnumpy().values())
+                       for q in regrouped(exact_sql, release)]
+            want = fallback_levels(grouped, release)
             assert [g.tolist() for g in got] == [w.tolist() for w in want]
         for (bound, _), levels in zip(grids, got, strict=True):
             out.append((bound, [float(v) for v in levels]))

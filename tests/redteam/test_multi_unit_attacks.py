@@ -571,8 +571,9 @@ def test_limit_order_by_and_having_never_reach_the_pair_query():
                 len(tree.expressions)) + 1
             assert not any(tree.args.get(k) for k in ("offset", "order", "having")), exact
             exact = tree.find(sqlglot.exp.Subquery).this.sql("duckdb")  # the guarded query
-            fallback = plan.fallback_sql.upper()
-            assert not any(w in fallback for w in ("LIMIT", "OFFSET", "ORDER BY", "HAVING"))
+            for fallback in plan.fallback_sql:
+                assert not any(w in fallback.upper()
+                               for w in ("LIMIT", "OFFSET", "ORDER BY", "HAVING"))
         exact = exact.upper()
         assert not any(w in exact for w in ("LIMIT", "OFFSET", "ORDER BY", "HAVING")), exact
 

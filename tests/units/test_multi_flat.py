@@ -17,7 +17,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.execute.exact import compile_plan
 from dpsql.rewrite.plan import ExecutionPlan, plan_execution
 from dpsql.units import multi_execute, multi_rewrite
-from dpsql.units.multi_execute import pair_levels
+from dpsql.units.multi_execute import fallback_levels, pair_levels
 from dpsql.units.multi_rewrite import is_flat
 from tests.db_files import writing
 from tests.units import tiny_multi
@@ -55,7 +55,11 @@ def test_only_plain_counts_below_2_31_and_sums_are_flat():
         assert guard == (multi_rewrite.FLAT_ROWS if columns <= 3
                          else multi_rewrite.FLAT_ROWS * 3 // columns)
         assert plan.exact_sql.endswith(f") AS __f LIMIT {guard + 1}")
-        assert "GROUP BY" in plan.fallback_sql
+        assert all("GROUP BY" in q for q in plan.fallback_sql)
+        # at most FALLBACK_COLUMNS capacity columns a query, every (part, level) once
+        layout = multi_rewrite.fallback_layout(release)
+        assert len(plan.fallback_sql) == len(layout)
+        assert all(0 < len(c) <= multi_rewrite.FALLBACK_COLUMNS for c in layout)
     for sql in ("SELECT COUNT(qty) FROM items", "SELECT COUNT(qty), SUM(qty) FROM items"):
         try:
             _, plan = _plan(sql)
@@ -81,12 +85,12 @@ def test_flat_rows_give_the_grouped_levels_on_random_databases(sql, grid):
         db["items"] = db["items"] * rng.randint(1, 3)  # several rows per pair
         tiny_multi.load(db, con)
         flat = list(con.execute(plan.exact_sql).fetchnumpy().values())
-        grouped = list(con.execute(plan.fallback_sql).fetchnumpy().values())
+        grouped = [list(con.execute(q).fetchnumpy().values()) for q in plan.fallback_sql]
         assert len(flat) == 2 + len(sums)
-        assert len(grouped) == 2 + sum(
+        assert sum(len(g) - 2 for g in grouped) == sum(
             len(multi_rewrite.value_levels(p, release)) if not p.integer else 1
             for p in release.parts)
-        want = pair_levels(grouped, release, regrouped=True)
+        want = fallback_levels(grouped, release)
         got = pair_levels(flat, release)
         assert [g.tolist() for g in got] == [w.tolist() for w in want]
         # the exact sums of the parts' values: a level reaching every unit floors them
