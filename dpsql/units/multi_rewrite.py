@@ -21,7 +21,7 @@ level's Q_j is the grouped query's integer (dpsql.noise.r2t_flow's step is 1 bel
 flooring); for a SUM each row's capacity is floored at level j's step delta_j
 (``floor(min(v, tau_j) / delta_j)``, dpsql.noise.r2t_flow) row by row, which loses less than
 delta_j = tau_j 2^-30 per row (a bias, as the pairs' flooring per pair): less than tau_j / 128
-per level up to 2^23 rows.
+per level up to 2^23 rows, tau_j / 16 up to the flat read's 2^26.
 
 dpsql.units.multi_execute reads at most :func:`flat_guard` + 1 rows (:func:`limited`: its guard,
 not the analyst's LIMIT; the plan's exact query, :func:`guarded_flat`; :data:`FLAT_ROWS` with up
@@ -60,10 +60,12 @@ from dpsql.units.rewrite import add_unit_id, part_summand, select_parts
 #: the most rows a flat query of up to three columns (two ids and one SUM part's values)
 #: returns before it is grouped in the database instead (:func:`flat_guard`: fewer with more
 #: columns). Past it the rows read are thrown away (the grouped query runs), so it bounds that
-#: waste and the memory of a flat read: 8-byte values, at most 3 * 2^23 of them, 192 MiB
-#: (TPC-H SF1's two-unit queries read at most 6M rows; at SF10 they are grouped in the
-#: database).
-FLAT_ROWS = 1 << 23
+#: waste and the memory of a flat read: 8-byte values, at most 3 * 2^26 of them, 1.5 GiB.
+#: TPC-H SF10's two-unit queries (60M rows) read flat: Q7 over customer and supplier in 8 s
+#: and 3.2 GB, Q21 over orders and supplier in 5 s and 2.6 GB, where grouping their pairs in
+#: the database took 19 s and 5.3 GB, 14 s and 4.3 GB. Past it, where grouping pays (many
+#: rows per pair), the fallback holds the pairs.
+FLAT_ROWS = 1 << 26
 
 
 def flat_guard(columns: int, rows: int | None = None) -> int:
