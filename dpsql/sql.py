@@ -1,7 +1,6 @@
 """SQL text helpers shared outside the analysis: a string literal, an identifier, and where a
-statement ends,
-by sqlglot's DuckDB tokenizer (the shell splits scripts with it). sqlglot is imported on first
-use, so that `dpsql --help` stays fast."""
+statement ends, by sqlglot's DuckDB tokenizer (the shell splits scripts with it). sqlglot is
+imported on first use, so that `dpsql --help` stays fast."""
 
 from __future__ import annotations
 
