@@ -28,7 +28,6 @@ from dpsql.sql import quote_ident, quote_literal
 PERFECT_HT_BITS = 18
 
 
-
 def _is_glob(source: str) -> bool:
     return any(c in source for c in "*?[")
 
