@@ -243,7 +243,7 @@ def test_outcomes_under_two_units_never_tell_neighbours_apart(two_unit_engines, 
     _check(two_unit_engines, query, epsilon=1.0)
 
 
-@settings(max_examples=max(FUZZ_EXAMPLES // 8, 6), deadline=None, derandomize=True,
+@settings(max_examples=max(FUZZ_EXAMPLES // 12, 6), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(query=two_unit_queries(), guard=st.sampled_from(["flat", "fallback"]))
 def test_two_unit_releases_never_tell_neighbours_apart(two_unit_engines, query, guard):

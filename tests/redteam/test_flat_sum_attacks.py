@@ -271,7 +271,7 @@ def test_flat_and_fallback_levels_are_bit_identical(case, engine):
     e = engine(sql, metadata(**kw))
     rng = random.Random(sum(map(ord, case)))
     nonzero = 0
-    for _ in range(5):
+    for _ in range(3):
         got = e.run(random_database(rng, price, w))
         nonzero += any(v for part in got for v in part)
     assert nonzero or case == "tiny"  # the test reached values
@@ -415,7 +415,7 @@ def test_every_level_moves_by_at_most_tau_on_both_paths(case, engine):
     taus = e.taus()
     rng = random.Random(sum(map(ord, case)))
     moved = 0.0
-    for _ in range(4):
+    for _ in range(3):
         db = random_database(rng, price, w, rows=6)
         base = e.run(db)
         for what, other_db in neighbours(db):

@@ -80,7 +80,7 @@ def test_flat_rows_give_the_grouped_levels_on_random_databases(sql, grid):
     rng = random.Random(sum(map(ord, sql)))
     con = duckdb.connect()
     floored = 0
-    for _ in range(8):
+    for _ in range(5):
         db = tiny_multi.random_database(rng)
         db["items"] = db["items"] * rng.randint(1, 3)  # several rows per pair
         tiny_multi.load(db, con)
