@@ -72,9 +72,10 @@ def _plan(sql: str, md: Metadata) -> tuple[UnitRelease, str]:
     return release, plan_execution(analysis, md).exact_sql
 
 
-def truncated_levels(release: UnitRelease, exact_sql: str, db: tiny_multi.Database
-                     ) -> list[tuple[float, list[float]]]:
-    """Per part: (its bound b, Q(tau_j) for every level), as the engine computes them."""
+def truncated_levels(release: UnitRelease, exact_sql: str, db: tiny_multi.Database, *,
+                     check_fallback: bool = True) -> list[tuple[float, list[float]]]:
+    """Per part: (its bound b, Q(tau_j) for every level), as the engine computes them; for a
+    flat query, checked first against the guard's fallback (``check_fallback``)."""
     con = tiny_multi.load(db)
     grids = [(part_grid(p, release.unit)[0], part_levels(p, release.unit))
              for p in release.parts]
@@ -84,7 +85,7 @@ def truncated_levels(release: UnitRelease, exact_sql: str, db: tiny_multi.Databa
         # rows of plain counts and SUMs: dpsql.units.multi_rewrite)
         cols = list(con.execute(exact_sql).fetchnumpy().values())
         got = pair_levels(cols, release)
-        if is_flat(exact_sql):  # the same levels as the pairs grouped in the database
+        if check_fallback and is_flat(exact_sql):  # the same levels, grouped in the database
             grouped = [list(con.execute(q).fetchnumpy().values())
                        for q in regrouped(exact_sql, release)]
             want = fallback_levels(grouped, release)
@@ -108,7 +109,8 @@ def bruteforce_two_units(sql: str, md: Metadata,
     for db in databases:
         base = truncated_levels(release, exact_sql, db)
         for what, other_db in tiny_multi.neighbours(db):
-            other = truncated_levels(release, exact_sql, other_db)
+            # flat == fallback is a property of each database: checked on the bases
+            other = truncated_levels(release, exact_sql, other_db, check_fallback=False)
             for (bound, q), (_, q2), levels in zip(base, other, taus, strict=True):
                 for tau, x, y in zip(levels, q, q2, strict=True):
                     assert x >= 0 and y >= 0
