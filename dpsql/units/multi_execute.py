@@ -84,20 +84,17 @@ def read_pair_truncated(backend: Backend, compiled: CompiledPlan, params: Sequen
     """Per R2T part, Q(tau_j) at every level by the flow truncation (exact: reads private
     data; module docstring)."""
     bindings = compiled.plan.exact_bindings(params)
-    if compiled.fallback is not None and not backend.columnar:
-        # a flat read would come as a Python tuple per row: the grouped fallback, the same
-        # levels (dpsql.units.multi_rewrite)
-        return fallback_levels(
-            (backend.execute_columns(sql, bindings)[0] for sql in compiled.fallback), release)
-    columns, _ = backend.execute_columns(compiled.exact, bindings)
-    if (compiled.fallback is not None
-            and columns[0].shape[0] > flat_guard(len(columns), FLAT_ROWS)):
-        # flat rows, more than are worth fetching: the plan's fallback groups them in the
-        # database with the same capacities (dpsql.units.multi_rewrite), the same levels
-        del columns
-        return fallback_levels(
-            (backend.execute_columns(sql, bindings)[0] for sql in compiled.fallback), release)
-    return pair_levels(columns, release)
+    # a flat read only from a backend that fetches columns natively (Spark would collect a
+    # Python tuple per row), and only up to its guard: past it, or on Spark, the plan's
+    # fallback groups the rows in the database with the same capacities, the same levels
+    if compiled.fallback is None or backend.columnar:
+        columns, _ = backend.execute_columns(compiled.exact, bindings)
+        if (compiled.fallback is None
+                or columns[0].shape[0] <= flat_guard(len(columns), FLAT_ROWS)):
+            return pair_levels(columns, release)
+        del columns  # thrown away before the fallback reads
+    return fallback_levels(
+        (backend.execute_columns(sql, bindings)[0] for sql in compiled.fallback), release)
 
 
 def pair_levels(columns: Sequence[Any], release: UnitRelease,

@@ -55,7 +55,13 @@ from dpsql.noise.r2t_flow import level_step
 from dpsql.rewrite import fixed_point
 from dpsql.units.analysis import R2TPart, UnitRelease
 from dpsql.units.grid import part_grid, part_levels
-from dpsql.units.rewrite import add_unit_id, part_summand, select_parts
+from dpsql.units.rewrite import (
+    add_unit_id,
+    drop_measurements,
+    measurements,
+    part_summand,
+    select_parts,
+)
 
 #: the most rows a flat query of up to three columns (two ids and one SUM part's values)
 #: returns before it is grouped in the database instead (:func:`flat_guard`: fewer with more
@@ -96,7 +102,7 @@ def pair_contributions(select: exp.Select, release: UnitRelease,
     if not flat:
         select_parts(select, release, exponents, sums_as_double=True)
         return select
-    nodes = _measurements(select)
+    nodes = measurements(select)
     used: set[int] = set()
     for i, part in enumerate(release.parts):
         if not part.integer:  # a SUM part: the row's clamped value, exact as a DOUBLE
@@ -106,15 +112,8 @@ def pair_contributions(select: exp.Select, release: UnitRelease,
                                      f"__v{i}"), copy=False)
         used.add(part.index)
     select.set("group", None)
-    select.set("expressions", [e for e in select.expressions
-                               if not (isinstance(e, exp.Alias)
-                                       and e.alias.startswith("__m"))])
+    drop_measurements(select)
     return select
-
-
-def _measurements(select: exp.Select) -> dict[int, exp.Expression]:
-    return {int(e.alias[3:]): e.this for e in select.expressions
-            if isinstance(e, exp.Alias) and e.alias.startswith("__m")}
 
 
 def flat_rows(select: exp.Select, release: UnitRelease) -> bool:
@@ -123,7 +122,7 @@ def flat_rows(select: exp.Select, release: UnitRelease) -> bool:
     DISTINCT, ORDER BY or LIMIT of its own. Depends on the SQL and the metadata only."""
     if any(select.args.get(k) for k in ("having", "distinct", "order", "limit", "group")):
         return False
-    nodes = _measurements(select)
+    nodes = measurements(select)
     for part in release.parts:
         agg = nodes.get(part.index)
         if not part.integer:

@@ -100,12 +100,16 @@ def add_unit_id(select: exp.Select, source: UnitSource, name: str) -> None:
     select.group_by(copy_tree(value), copy=False)
 
 
-def _measurement_nodes(select: exp.Select) -> dict[int, exp.Alias]:
-    out = {}
-    for e in select.expressions:
-        if isinstance(e, exp.Alias) and e.alias.startswith("__m"):
-            out[int(e.alias[3:])] = e
-    return out
+def measurements(select: exp.Select) -> dict[int, exp.Expression]:
+    """``select``'s measurement aggregates by index (its ``<aggregate> AS __m<j>`` columns)."""
+    return {int(e.alias[3:]): e.this for e in select.expressions
+            if isinstance(e, exp.Alias) and e.alias.startswith("__m")}
+
+
+def drop_measurements(select: exp.Select) -> None:
+    """Remove ``select``'s ``__m<j>`` columns (replaced by what a unit's query reads)."""
+    select.set("expressions", [e for e in select.expressions
+                               if not (isinstance(e, exp.Alias) and e.alias.startswith("__m"))])
 
 
 def counts_only(release: UnitRelease) -> bool:
@@ -122,10 +126,10 @@ def select_parts(select: exp.Select, release: UnitRelease, exponents: dict[int, 
     2^-k (``exponents``: the clamps pass's k per SUM). Shared by the one-unit query (per unit)
     and the two-unit one (per pair of units, ``sums_as_double``: the flow reads each pair's
     value, converted once from its exact sum)."""
-    nodes = _measurement_nodes(select)
+    nodes = measurements(select)
     kept: set[int] = set()
     for i, part in enumerate(release.parts):
-        agg = nodes[part.index].this
+        agg = nodes[part.index]
         if isinstance(agg, exp.Count):
             part_node: exp.Expression = agg if part.index not in kept else copy_tree(agg)
         else:
@@ -135,8 +139,7 @@ def select_parts(select: exp.Select, release: UnitRelease, exponents: dict[int, 
                 part_node = fixed_point.to_value(part_node, exponents[part.index])
         kept.add(part.index)
         select.select(exp.alias_(part_node, f"__p{i}"), copy=False)
-    select.set("expressions", [e for e in select.expressions
-                               if not (isinstance(e, exp.Alias) and e.alias.startswith("__m"))])
+    drop_measurements(select)
 
 
 def part_summand(agg: exp.Expression, part: R2TPart, release: UnitRelease, *,
