@@ -185,8 +185,9 @@ class Pairs:
 
     def light(self, side: str, tau: float) -> bool:
         """Whether every unit of ``side`` ("a" or "b") has a real load of at most ``tau``, so
-        at most T once floored (sum floor(min(psi, tau) / delta) <= floor(load / delta)): a
-        float64 load keeps :func:`all_light`'s margin for its rounding."""
+        at most T once floored (sum floor(min(psi, tau) / delta) <= floor(load / delta)).
+        Counts' loads are exact; a float64 load, a sequential sum of k non-negative terms, is
+        within (k - 1) 2^-53 of its value relatively, so it keeps a margin of 2^-51 (k + 1)."""
         top = self.top_load_a if side == "a" else self.top_load_b
         if self.integer:
             return top <= tau
@@ -198,15 +199,12 @@ def all_light(p: Pairs, tau: float, delta: float) -> int | None:
     """OPT when every unit's real load is at most tau (module docstring, 1), else None."""
     if not p.a.size:
         return 0
+    if not (p.light("a", tau) and p.light("b", tau)):
+        return None
     if p.integer:
-        if delta != 1 or max(p.top_load_a, p.top_load_b) > tau:
+        if delta != 1:
             return None
         return p.total  # every psi <= its unit's load <= tau: s = psi
-    # float64 loads: a sequential sum of k non-negative terms is within (k - 1) 2^-53 of its
-    # value, relatively; 2^-51 (k + 1) is a safe margin
-    slack = 1.0 + (max(p.most_a, p.most_b) + 1) * 2.0**-51
-    if max(p.top_load_a, p.top_load_b) * slack > tau:
-        return None
     s, _ = level_caps(p.values, tau, delta, False, p.buffer("s", np.float64), p.top)
     if p.mass * 2.0 / delta < 2**53:  # every partial sum an integer below 2^53: exact
         return int(s.sum())
