@@ -9,8 +9,8 @@ with continuous Laplace noise (numpy; a simulation of the accuracy, never a rele
 
 * ``dpsql``: dpsql.noise.r2t's scheme: ``tau_j = 2^j`` rows times the per-row bound b,
   ``j = 1..ceil(log2 GS)`` (20 levels for GS = 2^20), scale ``L tau_j b / epsilon``, shift
-  ``scale ln(L / beta)``. It should reproduce the ``units`` part's measured errors (a check on
-  the simulation).
+  ``scale ln((L + 1) / (2 beta))`` (dpsql.noise.r2t_plans.shift_tail). It should reproduce
+  the ``units`` part's measured errors (a check on the simulation).
 * ``base <k>``: the same with ``tau_j = k^j`` rows (L = ceil(log_k GS)): any public grid keeps
   the privacy argument (each level epsilon / L, a unit moves level j by at most ``tau_j b``).
 * ``dpsql_r2t_grid``: what the ``units`` part now releases: dpsql's scheme on R2T's code's grid
@@ -19,18 +19,19 @@ with continuous Laplace noise (numpy; a simulation of the accuracy, never a rele
   dpsql.units.grid; 8 levels, dpsql's ``ln`` shift).
 * ``dpsql_rows_grid``: the same grid in rows times the per-row bound b for a SUM (dpsql's rule
   before value units; equal to ``dpsql_r2t_grid`` for counts).
-* ``increments``: NOT what dpsql releases -- a candidate (see benchmarks/README.md): on the
-  declared grid, Laplace noise on the increments ``Q(tau_j) - Q(tau_(j-1))`` (sensitivity
-  ``d_j = tau_j - tau_(j-1)``, scale ``s_j = L d_j / epsilon``: epsilon / L each, pure DP by basic
-  composition), the noisy levels their running sums, and each level shifted by a proven bound
-  on its (beta / 2L)-quantile: ``s_j (ln(L / beta) + sum_(i<j) -ln(1 - (s_i / s_j)^2))``
-  (``P(S_j > t) <= 1/2 e^(-t / s_j) prod_(i<j) E[e^(X_i / s_j)]``, conditioning on the lower
-  increments; the scales must increase strictly).
+* ``increments``: what dpsql releases for one unit (dpsql.noise.r2t's noised increments,
+  here with continuous noise and the simpler bound below): on the declared grid, Laplace noise
+  on the increments ``Q(tau_j) - Q(tau_(j-1))`` (sensitivity ``d_j = tau_j - tau_(j-1)``,
+  scale ``s_j = L d_j / epsilon``: epsilon / L each, pure DP by basic composition), the noisy
+  levels their running sums, and each level shifted by a proven bound on its (beta / (L +
+  1))-quantile: ``s_j (ln((L + 1) / (2 beta)) + sum_(i<j) -ln(1 - (s_i / s_j)^2))`` (``P(S_j >
+  t) <= 1/2 e^(-t / s_j) prod_(i<j) E[e^(X_i / s_j)]``, conditioning on the lower increments;
+  the scales must increase strictly).
 * ``r2t_code``: hkustDB/Race-to-the-Top's ``Code/R2TSJF.py``: ``tau_j = 5.5^j`` in value units,
   ``j = 1..floor(log_5.5 GS)`` with GS = 10^6 (8 levels; the top one, 5.5^8 ~ 837,000, is below
-  GS), scale ``L tau_j / epsilon``, shift ``scale log_2.9718(L / beta)`` (a smaller shift than
-  ``ln``: its one-sided error bound no longer holds at beta/2). This should reproduce the
-  published figures.
+  GS), scale ``L tau_j / epsilon``, shift ``scale log_2.9718(L / beta)`` (0.918 of the paper's
+  ``ln``, larger than dpsql's ``ln((L + 1) / (2 beta))`` for 8 levels). This should reproduce
+  the published figures.
 
 Median over ``draws`` of ``|value - truth| / truth``; epsilon 0.8, beta 0.1 (the units part's).
 Writes JSON (default ``benchmarks/results/units-levels-sf1.json``).
@@ -87,11 +88,17 @@ def simulate(c: np.ndarray, taus: np.ndarray, scales: np.ndarray, shifts: np.nda
     return float(np.median(np.abs(value - truth)) / truth)
 
 
+def _shift_log(n: int) -> float:
+    """dpsql's per-level shift in noise scales: each level's one-sided tail at beta / (L + 1)
+    (dpsql.noise.r2t_plans.shift_tail), continuous Laplace."""
+    return math.log((n + 1) / (2 * R2T_BETA))
+
+
 def grid(base: float, b: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n = max(1, math.ceil(math.log(GS, base) - 1e-12))
     taus = np.array([base**j for j in range(1, n + 1)]) * b
     scales = n * taus / R2T_EPSILON
-    return taus, scales, scales * math.log(n / R2T_BETA)
+    return taus, scales, scales * _shift_log(n)
 
 
 def declared_grid(b: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -100,7 +107,7 @@ def declared_grid(b: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     taus = np.array(levels(R2T_CODE_GS, R2T_CODE_BASE), dtype=np.float64) * b
     n = len(taus)
     scales = n * taus / R2T_EPSILON
-    return taus, scales, scales * math.log(n / R2T_BETA)
+    return taus, scales, scales * _shift_log(n)
 
 
 def simulate_increments(c: np.ndarray, draws: int, rng: np.random.Generator) -> float:
@@ -110,7 +117,7 @@ def simulate_increments(c: np.ndarray, draws: int, rng: np.random.Generator) -> 
     n = len(taus)
     scales = n * np.diff(np.concatenate([[0.0], taus])) / R2T_EPSILON
     assert np.all(np.diff(scales) > 0)
-    shifts = np.array([scales[j] * (math.log(n / R2T_BETA) - sum(
+    shifts = np.array([scales[j] * (_shift_log(n) - sum(
         math.log1p(-(scales[i] / scales[j]) ** 2) for i in range(j))) for j in range(n)])
     truth = float(c.sum())
     q = np.array([np.minimum(c, t).sum() for t in taus])

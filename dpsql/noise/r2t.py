@@ -21,8 +21,8 @@ privacy argument uses only that the levels are public, the accuracy one that the
 coarser race). The caller computes
 the truncated answers ``Q(tau_j) = sum_u min(c_u, tau_j b)`` (one GROUP BY over the join;
 :func:`truncated_sums` is the reference). Every level gets ``epsilon / L`` of the budget and a
-noisy value ``noisy_j``, which is shifted down by the public ``shift_j`` (about ``scale ln(L /
-beta)``), and the release is
+noisy value ``noisy_j``, which is shifted down by the public ``shift_j`` (about ``scale ln((L +
+1) / (2 beta))``), and the release is
 
     value = max(0, max_j (noisy_j - shift_j))
 
@@ -51,7 +51,8 @@ Noise of one draw:
 
 * Counts (``integer=True``, ``b`` a whole number): X exact discrete Laplace of ``scale_j``
   (:func:`~dpsql.noise.mechanisms.release_counts`); shifts and half-widths are whole numbers,
-  so every output is an exact integer. Per-level: ``shift_j = ceil(scale_j ln(L / beta))``.
+  so every output is an exact integer. Per-level: ``shift_j = ceil(scale_j ln((L + 1) / (2
+  beta)))``.
 * Sums (``integer=False``): the drawn value ``v`` (a level or an increment) becomes ``g_j
   (R(v / g_j) + Y_j)`` on the power-of-two grid of
   :func:`~dpsql.noise.mechanisms.release_sums`; a neighbour moves the snapped value by at most
@@ -60,7 +61,7 @@ Noise of one draw:
   (sens_j + g_j) / epsilon`` with ``g_j`` the grid of that scale (settled by iterating; the
   grid depends on the public scale alone). The snapping errs by at most ``g_i / 2`` per draw,
   so a level's shift and half-width add ``sum_(i <= j) g_i / 2`` (per-level: ``g_j / 2``):
-  per-level ``shift_j = g_j (ceil((scale_j / g_j) ln(L / beta)) + 1/2)``.
+  per-level ``shift_j = g_j (ceil((scale_j / g_j) ln((L + 1) / (2 beta))) + 1/2)``.
 
 Contract of :func:`release_r2t`.
 
@@ -87,26 +88,32 @@ Accuracy (each with its probability over the noise alone, for every database). W
 for level j's total noise (``X_j`` per level, ``X_1 + .. + X_j`` for increments) and ``E_j``
 for the sums' snapping error, ``|E_j| <= sum g_i / 2`` over its draws.
 
-* ``P(value > Q(I)) <= beta / 2``: truncation only lowers (``Q(tau_j) <= Q(I)``), so ``value >
-  Q(I)`` needs some level with ``N_j + E_j > shift_j``, i.e. ``N_j`` above the shift's noise
-  part (``shift_j`` less the rounding allowance), which has probability at most ``beta /
-  (2L)``; union over the L levels. Per level: the discrete tail ``P(X > ceil(s)) =
-  p^(ceil(s)+1) / (1+p) <= p^(s+1) / (1+p) < p^s / 2 = beta / (2L)`` for ``s = scale ln(L /
-  beta)`` (``p = e^(-1/scale)``; sums in grid steps). Increments: the smallest step count whose
-  proven tail bound for the sum ``N_j`` is at most ``beta / (2L)``
-  (:func:`dpsql.noise.r2t_tail.tail_steps`).
-* Truncation bias (paper, Theorem 5.1): ``N_j`` is symmetric, so with probability >= 1 - beta
-  every level's noise lies within +- its shift (the same tails, two-sided), and then ``value
-  >= Q(tau_j) - 2 shift_j`` for every j; at the first level ``tau_j >= tau* = max_u c_u / b``
-  (the largest unit, in rows), ``Q(tau_j) = Q(I)`` and ``tau_j <= B max(ceil(tau*), 1)`` (j =
-  1: ``tau_1 = floor(B)``; j > 1: ``floor(B^(j-1)) < tau*`` so ``B^(j-1) < ceil(tau*)`` and
-  ``tau_j <= B^j``), so with the per-level shifts ``Q(I) - value <= 2 B L ln(L/beta)
-  max(ceil(tau*), 1) b / epsilon`` with ``L = ceil(log_B GS)`` (+ the rounding of the shifts
-  and grids) when ``tau* <= tau_L``; noised increments are chosen only when every shift is at
-  most the per-level one, so the same bound holds (usually far from tight: base 2's shifts are
-  about 0.54 of it, base 5.5's 0.82). For ``B = 2`` this is the paper's ``4 log2(GS)
-  ln(log2(GS)/beta) tau* b / epsilon``; a larger B trades the factor B against the smaller L
-  (and ``ln(L / beta)``).
+* R2T's guarantee (the paper's Theorem 5.1): with probability ``>= 1 - beta``, ``Q(I) - bias
+  <= value <= Q(I)`` with the bias below. Each shift's noise part is exceeded with probability
+  at most ``beta / (L + 1)`` (:func:`~dpsql.noise.r2t_plans.shift_tail`); the noise is
+  symmetric, so the same holds for ``N_j < -shift``. The event used is: no level's noise above
+  its shift (L upper tails) and level ``j*``'s noise not below minus its shift (one lower
+  tail; ``j*`` is the first level covering the largest unit, fixed by the data, not by the
+  noise): ``L + 1`` tails of ``beta / (L + 1)``, union bound. (The paper spends both tails of
+  every level, ``beta / (2L)`` each; the ``L - 1`` other lower tails are never read.)
+* ``P(value > Q(I)) <= beta L / (L + 1)``: truncation only lowers (``Q(tau_j) <= Q(I)``), so
+  ``value > Q(I)`` needs some level with ``N_j + E_j > shift_j``, i.e. ``N_j`` above the
+  shift's noise part (``shift_j`` less the rounding allowance); union over the L levels. Per
+  level: the discrete tail ``P(X > ceil(s)) = p^(ceil(s)+1) / (1+p) <= p^(s+1) / (1+p) < p^s
+  / 2 = beta / (L + 1)`` for ``s = scale ln((L + 1) / (2 beta))`` (``p = e^(-1/scale)``; sums
+  in grid steps). Increments: the smallest step count whose proven tail bound for the sum
+  ``N_j`` is at most ``beta / (L + 1)`` (:func:`dpsql.noise.r2t_tail.tail_steps`).
+* Truncation bias: on the same event ``value >= noisy_j* - shift_j* >= Q(tau_j*) - 2
+  shift_j*``; at the first level ``tau_j >= tau* = max_u c_u / b`` (the largest unit, in rows),
+  ``Q(tau_j) = Q(I)`` and ``tau_j <= B max(ceil(tau*), 1)`` (j = 1: ``tau_1 = floor(B)``; j >
+  1: ``floor(B^(j-1)) < tau*`` so ``B^(j-1) < ceil(tau*)`` and ``tau_j <= B^j``), so with the
+  per-level shifts ``Q(I) - value <= 2 B L ln((L + 1) / (2 beta)) max(ceil(tau*), 1) b /
+  epsilon`` with ``L = ceil(log_B GS)`` (+ the rounding of the shifts and grids) when ``tau*
+  <= tau_L`` (``ln((L + 1) / (2 beta)) <= ln(L / beta)``: within the paper's bound); noised
+  increments are chosen only when every shift is at most the per-level one, so the same bound
+  holds (usually far from tight: base 2's shifts are about 0.54 of it, base 5.5's 0.82). For
+  ``B = 2`` this is at most the paper's ``4 log2(GS) ln(log2(GS)/beta) tau* b / epsilon``; a
+  larger B trades the factor B against the smaller L (and the logarithm).
 * The published 95% interval: ``half_width_j`` bounds level j's error with ``P(|noisy_j -
   Q(tau_j)| > half_width_j) <= 0.05 / L`` (per level: the smallest such whole number of steps
   under the exact discrete law; increments: twice :func:`~dpsql.noise.r2t_tail.tail_steps`'s
@@ -416,8 +423,9 @@ def release_r2t(truncated: np.ndarray, *, unit_bound: float, max_contribution: i
     ``(tau_j - tau_(j-1)) b`` (naive truncation does; LP truncation must pass
     ``increments=False``). Guarantee: the returned :class:`R2TRelease` is epsilon-DP (L draws
     at epsilon/L each, basic composition; the running sums, the max, the chosen level and the
-    95% bounds are post-processing); ``P(value > Q(I)) <= beta / 2``. ``sampler=None`` means
-    the secure default.
+    95% bounds are post-processing); with probability ``>= 1 - beta`` the value lies
+    between ``Q(I)`` less the truncation bias and ``Q(I)`` (module docstring).
+    ``sampler=None`` means the secure default.
     """
     arr = np.asarray(truncated)
     if arr.ndim != 1:

@@ -5,8 +5,8 @@ Contract of :func:`level_plan` and :func:`increment_plan`: given the public leve
 and beta (already checked by :func:`dpsql.noise.r2t.plan_r2t`), four lists of length L --
 scales, grids, shifts, half-widths -- functions of these public parameters alone, with the
 guarantees the R2T module docstring states (each draw (epsilon / L)-DP under its precondition;
-``P(level j's noise > its shift's noise part) <= beta / (2L)``; ``P(|level j's error| >
-half_width_j) <= 0.05 / L``). A scale the sampler cannot take is a
+``P(level j's noise > its shift's noise part) <= beta / (L + 1)``, :func:`shift_tail`;
+``P(|level j's error| > half_width_j) <= 0.05 / L``). A scale the sampler cannot take is a
 :class:`~dpsql.errors.NotSupportedError`; :func:`increment_plan` returns None when
 :mod:`dpsql.noise.r2t_tail` has no bound for some level.
 """
@@ -19,7 +19,7 @@ from dpsql.errors import NotSupportedError
 from dpsql.noise import mechanisms
 from dpsql.noise.r2t_tail import tail_steps
 
-__all__ = ["CONFIDENCE", "increment_plan", "level_plan"]
+__all__ = ["CONFIDENCE", "increment_plan", "level_plan", "shift_tail"]
 
 #: Confidence of the published interval (simultaneous over all levels).
 CONFIDENCE = 0.95
@@ -34,10 +34,25 @@ def _too_noisy() -> NotSupportedError:
     )
 
 
-def _one_sided_steps(scale: float, beta_level: float) -> int:
-    """``ceil(scale ln(1 / beta_level))``: a shift of this many integer steps is exceeded by
-    discrete Laplace(scale) noise with probability < beta_level / 2 (module docstring)."""
-    return math.ceil(scale * math.log(1.0 / beta_level))
+def shift_tail(beta: float, n: int) -> float:
+    """Each level's share ``beta / (L + 1)`` of beta: the most probability with which its noise
+    may exceed its shift.
+
+    Why L + 1 (:mod:`dpsql.noise.r2t`, "Accuracy"): R2T's guarantee, ``Q(I) - bias <= value <=
+    Q(I)`` with probability ``1 - beta``, needs L upper tails (no level above its shift, so the
+    value is not above Q(I)) and one lower tail (the first level covering the largest unit not
+    below minus its shift, which bounds the bias); the noise is symmetric, so one share serves
+    either side. The paper's union over both tails of every level (``beta / (2L)``) spends
+    ``L - 1`` lower tails the argument never reads.
+    """
+    return beta / (n + 1)
+
+
+def _one_sided_steps(scale: float, tail: float) -> int:
+    """``ceil(scale ln(1 / (2 tail)))``: a shift of this many integer steps is exceeded by
+    discrete Laplace(scale) noise with probability < ``tail`` (``P(X > ceil(s)) < p^s / 2``,
+    module docstring of :mod:`dpsql.noise.r2t`)."""
+    return math.ceil(scale * math.log(1.0 / (2.0 * tail)))
 
 
 def _two_sided_steps(scale: float, alpha: float) -> int:
@@ -77,7 +92,7 @@ def level_plan(taus: tuple[int, ...], b: float, eps: float, beta: float, integer
     with the one-level shift and half-width (module docstring, "Per-level noise")."""
     n = len(taus)
     eps_level = eps / n
-    beta_level = beta / n
+    tail = shift_tail(beta, n)
     alpha_level = (1.0 - CONFIDENCE) / n
     scales, grids, shifts, widths = [], [], [], []
     for tau in taus:
@@ -85,11 +100,11 @@ def level_plan(taus: tuple[int, ...], b: float, eps: float, beta: float, integer
         scales.append(scale)
         grids.append(g)
         if integer:
-            shifts.append(float(_one_sided_steps(scale, beta_level)))
+            shifts.append(float(_one_sided_steps(scale, tail)))
             widths.append(float(_two_sided_steps(scale, alpha_level)))
         else:
             steps = scale / g
-            shifts.append(g * (_one_sided_steps(steps, beta_level) + 0.5))
+            shifts.append(g * (_one_sided_steps(steps, tail) + 0.5))
             widths.append(g * (_two_sided_steps(steps, alpha_level) + 0.5))
     return scales, grids, shifts, widths
 
@@ -112,7 +127,7 @@ def increment_plan(taus: tuple[int, ...], b: float, eps: float, beta: float, int
     shifts, widths = [], []
     rounding = 0.0  # sums: each snapped increment is off by at most half its grid step
     for j in range(n):
-        up = tail_steps(scales, grids, j, beta / (2 * n), integer=integer)
+        up = tail_steps(scales, grids, j, shift_tail(beta, n), integer=integer)
         both = tail_steps(scales, grids, j, (1.0 - CONFIDENCE) / (2 * n), integer=integer)
         if up is None or both is None:
             return None

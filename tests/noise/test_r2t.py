@@ -89,8 +89,8 @@ def test_count_plan_exact_values_per_level():
                     increments=False)
     assert plan.levels == (2, 4, 8) and not plan.increments
     assert plan.scales == (6.0, 12.0, 24.0)  # L tau / epsilon
-    # shift = ceil(scale ln(L / beta)) = ceil(scale ln 30): 20.41, 40.81, 81.63
-    assert plan.shifts == (21.0, 41.0, 82.0)
+    # shift = ceil(scale ln((L + 1) / (2 beta))) = ceil(scale ln 20): 17.97, 35.95, 71.90
+    assert plan.shifts == (18.0, 36.0, 72.0)
     # smallest k with 2 p^(k+1) / (1 + p) <= 0.05 / 3, p = e^(-1/scale):
     # scale 6: k + 1 >= 6 ln(60 * 2 / (1 + e^(-1/6))) = 25.04 -> k = 25
     assert plan.half_widths == (25.0, 49.0, 98.0)
@@ -104,16 +104,15 @@ def test_count_plan_exact_values_increments():
     plan = plan_r2t(unit_bound=1, max_contribution=8, epsilon=1.0, beta=0.1, integer=True)
     assert plan.increments and plan.levels == (2, 4, 8)
     assert plan.scales == (6.0, 6.0, 12.0)
-    # Shifts: the smallest k with a tail bound <= beta / (2L) = 1/60 (dpsql.noise.r2t_tail).
-    # Level 1 (one draw, p = e^(-1/6) = 0.846482): p^(k+1) / (1+p) <= 1/60 <=> k + 1 >= 6 ln(60
-    #   / 1.846482) = 20.887 -> k = 20 (per level: 21).
+    # Shifts: the smallest k with a tail bound <= beta / (L + 1) = 1/40 (dpsql.noise.r2t_tail).
+    # Level 1 (one draw, p = e^(-1/6) = 0.846482): p^(k+1) / (1+p) <= 1/40 <=> k + 1 >= 6 ln(40
+    #   / 1.846482) = 18.454 -> k = 18 (per level: 18).
     # Level 2 (X_1 + X_2, equal scales, exact law): p^(k+1) [0.045026 (k+1) + 0.541570 -
-    #   0.020641]: k = 27 -> 0.0094025 * 1.78165 = 0.016752 > 1/60; k = 28 -> 0.0079560 *
-    #   1.82668 = 0.014533 -> 28 (per level: 41).
+    #   0.020641]: k = 24 -> 0.025528 > 1/40; k = 25 -> 0.022200 -> 25 (per level: 36).
     # Level 3 (scale 12 over two of scale 6): M = (mgf of scale 6 at 1/12)^2 = ((1 - e^(-1/6))^2
     #   / ((1 - e^(-1/12))(1 - e^(-1/4))))^2 = 1.33256^2 = 1.77572; p = e^(-1/12):
-    #   k + 1 >= 12 ln(60 * 1.77572 / 1.920044) = 48.195 -> 48 (per level: 82).
-    assert plan.shifts == (20.0, 28.0, 48.0)
+    #   k + 1 >= 12 ln(40 * 1.77572 / 1.920044) = 43.329 -> 43 (per level: 72).
+    assert plan.shifts == (18.0, 25.0, 43.0)
     # Half-widths: the same at 0.025 / L = 1/120 (two-sided 0.05 / L): level 1 k + 1 >= 6
     #   ln(120 / 1.846482) = 25.045 -> 25 (as per level); level 2: k = 31 -> 0.0048279 *
     #   1.96176 = 0.009471 > 1/120, k = 32 -> 0.0040868 * 2.00678 = 0.008201 -> 32; level 3:
@@ -128,7 +127,8 @@ def test_count_plan_with_unit_bound_and_beta():
     plan = plan_r2t(unit_bound=3, max_contribution=4, epsilon=0.5, beta=0.2, integer=True,
                     increments=False)
     assert plan.scales == (2 * 2 * 3 / 0.5, 2 * 4 * 3 / 0.5)  # (24, 48)
-    assert plan.shifts == (math.ceil(24 * math.log(10)), math.ceil(48 * math.log(10)))
+    # ln((L + 1) / (2 beta)) = ln(3 / 0.4)
+    assert plan.shifts == (math.ceil(24 * math.log(7.5)), math.ceil(48 * math.log(7.5)))
     inc = plan_r2t(unit_bound=3, max_contribution=4, epsilon=0.5, beta=0.2, integer=True)
     # increments 2 and 4 - 2 = 2 rows of weight 3: both at L * 6 / 0.5 = 24
     assert inc.increments and inc.scales == (24.0, 24.0)
@@ -181,7 +181,8 @@ def test_increments_flag_must_be_a_bool():
 
 
 def test_shifts_bound_the_exact_one_sided_tail():
-    # P(X > shift) = p^(shift+1) / (1+p) must be <= beta / (2L) at every level, for many plans.
+    # P(X > shift) = p^(shift+1) / (1+p) must be <= beta / (L + 1) at every level, for many
+    # plans.
     for gs, eps, beta in itertools.product((1, 2, 5, 100, 2**20), (0.05, 0.8, 3.0),
                                            (0.01, 0.1, 0.5)):
         plan = plan_r2t(unit_bound=1, max_contribution=gs, epsilon=eps, beta=beta, integer=True,
@@ -190,9 +191,9 @@ def test_shifts_bound_the_exact_one_sided_tail():
         for scale, shift in zip(plan.scales, plan.shifts, strict=True):
             p = math.exp(-1.0 / scale)
             log_tail = -(shift + 1) / scale - math.log1p(p)  # ln p = -1/scale exactly
-            assert log_tail <= math.log(beta / (2 * n)) + 1e-12
-            # and the shift is the paper's value rounded up, nothing more
-            assert shift == math.ceil(scale * math.log(n / beta))
+            assert log_tail <= math.log(beta / (n + 1)) + 1e-12
+            # and the shift is ln(1 / (2 beta / (L + 1))) scales rounded up, nothing more
+            assert shift == math.ceil(scale * math.log((n + 1) / (2 * beta)))
 
 
 def test_half_widths_are_the_smallest_exact_two_sided_bounds():
@@ -221,7 +222,7 @@ def test_sum_plan_exact_values_per_level():
         assert g == mechanisms.sum_granularity(scale)
         assert scale == 3 * (tau * 2.5 + g) / 1.0
         steps = scale / g
-        assert shift == g * (math.ceil(steps * math.log(30)) + 0.5)
+        assert shift == g * (math.ceil(steps * math.log(20)) + 0.5)
         assert 2**19 < steps <= 2**20
         assert abs(h - g * 0.5 - scale * math.log(60)) <= g * 1.0 + 1e-9
     # level 1: tau b = 5; scale 3 (5 + g) / 1 = 15 + 3g, g = 2^(4 - 20) = 2^-16
@@ -238,16 +239,16 @@ def test_sum_plan_exact_values_increments():
     assert plan.granularities == (g1, g1, g3)
     assert plan.scales == (15 + 3 * g1, 15 + 3 * g1, 30 + 3 * g3)
     # shifts: the noise part in steps of each level's grid (the count case's numbers at
-    # scale 15 instead of 6: level 1 k + 1 >= (15 / g1) ln(60 / (1 + p)), p = e^(-g1 / 15)),
+    # scale 15 instead of 6: level 1 k + 1 >= (15 / g1) ln(40 / (1 + p)), p = e^(-g1 / 15)),
     # plus half a step per draw for the snapping
     steps = plan.scales[0] / g1
-    k1 = math.ceil(steps * math.log(60 / (1 + math.exp(-1 / steps)))) - 1
+    k1 = math.ceil(steps * math.log(40 / (1 + math.exp(-1 / steps)))) - 1
     assert plan.shifts[0] == g1 * k1 + g1 / 2
-    assert plan.shifts[0] == pytest.approx(15 * math.log(60 / 2), abs=1e-3)  # 51.018
+    assert plan.shifts[0] == pytest.approx(15 * math.log(40 / 2), abs=1e-3)  # 44.936
     # level 2 (exact law of two) and 3 (Theorem 1, real-valued form: the lower draws are on
     # the finer grid): the count plan's values scaled by 15 / 6 and 30 / 12, to the grid
-    assert plan.shifts[1] == pytest.approx(28 * 2.5, rel=0.02)
-    assert plan.shifts[2] == pytest.approx(48 * 2.5, rel=0.02)
+    assert plan.shifts[1] == pytest.approx(25 * 2.5, rel=0.02)
+    assert plan.shifts[2] == pytest.approx(43 * 2.5, rel=0.02)
     # whole steps of the level's grid plus half a step of each draw's grid so far
     assert ((plan.shifts[1] - g1) / g1).is_integer()
     assert ((plan.shifts[2] - g1 - g3 / 2) / g3).is_integer()
@@ -378,14 +379,14 @@ def test_count_release_exact_with_zero_noise():
     plan = plan_r2t(unit_bound=1, max_contribution=8, epsilon=10.0, integer=True)
     # one draw per increment (2, 2, 4 rows), at the plan's scale 3 * (2, 2, 4) / 10
     assert sampler.calls == [(s, 1) for s in plan.scales] == [(0.6, 1), (0.6, 1), (1.2, 1)]
-    # level 1: k + 1 >= 0.6 ln(60 / (1 + e^(-5/3))) = 2.35 -> 2; level 2 (exact law of two,
-    # p = e^(-5/3)): k = 1 -> e^(-10/3) (0.57387 * 2 + 0.74996) = 0.068 > 1/60, k = 2 ->
-    # e^(-5) * 2.47157 = 0.016653 <= 1/60 -> 2; level 3: M = 1.26770^2, k + 1 >= 1.2 ln(60 *
-    # 1.60706 / (1 + e^(-1/1.2))) = 5.05 -> 5
-    assert plan.shifts == (2.0, 2.0, 5.0)
+    # tails beta / (L + 1) = 1/40. Level 1: k + 1 >= 0.6 ln(40 / (1 + e^(-5/3))) = 2.11 -> 2;
+    # level 2 (exact law of two, p = e^(-5/3)): k = 1 -> e^(-10/3) (0.57387 * 2 + 0.74996) =
+    # 0.068 > 1/40, k = 2 -> e^(-5) * 2.47157 = 0.016653 <= 1/40 -> 2; level 3: M = 1.26770^2,
+    # k + 1 >= 1.2 ln(40 * 1.60706 / (1 + e^(-1/1.2))) = 4.56 -> 4
+    assert plan.shifts == (2.0, 2.0, 4.0)
     assert rel.noisy.tolist() == [5, 8, 12]  # the running sums of the increments 5, 3, 4
-    # max(5 - 2, 8 - 2, 12 - 5) = 7 at level index 2
-    assert rel.value == 7.0 and rel.chosen == 2
+    # max(5 - 2, 8 - 2, 12 - 4) = 8 at level index 2
+    assert rel.value == 8.0 and rel.chosen == 2
     assert rel.scales.tolist() == list(plan.scales)
     assert rel.shifts.tolist() == list(plan.shifts)
     assert rel.levels == (2, 4, 8)

@@ -1,7 +1,7 @@
 """The owner's level grid of R2T (dpsql.noise.r2t.levels with ``base``; PrivacyUnit.level_base):
 exact levels, exact scales and shifts on a non-2 grid, validation, and the truncation-bias
-bound of the module docstring (``Q(I) - value <= 2 B L ln(L/beta) max(ceil(tau*), 1) b /
-epsilon`` on the event that every level's noise lies within its shift).
+bound of the module docstring (``Q(I) - value <= 2 B L ln((L + 1) / (2 beta)) max(ceil(tau*),
+1) b / epsilon`` on the event that every level's noise lies within its shift).
 
 The privacy of a non-2 grid is checked by brute force and statistically beside the default
 one (tests/bruteforce/test_r2t.py, tests/bruteforce/test_units.py,
@@ -82,18 +82,20 @@ def test_count_plan_exact_values_on_base_3():
                     base=3, increments=False)
     assert plan.levels == (3, 9, 27)
     assert plan.scales == (6.0, 18.0, 54.0)
-    # ceil(scale ln 30): 20.41 -> 21, 61.22 -> 62, 183.67 -> 184
-    assert plan.shifts == (21.0, 62.0, 184.0)
+    # ceil(scale ln((L + 1) / (2 beta))) = ceil(scale ln 20): 17.97 -> 18, 53.92 -> 54,
+    # 161.77 -> 162
+    assert plan.shifts == (18.0, 54.0, 162.0)
     assert plan.epsilon_per_level == pytest.approx(0.5)
     # noised increments 3, 6, 18 rows: scales 6, 12, 36 (strictly increasing: Theorem 1)
     inc = plan_r2t(unit_bound=1, max_contribution=20, epsilon=1.5, beta=0.1, integer=True,
                    base=3)
     assert inc.increments and inc.scales == (6.0, 12.0, 36.0)
-    # level 1: k + 1 >= 6 ln(60 / (1 + e^(-1/6))) = 20.887 -> 20; level 2: M = mgf of scale
-    # 6 at 1/12 = 1.33256, k + 1 >= 12 ln(60 * 1.33256 / (1 + e^(-1/12))) = 44.75 -> 44;
-    # level 3: M = (mgf of 6 at 1/36 = 1.02851) (mgf of 12 at 1/36 = 1.12493) = 1.15699,
-    # k + 1 >= 36 ln(60 * 1.15699 / (1 + e^(-1/36))) = 128.19 -> 128 (per level: 184)
-    assert inc.shifts == (20.0, 44.0, 128.0)
+    # tails beta / (L + 1) = 1/40. Level 1: k + 1 >= 6 ln(40 / (1 + e^(-1/6))) = 18.45 -> 18;
+    # level 2: M = mgf of scale 6 at 1/12 = 1.33256, k + 1 >= 12 ln(40 * 1.33256 / (1 +
+    # e^(-1/12))) = 39.88 -> 39; level 3: M = (mgf of 6 at 1/36 = 1.02851) (mgf of 12 at 1/36 =
+    # 1.12493) = 1.15699, k + 1 >= 36 ln(40 * 1.15699 / (1 + e^(-1/36))) = 113.59 -> 113 (per
+    # level: 162)
+    assert inc.shifts == (18.0, 39.0, 113.0)
 
 
 def test_sum_plan_levels_scale_with_the_bound_on_base_5_5():
@@ -144,7 +146,7 @@ def test_truncation_bias_bound_at_the_edge_of_the_noise_event(base, largest, inc
     n = len(plan.levels)
     tau_star = int(c.max())  # the largest unit, in rows (b = 1)
     # + 2 n: the shifts' ceilings
-    bound = 2 * base * n * math.log(n / beta) * max(tau_star, 1) / eps + 2 * n
+    bound = 2 * base * n * math.log((n + 1) / (2 * beta)) * max(tau_star, 1) / eps + 2 * n
     truth = int(c.sum())
     assert rel.value <= truth
     assert truth - rel.value <= bound

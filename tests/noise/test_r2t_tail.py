@@ -155,7 +155,7 @@ def test_no_bound_when_a_lower_draw_is_as_noisy():
                                                      (30, 12.0, 5.5), (9, 6.0, 2.2)])
 def test_count_plans_shifts_and_half_widths_against_the_exact_law(gs, epsilon, base):
     """End to end: each level's summed noise, exactly, against the plan's shift (one-sided,
-    beta / (2L)) and half-width (two-sided, 0.05 / L); a halved shift or half-width fails."""
+    beta / (L + 1)) and half-width (two-sided, 0.05 / L); a halved shift or half-width fails."""
     beta = 0.1
     plan = plan_r2t(unit_bound=1, max_contribution=gs, epsilon=epsilon, beta=beta,
                     integer=True, base=base)
@@ -164,17 +164,17 @@ def test_count_plans_shifts_and_half_widths_against_the_exact_law(gs, epsilon, b
     for j in range(n):
         values, law = _sum_law(list(plan.scales[:j + 1]), [1.0] * (j + 1), 1.0)
         shift, width = plan.shifts[j], plan.half_widths[j]
-        assert _upper_tail(values, law, shift) <= beta / (2 * n)
+        assert _upper_tail(values, law, shift) <= beta / (n + 1)
         two_sided = _upper_tail(values, law, width) + float(law[values < -width].sum())
         assert two_sided <= (1 - CONFIDENCE) / n
-        assert _upper_tail(values, law, shift // 2) > beta / (2 * n)
+        assert _upper_tail(values, law, shift // 2) > beta / (n + 1)
         assert 2 * _upper_tail(values, law, width // 2) > (1 - CONFIDENCE) / n
 
 
 @pytest.mark.parametrize(("gs", "b", "epsilon"), [(8, 1.0, 5.0), (4, 0.75, 3.0)])
 def test_sum_plans_shifts_against_the_exact_law(gs, b, epsilon):
     """Sums: each level's noise on its grids plus the snapping's worst case (half a step per
-    draw, all the same way) stays within the shift except with probability beta / (2L)."""
+    draw, all the same way) stays within the shift except with probability beta / (L + 1)."""
     beta = 0.1
     plan = plan_r2t(unit_bound=b, max_contribution=gs, epsilon=epsilon, beta=beta,
                     integer=False)
@@ -187,12 +187,12 @@ def test_sum_plans_shifts_against_the_exact_law(gs, b, epsilon):
     coarse = [g * shrink for g in grids]
     for j in range(n):
         values, law = _sum_law(list(plan.scales[:j + 1]), coarse[:j + 1], min(coarse))
-        k = tail_steps(list(plan.scales), coarse, j, beta / (2 * n), integer=False)
+        k = tail_steps(list(plan.scales), coarse, j, beta / (n + 1), integer=False)
         assert k is not None
-        assert _upper_tail(values, law, k * coarse[j]) <= beta / (2 * n)
+        assert _upper_tail(values, law, k * coarse[j]) <= beta / (n + 1)
     # the plan's shifts are the fine-grid counterparts: close to the coarse ones
     for j in range(n):
-        k = tail_steps(list(plan.scales), grids, j, beta / (2 * n), integer=False)
+        k = tail_steps(list(plan.scales), grids, j, beta / (n + 1), integer=False)
         assert k is not None
         rounding = sum(grids[:j + 1]) / 2
         assert plan.shifts[j] == grids[j] * k + rounding

@@ -1,6 +1,7 @@
 """R2T's accuracy promises (dpsql.noise.r2t's module docstring), sampled with the real sampler.
 
-* The shift's one-sided tail: ``P(value > Q(I)) <= beta / 2``.
+* The shifts' one-sided tails: ``P(value > Q(I)) <= beta L / (L + 1)`` (``beta / 2`` for one
+  level); each level's noise above its shift with probability ``<= beta / (L + 1)``.
 * Truncation bias on fixed contribution vectors: a skewed one (1000 units of 1 row and one unit
   of 10^5 rows: the release tracks the small units, far below the naive sum) and a uniform one
   (error within the paper's ``4 L ln(L / beta) tau* / epsilon`` with probability 1 - beta).
@@ -39,7 +40,8 @@ def _not_more_frequent(failures: int, n: int, rate: float) -> bool:
 
 def test_shift_one_sided_tail_single_level():
     # GS 2: one level, every unit within it, so Q(tau_1) = Q(I) and the tail is exactly
-    # P(X > shift) = p^(shift+1) / (1+p) = 0.031 at scale 2 (shift ceil(2 ln 10) = 5).
+    # P(X > shift) = p^(shift+1) / (1+p) = 0.031 at scale 2 (shift ceil(2 ln((1 + 1) / (2 *
+    # 0.1))) = ceil(2 ln 10) = 5); the bound is beta L / (L + 1) = beta / 2.
     beta, n = 0.1, 20_000
     c = np.array([1, 2, 2, 1, 2] * 20)
     q, rel = _releases(c, n, gs=2, epsilon=1.0, beta=beta)
@@ -58,12 +60,12 @@ def test_shift_one_sided_tail_many_levels():
     c = np.array([1] * 300 + [7] * 20 + [300, 1000])  # GS 1024: L = 10, every unit within
     _, rel = _releases(c, n, gs=1024, epsilon=0.5, beta=beta)
     total = int(c.sum())
-    assert _not_more_frequent(int(np.count_nonzero(rel.value > total)), n, beta / 2)
+    assert _not_more_frequent(int(np.count_nonzero(rel.value > total)), n, beta * 10 / 11)
 
 
 def test_increments_each_level_within_its_shift_and_half_width():
     # Noised increments (base 2: equal first two draws, exact law; then Theorem 1): level j's
-    # summed noise exceeds its shift with probability <= beta / (2L), and leaves its
+    # summed noise exceeds its shift with probability <= beta / (L + 1), and leaves its
     # half-width with probability <= 0.05 / L; halving either is caught (power).
     beta, n = 0.2, 20_000
     c = np.array([1, 3, 9, 30] * 10)
@@ -74,11 +76,11 @@ def test_increments_each_level_within_its_shift_and_half_width():
     noise = rel.noisy - q[None, :]
     for j in range(levels_n):
         over = int(np.count_nonzero(noise[:, j] > plan.shifts[j]))
-        assert _not_more_frequent(over, n, beta / (2 * levels_n)), (j, over)
+        assert _not_more_frequent(over, n, beta / (levels_n + 1)), (j, over)
         out = int(np.count_nonzero(np.abs(noise[:, j]) > plan.half_widths[j]))
         assert _not_more_frequent(out, n, 0.05 / levels_n), (j, out)
         halved = int(np.count_nonzero(noise[:, j] > plan.shifts[j] / 2))
-        assert not _not_more_frequent(halved, n, beta / (2 * levels_n)), (j, halved)
+        assert not _not_more_frequent(halved, n, beta / (levels_n + 1)), (j, halved)
 
 
 def test_skewed_contributions_track_the_small_units():
@@ -88,12 +90,12 @@ def test_skewed_contributions_track_the_small_units():
     q, rel = _releases(c, m, gs=2**17, epsilon=epsilon, beta=beta)
     naive = int(c.sum())
     assert q[0] == 1002 and q[-1] == naive == 101_000
-    s1 = rel.plan.shifts[0]  # ceil(17 * 2 * ln 170) = 175
-    assert s1 == 175
+    s1 = rel.plan.shifts[0]  # ceil(17 * 2 * ln(18 / 0.2)) = ceil(152.99) = 153
+    assert s1 == 153
     # The release is close to the small units' answer Q(tau_1) = 1002: within [Q_1 - 2 s_1,
-    # Q_1 + s_1] unless some level's noise exceeds its shift (probability <= beta) or a level
-    # j >= 8 gets X_j > s_j - (Q_j - Q_1) >= s_j - 2^j (at most e^(2^j / scale_j) = e^(1/17)
-    # times its share beta / (2L)): a miss rate below 1.05 beta.
+    # Q_1 + s_1] unless level 1's noise is below -s_1 or some level's above its shift (L + 1
+    # tails of beta / (L + 1)), or a level j >= 8 gets X_j > s_j - (Q_j - Q_1) >= s_j - 2^j
+    # (at most e^(2^j / scale_j) = e^(1/17) times its share): a miss rate below 1.05 beta.
     close = (rel.value >= q[0] - 2 * s1) & (rel.value <= q[0] + s1)
     assert _not_more_frequent(int(np.count_nonzero(~close)), m, 1.05 * beta)
     # ... which is far below the naive sum

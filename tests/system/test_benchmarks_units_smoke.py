@@ -186,7 +186,7 @@ def test_level_grid_simulation(results):
 
     taus, scales, shifts = grid(2.0, 1.0)
     assert list(taus) == list(levels(2**20)) and scales[0] == pytest.approx(20 * 2 / 0.8)
-    assert shifts[0] == pytest.approx(scales[0] * math.log(20 / 0.1))
+    assert shifts[0] == pytest.approx(scales[0] * math.log(21 / (2 * 0.1)))  # (L + 1) / 2 beta
     code_taus, _, _ = r2t_code_grid()
     assert len(code_taus) == 8 and code_taus[-1] < 1e6
     # the grid the units part declares: R2T's code's, floored to whole rows (times b)
