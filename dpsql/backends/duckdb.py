@@ -168,12 +168,27 @@ class DuckDBBackend:
         self, compiled: str, params: Mapping[str, Any] | None = None
     ) -> tuple[list[np.ndarray], list[str]]:
         """As :meth:`execute`, fetched as numpy arrays (DuckDB's ``fetchnumpy``; NULLs
-        masked): Q16's 27,840 bins in under a millisecond instead of ~7 as tuples."""
-        return self._run(compiled, params, lambda cur: list(cur.fetchnumpy().values()))
+        masked): Q16's 27,840 bins in under a millisecond instead of ~7 as tuples. Read
+        through DuckDB's relation API (``sql()``), whose fetch converts the rows as the query
+        produces them, where a DB-API cursor first collects them all: TPC-H Q7 over two units
+        (6M rows x 3 columns) ~265 -> ~200 ms."""
+        return self._run(compiled, params, lambda rel: list(rel.fetchnumpy().values()),
+                         relation=True)
 
-    def _run(self, sql: str, params: Mapping[str, Any] | None, fetch: Callable[[Any], Any]):
+    def _run(self, sql: str, params: Mapping[str, Any] | None, fetch: Callable[[Any], Any],
+             relation: bool = False):
+        bound = dict(params) if params else None
+        cur: Any  # a cursor (DuckDBPyConnection) or a DuckDBPyRelation: both fetch alike
         try:
-            cur = self._con.execute(sql, dict(params) if params else None)
+            if relation:
+                # DuckDB 2 refuses a relation while an execute() result is unfinished (a
+                # one-row lookup read with fetchone): every such result here is a read whose
+                # rows were taken, so the rest is dropped
+                self._con.abort()
+                # binds here, runs in ``fetch``: inside the same error mapping, interruptible
+                cur = self._con.sql(sql, params=bound)
+            else:
+                cur = self._con.execute(sql, bound)
             result = fetch(cur)
             types = [str(d[1]) for d in cur.description or ()]
         except duckdb.InterruptException:
