@@ -15,13 +15,19 @@ SQL = ("SELECT c, COUNT(*) AS n FROM (SELECT o_cust, COUNT(*) AS c, SUM(amount) 
        "GROUP BY o_cust) GROUP BY c ORDER BY c")
 
 
-def test_perfect_hash_grouping_is_set_and_changes_no_result(tmp_path):
+def _orders(tmp_path, select: str) -> str:
+    """A database file whose table ``orders`` is ``select``; its path."""
     path = str(tmp_path / "shop.duckdb")
     con = duckdb.connect(path)
-    # unit keys spread over 2^16 values: above DuckDB's default threshold (2^12), within ours
-    con.execute("CREATE TABLE orders AS SELECT (i * 7919) % 65536 AS o_cust, i % 13 AS amount "
-                "FROM range(200000) t(i)")
+    con.execute(f"CREATE TABLE orders AS {select}")
     con.close()
+    return path
+
+
+def test_perfect_hash_grouping_is_set_and_changes_no_result(tmp_path):
+    # unit keys spread over 2^16 values: above DuckDB's default threshold (2^12), within ours
+    path = _orders(tmp_path, "SELECT (i * 7919) % 65536 AS o_cust, i % 13 AS amount "
+                             "FROM range(200000) t(i)")
     plain = duckdb.connect(path, read_only=True)
     want = plain.execute(SQL).fetchall()
     plan = "".join(r[1] for r in plain.execute("EXPLAIN " + SQL).fetchall())
@@ -39,11 +45,8 @@ def test_perfect_hash_grouping_is_set_and_changes_no_result(tmp_path):
 
 
 def test_columns_read_through_a_relation_as_a_cursor_reads_them(tmp_path):
-    path = str(tmp_path / "shop.duckdb")
-    con = duckdb.connect(path)
-    con.execute("CREATE TABLE orders AS SELECT i AS o_cust, CASE WHEN i % 5 = 0 THEN NULL "
-                "ELSE i / 4 END AS amount FROM range(5000) t(i)")
-    con.close()
+    path = _orders(tmp_path, "SELECT i AS o_cust, CASE WHEN i % 5 = 0 THEN NULL ELSE i / 4 "
+                             "END AS amount FROM range(5000) t(i)")
     sql = "SELECT o_cust, amount FROM orders WHERE o_cust >= $low ORDER BY o_cust"
     plain = duckdb.connect(path, read_only=True)
     want = list(plain.execute(sql, {"low": 7}).fetchnumpy().values())
