@@ -168,27 +168,15 @@ class DuckDBBackend:
         self, compiled: str, params: Mapping[str, Any] | None = None
     ) -> tuple[list[np.ndarray], list[str]]:
         """As :meth:`execute`, fetched as numpy arrays (DuckDB's ``fetchnumpy``; NULLs
-        masked): Q16's 27,840 bins in under a millisecond instead of ~7 as tuples. Read
-        through DuckDB's relation API (``sql()``), whose fetch converts the rows as the query
-        produces them, where a DB-API cursor first collects them all: TPC-H Q7 over two units
-        (6M rows x 3 columns) ~265 -> ~200 ms."""
-        return self._run(compiled, params, lambda rel: list(rel.fetchnumpy().values()),
-                         relation=True)
+        masked): Q16's 27,840 bins in under a millisecond instead of ~7 as tuples. Through the
+        DB-API cursor: DuckDB's relation API (``sql(...).fetchnumpy()``) was measured on TPC-H
+        Q7's flat read over two units, faster at SF1 (6M rows x 3 columns: ~0.39 -> 0.30 s) but
+        slower and larger at SF10 (60M: 3.1 s and 3.1 GB peak -> 5.5 s and 4.1 GB)."""
+        return self._run(compiled, params, lambda cur: list(cur.fetchnumpy().values()))
 
-    def _run(self, sql: str, params: Mapping[str, Any] | None, fetch: Callable[[Any], Any],
-             relation: bool = False):
-        bound = dict(params) if params else None
-        cur: Any  # a cursor (DuckDBPyConnection) or a DuckDBPyRelation: both fetch alike
+    def _run(self, sql: str, params: Mapping[str, Any] | None, fetch: Callable[[Any], Any]):
         try:
-            if relation:
-                # DuckDB 2 refuses a relation while an execute() result is unfinished (a
-                # one-row lookup read with fetchone): every such result here is a read whose
-                # rows were taken, so the rest is dropped
-                self._con.abort()
-                # binds here, runs in ``fetch``: inside the same error mapping, interruptible
-                cur = self._con.sql(sql, params=bound)
-            else:
-                cur = self._con.execute(sql, bound)
+            cur = self._con.execute(sql, dict(params) if params else None)
             result = fetch(cur)
             types = [str(d[1]) for d in cur.description or ()]
         except duckdb.InterruptException:

@@ -1,13 +1,10 @@
-"""dpsql.backends.duckdb's choices that change speed only: the perfect-hash GROUP BY threshold
-(PERFECT_HT_BITS) is set on dpsql's connection, and a per-unit GROUP BY that it turns into a
-perfect-hash aggregate returns exactly what DuckDB's default plan returns; execute_columns reads
-through DuckDB's relation API and returns what a cursor's fetchnumpy returns, also right after a
-one-row lookup left a cursor's result unfinished (which DuckDB 2 would otherwise refuse)."""
+"""dpsql.backends.duckdb's session settings that change speed only: the perfect-hash GROUP BY
+threshold (PERFECT_HT_BITS) is set on dpsql's connection, and a per-unit GROUP BY that it turns
+into a perfect-hash aggregate returns exactly what DuckDB's default plan returns."""
 
 from __future__ import annotations
 
 import duckdb
-import numpy as np
 
 from dpsql.backends.duckdb import PERFECT_HT_BITS, DuckDBBackend
 
@@ -43,24 +40,3 @@ def test_perfect_hash_grouping_is_set_and_changes_no_result(tmp_path):
         backend.close()
     assert got == want and sum(n for _, n in got) == 65536
 
-
-def test_columns_read_through_a_relation_as_a_cursor_reads_them(tmp_path):
-    path = _orders(tmp_path, "SELECT i AS o_cust, CASE WHEN i % 5 = 0 THEN NULL ELSE i / 4 "
-                             "END AS amount FROM range(5000) t(i)")
-    sql = "SELECT o_cust, amount FROM orders WHERE o_cust >= $low ORDER BY o_cust"
-    plain = duckdb.connect(path, read_only=True)
-    want = list(plain.execute(sql, {"low": 7}).fetchnumpy().values())
-    plain.close()
-    backend = DuckDBBackend(path)
-    try:
-        # a one-row lookup read with fetchone: its cursor result stays unfinished
-        assert backend.value_range("orders", "o_cust") == (0, 4999)
-        got, types = backend.execute_columns(sql, {"low": 7})
-    finally:
-        backend.close()
-    assert types == ["BIGINT", "DOUBLE"]
-    assert len(got) == 2 and got[0].tolist() == want[0].tolist() == list(range(7, 5000))
-    # NULLs masked alike
-    assert np.ma.getmaskarray(got[1]).tolist() == np.ma.getmaskarray(want[1]).tolist()
-    assert np.ma.getmaskarray(got[1]).sum() == len([i for i in range(7, 5000) if i % 5 == 0])
-    assert got[1].compressed().tolist() == want[1].compressed().tolist()
