@@ -112,8 +112,19 @@ for the sums' snapping error, ``|E_j| <= sum g_i / 2`` over its draws.
   <= tau_L`` (``ln((L + 1) / (2 beta)) <= ln(L / beta)``: within the paper's bound); noised
   increments are chosen only when every shift is at most the per-level one, so the same bound
   holds (usually far from tight: base 2's shifts are about 0.54 of it, base 5.5's 0.82). For
-  ``B = 2`` this is at most the paper's ``4 log2(GS) ln(log2(GS)/beta) tau* b / epsilon``; a
+  ``B = 2`` this is at most ``4 L ln(L / beta) max(ceil(tau*), 1) b / epsilon``: the paper's
+  ``4 log2(GS) ln(log2(GS)/beta) tau* b / epsilon`` with its L rounded up to whole levels and
+  tau* to whole rows (equal to it when GS is a power of two and tau* a whole number >= 1); a
   larger B trades the factor B against the smaller L (and the logarithm).
+* Range (sums): every level's value must stay within the sums' saturation limit ``V_j =
+  min(2^1020, g_j 2^1000)`` of :func:`~dpsql.noise.mechanisms.release_sums`, which clips a
+  larger one (the snapping argument above assumes no clip). The engine cannot reach it: its SUM
+  parts have b = 1 value unit and levels below 2^62, the ledger caps epsilon at 10^6, and a
+  level (or increment) of n < 2^63 units is at most n epsilon / L of its own noise scales (below
+  2^83, where ``g_j 2^1000`` is at least 2^980 of them) and below 2^125 in value (against
+  2^1020). A direct call with absurd magnitudes
+  (values near 2^1020, or epsilon near 1e300) is outside these claims
+  (tests/redteam/test_r2t_shift_attacks.py shows both).
 * The published 95% interval: ``half_width_j`` bounds level j's error with ``P(|noisy_j -
   Q(tau_j)| > half_width_j) <= 0.05 / L`` (per level: the smallest such whole number of steps
   under the exact discrete law; increments: twice :func:`~dpsql.noise.r2t_tail.tail_steps`'s
@@ -148,11 +159,15 @@ from dpsql.noise.mechanisms import Sampler
 from dpsql.noise.r2t_levels import DEFAULT_BASE, MAX_LEVELS, MIN_BASE, levels
 from dpsql.noise.r2t_plans import CONFIDENCE, increment_plan, level_plan
 
+#: The smallest beta a plan takes: each tail's share beta / (L + 1) stays a normal float.
+MIN_BETA = 1e-300
+
 __all__ = [
     "CONFIDENCE",
     "DEFAULT_BASE",
     "MAX_LEVELS",
     "MIN_BASE",
+    "MIN_BETA",
     "R2TPlan",
     "R2TRelease",
     "R2TReleases",
@@ -213,7 +228,7 @@ def plan_r2t(*, unit_bound: float, max_contribution: int, epsilon: float, beta: 
     whether the levels are released as noised increments).
 
     Precondition: ``unit_bound`` (b) finite > 0, a whole number when ``integer``; GS as for
-    :func:`levels`; ``epsilon`` finite > 0; ``0 < beta < 1``. Otherwise ``TypeError`` /
+    :func:`levels`; ``epsilon`` finite > 0; ``MIN_BETA <= beta < 1``. Otherwise ``TypeError`` /
     ``ValueError`` (programming errors); a level whose count scale exceeds
     ``MAX_DISCRETE_SCALE`` (or a sum scale outside the grid's range) is a
     :class:`NotSupportedError`. Guarantee: every field is a function of these public
@@ -225,8 +240,8 @@ def plan_r2t(*, unit_bound: float, max_contribution: int, epsilon: float, beta: 
     b = _check_positive(unit_bound, "unit_bound")
     eps = _check_positive(epsilon, "epsilon")
     beta_f = _check_positive(beta, "beta")
-    if beta_f >= 1.0:
-        raise ValueError("beta must lie strictly between 0 and 1")
+    if not MIN_BETA <= beta_f < 1.0:  # below it beta / (L + 1) underflows in the tail bounds
+        raise ValueError(f"beta must lie in [{MIN_BETA:g}, 1)")
     if not isinstance(integer, bool):
         raise TypeError("integer must be a bool")
     if not isinstance(increments, bool):
