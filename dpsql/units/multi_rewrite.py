@@ -192,11 +192,12 @@ def regrouped(flat_sql: str, release: UnitRelease) -> tuple[str, ...]:
     ``__p<i>_<j>`` (the pair's rows' floored capacities at level j, in steps delta_j, capped
     at T_j). Each level's flow reads one query's rows alone, so the queries run one at a time
     and their rows need no matching."""
+    parsed = sqlglot.parse_one(flat_sql, read="duckdb")  # once: each query takes a copy
     out = []
     for chunk in fallback_layout(release):
-        tree = sqlglot.parse_one(flat_sql, read="duckdb")
         keys = [exp.column(k, "__f") for k in ("__u0", "__u1")]
-        outer = exp.select(*keys).from_(exp.alias_(exp.Subquery(this=tree), "__f", table=True))
+        outer = exp.select(*keys).from_(
+            exp.alias_(exp.Subquery(this=parsed.copy()), "__f", table=True))
         for i, j in chunk:
             if j is None:
                 outer.select(exp.alias_(exp.Count(this=exp.Star()), f"__p{i}"), copy=False)
