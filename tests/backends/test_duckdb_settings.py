@@ -12,19 +12,13 @@ SQL = ("SELECT c, COUNT(*) AS n FROM (SELECT o_cust, COUNT(*) AS c, SUM(amount) 
        "GROUP BY o_cust) GROUP BY c ORDER BY c")
 
 
-def _orders(tmp_path, select: str) -> str:
-    """A database file whose table ``orders`` is ``select``; its path."""
+def test_perfect_hash_grouping_is_set_and_changes_no_result(tmp_path):
     path = str(tmp_path / "shop.duckdb")
     con = duckdb.connect(path)
-    con.execute(f"CREATE TABLE orders AS {select}")
-    con.close()
-    return path
-
-
-def test_perfect_hash_grouping_is_set_and_changes_no_result(tmp_path):
     # unit keys spread over 2^16 values: above DuckDB's default threshold (2^12), within ours
-    path = _orders(tmp_path, "SELECT (i * 7919) % 65536 AS o_cust, i % 13 AS amount "
-                             "FROM range(200000) t(i)")
+    con.execute("CREATE TABLE orders AS SELECT (i * 7919) % 65536 AS o_cust, i % 13 AS amount "
+                "FROM range(200000) t(i)")
+    con.close()
     plain = duckdb.connect(path, read_only=True)
     want = plain.execute(SQL).fetchall()
     plan = "".join(r[1] for r in plain.execute("EXPLAIN " + SQL).fetchall())
@@ -39,4 +33,3 @@ def test_perfect_hash_grouping_is_set_and_changes_no_result(tmp_path):
     finally:
         backend.close()
     assert got == want and sum(n for _, n in got) == 65536
-
