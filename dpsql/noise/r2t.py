@@ -149,7 +149,6 @@ drawn.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,10 +156,14 @@ import numpy as np
 from dpsql.noise import mechanisms
 from dpsql.noise.mechanisms import Sampler
 from dpsql.noise.r2t_levels import DEFAULT_BASE, MAX_LEVELS, MIN_BASE, levels
-from dpsql.noise.r2t_plans import CONFIDENCE, increment_plan, level_plan
-
-#: The smallest beta a plan takes: each tail's share beta / (L + 1) stays a normal float.
-MIN_BETA = 1e-300
+from dpsql.noise.r2t_plans import (
+    CONFIDENCE,
+    MIN_BETA,
+    R2TPlan,
+    plan_r2t,
+    positive_real,
+    r2t_scales,
+)
 
 __all__ = [
     "CONFIDENCE",
@@ -178,109 +181,6 @@ __all__ = [
     "release_r2t_many",
     "truncated_sums",
 ]
-
-
-# ---------------------------------------------------------------------------------------------
-# Levels and the public plan
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class R2TPlan:
-    """The public parameters of one R2T release: they depend on GS, b, epsilon, beta only.
-
-    ``levels[j]`` is tau in rows; ``increments`` whether the levels are released as noised
-    increments (module docstring); ``scales[j]`` the noise scale of draw j in value units (of
-    level j, or of its increment; a count's discrete Laplace scale; a sum's grid step times
-    its integer noise's scale); ``granularities[j]`` its grid (1 for counts); ``shifts[j]``
-    what is subtracted from level j before the max; ``half_widths[j]`` level j's share of the
-    simultaneous 95% interval.
-    """
-
-    levels: tuple[int, ...]
-    unit_bound: float
-    epsilon: float
-    beta: float
-    integer: bool
-    scales: tuple[float, ...]
-    granularities: tuple[float, ...]
-    shifts: tuple[float, ...]
-    half_widths: tuple[float, ...]
-    increments: bool = False
-
-    @property
-    def epsilon_per_level(self) -> float:
-        return self.epsilon / len(self.levels)
-
-
-def _check_positive(value: float, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    out = float(value)
-    if not math.isfinite(out) or out <= 0.0:
-        raise ValueError(f"{name} must be a finite number > 0")
-    return out
-
-
-def plan_r2t(*, unit_bound: float, max_contribution: int, epsilon: float, beta: float = 0.1,
-             integer: bool, base: float = DEFAULT_BASE, increments: bool = True) -> R2TPlan:
-    """The public plan of an R2T release (levels, scales, grids, shifts, half-widths, and
-    whether the levels are released as noised increments).
-
-    Precondition: ``unit_bound`` (b) finite > 0, a whole number when ``integer``; GS as for
-    :func:`levels`; ``epsilon`` finite > 0; ``MIN_BETA <= beta < 1``. Otherwise ``TypeError`` /
-    ``ValueError`` (programming errors); a level whose count scale exceeds
-    ``MAX_DISCRETE_SCALE`` (or a sum scale outside the grid's range) is a
-    :class:`NotSupportedError`. Guarantee: every field is a function of these public
-    parameters alone (module docstring for what each means). With ``increments`` (allowed
-    only under the increments' precondition, module docstring) the plan noises the increments
-    when its tail bound applies to every level and no level's shift or half-width is larger
-    than per-level noise's; otherwise it is the per-level plan.
-    """
-    b = _check_positive(unit_bound, "unit_bound")
-    eps = _check_positive(epsilon, "epsilon")
-    beta_f = _check_positive(beta, "beta")
-    if not MIN_BETA <= beta_f < 1.0:  # below it beta / (L + 1) underflows in the tail bounds
-        raise ValueError(f"beta must lie in [{MIN_BETA:g}, 1)")
-    if not isinstance(integer, bool):
-        raise TypeError("integer must be a bool")
-    if not isinstance(increments, bool):
-        raise TypeError("increments must be a bool")
-    if integer and not b.is_integer():
-        raise ValueError("a count's unit_bound must be a whole number of rows' weight (1 for "
-                         "COUNT); use integer=False for sums")
-    taus = levels(max_contribution, base)
-    chosen = level_plan(taus, b, eps, beta_f, integer)
-    use_increments = False
-    if increments and len(taus) > 1:
-        inc = increment_plan(taus, b, eps, beta_f, integer)
-        if inc is not None:
-            # level 1 is one draw in both plans (increment tau_1 - 0), of the same scale and
-            # grid: either plan's shift and half-width bound it, so keep the smaller
-            assert (inc[0][0], inc[1][0]) == (chosen[0][0], chosen[1][0])
-            inc[2][0] = min(inc[2][0], chosen[2][0])
-            inc[3][0] = min(inc[3][0], chosen[3][0])
-        if inc is not None and all(
-                x <= y for new, old in ((inc[2], chosen[2]), (inc[3], chosen[3]))
-                for x, y in zip(new, old, strict=True)):
-            chosen, use_increments = inc, True
-    scales, grids, shifts, widths = chosen
-    return R2TPlan(levels=taus, unit_bound=b, epsilon=eps, beta=beta_f, integer=integer,
-                   scales=tuple(scales), granularities=tuple(grids), shifts=tuple(shifts),
-                   half_widths=tuple(widths), increments=use_increments)
-
-
-def r2t_scales(*, unit_bound: float, max_contribution: int, epsilon: float,
-               integer: bool, base: float = DEFAULT_BASE, increments: bool = True,
-               beta: float = 0.1) -> np.ndarray:
-    """The public noise scale of every draw (value units), for explain and the release record
-    before anything runs: per-level noise ``L tau_j b / epsilon`` for counts, ``L (tau_j b +
-    g_j) / epsilon`` for sums; noised increments the same with ``tau_j - tau_(j-1)`` for
-    ``tau_j`` (:func:`plan_r2t`, which also says which applies: pass the release's beta, on
-    which that choice may depend)."""
-    plan = plan_r2t(unit_bound=unit_bound, max_contribution=max_contribution, epsilon=epsilon,
-                    beta=beta, integer=integer, base=base, increments=increments)
-    return np.array(plan.scales, dtype=np.float64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,7 +204,7 @@ def truncated_sums(contributions: np.ndarray, *, unit_bound: float,
         raise ValueError("contributions must be a 1-D array of real numbers")
     if not np.all(np.isfinite(c)) or (c.size and c.min() < 0):
         raise ValueError("contributions must be finite and >= 0")
-    b = _check_positive(unit_bound, "unit_bound")
+    b = positive_real(unit_bound, "unit_bound")
     taus = levels(max_contribution, base)
     if c.dtype.kind in "iu" and b.is_integer():
         # caps beyond 2^62 (no int64 count reaches them) are held there: no overflow

@@ -1,8 +1,13 @@
-"""The noise of an R2T plan (:mod:`dpsql.noise.r2t`'s module docstring, "Noised increments" and
-"Per-level noise"): each draw's scale and grid, and each level's shift and half-width.
+"""The public plan of an R2T release (:mod:`dpsql.noise.r2t`'s module docstring, "Noised
+increments" and "Per-level noise"): each draw's scale and grid, and each level's shift and
+half-width, all functions of the public parameters (GS, base, b, epsilon, beta) alone.
+
+:func:`plan_r2t` checks those parameters and chooses between the two plans (its docstring);
+:class:`R2TPlan` is what it returns; :mod:`dpsql.noise.r2t` re-exports all three with the
+mechanism whose contract they serve.
 
 Contract of :func:`level_plan` and :func:`increment_plan`: given the public levels, b, epsilon
-and beta (already checked by :func:`dpsql.noise.r2t.plan_r2t`), four lists of length L --
+and beta (already checked by :func:`plan_r2t`), four lists of length L --
 scales, grids, shifts, half-widths -- functions of these public parameters alone, with the
 guarantees the R2T module docstring states (each draw (epsilon / L)-DP under its precondition;
 ``P(level j's noise > its shift's noise part) <= beta / (L + 1)``, :func:`shift_tail`;
@@ -14,12 +19,20 @@ guarantees the R2T module docstring states (each draw (epsilon / L)-DP under its
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+import numpy as np
 
 from dpsql.errors import NotSupportedError
 from dpsql.noise import mechanisms
+from dpsql.noise.r2t_levels import DEFAULT_BASE, levels
 from dpsql.noise.r2t_tail import tail_steps
 
-__all__ = ["CONFIDENCE", "increment_plan", "level_plan", "shift_tail"]
+__all__ = ["CONFIDENCE", "MIN_BETA", "R2TPlan", "increment_plan", "level_plan", "plan_r2t",
+           "positive_real", "r2t_scales", "shift_tail"]
+
+#: The smallest beta a plan takes: each tail's share beta / (L + 1) stays a normal float.
+MIN_BETA = 1e-300
 
 #: Confidence of the published interval (simultaneous over all levels).
 CONFIDENCE = 0.95
@@ -89,7 +102,8 @@ def _draw_scale(sensitivity: float, eps_level: float, integer: bool) -> tuple[fl
 def level_plan(taus: tuple[int, ...], b: float, eps: float, beta: float, integer: bool
                 ) -> Plan:
     """Per-level noise: level j noised alone at scale ``L tau_j b / epsilon`` (sums: ``+ g_j``)
-    with the one-level shift and half-width (module docstring, "Per-level noise")."""
+    with the one-level shift and half-width (dpsql.noise.r2t's module docstring, "Per-level
+    noise")."""
     n = len(taus)
     eps_level = eps / n
     tail = shift_tail(beta, n)
@@ -113,8 +127,8 @@ def increment_plan(taus: tuple[int, ...], b: float, eps: float, beta: float, int
                     ) -> Plan | None:
     """Noised increments: ``D_j = Q(tau_j) - Q(tau_(j-1))`` noised at scale ``L (tau_j -
     tau_(j-1)) b / epsilon`` (sums: ``+ g_j``); level j's noise is the sum of the first j, its
-    shift and half-width from :func:`dpsql.noise.r2t_tail.tail_steps` (module docstring,
-    "Noised increments"). None when no tail bound applies to some level."""
+    shift and half-width from :func:`dpsql.noise.r2t_tail.tail_steps` (dpsql.noise.r2t's
+    module docstring, "Noised increments"). None when no tail bound applies to some level."""
     n = len(taus)
     eps_level = eps / n
     scales, grids = [], []
@@ -139,3 +153,107 @@ def increment_plan(taus: tuple[int, ...], b: float, eps: float, beta: float, int
             shifts.append(grids[j] * up + rounding)
             widths.append(grids[j] * both + rounding)
     return scales, grids, shifts, widths
+
+
+# ---------------------------------------------------------------------------------------------
+# The public plan of one release (dpsql.noise.r2t's plan_r2t)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class R2TPlan:
+    """The public parameters of one R2T release: they depend on GS, b, epsilon, beta only.
+
+    ``levels[j]`` is tau in rows; ``increments`` whether the levels are released as noised
+    increments (dpsql.noise.r2t's module docstring); ``scales[j]`` the noise scale of draw j
+    in value units (of level j, or of its increment; a count's discrete Laplace scale; a
+    sum's grid step times its integer noise's scale); ``granularities[j]`` its grid (1 for
+    counts); ``shifts[j]`` what is subtracted from level j before the max; ``half_widths[j]``
+    level j's share of the simultaneous 95% interval.
+    """
+
+    levels: tuple[int, ...]
+    unit_bound: float
+    epsilon: float
+    beta: float
+    integer: bool
+    scales: tuple[float, ...]
+    granularities: tuple[float, ...]
+    shifts: tuple[float, ...]
+    half_widths: tuple[float, ...]
+    increments: bool = False
+
+    @property
+    def epsilon_per_level(self) -> float:
+        return self.epsilon / len(self.levels)
+
+
+def positive_real(value: float, name: str) -> float:
+    """``value`` as a float, checked finite and > 0 (TypeError / ValueError otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    out = float(value)
+    if not math.isfinite(out) or out <= 0.0:
+        raise ValueError(f"{name} must be a finite number > 0")
+    return out
+
+
+def plan_r2t(*, unit_bound: float, max_contribution: int, epsilon: float, beta: float = 0.1,
+             integer: bool, base: float = DEFAULT_BASE, increments: bool = True) -> R2TPlan:
+    """The public plan of an R2T release (levels, scales, grids, shifts, half-widths, and
+    whether the levels are released as noised increments).
+
+    Precondition: ``unit_bound`` (b) finite > 0, a whole number when ``integer``; GS as for
+    :func:`levels`; ``epsilon`` finite > 0; ``MIN_BETA <= beta < 1``. Otherwise ``TypeError`` /
+    ``ValueError`` (programming errors); a level whose count scale exceeds
+    ``MAX_DISCRETE_SCALE`` (or a sum scale outside the grid's range) is a
+    :class:`NotSupportedError`. Guarantee: every field is a function of these public
+    parameters alone (dpsql.noise.r2t's module docstring says what each means). With
+    ``increments`` (allowed only under the increments' precondition, there) the plan noises
+    the increments when its tail bound applies to every level and no level's shift or
+    half-width is larger than per-level noise's; otherwise it is the per-level plan.
+    """
+    b = positive_real(unit_bound, "unit_bound")
+    eps = positive_real(epsilon, "epsilon")
+    beta_f = positive_real(beta, "beta")
+    if not MIN_BETA <= beta_f < 1.0:  # below it beta / (L + 1) underflows in the tail bounds
+        raise ValueError(f"beta must lie in [{MIN_BETA:g}, 1)")
+    if not isinstance(integer, bool):
+        raise TypeError("integer must be a bool")
+    if not isinstance(increments, bool):
+        raise TypeError("increments must be a bool")
+    if integer and not b.is_integer():
+        raise ValueError("a count's unit_bound must be a whole number of rows' weight (1 for "
+                         "COUNT); use integer=False for sums")
+    taus = levels(max_contribution, base)
+    chosen = level_plan(taus, b, eps, beta_f, integer)
+    use_increments = False
+    if increments and len(taus) > 1:
+        inc = increment_plan(taus, b, eps, beta_f, integer)
+        if inc is not None:
+            # level 1 is one draw in both plans (increment tau_1 - 0), of the same scale and
+            # grid: either plan's shift and half-width bound it, so keep the smaller
+            assert (inc[0][0], inc[1][0]) == (chosen[0][0], chosen[1][0])
+            inc[2][0] = min(inc[2][0], chosen[2][0])
+            inc[3][0] = min(inc[3][0], chosen[3][0])
+        if inc is not None and all(
+                x <= y for new, old in ((inc[2], chosen[2]), (inc[3], chosen[3]))
+                for x, y in zip(new, old, strict=True)):
+            chosen, use_increments = inc, True
+    scales, grids, shifts, widths = chosen
+    return R2TPlan(levels=taus, unit_bound=b, epsilon=eps, beta=beta_f, integer=integer,
+                   scales=tuple(scales), granularities=tuple(grids), shifts=tuple(shifts),
+                   half_widths=tuple(widths), increments=use_increments)
+
+
+def r2t_scales(*, unit_bound: float, max_contribution: int, epsilon: float,
+               integer: bool, base: float = DEFAULT_BASE, increments: bool = True,
+               beta: float = 0.1) -> np.ndarray:
+    """The public noise scale of every draw (value units), for explain and the release record
+    before anything runs: per-level noise ``L tau_j b / epsilon`` for counts, ``L (tau_j b +
+    g_j) / epsilon`` for sums; noised increments the same with ``tau_j - tau_(j-1)`` for
+    ``tau_j`` (:func:`plan_r2t`, which also says which applies: pass the release's beta, on
+    which that choice may depend)."""
+    plan = plan_r2t(unit_bound=unit_bound, max_contribution=max_contribution, epsilon=epsilon,
+                    beta=beta, integer=integer, base=base, increments=increments)
+    return np.array(plan.scales, dtype=np.float64)
