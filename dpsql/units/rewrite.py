@@ -16,7 +16,9 @@ unique keys: dpsql.units.paths), so each row of it is one unit's contribution. T
   in exact integers: the same integers, without the L sums and LEASTs in the SQL (whose
   planning alone cost ~1.5 ms of TPC-H Q10's ~12 ms raw join, issue #17);
 * with GROUP BY (two-stage): each unit keeps the ``max_groups`` groups with the smallest
-  hash of their keys (ties by the keys: deterministic, and a function of the unit's own rows),
+  ``hash(hash(its id, their keys))`` (ties by the keys: deterministic, and a function of the
+  unit's own rows; the id makes each unit's choice its own, so the groups share the
+  truncation),
   its contribution to each clamped per group (dpsql.units.analysis.per_group_clamp); the
   result has the layout's ``__k<i>, __m<j>`` columns, so domains and bins work as without a unit.
   With a partition-selected key, dpsql.rewrite.plan adds ``COUNT(*) AS __n`` to this outer
@@ -206,7 +208,15 @@ def _two_stage(select: exp.Select, release: UnitRelease, ctx: RewriteContext) ->
     unit = release.unit
     n_keys = len(analysis.group_keys)
     keys = [_col(f"__k{i}", "__c") for i in range(n_keys)]
-    order: list[exp.Expression] = [exp.Anonymous(this="hash", expressions=keys)]
+    # salted by the unit's id: each unit keeps its own pseudo-random kappa of its groups, so
+    # the groups share the truncation (a hash of the keys alone ranks the groups the same for
+    # every unit: all units over kappa groups would keep the same ones, emptying the others).
+    # Hashed twice: DuckDB combines a multi-argument hash so weakly that, for one unit, the
+    # order of hash(u, k) over k = 1, 2, 3 kept k = 2 for half the units (measured; a second
+    # hash mixes it: a third each, tests/units/test_analysis.py)
+    salted = exp.Anonymous(this="hash", expressions=[_col("__u", "__c"),
+                                                     *(copy_tree(k) for k in keys)])
+    order: list[exp.Expression] = [exp.Anonymous(this="hash", expressions=[salted])]
     order += [exp.Ordered(this=copy_tree(k), nulls_first=False) for k in keys]
     window = exp.Window(this=exp.RowNumber(), partition_by=[_col("__u", "__c")],
                         order=exp.Order(expressions=[

@@ -40,3 +40,24 @@ def test_two_stage_sums_are_exact_when_units_stay_within_the_bounds():
         analysis = analyze_request(sql, md)
         rows = con.execute(plan_execution(analysis, md).exact_sql).fetchall()
         assert {r[0]: r[1] for r in rows} == truth, sql
+
+
+def test_each_unit_chooses_its_own_groups_so_the_groups_share_the_truncation():
+    """Every customer has items of kinds 1, 2 and 3 and may keep one (max_groups 1). The
+    choice is salted by the unit's id: the customers spread over the three kinds, about a
+    third each, instead of all keeping the kind whose keys alone hash lowest (which released
+    one kind with every customer and two with none: a histogram wrong in its shape, not
+    only in its scale). Deterministic (DuckDB's hash); each kind's share lies within 6
+    binomial standard deviations of 1/3 (a 1-in-10^8 split for a fair hash)."""
+    md = tiny.metadata(max_groups=1, max_rows_per_group=1)
+    n = 3000
+    db = {"customer": [(c, 1) for c in range(1, n + 1)],
+          "orders": [(c, c, 0) for c in range(1, n + 1)],
+          "items": [(c, 1, kind) for c in range(1, n + 1) for kind in (1, 2, 3)],
+          "regions": [(1,)]}
+    con = tiny.load(db)
+    analysis = analyze_request("SELECT kind, COUNT(*) FROM items GROUP BY kind", md)
+    rows = dict(con.execute(plan_execution(analysis, md).exact_sql).fetchall())
+    assert len(rows) == 3 and sum(rows.values()) == n, rows  # one kind per customer
+    spread = 6 * (n * (1 / 3) * (2 / 3)) ** 0.5
+    assert all(abs(kept - n / 3) <= spread for kept in rows.values()), rows
