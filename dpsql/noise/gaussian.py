@@ -37,7 +37,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from dpsql.noise.mechanisms import discrete_laplace
+from dpsql.noise.mechanisms import discrete_laplace, positive_real
 from dpsql.noise.selection import secure_uniforms
 
 __all__ = [
@@ -58,17 +58,8 @@ MAX_SIGMA = 2.0**30
 _SQRT2 = math.sqrt(2.0)
 
 
-def _positive(value: float, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value) or value <= 0.0:
-        raise ValueError(f"{name} must be a finite number > 0")
-    return value
-
-
 def _probability(delta: float) -> float:
-    delta = _positive(delta, "delta")
+    delta = positive_real(delta, "delta")
     if delta >= 1.0:
         raise ValueError("delta must be < 1")
     return delta
@@ -83,7 +74,8 @@ def classical_sigma(sensitivity: float, epsilon: float, delta: float) -> float:
     Precondition: ``sensitivity`` (L2) > 0, ``0 < epsilon < 1``, ``0 < delta < 1``.
     Guarantee: continuous N(0, sigma^2) noise is (epsilon, delta)-DP (Dwork and Roth, Thm A.1).
     """
-    sensitivity, epsilon = _positive(sensitivity, "sensitivity"), _positive(epsilon, "epsilon")
+    sensitivity = positive_real(sensitivity, "sensitivity")
+    epsilon = positive_real(epsilon, "epsilon")
     delta = _probability(delta)
     if epsilon >= 1.0:
         raise ValueError("the classical Gaussian calibration holds for epsilon < 1 only: use "
@@ -108,7 +100,8 @@ def analytic_sigma(sensitivity: float, epsilon: float, delta: float) -> float:
     satisfies that inequality (bisection keeps the upper end), so continuous N(0, sigma^2) is
     (epsilon, delta)-DP (Balle and Wang 2018, Theorem 8).
     """
-    sensitivity, epsilon = _positive(sensitivity, "sensitivity"), _positive(epsilon, "epsilon")
+    sensitivity = positive_real(sensitivity, "sensitivity")
+    epsilon = positive_real(epsilon, "epsilon")
     delta = _probability(delta)
     return _bisect_sigma(lambda s: _continuous_delta(s, sensitivity, epsilon) <= delta,
                          sensitivity, 2.0**-30)
@@ -159,7 +152,7 @@ def discrete_delta(sigma: float, sensitivity: int, epsilon: float) -> float:
     smallest delta for which the mechanism is (epsilon, delta)-DP. The positive terms use a
     normaliser rounded down and the subtracted tail is truncated, so rounding only raises it.
     """
-    sigma = _positive(sigma, "sigma")
+    sigma = positive_real(sigma, "sigma")
     if isinstance(sensitivity, bool) or not isinstance(sensitivity, int) or sensitivity < 1:
         raise ValueError("sensitivity must be a positive integer")
     if not (math.isfinite(epsilon) and epsilon >= 0.0):
@@ -233,7 +226,7 @@ def certified_delta(sigma: float, l2_squared: int, linf: int, epsilon: float) ->
     Cor. 13); when only one coordinate can move, CKS Theorem 7's exact 1-D delta applies too,
     and the smaller is returned.
     """
-    sigma = _positive(sigma, "sigma")
+    sigma = positive_real(sigma, "sigma")
     zcdp = zcdp_delta(l2_squared / (2.0 * sigma * sigma), epsilon)
     if l2_squared == linf * linf:
         return min(zcdp, discrete_delta(sigma, linf, epsilon))
@@ -249,7 +242,7 @@ def discrete_sigma(l2_squared: int, linf: int, epsilon: float, delta: float) -> 
     safe.
     Guarantee: N_Z(0, sigma^2) on every coordinate is (epsilon, delta)-DP.
     """
-    epsilon, delta = _positive(epsilon, "epsilon"), _probability(delta)
+    epsilon, delta = positive_real(epsilon, "epsilon"), _probability(delta)
     if l2_squared < 1 or linf < 1 or linf * linf > l2_squared:
         raise ValueError("sensitivities must be positive integers with linf^2 <= l2^2")
     return _bisect_sigma(lambda s: certified_delta(s, l2_squared, linf, epsilon) <= delta,
@@ -266,7 +259,7 @@ def discrete_gaussian(sigma: float, size: int) -> np.ndarray:
     Guarantee: an int64 array of shape ``(size,)``, from ``os.urandom`` only, distributed as
     N_Z(0, sigma^2) up to the resolution in the module docstring.
     """
-    sigma = _positive(sigma, "sigma")
+    sigma = positive_real(sigma, "sigma")
     if sigma > MAX_SIGMA:
         raise ValueError("sigma exceeds 2^30: raise epsilon or lower the sensitivity")
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
@@ -297,7 +290,7 @@ def gaussian_half_width(sigma: float, confidence: float = 0.95, cells: int = 1) 
     union-bounded over cells. Seed 003's (alpha, beta) figure for the continuous Gaussian,
     ``sigma sqrt(2) erfinv(1 - beta)``, is smaller; this one also holds for the discrete law.
     """
-    sigma = _positive(sigma, "sigma")
+    sigma = positive_real(sigma, "sigma")
     if not 0.0 < confidence < 1.0:
         raise ValueError("confidence must lie strictly between 0 and 1")
     if isinstance(cells, bool) or not isinstance(cells, int) or cells < 1:

@@ -93,6 +93,17 @@ _LOW32_MASK = np.uint64(0xFFFFFFFF)
 # ---------------------------------------------------------------------------------------------
 
 
+def positive_real(value: float, name: str) -> float:
+    """``value`` as a float, checked a real number (TypeError) that is finite and > 0
+    (ValueError): the noise modules' check of epsilon, sensitivities, sigmas and bounds."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    out = float(value)
+    if not math.isfinite(out) or out <= 0.0:
+        raise ValueError(f"{name} must be a finite number > 0")
+    return out
+
+
 def _check_scale(scale: float, name: str = "scale") -> float:
     if isinstance(scale, bool) or not isinstance(scale, int | float | np.integer | np.floating):
         raise TypeError(f"{name} must be a real number, got {type(scale).__name__}")

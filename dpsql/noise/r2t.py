@@ -154,14 +154,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpsql.noise import mechanisms
-from dpsql.noise.mechanisms import Sampler
+from dpsql.noise.mechanisms import Sampler, positive_real
 from dpsql.noise.r2t_levels import DEFAULT_BASE, MAX_LEVELS, MIN_BASE, levels
 from dpsql.noise.r2t_plans import (
     CONFIDENCE,
     MIN_BETA,
     R2TPlan,
     plan_r2t,
-    positive_real,
     r2t_scales,
 )
 

@@ -25,11 +25,12 @@ import numpy as np
 
 from dpsql.errors import NotSupportedError
 from dpsql.noise import mechanisms
+from dpsql.noise.mechanisms import positive_real
 from dpsql.noise.r2t_levels import DEFAULT_BASE, levels
 from dpsql.noise.r2t_tail import tail_steps
 
 __all__ = ["CONFIDENCE", "MIN_BETA", "R2TPlan", "increment_plan", "level_plan", "plan_r2t",
-           "positive_real", "r2t_scales", "shift_tail"]
+           "r2t_scales", "shift_tail"]
 
 #: The smallest beta a plan takes: each tail's share beta / (L + 1) stays a normal float.
 MIN_BETA = 1e-300
@@ -186,16 +187,6 @@ class R2TPlan:
     @property
     def epsilon_per_level(self) -> float:
         return self.epsilon / len(self.levels)
-
-
-def positive_real(value: float, name: str) -> float:
-    """``value`` as a float, checked finite and > 0 (TypeError / ValueError otherwise)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    out = float(value)
-    if not math.isfinite(out) or out <= 0.0:
-        raise ValueError(f"{name} must be a finite number > 0")
-    return out
 
 
 def plan_r2t(*, unit_bound: float, max_contribution: int, epsilon: float, beta: float = 0.1,
