@@ -85,6 +85,17 @@ class QueryCancelledError(OperationalError):
     """The query was cancelled while it ran; nothing was released and nothing was charged."""
 
 
+def sigint_interrupted(err: BaseException) -> bool:
+    """Whether ``err`` is DuckDB's report of a Ctrl-C (SIGINT) during a query. DuckDB's Python
+    client catches the signal, stops the query and raises a plain ``RuntimeError('Query
+    interrupted')`` -- neither ``duckdb.InterruptException`` (that is ``interrupt()``'s) nor
+    ``KeyboardInterrupt`` -- so without this a Ctrl-C in ``dpsql shell`` was reported as
+    "unexpected RuntimeError ... (a dpsql bug)", and one in post-processing (after the noise)
+    was not treated as the cancellation it is. The callers raise KeyboardInterrupt instead
+    (which the session refunds and the cursor lets propagate)."""
+    return type(err) is RuntimeError and str(err) == "Query interrupted"
+
+
 __all__ = [
     "AggregateArithmeticError",
     "BudgetExhaustedError",

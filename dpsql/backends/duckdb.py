@@ -17,7 +17,12 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from dpsql.errors import OperationalError, ProgrammingError, QueryCancelledError
+from dpsql.errors import (
+    OperationalError,
+    ProgrammingError,
+    QueryCancelledError,
+    sigint_interrupted,
+)
 from dpsql.metadata import Metadata
 from dpsql.rewrite.domains import scan_relation
 from dpsql.sql import quote_ident, quote_literal
@@ -153,6 +158,10 @@ class DuckDBBackend:
             raise QueryCancelledError("the query was cancelled; nothing was charged") from None
         except duckdb.Error as err:
             raise _binder_error(err) from None
+        except RuntimeError as err:
+            if sigint_interrupted(err):  # Ctrl-C: the KeyboardInterrupt DuckDB swallowed
+                raise KeyboardInterrupt from None
+            raise
 
     def execute(
         self, compiled: str, params: Mapping[str, Any] | None = None
@@ -182,6 +191,10 @@ class DuckDBBackend:
         except duckdb.InterruptException:
             raise QueryCancelledError("the query was cancelled before anything was released"
                                       ) from None
+        except RuntimeError as err:
+            if sigint_interrupted(err):  # Ctrl-C: the KeyboardInterrupt DuckDB swallowed
+                raise KeyboardInterrupt from None
+            raise
         except duckdb.BinderException as err:  # as check() reports it (no ledger: no check)
             raise _binder_error(err) from None
         except duckdb.Error as err:

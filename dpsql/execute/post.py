@@ -19,7 +19,7 @@ import duckdb
 import numpy as np
 
 from dpsql.backends.base import columns_of
-from dpsql.errors import ProgrammingError, QueryCancelledError
+from dpsql.errors import ProgrammingError, QueryCancelledError, sigint_interrupted
 from dpsql.execute.layout import Bins
 from dpsql.execute.typed import finish, finish_columns, plain_values
 from dpsql.rewrite.parameters import bind_params
@@ -141,6 +141,10 @@ def _post_errors() -> Iterator[None]:
                                   ) from None
     except duckdb.Error as err:
         raise ProgrammingError(f"post-processing failed: {err}") from None
+    except RuntimeError as err:
+        if sigint_interrupted(err):  # Ctrl-C: a cancellation (the session refunds it)
+            raise KeyboardInterrupt from None
+        raise
 
 
 def fast_post_process(plan: ExecutionPlan, bins: Bins, noisy: list[np.ndarray],
