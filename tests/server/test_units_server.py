@@ -74,3 +74,13 @@ def test_psql_prints_the_notice(server: ServerProcess) -> None:
         capture_output=True, text=True, timeout=60, env={"PGPASSWORD": PASSWORDS["alice"]})
     assert out.returncode == 0, out.stderr
     assert "protecting each customers.customer_id" in out.stderr
+
+
+def test_a_query_without_epsilon_says_how_a_session_sets_one(server: ServerProcess) -> None:
+    # found by the units QA: the server relayed the library's "pass cursor.execute(sql,
+    # params, epsilon=0.1) or ... dpsql.connect(..., epsilon=0.1)", which psql cannot do
+    with (psycopg.connect(server.dsn("bob"), autocommit=True) as conn,
+          pytest.raises(psycopg.errors.SyntaxErrorOrAccessRuleViolation,
+                        match=r"SET dpsql\.epsilon = 0\.1") as caught):
+        conn.execute("SELECT COUNT(*) FROM orders")  # bob has no default epsilon
+    assert "cursor.execute" not in str(caught.value)
