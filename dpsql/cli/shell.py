@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -251,7 +251,20 @@ def _banner(shell: Shell, database: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _remote_shell(url: str, epsilon: float, delta: float, fmt: str, sql: str | None,
+def _run_batch(shell: Shell, texts: Sequence[str]) -> int:
+    """Batch mode: each -c text (or the piped script) in order, as psql runs repeated -c;
+    exit 1 at the first error (the rest is not run), 0 after \\q or the end."""
+    try:
+        for text in texts:
+            if not shell.run_all(script_items(text), stop_on_error=True):
+                return 1
+    except QuitShell:
+        return 0
+    return 0
+
+
+def _remote_shell(url: str, epsilon: float, delta: float, fmt: str,
+                  sql: Sequence[str] | None,
                   raw_counts: bool = False) -> int:
     """The shell over a `dpsql serve` connection: the analyst-facing schema comes from the
     server (``SHOW dpsql.schema``), the analyst is the URL's authenticated user."""
@@ -262,11 +275,7 @@ def _remote_shell(url: str, epsilon: float, delta: float, fmt: str, sql: str | N
         shell = Shell(conn, conn.schema, analyst=conn.analyst, epsilon=epsilon, delta=delta,
                       fmt=fmt, interactive=sql is None and sys.stdin.isatty())
         if sql is not None or not sys.stdin.isatty():
-            text = sql if sql is not None else sys.stdin.read()
-            try:
-                return 0 if shell.run_all(script_items(text), stop_on_error=True) else 1
-            except QuitShell:
-                return 0
+            return _run_batch(shell, sql if sql is not None else [sys.stdin.read()])
         click.echo(_banner(shell, conn.where))
         return interact(shell, history_file())
     finally:
@@ -301,14 +310,16 @@ def history_file() -> Path:
               help="You own the data: enables \\explain (shows data-dependent values).")
 @click.option("--demo", is_flag=True,
               help="Use the demo shop (built on first use) as analyst 'demo'.")
-@click.option("-c", "--command", "sql", metavar="SQL",
-              help="Run SQL (statements and backslash commands) and exit; exit 1 on an error.")
+@click.option("-c", "--command", "commands", metavar="SQL", multiple=True,
+              help="Run SQL (statements and backslash commands) and exit; exit 1 on an error. "
+              "Repeatable, as in psql: each runs in order.")
 @click.option("--execute", "execute_sql", metavar="SQL", hidden=True,
               help="Deprecated spelling of -c/--command.")
 @backend_options
 def command(database_arg: str | None, database: str | None, metadata: Path | None,
             analyst: str | None, ledger: str | None, no_ledger: bool, epsilon: float,
-            delta: float, fmt: str, raw_counts: bool, owner: bool, demo: bool, sql: str | None,
+            delta: float, fmt: str, raw_counts: bool, owner: bool, demo: bool,
+            commands: tuple[str, ...],
             execute_sql: str | None, backend: str, spark_master: str | None) -> int:
     """Interactive SQL shell with differential privacy (batch mode with -c or a piped script).
 
@@ -318,11 +329,13 @@ def command(database_arg: str | None, database: str | None, metadata: Path | Non
     the data owner passes --no-ledger. With a server URL the shell is a client of `dpsql
     serve`, which holds the metadata and the ledger (pass only -e/--delta/-f/-c).
     """
+    # repeated -c run in order, as in psql (only the last one used to run, silently)
+    sql: list[str] | None = list(commands) or None
     if execute_sql is not None:
         if sql is not None:
             raise click.UsageError("--execute is the old spelling of -c/--command; pass one")
         click.echo("dpsql: --execute is deprecated; use -c/--command", err=True)
-        sql = execute_sql
+        sql = [execute_sql]
     if database_arg is not None and database is not None and database_arg != database:
         raise click.UsageError(f"two databases: {database_arg} and -d {database}; pass one")
     database = database if database is not None else database_arg
@@ -359,12 +372,7 @@ def command(database_arg: str | None, database: str | None, metadata: Path | Non
         shell = Shell(conn, conn.metadata, analyst=analyst, epsilon=epsilon, delta=delta,
                       owner=owner, fmt=fmt, interactive=sql is None and sys.stdin.isatty())
         if sql is not None or not sys.stdin.isatty():
-            text = sql if sql is not None else sys.stdin.read()
-            try:
-                ok = shell.run_all(script_items(text), stop_on_error=True)
-            except QuitShell:
-                return 0
-            return 0 if ok else 1
+            return _run_batch(shell, sql if sql is not None else [sys.stdin.read()])
         where = conn.database if backend == "spark" else (database or ":memory:")
         click.echo(_banner(shell, where))
         return interact(shell, history_file())

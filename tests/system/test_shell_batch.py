@@ -101,6 +101,21 @@ def test_execute_option_prints_table_and_release_line(shop: DemoFiles, sh: Shell
     assert spent(shop) == (0.1, 0.0, 1)
 
 
+def test_repeated_command_options_run_in_order_as_in_psql(shop: DemoFiles,
+                                                          sh: ShellRunner) -> None:
+    # found by the units QA: only the last -c ran, silently (psql runs each, in order)
+    proc = sh("-c", "SELECT COUNT(*) AS first FROM orders", "-c", "\\budget",
+              "-c", "SELECT COUNT(*) AS second FROM customers")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.index("first") < out.index("budget:") < out.index("second")
+    assert spent(shop)[2] == 2
+    # the first error stops the rest, with status 1
+    proc = sh("-c", "SELECT order_id FROM orders", "-c", "SELECT COUNT(*) AS third FROM orders")
+    assert proc.returncode == 1 and "third" not in proc.stdout
+    assert spent(shop)[2] == 2
+
+
 def test_stdin_script_multiline_statements_and_comments(shop: DemoFiles, sh: ShellRunner) -> None:
     script = (
         "-- revenue by status\n"
