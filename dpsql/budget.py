@@ -76,9 +76,14 @@ def check_mechanism(mechanism: object, calibration: object = "analytic") -> None
             "default) or calibration='classical'")
 
 
-def missing_epsilon() -> ProgrammingError:
+class MissingEpsilonError(ProgrammingError):
+    """A query on private data came without an epsilon (its own class, so the server can say
+    how a psql session sets one instead of the driver's keywords)."""
+
+
+def missing_epsilon() -> MissingEpsilonError:
     """The error for a query on private data that came without an epsilon."""
-    return ProgrammingError(
+    return MissingEpsilonError(
         "no epsilon for this query: pass cursor.execute(sql, params, epsilon=0.1) or set a "
         "default with dpsql.connect(..., epsilon=0.1)"
     )

@@ -24,7 +24,7 @@ from typing import Any
 
 from dpsql.accounting.analysts import AnalystAccount
 from dpsql.analysis.hygiene import check_size
-from dpsql.budget import CALIBRATIONS, MECHANISMS, missing_epsilon
+from dpsql.budget import CALIBRATIONS, MECHANISMS, MissingEpsilonError
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.release.record import Release
 from dpsql.server.cancel import CancellableBackend
@@ -159,15 +159,13 @@ class StatementRunner:
                                       mechanism=self.settings.get("dpsql.mechanism"),
                                       calibration=self.settings.get("dpsql.calibration"),
                                       raw_counts=self.settings.get("dpsql.raw_counts") == "on")
-        except ProgrammingError as exc:
-            if epsilon is None and exc.message == missing_epsilon().message:
-                # the library's wording names cursor.execute / dpsql.connect keywords, which a
-                # psql or psycopg user has no way to pass: say how a session sets it
-                raise ProgrammingError(
-                    "no epsilon for this query: run SET dpsql.epsilon = 0.1 in this session "
-                    "(dpsql.connect(url, epsilon=0.1) sends it), or ask the data owner for a "
-                    "default (dpsql analyst set NAME --default-epsilon E)") from None
-            raise
+        except MissingEpsilonError:
+            # the library's wording names cursor.execute / dpsql.connect keywords, which a
+            # psql or psycopg user has no way to pass: say how a session sets it
+            raise MissingEpsilonError(
+                "no epsilon for this query: run SET dpsql.epsilon = 0.1 in this session "
+                "(dpsql.connect(url, epsilon=0.1) sends it), or ask the data owner for a "
+                "default (dpsql analyst set NAME --default-epsilon E)") from None
         return Answer(f"SELECT {len(result.rows)}", result.names, result.types, result.rows,
                       result.release, release_notice(result.release))
 
