@@ -107,8 +107,13 @@ class DuckDBBackend:
             self._con.execute("SET enable_external_access=false")
             self._con.execute("SET autoinstall_known_extensions=false")
             self._con.execute("SET autoload_known_extensions=false")
-            # a default collation would make distinct strings equal in every comparison
+            # a default collation would make distinct strings equal in every comparison; a
+            # default order or null order would flip every ORDER BY the SQL leaves implicit
+            # (the two-stage's choice of a unit's groups, dpsql.units.rewrite: the red team's
+            # tests/redteam/test_two_stage_choice_attacks.py)
             self._con.execute("SET default_collation=''")
+            self._con.execute("SET default_order='ASC'")
+            self._con.execute("SET default_null_order='NULLS_LAST'")
             # speed only (results are the same): GROUP BY on integer keys whose range spans up to
             # 2^18 values aggregates in a perfect hash table (DuckDB's default stops at 2^12).
             # A query under a privacy unit groups every joined row by the unit's id: on TPC-H
@@ -126,6 +131,13 @@ class DuckDBBackend:
                 "this DuckDB database is already open in this process with a default collation "
                 "and its configuration locked; dpsql needs plain string comparisons"
             )
+        order = (str(self._setting("default_order")).upper(),
+                 str(self._setting("default_null_order")).upper())
+        if order[0] not in ("ASC", "ASCENDING") or order[1] != "NULLS_LAST":
+            raise OperationalError(
+                "this DuckDB database is already open in this process with a default sort "
+                f"order of {order[0]} {order[1]} and its configuration locked; dpsql needs "
+                "ascending order with NULLs last")
         for table in sources:
             assert table.source is not None
             # Temporary views belong to this connection only.
