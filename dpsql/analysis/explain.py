@@ -341,9 +341,9 @@ def _unit_lines(analysis: QueryAnalysis, epsilon: float, delta: float) -> list[s
         lines += [f"  R2T: {len(taus)} truncation levels floor({unit.level_base:g}^j) = "
                   f"{taus[0]}..{taus[-1]} rows (max_contribution {unit.max_contribution}), "
                   f"beta {R2T_BETA:g}"]
-    elif release.derived is not None:  # dpsql.units.derived
+    elif release.derived is not None:  # dpsql.units.analysis.one_row_per_unit
         lines += [f"  {release.derived}: each unit is at most one row there, so at most one "
-                  "group, once (kappa = C = 1, by the SQL)"]
+                  "group, once (kappa = C = 1)"]
     else:
         lines += [f"  two-stage: each unit keeps {unit.max_groups} group(s) (max_groups), at most "
                   f"{unit.max_rows_per_group} row(s) each (max_rows_per_group)"]

@@ -57,14 +57,12 @@ group v exists iff unit v has a row in k's table. Hence D(D + u) = D(D) plus at 
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from sqlglot import exp
 
 from dpsql.analysis.checks import has_inner_aggregate
 from dpsql.analysis.elastic import QueryAnalysis, analyze_query
-from dpsql.analysis.kexpr import Const
 from dpsql.analysis.keyed_groups import Col, column_pair, exact_columns, join_items, linked
 from dpsql.analysis.keytypes import comparable
 from dpsql.analysis.model import ColumnFacts
@@ -273,7 +271,7 @@ def analyze_derived(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
     COUNT / SUM (AVG split into both) are refused, and so is what the row-level analysis
     refuses (a join key from an earlier LEFT JOIN's null-extended side: with the message of
     this module)."""
-    from dpsql.units.analysis import UnitRelease, analyze_units, row_width, structural_metadata
+    from dpsql.units.analysis import analyze_units, one_row_per_unit, structural_metadata
     from dpsql.units.paths import UnitSource
 
     unit = metadata.privacy_unit
@@ -292,12 +290,6 @@ def analyze_derived(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
                       "not support yet (join that table with an inner JOIN, on plain "
                       "columns)") from None
     # each unit is at most one row of the derived table: kappa = C = 1
-    measurements = [dataclasses.replace(m, sensitivity=Const(row_width(m)))
-                    for m in analysis.measurements]
-    one = dataclasses.replace(unit, max_groups=1, max_rows_per_group=1)
     k_alias, k_column = shape.key
     source = UnitSource(k_alias, k_column, (), f"{shape.key_table}.{k_column} (in {shape.alias})")
-    release = UnitRelease(one, source, (), derived=shape.description)
-    stability = 1.0 if analysis.partition_selection else None
-    return dataclasses.replace(analysis, measurements=tuple(measurements), unit=release,
-                               selection_stability=stability)
+    return one_row_per_unit(analysis, unit, source, shape.description)

@@ -46,8 +46,13 @@ QUERIES = [
      " AND o.amount > 0) GROUP BY kind",
      "SELECT kind FROM items i WHERE EXISTS (SELECT 1 FROM orders o WHERE o.o_id = i.i_order"
      " AND o.amount > 0)"),
-    # a key with a declared domain, key-only: its keys are selected too
+    # a key with a declared domain, key-only: its keys are selected too (the unit table
+    # read alone: one row, so one group, per unit)
     ("SELECT DISTINCT region FROM customer", "SELECT region FROM customer"),
+    ("SELECT DISTINCT region FROM customer c WHERE EXISTS (SELECT 1 FROM orders o"
+     " WHERE o.o_cust = c.c_id)",
+     "SELECT region FROM customer c WHERE EXISTS (SELECT 1 FROM orders o"
+     " WHERE o.o_cust = c.c_id)"),
 ]
 
 DATABASES = int(os.environ.get("DPSQL_UNITS_DATABASES", "10"))
@@ -80,9 +85,11 @@ def check_selection(sql: str, relation: str, md: Metadata,
                     databases: list[tiny.Database]) -> None:
     """Checks 1-4 of the module docstring for ``sql`` (partition-selected under ``md``'s unit)
     over every unit removal of each database; ``relation`` is the query's rows' keys."""
-    kappa = md.privacy_unit.max_groups
     analysis = analyze_request(sql, md)
     assert analysis.unit is not None and analysis.partition_selection
+    # the unit table read alone is one row per unit: one group each (kappa = C = 1,
+    # dpsql.units.analysis.one_row_per_unit); otherwise the owner's max_groups
+    kappa = 1 if analysis.unit.derived is not None else md.privacy_unit.max_groups
     assert analysis.selection_stability == kappa
     plan = plan_execution(analysis, md)
     assert plan.selected

@@ -56,12 +56,22 @@ R2T_QUERIES = [
     "SELECT COUNT(*) FROM orders a WHERE NOT EXISTS (SELECT 1 FROM orders b JOIN customer c"
     " ON c.c_id = b.o_cust WHERE b.amount = a.amount AND c.c_id = a.o_cust)",
     # NOT EXISTS / NOT IN nested in each other, correlated along the paths
-    "SELECT COUNT(*) FROM customer c WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE"
-    " o.o_cust = c.c_id AND NOT EXISTS (SELECT 1 FROM items i WHERE i.i_order = o.o_id))",
     "SELECT COUNT(*) FROM orders o WHERE o.o_id NOT IN (SELECT i.i_order FROM items i"
     " WHERE i.i_order NOT IN (SELECT o2.o_id FROM orders o2 WHERE o2.amount > 1))",
     "SELECT COUNT(*) FROM items i WHERE NOT EXISTS (SELECT 1 FROM items i2"
     " WHERE i2.i_order = i.i_order AND i2.qty > i.qty)",
+]
+
+#: the unit table read alone, without GROUP BY: one row per unit (its id is a key), so each
+#: measurement moves by at most w (dpsql.units.analysis.one_row_per_unit), not R2T's levels
+ONE_ROW_QUERIES = [
+    "SELECT COUNT(*) FROM customer",
+    "SELECT COUNT(*), COUNT(region) FROM customer WHERE region > 1",
+    "SELECT SUM(LEAST(GREATEST(region, 0), 2)), AVG(LEAST(GREATEST(c_id, -1), 3)) FROM customer",
+    "SELECT COUNT(*) FROM customer c WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE"
+    " o.o_cust = c.c_id AND NOT EXISTS (SELECT 1 FROM items i WHERE i.i_order = o.o_id))",
+    "SELECT COUNT(*) FROM customer c WHERE c.c_id IN (SELECT o.o_cust FROM orders o"
+    " WHERE o.amount > 0)",
 ]
 
 GROUPED_QUERIES = [
@@ -71,6 +81,11 @@ GROUPED_QUERIES = [
     "SELECT region, COUNT(*) FROM customer GROUP BY region",
     "SELECT c.region, i.kind, COUNT(*) FROM customer c JOIN orders o ON o.o_cust = c.c_id"
     " JOIN items i ON i.i_order = o.o_id GROUP BY c.region, i.kind",
+    # the unit table read alone (one row per unit: kappa = C = 1), filtered by its own rows
+    "SELECT region, COUNT(*) FROM customer c WHERE EXISTS (SELECT 1 FROM orders o"
+    " WHERE o.o_cust = c.c_id AND o.amount > 0) GROUP BY region",
+    "SELECT region, COUNT(*) FROM customer c WHERE c.c_id NOT IN (SELECT o.o_cust FROM orders o"
+    " WHERE o.amount > 3) GROUP BY region",
     # SUM bounds away from zero ([1, 5], [-5, -1]): the per-group clamp keeps 0 inside
     "SELECT kind, SUM(qty + 1), AVG(qty - 5) FROM items GROUP BY kind",
 ]
@@ -169,11 +184,45 @@ def bruteforce_two_stage(sql: str, md: Metadata, databases: Sequence[tiny.Databa
                 moved = sum(abs(base.get(i, (0.0,) * n)[j] - other.get(i, (0.0,) * n)[j])
                             for i in set(base) | set(other))
                 claimed = m.sensitivity.at(0)
-                assert claimed == kappa * c * (1 if m.function == "COUNT" else max(
-                    abs(x) for x in m.bounds))
+                # one row per unit (a derived table grouped by the unit id, or the unit table
+                # read alone: dpsql.units.analysis.one_row_per_unit) claims kappa = C = 1
+                one_row = analysis.unit.derived is not None
+                assert claimed == (1 if one_row else kappa * c) * (
+                    1 if m.function == "COUNT" else max(abs(x) for x in m.bounds))
                 assert moved <= claimed + 1e-9, (
                     f"PRIVACY BUG: {sql}\ndb={db}\nunit={u} {m.function}: moved {moved} > "
                     f"{claimed}")
+
+
+def bruteforce_one_row(sql: str, md: Metadata, databases: Sequence[tiny.Database]) -> None:
+    """Without GROUP BY, one row per unit: every measurement of ``sql``'s executed (row-level)
+    plan moves by at most its claimed w when any one unit of any of ``databases`` is
+    removed, and w is 1 for a COUNT (max(|l|, |u|) for a SUM) whatever the owner's
+    max_contribution (module docstring)."""
+    analysis = analyze_request(sql, md)
+    assert analysis.unit is not None and analysis.unit.derived is not None
+    assert not analysis.group_keys
+    plan = plan_execution(analysis, md)
+
+    def row(db: tiny.Database) -> tuple[float, ...]:
+        (values,) = tiny.load(db).execute(plan.exact_sql).fetchall()
+        return tuple(float(v or 0) for v in values)
+
+    for db in databases:
+        base = row(db)
+        for u in tiny.units(db):
+            other = row(tiny.remove_unit(db, u))
+            for j, m in enumerate(analysis.measurements):
+                claimed = m.sensitivity.at(0)
+                assert claimed == (1 if m.function == "COUNT" else max(
+                    abs(x) for x in m.bounds))
+                assert abs(base[j] - other[j]) <= claimed + 1e-9, (
+                    f"PRIVACY BUG: {sql}\ndb={db}\nunit={u}: {base[j]} vs {other[j]}")
+
+
+@pytest.mark.parametrize("sql", ONE_ROW_QUERIES)
+def test_the_unit_table_alone_moves_by_at_most_one_row(sql):
+    bruteforce_one_row(sql, tiny.metadata(max_contribution=8), _databases())
 
 
 @pytest.mark.parametrize("sql", R2T_QUERIES)

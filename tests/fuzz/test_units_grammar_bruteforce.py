@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from dpsql.analysis.blocks import analyze_request
 from dpsql.errors import Error
-from tests.bruteforce.test_units import bruteforce_r2t, bruteforce_two_stage
+from tests.bruteforce.test_units import bruteforce_one_row, bruteforce_r2t, bruteforce_two_stage
 from tests.units import tiny
 
 EXAMPLES = int(os.environ.get("DPSQL_FUZZ_EXAMPLES", "30"))
@@ -197,6 +197,8 @@ def test_unit_bounds_hold_over_the_grammar(sql, seed, bounds, base, max_sum):
     databases = [tiny.random_database(rng) for _ in range(4)]
     if analysis.unit.r2t:
         bruteforce_r2t(sql, md, databases)
+    elif analysis.unit.derived is not None and not analysis.group_keys:
+        bruteforce_one_row(sql, md, databases)  # the unit table read alone
     else:
         bruteforce_two_stage(sql, md, databases)
 

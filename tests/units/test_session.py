@@ -94,6 +94,24 @@ def test_grouped_query_is_two_stage_with_a_public_scale(session, database):
                   "OR i_order NOT IN (SELECT o_id FROM orders) GROUP BY kind"))
 
 
+def test_the_unit_table_alone_is_one_row_per_unit_with_scale_one_over_epsilon(session,
+                                                                            database):
+    """COUNT(*) over the unit table read alone: each unit is one row (its id is a key), so a
+    plain count at sensitivity 1, not R2T over levels up to max_contribution (64 here) nor
+    the two-stage's kappa * C = 300 (dpsql.units.analysis.one_row_per_unit)."""
+    sql = "SELECT region, COUNT(*) AS n FROM customer WHERE EXISTS (SELECT 1 FROM orders o "\
+          "WHERE o.o_cust = customer.c_id) GROUP BY region"
+    result = session.run(sql, epsilon=0.5)
+    record = result.release
+    assert record.privacy_unit == "customer.c_id"
+    col = record.columns[1]
+    assert col.mechanism == "discrete_laplace" and col.noise_scale == 1 / 0.5
+    assert col.half_width_95 is not None
+    # zero noise: the exact counts of customers with an order, per region
+    assert sorted(result.rows) == sorted(_exact(database, sql.replace(" AS n", "")))
+    assert [c.epsilon for c in charged(session)] == [0.5]
+
+
 def test_gaussian_is_refused_for_r2t_before_any_charge(session):
     with pytest.raises(NotSupportedError, match="R2T"):
         session.run("SELECT COUNT(*) FROM items", epsilon=1.0, delta=1e-6, mechanism="gaussian")
