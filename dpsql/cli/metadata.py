@@ -247,14 +247,22 @@ def _check_units(md: Metadata, database: str) -> bool:
     """Print the unit report of ``md`` on ``database`` (each unit's paths, on that unit's
     view when several are declared); True when a key is not unique."""
     from dpsql.backends import open_backend
+    from dpsql.backends.types import fill_column_types
     from dpsql.metadata.unit_check import check_units, report_lines
     from dpsql.metadata.unit_multi import all_units, unit_view
+    from dpsql.units.identity import check_path_types
 
     backend = open_backend("duckdb", database, md)
     lines: list[str] = []
     warnings: list[str] = []
     errors: list[str] = []
     try:
+        # first what every query under the unit refuses (dpsql.units.identity), on the types
+        # a session reads (undeclared ones from the database): a VARCHAR key compared with an
+        # INTEGER column otherwise failed below as an opaque conversion error
+        typed = fill_column_types(md, backend)
+        for unit in all_units(typed):
+            check_path_types(unit_view(typed, unit.table))
         for unit in all_units(md):
             view = unit_view(md, unit.table)
             report = check_units(view, lambda sql: backend.execute(sql)[0])

@@ -118,6 +118,20 @@ def test_check_names_the_failing_check(tmp_path, capsys):
            "could not run the query" in err
 
 
+def test_check_names_a_path_comparing_two_types_before_running_it(tmp_path, capsys):
+    # found by the units QA: a via path whose key is VARCHAR against an INTEGER column failed
+    # in the path query as an opaque ConversionException; a query under the unit already
+    # refused it by name (dpsql.units.identity), and now so does the check, from the types a
+    # session reads (undeclared here: from the database)
+    db = make_db(tmp_path, "ALTER TABLE orders ALTER o_orderkey TYPE VARCHAR;")
+    md = write(tmp_path, METADATA)
+    assert main(["metadata", "check", "-m", str(md), "-d", str(db)]) == 1
+    err = capsys.readouterr().err
+    assert "error: the unit path lineitem.l_orderkey -> orders.o_orderkey compares BIGINT " \
+           "with VARCHAR: declare both columns with the same type" in err
+    assert "could not run the query" not in err
+
+
 def test_check_without_database_or_unit(tmp_path, capsys):
     db = make_db(tmp_path)
     md = write(tmp_path, METADATA)
