@@ -25,7 +25,7 @@ from dpsql.errors import Error
 
 if TYPE_CHECKING:
     from dpsql.cli.shell import Shell
-    from dpsql.metadata import Column, Domain, Table
+    from dpsql.metadata import Column, Domain, Metadata, Table
 
 Handler = Callable[["Shell", str], None]
 
@@ -142,7 +142,8 @@ def _no_argument(name: str, argument: str) -> None:
 
 def _domain_text(domain: Domain | None, table: Table, column: Column, limit: int = 60) -> str:
     if domain is None:
-        return ""
+        # groups from the data: a noisy threshold decides which exist, so delta > 0
+        return "from the data (needs delta > 0)" if column.partition_selection else ""
     if domain.values is not None:
         text = ", ".join("NULL" if v is None else str(v) for v in domain.values)
         return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -169,6 +170,20 @@ def _tables(shell: Shell, argument: str) -> None:
     rows = [[t.name, "public" if t.public else "private", ", ".join(t.columns)]
             for t in shell.metadata.tables.values()]
     shell.echo(tabulate(rows, headers=["table", "kind", "columns"], tablefmt="simple"))
+    if shell.metadata.privacy_unit is not None:
+        shell.echo(_unit_line(shell.metadata))
+
+
+def _protects(md: Metadata) -> str:
+    """What a release protects under the metadata's privacy unit(s) (README, privacy units)."""
+    from dpsql.metadata.unit_multi import all_units
+
+    units = " and each ".join(f"{u.table}.{u.column}" for u in all_units(md))
+    return f"privacy unit: every release protects each {units}, with every row linked to it"
+
+
+def _unit_line(md: Metadata) -> str:
+    return f"{_protects(md)} (\\describe TABLE shows its path)"
 
 
 @COMMANDS.register(
@@ -194,6 +209,11 @@ def _describe(shell: Shell, argument: str) -> None:
     shell.echo(f"{table.name} ({kind})")
     shell.echo(tabulate(rows, headers=["column", "type", "releasable", "bounds", "domain"],
                         tablefmt="simple"))
+    md = shell.metadata
+    if md.privacy_unit is not None and not table.public:
+        from dpsql.metadata.unit_multi import path_text
+
+        shell.echo(f"{_protects(md)}; this table: {path_text(table, md)}")
 
 
 @COMMANDS.register("\\budget", "\\budget",

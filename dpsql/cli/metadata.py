@@ -154,10 +154,12 @@ def _parse_sources(items: tuple[str, ...]) -> dict[str, str]:
 
 
 def _summary(t: Table, base: Path | None, md: Metadata | None = None) -> str:
+    from dpsql.metadata.unit_multi import path_text
+
     cols = list(t.columns.values())
     parts = [
         f"{t.name}: {'public' if t.public else 'private'}",
-        *([_path_text(t, md)] if md is not None and (t.unit is not None or t.unit_paths)
+        *([path_text(t, md)] if md is not None and (t.unit is not None or t.unit_paths)
           else []),
         f"{len(cols)} column{'s' if len(cols) != 1 else ''}",
         f"{sum(c.max_freq is not None for c in cols)} with max_freq",
@@ -179,21 +181,6 @@ def _summary(t: Table, base: Path | None, md: Metadata | None = None) -> str:
     return ", ".join(parts)
 
 
-def _path_text(t: Table, md: Metadata) -> str:
-    if md.extra_units:  # several unit tables: every path (dpsql.metadata.unit_multi)
-        return "; ".join(
-            f"the privacy unit's table (id {p.column})" if u == t.name else
-            f"unit {u}: {p.column}" if p.direct else
-            f"unit {u}: via {p.column} -> {p.to_table}.{p.to_column}"
-            for u, p in t.unit_paths.items())
-    assert t.unit is not None
-    unit = md.privacy_unit
-    if unit is not None and t.name == unit.table:
-        return f"the privacy unit's table (id {unit.column})"
-    if t.unit.direct:
-        target = f"{unit.table}.{unit.column}" if unit is not None else "the unit"
-        return f"unit {t.unit.column} -> {target}"
-    return f"unit via {t.unit.column} -> {t.unit.to_table}.{t.unit.to_column}"
 
 
 @command.command("check")

@@ -39,7 +39,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from dpsql.metadata.model import Metadata, PrivacyUnit, UnitPath
+from dpsql.metadata.model import Metadata, PrivacyUnit, Table, UnitPath
 from dpsql.metadata.unit_paths import (
     _PathSpec,
     _UnitSpec,
@@ -228,3 +228,23 @@ def reached_units(md: Metadata, tables: Sequence[str]) -> tuple[PrivacyUnit, ...
         if t is not None and not t.public:
             linked.update(t.unit_paths or ({md.privacy_unit.table} if md.privacy_unit else ()))
     return tuple(u for u in all_units(md) if u.table in linked)
+
+
+def path_text(t: Table, md: Metadata) -> str:
+    """How private table ``t`` reaches the unit(s), for people (``metadata check``, the
+    shell's ``\\describe``): "the privacy unit's table (id c)", "unit c -> customer.c_custkey"
+    or "unit via c -> orders.o_orderkey"; with several units, each as "unit T: ..."."""
+    if md.extra_units:  # several unit tables: every path
+        return "; ".join(
+            f"the privacy unit's table (id {p.column})" if u == t.name else
+            f"unit {u}: {p.column}" if p.direct else
+            f"unit {u}: via {p.column} -> {p.to_table}.{p.to_column}"
+            for u, p in t.unit_paths.items())
+    assert t.unit is not None
+    unit = md.privacy_unit
+    if unit is not None and t.name == unit.table:
+        return f"the privacy unit's table (id {unit.column})"
+    if t.unit.direct:
+        target = f"{unit.table}.{unit.column}" if unit is not None else "the unit"
+        return f"unit {t.unit.column} -> {target}"
+    return f"unit via {t.unit.column} -> {t.unit.to_table}.{t.unit.to_column}"

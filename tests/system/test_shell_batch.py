@@ -206,6 +206,26 @@ def test_tables_lists_public_and_private(shop: DemoFiles, sh: ShellRunner) -> No
                     "recommendations": "private"}
 
 
+def test_tables_and_describe_name_the_privacy_unit_and_each_path(shop: DemoFiles,
+                                                                 sh: ShellRunner) -> None:
+    # found by the units QA: under a privacy unit neither \\tables nor \\describe said what
+    # a release protects or how a table reaches the unit (only each answer's footer did)
+    text = shop.metadata.read_text()
+    text = text.replace("  orders:\n", "  orders:\n    unit: customer_id\n", 1)
+    text = text.replace("  recommendations:\n", "  recommendations:\n    unit: customer_id\n", 1)
+    shop.metadata.write_text("privacy_unit: {table: customers, column: customer_id}\n" + text)
+    proc = sh("-c", "\\tables", "-c", "\\describe orders", "-c", "\\describe customers",
+              "-c", "\\describe products")
+    assert proc.returncode == 0, proc.stderr
+    protects = ("privacy unit: every release protects each customers.customer_id, with every "
+                "row linked to it")
+    out = proc.stdout.splitlines()
+    assert f"{protects} (\\describe TABLE shows its path)" in out
+    assert f"{protects}; this table: unit customer_id -> customers.customer_id" in out
+    assert f"{protects}; this table: the privacy unit's table (id customer_id)" in out
+    assert sum(line.startswith("privacy unit:") for line in out) == 3  # public: no line
+
+
 def test_describe_shows_policy_never_max_frequencies(shop: DemoFiles, sh: ShellRunner) -> None:
     proc = sh("-c", "\\describe orders")
     assert proc.returncode == 0
