@@ -90,6 +90,8 @@ def test_a_query_on_public_tables_is_exact_free_and_needs_no_epsilon(session):
     assert result.rows == [(2, 42.0)]
     assert result.release.free and result.release.mechanism == "exact"
     assert (result.release.epsilon, result.release.delta) == (0.0, 0.0)
+    # no "noisy count clamped at 0": nothing was noised (found by the units QA)
+    assert result.release.columns[0].post_processing is None
     assert charged(session) == []
     # an epsilon, if given, is not spent either
     assert session.run("SELECT COUNT(*) AS n FROM regions", epsilon=1.0).release.epsilon == 0

@@ -193,9 +193,15 @@ def release_notes(analysis: QueryAnalysis, rules: Sequence[OutputRule], *,
                   raw_counts: bool = False) -> tuple[str | None, ...]:
     """Per output column, the words for the post-processing :func:`finish` applies (and for
     AVG's NULL rule), or None."""
+    from dpsql.noise.plan import is_public
+
     notes: list[str | None] = []
     for col, rule in zip(analysis.columns, rules, strict=True):
-        if rule.kind == "count" and not raw_counts:
+        exact = bool(col.measurements) and all(
+            is_public(analysis.measurements[i]) for i in col.measurements)
+        if rule.kind == "count" and exact:
+            notes.append(None)  # an exact count of public rows: no noise, nothing clamped
+        elif rule.kind == "count" and not raw_counts:
             notes.append(CLAMPED_COUNT)
         elif rule.kind == "integer_sum":
             notes.append(ROUNDED_SUM)
