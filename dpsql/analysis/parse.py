@@ -222,7 +222,9 @@ def parse_query(sql: str, metadata: Metadata, *, allow_top_star: bool = False,
             identify=False,
         )
     except OptimizeError as err:
-        raise ProgrammingError(f"{err}: use columns declared in the metadata") from None
+        # sqlglot's sentence ends with a full stop ("... could not be resolved.")
+        raise ProgrammingError(f"{str(err).rstrip('.')}: use columns declared in the metadata"
+                               ) from None
     except SqlglotError as err:
         raise ProgrammingError(str(err)) from None
     except (OverflowError, RecursionError) as err:  # e.g. ORDER BY 9223372036854775807

@@ -316,6 +316,7 @@ def test_undeclared_names_are_programming_errors(sql, word):
     with pytest.raises(ProgrammingError) as info:
         analyze(sql, MD)
     assert word in str(info.value)
+    assert ".:" not in str(info.value)  # sqlglot's full stop, then ours (units QA)
     assert not isinstance(info.value, NotSupportedError)
 
 
