@@ -71,6 +71,18 @@ def _as_day(value: object) -> _dt.date | None:
     return None
 
 
+def _yaml_float_text(text: str) -> bool:
+    """Whether ``text`` is exponent notation YAML 1.1 left as a string (``1e17``, ``-2E5``:
+    without a dot and a signed exponent it is not a float there)."""
+    if "e" not in text.lower():
+        return False
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _is_number(value: object) -> bool:
     # bool is an int subclass; ``true`` is never a number here.
     return isinstance(value, int | float) and not isinstance(value, bool)
@@ -200,9 +212,14 @@ class _Reader:
             and all(_is_number(v) and math.isfinite(v) for v in value)
         )
         if not ok:
+            hint = ""
+            if isinstance(value, list | tuple) and any(
+                    isinstance(v, str) and _yaml_float_text(v) for v in value):
+                # YAML 1.1 reads 1e17 (no dot, no exponent sign) as a string
+                hint = "; YAML reads 1e17 as text: write 1.0e+17"
             self.fail(
                 where,
-                f"{key} must be two finite numbers [lower, upper], got {_short(value)}",
+                f"{key} must be two finite numbers [lower, upper], got {_short(value)}{hint}",
                 node,
                 key,
             )

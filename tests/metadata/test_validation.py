@@ -72,6 +72,10 @@ INVALID = {
         "tables:\n  t:\n    columns:\n      c: {bounds: ['0', 1]}\n",
         ["column 'c'", "two finite numbers"],
     ),
+    "bounds in exponent notation": (  # YAML 1.1 reads these as strings
+        "tables:\n  t:\n    columns:\n      c: {bounds: [-1e17, 1e17]}\n",
+        ["column 'c'", "two finite numbers", "write 1.0e+17"],
+    ),
     "bounds reversed": (
         "tables:\n  t:\n    columns:\n      c: {bounds: [10, 0]}\n",
         ["m.yaml:4", "column 'c'", "greater than upper", "write [0, 10]"],
