@@ -147,10 +147,10 @@ class Pairs:
     def of(cls, a: np.ndarray, b: np.ndarray, values: np.ndarray, integer: bool,
            low: float | None = None, top: float | None = None) -> Pairs:
         """``low``, ``top``: ``values.min()`` and ``values.max()`` when the caller has them."""
-        na = int(a.max()) + 1 if a.size else 0
-        nb = int(b.max()) + 1 if b.size else 0
-        count_a = np.bincount(a, minlength=na)
-        count_b = np.bincount(b, minlength=nb)
+        # bincount sizes its output by the largest code (it finds it itself): na = max + 1
+        count_a = np.bincount(a)
+        count_b = np.bincount(b)
+        na, nb = count_a.size, count_b.size
         most_a = int(count_a.max()) if na else 0
         most_b = int(count_b.max()) if nb else 0
         if top is None:

@@ -191,7 +191,10 @@ def flow_truncated(a: np.ndarray, b: np.ndarray, psi: np.ndarray, taus: Sequence
     a = np.asarray(a, dtype=np.int64)
     b = np.asarray(b, dtype=np.int64)
     values = np.asarray(psi, dtype=np.int64 if integer else np.float64)
-    top = values.max() if values.size else 0
+    if values.ndim == 1 and values.size and values.strides[0] == 0:
+        top = values[0]  # a broadcast scalar (flat COUNT(*) rows: psi 1): every entry is it
+    else:
+        top = values.max() if values.size else 0
     if not integer and values.size and len(taus) and not top <= float(max(taus)):
         # Every level reads min(psi, tau_j) only, so capping psi at the top level changes no
         # level; and a sum the database overflowed to +inf (the red team's error oracle:
@@ -199,7 +202,8 @@ def flow_truncated(a: np.ndarray, b: np.ndarray, psi: np.ndarray, taus: Sequence
         values = np.minimum(values, float(max(taus)))
         top = values.max()
     # NaN fails ">= 0" too, and +inf was capped above (every tau is finite)
-    low = values.min() if values.size else 0
+    low = (values[0] if values.ndim == 1 and values.size and values.strides[0] == 0
+           else values.min() if values.size else 0)
     if not low >= 0:
         raise ValueError("every result's psi must be finite and >= 0")
     pairs = Pairs.of(a, b, values, integer, low, top)
