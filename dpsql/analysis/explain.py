@@ -115,7 +115,8 @@ def explain_report(
             "unit": analysis.unit.label, "unit_of_each_row": analysis.unit.source.description,
             "lookups": [f"{h.table}.{h.key} -> {h.column}" for h in analysis.unit.source.hops],
             "mechanism": ("r2t" if analysis.unit.r2t else "two-stage"
-                          if analysis.unit.derived is None else "one row per unit"),
+                          if analysis.unit.derived is None and analysis.unit.alone is None
+                          else "one row per unit"),
             "max_contribution": unit.max_contribution, "level_base": unit.level_base,
             "max_sum": unit.max_sum,
             "max_groups": unit.max_groups, "max_rows_per_group": unit.max_rows_per_group}
@@ -341,9 +342,12 @@ def _unit_lines(analysis: QueryAnalysis, epsilon: float, delta: float) -> list[s
         lines += [f"  R2T: {len(taus)} truncation levels floor({unit.level_base:g}^j) = "
                   f"{taus[0]}..{taus[-1]} rows (max_contribution {unit.max_contribution}), "
                   f"beta {R2T_BETA:g}"]
-    elif release.derived is not None:  # dpsql.units.analysis.one_row_per_unit
+    elif release.derived is not None:  # dpsql.units.derived
         lines += [f"  {release.derived}: each unit is at most one row there, so at most one "
-                  "group, once (kappa = C = 1)"]
+                  "group, once (kappa = C = 1, by the SQL)"]
+    elif release.alone is not None:  # dpsql.units.analysis.unit_table_alone
+        lines += [f"  {release.alone}: each unit is one row there, so at most one group, once "
+                  "(kappa = C = 1; run as the two-stage at those bounds)"]
     else:
         lines += [f"  two-stage: each unit keeps {unit.max_groups} group(s) (max_groups), at most "
                   f"{unit.max_rows_per_group} row(s) each (max_rows_per_group)"]

@@ -62,11 +62,15 @@ class UnitRelease:
     source: UnitSource
     #: without GROUP BY: the truncated sums R2T releases (measurement order); () with GROUP BY
     parts: tuple[R2TPart, ...]
-    #: each unit is at most one row of what the query aggregates: a derived table grouped by
-    #: the unit id (dpsql.units.derived), or the unit table itself read alone
-    #: (:func:`unit_table_alone`); kappa = C = 1 (``unit`` says so) and the executed query is
-    #: the row-level one; that table's description, else None
+    #: an aggregate over a derived table grouped by the unit id (dpsql.units.derived): each
+    #: unit is at most one of its rows, so kappa = C = 1 hold by the SQL (``unit`` says so)
+    #: and the executed query is the row-level one; the shape's description, else None
     derived: str | None = None
+    #: the unit table read alone (:func:`unit_table_alone`): each unit is one row of it (its
+    #: id is a key), so kappa = C = 1 (``unit`` says so); executed as the two-stage at those
+    #: bounds, which keeps the bound without the key's uniqueness; the table's description,
+    #: else None
+    alone: str | None = None
     #: a result row of several units (dpsql.units.multi): each further unit the query reaches
     #: with how its id is computed; R2T then truncates by max-flow, not per unit
     more: tuple[tuple[PrivacyUnit, UnitSource], ...] = ()
@@ -138,8 +142,8 @@ def analyze_units(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
     assert isinstance(analysis.query, exp.Select)
     source = unit_source(analysis.query, metadata)
     if unit_table_alone(analysis.query, unit):
-        return one_row_per_unit(analysis, unit, source,
-                                f"{unit.table} itself ({unit.column} is its key)")
+        return one_row_per_unit(analysis, unit, source, alone=f"{unit.table} itself "
+                                f"({unit.column} is its key)")
     grouped = bool(analysis.group_keys)
     measurements = []
     parts: list[R2TPart] = []
@@ -162,10 +166,12 @@ def analyze_units(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
 def unit_table_alone(query: exp.Select, unit: PrivacyUnit) -> bool:
     """Whether ``query`` (qualified; its private references proven tied to one unit per row
     by :func:`dpsql.units.paths.unit_source`) aggregates rows of the unit table alone: no
-    CTE, and its top-level FROM is that one table, joined to nothing. Then each unit is at most
-    ONE aggregated row -- the unit id is a key (docs/privacy.md, "The relation": checked by
-    ``dpsql metadata check``) -- whatever its WHERE (EXISTS / IN bodies included) keeps, and
-    whether that row is kept depends on the unit's own rows alone (unit_source's proof)."""
+    CTE, and its top-level FROM is that one table, joined to nothing. Then each unit is ONE
+    aggregated row at most -- the unit id is a key (docs/privacy.md, "The relation": checked
+    by ``dpsql metadata check``) -- whatever its WHERE (EXISTS / IN bodies included) keeps,
+    and whether that row is kept depends on the unit's own rows alone (unit_source's proof).
+    The release does not lean on the key, though: it runs as the two-stage at kappa = C = 1,
+    which clamps a unit stored twice to one row (the red team's duplicate ids)."""
     if query.args.get("with") is not None or query.args.get("joins"):
         return False
     source = query.args.get("from_")
@@ -173,16 +179,18 @@ def unit_table_alone(query: exp.Select, unit: PrivacyUnit) -> bool:
     return isinstance(table, exp.Table) and table.name == unit.table
 
 
-def one_row_per_unit(analysis: QueryAnalysis, unit: PrivacyUnit, source: UnitSource,
-                     description: str) -> QueryAnalysis:
-    """The release of a query whose aggregated rows hold at most one row per unit
-    (``description`` says which table): each private measurement's sensitivity is its row
-    width w (a unit is one row, in one group, once: kappa = C = 1), a partition-selected key's
-    stability 1, and the executed query the row-level one (``UnitRelease.derived``)."""
+def one_row_per_unit(analysis: QueryAnalysis, unit: PrivacyUnit, source: UnitSource, *,
+                     derived: str | None = None, alone: str | None = None) -> QueryAnalysis:
+    """The release of a query whose aggregated rows hold at most one row per unit: a derived
+    table grouped by the unit (``derived``, its description: the executed query is the
+    row-level one) or the unit table read alone (``alone``: executed as the two-stage at
+    kappa = C = 1). Each private measurement's sensitivity is its row width w (a unit is one
+    row, in one group, once), a partition-selected key's stability 1."""
+    assert (derived is None) != (alone is None)
     measurements = [dataclasses.replace(m, sensitivity=Const(row_width(m)))
                     for m in analysis.measurements]
     one = dataclasses.replace(unit, max_groups=1, max_rows_per_group=1)
-    release = UnitRelease(one, source, (), derived=description)
+    release = UnitRelease(one, source, (), derived=derived, alone=alone)
     stability = 1.0 if analysis.partition_selection else None
     return dataclasses.replace(analysis, measurements=tuple(measurements), unit=release,
                                selection_stability=stability)

@@ -292,4 +292,4 @@ def analyze_derived(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
     # each unit is at most one row of the derived table: kappa = C = 1
     k_alias, k_column = shape.key
     source = UnitSource(k_alias, k_column, (), f"{shape.key_table}.{k_column} (in {shape.alias})")
-    return one_row_per_unit(analysis, unit, source, shape.description)
+    return one_row_per_unit(analysis, unit, source, derived=shape.description)

@@ -89,7 +89,8 @@ def check_selection(sql: str, relation: str, md: Metadata,
     assert analysis.unit is not None and analysis.partition_selection
     # the unit table read alone is one row per unit: one group each (kappa = C = 1,
     # dpsql.units.analysis.one_row_per_unit); otherwise the owner's max_groups
-    kappa = 1 if analysis.unit.derived is not None else md.privacy_unit.max_groups
+    kappa = (1 if analysis.unit.derived is not None or analysis.unit.alone is not None
+             else md.privacy_unit.max_groups)
     assert analysis.selection_stability == kappa
     plan = plan_execution(analysis, md)
     assert plan.selected

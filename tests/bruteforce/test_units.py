@@ -186,7 +186,7 @@ def bruteforce_two_stage(sql: str, md: Metadata, databases: Sequence[tiny.Databa
                 claimed = m.sensitivity.at(0)
                 # one row per unit (a derived table grouped by the unit id, or the unit table
                 # read alone: dpsql.units.analysis.one_row_per_unit) claims kappa = C = 1
-                one_row = analysis.unit.derived is not None
+                one_row = analysis.unit.derived is not None or analysis.unit.alone is not None
                 assert claimed == (1 if one_row else kappa * c) * (
                     1 if m.function == "COUNT" else max(abs(x) for x in m.bounds))
                 assert moved <= claimed + 1e-9, (
@@ -200,7 +200,7 @@ def bruteforce_one_row(sql: str, md: Metadata, databases: Sequence[tiny.Database
     removed, and w is 1 for a COUNT (max(|l|, |u|) for a SUM) whatever the owner's
     max_contribution (module docstring)."""
     analysis = analyze_request(sql, md)
-    assert analysis.unit is not None and analysis.unit.derived is not None
+    assert analysis.unit is not None and analysis.unit.alone is not None
     assert not analysis.group_keys
     plan = plan_execution(analysis, md)
 

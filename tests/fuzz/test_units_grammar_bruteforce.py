@@ -197,7 +197,7 @@ def test_unit_bounds_hold_over_the_grammar(sql, seed, bounds, base, max_sum):
     databases = [tiny.random_database(rng) for _ in range(4)]
     if analysis.unit.r2t:
         bruteforce_r2t(sql, md, databases)
-    elif analysis.unit.derived is not None and not analysis.group_keys:
+    elif analysis.unit.alone is not None and not analysis.group_keys:
         bruteforce_one_row(sql, md, databases)  # the unit table read alone
     else:
         bruteforce_two_stage(sql, md, databases)
