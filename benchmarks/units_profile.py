@@ -146,6 +146,16 @@ def two_unit_breakdown(raw_sql: str, prepared: Any, handles: Handles, runs: int
     return out
 
 
+def _default_db() -> Path:
+    """The SF1 database the benchmarks generated: tpchgen's (what the units part measures)
+    when present, else the built-in generator's."""
+    data = ROOT / "benchmarks" / "data"
+    for label in ("sf1-tpchgen", "sf1-builtin"):
+        if (data / label / "tpch.duckdb").exists():
+            return data / label / "tpch.duckdb"
+    return data / "sf1-tpchgen" / "tpch.duckdb"
+
+
 def main(argv: list[str] | None = None) -> None:
     from dpsql.metadata import load_metadata
     from dpsql.session import Session
@@ -157,7 +167,9 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("queries", nargs="*", default=list(SLOW),
                    help="NAME:UNIT, e.g. Q10:customer or Q7:customer+supplier")
-    p.add_argument("--db", default=str(ROOT / "benchmarks/data/sf1-builtin/tpch.duckdb"))
+    p.add_argument("--db", default=str(_default_db()),
+                   help="a TPC-H DuckDB file (default: the SF1 one `python -m benchmarks` made, "
+                   "tpchgen's first)")
     p.add_argument("--metadata", default=str(ROOT / "schemas/tpch.yaml"))
     p.add_argument("--runs", type=int, default=15)
     args = p.parse_args(argv)
