@@ -96,13 +96,19 @@ def _too_noisy() -> NotSupportedError:
 
 
 def count_sigma(es: float, grouped: bool, epsilon: float, delta: float,
-                calibration: str) -> tuple[float, int, int]:
+                calibration: str, unit_bins: int | None = None) -> tuple[float, int, int]:
     """(sigma, l2_squared, linf) of a pure COUNT with ES ``es`` (module docstring).
 
-    Precondition: ``es`` finite > 0 is ES(0) of the count (2S per bin when ``grouped``).
-    """
-    linf = math.ceil(es / 2.0 if grouped else es)
-    l2_squared = 2 * linf * linf if grouped else linf * linf
+    Precondition: ``es`` finite > 0 is ES(0) of the count: 2S per bin when ``grouped`` (a row
+    substituted), or, with ``unit_bins`` = kappa (a privacy unit's two-stage, add / remove one
+    unit: dpsql.units.analysis), an L1 bound over at most kappa bins that each move by at most
+    ``es / kappa`` = C (so l2_squared = kappa C^2, linf = C)."""
+    if unit_bins is not None:
+        linf = math.ceil(es / unit_bins)
+        l2_squared = unit_bins * linf * linf
+    else:
+        linf = math.ceil(es / 2.0 if grouped else es)
+        l2_squared = 2 * linf * linf if grouped else linf * linf
     sigma = calibrated_sigma(l2_squared, linf, epsilon, delta, calibration)
     if sigma > gaussian.MAX_SIGMA:
         raise _too_noisy()
@@ -124,12 +130,26 @@ def sum_grid(es: float, grouped: bool) -> float:
 
 
 def sum_sigma(es: float, width: float, grouped: bool, epsilon: float, delta: float,
-              calibration: str) -> tuple[float, float, int, int]:
+              calibration: str, unit_bins: int | None = None
+              ) -> tuple[float, float, int, int]:
     """(sigma in grid steps, grid g, l2_squared, linf in steps) of a pure SUM (module docstring).
 
     Precondition: ``es`` finite > 0 is ES(0) of the sum, ``width`` = max(u,0) - min(l,0) > 0 of
-    its clamp bounds (ES = 2 S width per bin when ``grouped``, S width otherwise).
+    its clamp bounds (ES = 2 S width per bin when ``grouped``, S width otherwise); with
+    ``unit_bins`` = kappa (a privacy unit's two-stage, add / remove one unit), ES = kappa C w
+    bounds a move of at most kappa bins, each by at most ``D = es / kappa`` (its per-group
+    clamp), so each snapped bin by at most ``ceil(D/g) + 1`` steps: l2_squared = kappa times
+    its square.
     """
+    if unit_bins is not None:
+        per_bin = es / unit_bins
+        g = sum_grid(per_bin, False)
+        linf = math.ceil(per_bin / g) + 1
+        l2_squared = unit_bins * linf * linf
+        sigma = calibrated_sigma(l2_squared, linf, epsilon, delta, calibration)
+        if sigma > gaussian.MAX_SIGMA or sigma > mechanisms.MAX_DISCRETE_SCALE:
+            raise _too_noisy()
+        return sigma, g, l2_squared, linf
     g = sum_grid(es, grouped)
     per_bin = es / 2.0 if grouped else es
     linf = math.ceil(per_bin / g) + 1

@@ -132,6 +132,11 @@ def _gaussian_plans(analysis: QueryAnalysis, private: list[Measurement], budget:
     gaussian_plan.check_gaussian(private, eps_each, budget.delta, budget.calibration)
     grouped = bool(analysis.group_keys)
     cal = budget.calibration
+    # under a privacy unit (two-stage, or one row per unit) the sensitivity is kappa C w over
+    # at most kappa bins, each moving by C w: not the row-level histogram's ES / 2 per bin
+    # (which halved a kappa = 1 bin's move: a unit's C rows against C / 2)
+    unit_bins = (analysis.unit.unit.max_groups
+                 if analysis.unit is not None and grouped else None)
     plans = []
     for m in analysis.measurements:
         es_at = m.sensitivity.at(distance)
@@ -142,14 +147,14 @@ def _gaussian_plans(analysis: QueryAnalysis, private: list[Measurement], budget:
         _check_finite(es, "elastic sensitivity")
         if m.function == "COUNT":
             sigma, l2_squared, _ = gaussian_plan.count_sigma(es, grouped, eps_each,
-                                                             delta_each, cal)
+                                                             delta_each, cal, unit_bins)
             plans.append(NoisePlan(m, eps_each, delta_each, es_at, None, sigma,
                                    sigma=sigma, calibration=cal, l2_squared=l2_squared))
             continue
         assert m.bounds is not None
         width = max(m.bounds[1], 0.0) - min(m.bounds[0], 0.0)
         steps, g, l2_squared, _ = gaussian_plan.sum_sigma(es, width, grouped, eps_each,
-                                                         delta_each, cal)
+                                                         delta_each, cal, unit_bins)
         plans.append(NoisePlan(m, eps_each, delta_each, es_at, None, steps * g, g,
                                sigma=steps, calibration=cal, l2_squared=l2_squared))
     return tuple(plans)

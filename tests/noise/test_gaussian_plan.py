@@ -142,3 +142,17 @@ def test_budget_validates_the_choices():
     assert Budget.of(None, 0.0, mechanism="gaussian") is None
     with pytest.raises(ProgrammingError):
         Budget.of(None, 0.0, mechanism="nope")
+
+
+def test_under_a_privacy_unit_a_bin_moves_by_c_rows_not_half_the_sensitivity():
+    """A two-stage release (dpsql.units.analysis): ES = kappa C w is an L1 bound over at most
+    kappa bins, each moving by C w (add / remove one unit), not the row-level histogram's
+    ES / 2 per bin. With kappa = 1 and C = 3 the row-level rule gave l2^2 = 8, linf = 2 for a
+    bin one unit moves by 3: sigma certified for a smaller move than the one that happens."""
+    assert gaussian_plan.count_sigma(3.0, True, 1.0, 1e-6, "analytic", 1)[1:] == (9, 3)
+    assert gaussian_plan.count_sigma(300.0, True, 1.0, 1e-6, "analytic", 3)[1:] == (30000, 100)
+    _, g, l2, linf = gaussian_plan.sum_sigma(12.0, 4.0, True, 1.0, 1e-6, "analytic", 1)
+    assert linf == math.ceil(12.0 / g) + 1 and l2 == linf * linf
+    assert (l2 ** 0.5) * g >= 12.0  # the clamp C w = 12 of the one bin
+    _, g, l2, linf = gaussian_plan.sum_sigma(1200.0, 4.0, True, 1.0, 1e-6, "analytic", 3)
+    assert linf == math.ceil(400.0 / g) + 1 and l2 == 3 * linf * linf

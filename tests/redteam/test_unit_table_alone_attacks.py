@@ -636,8 +636,10 @@ def test_explain_and_release_record_name_the_unit_and_scale_one_over_epsilon(ses
                                  "SELECT region, COUNT(*) FROM customer GROUP BY region"])
 def test_gaussian_on_the_one_row_path_covers_one_unit(tmp_path, sql):
     """The one-row path also takes the discrete Gaussian (R2T does not): its sigma covers an
-    L2 move of w = 1 at the release's rho (ungrouped: exactly 1; grouped: sqrt(2), the
-    row-level substitution factor, conservative since one unit moves one bin)."""
+    L2 move of w = 1 at the release's rho, grouped or not (grouped it was sqrt(2), the
+    row-level histogram's factor; a unit's release now counts kappa bins of C w each,
+    dpsql.noise.gaussian_plan's unit_bins, which is exact here and also fixed an
+    under-coverage at kappa = 1, C > 1: tests/bruteforce/test_units.py)."""
     md = tiny.metadata(max_contribution=64, max_groups=3, max_rows_per_group=100)
     db = {"customer": [(1, 2), (2, 1), (None, 1)], "orders": [(1, 1, 6)], "items": [],
           "regions": [(1,), (2,)]}
@@ -653,7 +655,7 @@ def test_gaussian_on_the_one_row_path_covers_one_unit(tmp_path, sql):
     (col,) = [c for c in record.columns if c.sigma is not None]
     l2 = col.sigma * (2 * record.rho) ** 0.5
     assert l2 >= 1 - 1e-3, l2
-    assert l2 == pytest.approx(1.0 if "GROUP" not in sql else 2 ** 0.5, rel=1e-3)
+    assert l2 == pytest.approx(1.0, rel=1e-3)
 
 
 def test_explain_of_a_partition_selected_one_row_query_claims_one_group():
