@@ -215,6 +215,8 @@ def sort_order(keys: list[np.ndarray], n: int) -> np.ndarray:
     * otherwise integer keys are folded with the bin index into one int64 key with distinct
       values (while the product of their value ranges fits), which a plain argsort orders
       ~7x faster than lexsort (187,500 bins: 3 ms, not 22 ms)."""
+    if n == 0:  # no bin (a partition selection that kept no group): nothing to order
+        return np.arange(0)
     rest = list(keys)
     while rest and n > 1 and _non_decreasing(rest[-1]):
         rest.pop()
