@@ -61,7 +61,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from dpsql.analysis.checks import has_inner_aggregate
+from dpsql.analysis.checks import has_aggregate, has_inner_aggregate
 from dpsql.analysis.elastic import QueryAnalysis, analyze_query
 from dpsql.analysis.keyed_groups import Col, column_pair, exact_columns, join_items, linked
 from dpsql.analysis.keytypes import comparable
@@ -155,6 +155,14 @@ def _derived(query: exp.Select) -> tuple[exp.Select, str]:
             node.name == ctes[0].alias_or_name):
         inner = ctes[0].this
     else:
+        nested = _aggregating_subquery(query) if not ctes else None
+        if nested is not None:  # FROM a table: the aggregate is in a WHERE / SELECT subquery
+            raise UnsupportedConstructError(
+                f"under a privacy unit, the subquery {_snippet(nested)} aggregates inside the "
+                "query: an aggregate in a scalar, IN or EXISTS subquery has no unit-level rule "
+                "(run it as a query of its own and write its released value as a constant); "
+                f"an aggregate below the top level is supported only as one derived table "
+                f"with one row per unit, {_SHAPE}, aggregated by the outer query")
         raise _refuse("the outer query does not read exactly one derived table or CTE")
     if not isinstance(inner, exp.Select):
         raise _refuse("the derived table is not one SELECT")
@@ -163,6 +171,23 @@ def _derived(query: exp.Select) -> tuple[exp.Select, str]:
     if outside:
         raise _refuse("the outer query has a subquery besides the derived table")
     return inner, node.alias_or_name
+
+
+def _aggregating_subquery(query: exp.Select) -> exp.Select | None:
+    """The outermost nested SELECT of ``query`` that holds an aggregate of its own, outside
+    the top level's FROM (a scalar, IN or EXISTS subquery), or None."""
+    from_ = query.args.get("from_")
+    for node in query.walk():
+        if (isinstance(node, exp.Select) and node is not query
+                and not (from_ is not None and _within(node, from_))
+                and has_aggregate(node)):
+            return node
+    return None
+
+
+def _snippet(node: exp.Expression, limit: int = 80) -> str:
+    text = node.sql()
+    return f"({text if len(text) <= limit else text[:limit - 3] + '...'})"
 
 
 def _within(node: exp.Expression, root: exp.Expression) -> bool:

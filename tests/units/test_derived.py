@@ -116,6 +116,14 @@ def test_explain_names_the_shape_and_the_unit():
      "exactly one derived table"),
     (f"SELECT n, COUNT(*) FROM ({D}) d WHERE n < (SELECT COUNT(*) FROM orders) GROUP BY n",
      "besides the derived table"),
+    # an aggregate in a WHERE subquery, the top level reading a table: named as a subquery's
+    # aggregate, not as a missing derived table (QA round 2 of issue #17)
+    ("SELECT COUNT(*) FROM customer c WHERE c.region > (SELECT AVG(region) FROM customer)",
+     "in a scalar, IN or EXISTS subquery has no unit-level rule"),
+    ("SELECT COUNT(*) FROM customer c WHERE (SELECT COUNT(*) FROM orders o "
+     "WHERE o.o_cust = c.c_id) > 2", "the subquery (SELECT COUNT(*)"),
+    ("SELECT COUNT(*) FROM customer c WHERE c.c_id IN (SELECT o.o_cust FROM orders o "
+     "GROUP BY o.o_cust HAVING COUNT(*) > 2)", "in a scalar, IN or EXISTS subquery"),
     # not grouped, or by several columns; outer and right joins; set operations
     ("SELECT c FROM (SELECT COUNT(*) AS c FROM orders) t", "not grouped by one column"),
     ("SELECT n, COUNT(*) FROM (SELECT o.o_cust, o.amount, COUNT(*) AS n FROM orders o "
