@@ -35,8 +35,8 @@ from sqlglot import exp
 
 from dpsql.analysis.elastic import QueryAnalysis, analyze_query
 from dpsql.analysis.kexpr import Const
-from dpsql.errors import NotSupportedError
-from dpsql.metadata import Metadata
+from dpsql.errors import NotSupportedError, UnsupportedConstructError
+from dpsql.metadata import Metadata, PrivacyUnit
 from dpsql.metadata.unit_multi import reached_units, unit_view
 from dpsql.noise.plan import is_public
 from dpsql.units.analysis import (
@@ -47,7 +47,7 @@ from dpsql.units.analysis import (
     row_width,
     structural_metadata,
 )
-from dpsql.units.paths import unit_source
+from dpsql.units.paths import UnitSource, unit_source
 
 
 def _names(units: tuple[str, ...]) -> str:
@@ -88,7 +88,7 @@ def analyze_multi(sql: str, query: exp.Query, metadata: Metadata,
             "group (a WHERE on the key), or group rows that link to one unit only")
     widths = [row_width(m) for m in analysis.measurements]  # refusals before the paths'
     assert isinstance(analysis.query, exp.Select)
-    sources = [unit_source(analysis.query, unit_view(metadata, u.table)) for u in reached]
+    sources = [_source_on_view(analysis.query, metadata, u, names) for u in reached]
     parts: list[R2TPart] = []
     measurements = []
     first = reached[0]
@@ -99,3 +99,29 @@ def analyze_multi(sql: str, query: exp.Query, metadata: Metadata,
     release = UnitRelease(first, sources[0], tuple(parts),
                           more=((reached[1], sources[1]),))
     return dataclasses.replace(analysis, measurements=tuple(measurements), unit=release)
+
+
+def _source_on_view(query: exp.Select, metadata: Metadata, unit: PrivacyUnit,
+                    names: tuple[str, ...]) -> UnitSource:
+    """:func:`unit_source` on ``unit``'s view, its refusal naming that unit: on the view the
+    tables without a path to it are public, which the analyst, who sees them private, cannot
+    guess from the one-unit wording."""
+    try:
+        return unit_source(query, unit_view(metadata, unit.table))
+    except UnsupportedConstructError as err:
+        text = str(err)
+        where = f"{unit.table}.{unit.column}"
+        if "public tables only" in text:  # the counted rows link to no unit of this table
+            raise UnsupportedConstructError(
+                f"this query reads rows of two privacy units ({_names(names)}), and the rows "
+                f"it counts link to no {unit.table} unit (to that unit they are rows of "
+                f"public tables only) while its subqueries read rows that do: removing one "
+                f"{where} could change which rows are counted, and no bound holds. Count rows "
+                "linked to both (join the subquery's tables at the top level), or query tables "
+                "linked to one unit only") from None
+        prefix = "under the privacy unit, "
+        if text.startswith(prefix):
+            raise UnsupportedConstructError(
+                f"under the privacy unit {where} (one of {_names(names)}), "
+                + text[len(prefix):]) from None
+        raise
