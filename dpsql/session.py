@@ -217,10 +217,14 @@ class Session(OtherReleases):
             if post_sql is not None:
                 functions = [p.measurement.function for p in plans]
                 dtypes = measurement_dtypes(functions)
+                # groups from the data have no domain to sample before the charge: their keys
+                # are typed by their columns (metadata, or the database's schema)
+                key_types = tuple(k.type for k in prepared.analysis.group_keys
+                                  ) if plan.selected else ()
                 self._check_post_once(
-                    (post_sql, *domains.types, *functions), values,
+                    (post_sql, *domains.types, *functions, *map(str, key_types)), values,
                     lambda: check_rows(self._post.cursor(), post_sql, plan.post_params, values,
-                                       domains, dtypes))
+                                       domains, dtypes, key_types))
         # the answer is cached in the audit write's transaction (step 10 with step 9's record)
         return self._release(prepared, values, plans, domains, charge=self.ledger, sql=sql,
                              cache_key=key, selection=selection, raw_counts=raw_counts)

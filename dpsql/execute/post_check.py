@@ -13,8 +13,10 @@ first bin, every measurement 0) refuses that error alone; any other error there 
 values (``10 // COUNT(*)`` at 0) and is left to the release.
 
 Contract: they read no private data and no noisy value. The tables' column types come from the
-domains (public, read before the charge: the same values the release registers), and a
-measurement's type from its function (COUNT: BIGINT, else DOUBLE, as dpsql.noise.apply makes
+domains (public, read before the charge: the same values the release registers) -- or, for
+groups selected from the data (partition selection: no domain to read), from the keys' column
+types in the metadata or the database's schema, as typed NULLs -- and a measurement's type
+from its function (COUNT: BIGINT, else DOUBLE, as dpsql.noise.apply makes
 them). Over empty tables a query can only fail in binding or on constants, which depend on the
 SQL, the parameters' values (public) and those types; the one-row run reads public domain
 values and zeros: the refusal depends on nothing private.
@@ -25,6 +27,7 @@ check uses (0.0).
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any
@@ -61,10 +64,20 @@ def _types_only(err: duckdb.Error) -> bool:
         "Unimplemented type for cast" in str(err)
 
 
+#: a column type as the metadata writes one (INTEGER, DECIMAL(15, 2), VARCHAR[]): anything else
+#: is left untyped (NULL) rather than pasted into SQL
+_SQL_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_ ]*(\([0-9, ]*\))?(\[\])?")
+
+
 def _create_noisy(cur: duckdb.DuckDBPyConnection, domains: Domains, dtypes: Sequence[type],
-                  rows: int) -> None:
+                  rows: int, key_types: Sequence[str | None] = ()) -> None:
     """NOISY_TABLE as a temporary table with the columns the release registers and ``rows``
-    (0 or 1) of them: the first bin, every measurement 0."""
+    (0 or 1) of them: the first bin, every measurement 0. Groups selected from the data
+    (partition selection: no domain values before the charge) get each key as a NULL of its
+    column's type (``key_types``, from the metadata or the database's schema)."""
+    if not domains.values and key_types:
+        _create_selected(cur, key_types, dtypes, rows)
+        return
     bins = Bins(domains.types, [], domains.n_bins, domains.values)
     n = min(domains.n_bins, _SAMPLE_BINS) if domains.values else 1
     order = np.arange(n, dtype=np.intp)
@@ -74,6 +87,23 @@ def _create_noisy(cur: duckdb.DuckDBPyConnection, domains: Domains, dtypes: Sequ
     cur.register(_SAMPLE, sample)
     try:
         cur.execute(f"CREATE TEMP TABLE {NOISY_TABLE} AS SELECT * FROM {_SAMPLE} LIMIT {rows}")
+    finally:
+        cur.unregister(_SAMPLE)
+
+
+def _create_selected(cur: duckdb.DuckDBPyConnection, key_types: Sequence[str | None],
+                     dtypes: Sequence[type], rows: int) -> None:
+    """:func:`_create_noisy` for groups selected from the data: typed NULL keys (a type the
+    metadata holds, never data), then the measurements' zeros."""
+    keys = ", ".join(f"CAST(NULL AS {t}) AS __k{i}" if t and _SQL_TYPE.fullmatch(t)
+                     else f"NULL AS __k{i}" for i, t in enumerate(key_types))
+    if not dtypes:  # key-only (SELECT DISTINCT): no measurement column to register
+        cur.execute(f"CREATE TEMP TABLE {NOISY_TABLE} AS SELECT {keys} LIMIT {rows}")
+        return
+    cur.register(_SAMPLE, {f"__m{j}": _zeros(1, d) for j, d in enumerate(dtypes)})
+    try:
+        cur.execute(f"CREATE TEMP TABLE {NOISY_TABLE} AS SELECT {keys}, * FROM {_SAMPLE} "
+                    f"LIMIT {rows}")
     finally:
         cur.unregister(_SAMPLE)
 
@@ -96,13 +126,16 @@ def _refusal(err: duckdb.Error) -> ProgrammingError:
 
 
 def check_rows(cur: duckdb.DuckDBPyConnection, sql: str, positions: tuple[int, ...],
-               params: Sequence[Any], domains: Domains, dtypes: Sequence[type]) -> None:
+               params: Sequence[Any], domains: Domains, dtypes: Sequence[type],
+               key_types: Sequence[str | None] = ()) -> None:
     """Run one release's post-processing ``sql`` over its noisy table, empty then with one row
-    (module contract); raises ``ProgrammingError`` where it cannot run. Closes ``cur``."""
+    (module contract); raises ``ProgrammingError`` where it cannot run. Closes ``cur``.
+    ``key_types``: the group keys' column types when the groups are selected from the data
+    (no domains)."""
     try:
         for rows in _RUNS:
             try:
-                _create_noisy(cur, domains, dtypes, rows)
+                _create_noisy(cur, domains, dtypes, rows, key_types)
                 cur.execute(sql, bind_params(positions, params)).fetchall()
             except duckdb.Error as err:
                 if rows == 0 or _types_only(err):
