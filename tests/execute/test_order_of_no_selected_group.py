@@ -12,11 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.execute.post import sort_order
 from dpsql.metadata import loads_metadata
 from tests.db_files import writing
-from tests.ledgers import charged, ledger_session, open_ledger
+from tests.ledgers import charged, charging_session
 from tests.shop_fixture import ZeroNoise
 
 
@@ -46,12 +45,9 @@ def session(tmp_path):
     with writing(path) as con:  # 30 people, each alone in their age: no group reaches tau
         con.execute("CREATE TABLE people AS SELECT i::INTEGER AS pid, i::INTEGER AS age "
                     "FROM range(30) t(i)")
-    md = loads_metadata(_METADATA)
-    backend = DuckDBBackend(path, md)
-    ledger = open_ledger(tmp_path / "ledger.sqlite", epsilon=10.0, delta=1e-3)
-    yield ledger_session(md, backend, ledger, sampler=ZeroNoise())
-    backend.close()
-    ledger.close()
+    with charging_session(path, loads_metadata(_METADATA), tmp_path / "ledger.sqlite",
+                          epsilon=10.0, delta=1e-3, sampler=ZeroNoise()) as session:
+        yield session
 
 
 @pytest.mark.parametrize("order", ["age", "n DESC", "age DESC, n"])

@@ -208,13 +208,10 @@ def test_a_charging_session_runs_post_processing_over_selected_groups(
     and the server. The check now types the keys by their columns."""
     if backend_name == "spark":
         pytest.skip("the check runs in the session's own DuckDB, whatever the backend")
-    from dpsql.backends.duckdb import DuckDBBackend
-    from tests.ledgers import charged, ledger_session, open_ledger
+    from tests.ledgers import charged, charging_session
 
-    backend = DuckDBBackend(events, METADATA)
-    ledger = open_ledger(tmp_path / "ledger.sqlite")
-    try:
-        session = ledger_session(METADATA, backend, ledger, sampler=ZeroNoise())
+    with charging_session(events, METADATA, tmp_path / "ledger.sqlite",
+                          sampler=ZeroNoise()) as session:
         result = session.run(sql, epsilon=EPSILON, delta=DELTA)
         assert result.rows  # zero noise: the big cities pass the threshold
         assert len(charged(session)) == 1
@@ -223,6 +220,3 @@ def test_a_charging_session_runs_post_processing_over_selected_groups(
             session.run("SELECT city, COUNT(*) AS n FROM ev GROUP BY city "
                         "HAVING city > DATE '2020-01-01'", epsilon=EPSILON, delta=DELTA)
         assert len(charged(session)) == 1
-    finally:
-        backend.close()
-        ledger.close()

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.metadata.load import loads_metadata
 from tests.db_files import writing
-from tests.ledgers import ledger_session, open_ledger
+from tests.ledgers import charging_session
 from tests.shop_fixture import ZeroNoise
 
 PEOPLE = 2000
@@ -45,12 +44,9 @@ def session(tmp_path):
         # every person visits with every kind: each unit must pick one of the ten groups
         con.execute(f"INSERT INTO visits SELECT p.range, k.range FROM range(1, {PEOPLE + 1}) p, "
                     f"range(1, {len(KINDS) + 1}) k")
-    md = loads_metadata(METADATA)
-    backend = DuckDBBackend(path, md)
-    ledger = open_ledger(tmp_path / "ledger.sqlite")
-    yield ledger_session(md, backend, ledger, sampler=ZeroNoise())
-    backend.close()
-    ledger.close()
+    with charging_session(path, loads_metadata(METADATA), tmp_path / "ledger.sqlite",
+                          sampler=ZeroNoise()) as session:
+        yield session
 
 
 def test_units_in_several_groups_spread_their_one_kept_group(session):
