@@ -426,9 +426,9 @@ SPARK_CASES = [("VARCHAR", "DOUBLE")]
 @pytest.mark.parametrize(("t1", "t2"), SPARK_CASES)
 def test_spark_moves_the_bins_by_at_most_kappa_c_w(tmp_path, spark, t1, t2):
     """HELD on Spark (Murmur3, 32 bits, NULL arguments skipped): a random database (kappa 1,
-    C 2, keys VARCHAR and DOUBLE with '', NULL, -0.0, NaN), removing each of (at most) two
-    units: L1 <= kappa * C * w. (DOUBLE x BIGINT and BIGINT x VARCHAR ran clean too; one case
-    kept, Spark reads cost ~1 s each.)"""
+    C 2, keys VARCHAR and DOUBLE with '', NULL, -0.0, NaN), removing one unit: L1 <= kappa * C
+    * w. (Two units, and DOUBLE x BIGINT and BIGINT x VARCHAR, ran clean too; one case kept:
+    Spark reads cost ~1.5 s each, on the one worker every Spark test shares.)"""
     q = Query(QUERIES[1], world(t1, t2, 1, 2))
     bound = claims(q, 1, 2)
     rng = random.Random(f"{SEED}:spark:{t1}")
@@ -441,7 +441,7 @@ def test_spark_moves_the_bins_by_at_most_kappa_c_w(tmp_path, spark, t1, t2):
         return q.on_spark(path, tmp_path / name, spark)
 
     base = on_spark("base", db)
-    for u in units(db)[:2]:
+    for u in units(db)[:1]:
         moved = l1(base, on_spark(f"without{u}", remove_unit(db, u)))
         assert all(m <= b for m, b in zip(moved, bound, strict=True)), (u, moved, db)
 
