@@ -11,6 +11,10 @@ neighbour, nor at all on the undeclared-column copy; the values themselves legit
 For SAMPLE_AGGREGATE the "bins" are the clamped block sums under one fixed key, and ES(0) is
 the release's 2 (hi - lo).
 
+Every session charges its own ledger file, as every real client's does, so the checks a
+charging session runs before the charge (the binder's, the post-processing's) are among the
+outcomes compared.
+
 The same queries also run under a privacy unit (``worlds.unit_metadata``; outcomes only: the
 unit-level bounds are brute-forced in ``test_units_grammar_bruteforce.py``).
 
@@ -43,6 +47,7 @@ from dpsql.sample_aggregate.release import block_answers, clamped_sums, plan_rel
 from dpsql.session import Prepared, Session
 from tests.fuzz import worlds
 from tests.fuzz.grammar import Query, queries, two_unit_queries, unit_queries
+from tests.ledgers import ledger_session, open_ledger
 from tests.shop_fixture import ZeroNoise
 
 FUZZ_EXAMPLES = int(os.environ.get("DPSQL_FUZZ_EXAMPLES", "150"))
@@ -50,36 +55,50 @@ SETTINGS = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
+def _charging(md, path, ledger_path) -> Session:
+    """A session charging its own ledger file, as every real client's does: the checks a
+    charging session runs before the charge (the binder's, the post-processing's over typed
+    keys, dpsql.execute.post_check) are refusals too, and must not tell neighbours apart
+    (the units QA found one that a ledger-less fuzzer never ran)."""
+    ledger = open_ledger(ledger_path, epsilon=1e6, delta=0.5)
+    return ledger_session(md, DuckDBBackend(path, md), ledger, sampler=ZeroNoise())
+
+
+def _close(engines: dict[str, Session]) -> None:
+    for engine in engines.values():
+        engine.backend.close()
+        if engine.ledger is not None:
+            engine.ledger.close()
+
+
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
-    """One Session per database (base first), and the base under a second metadata file whose
-    max frequencies differ."""
-    base, neighbours, csv = worlds.build(tmp_path_factory.mktemp("fuzz"))
+    """One charging Session per database (base first), and the base under a second metadata
+    file whose max frequencies differ."""
+    folder = tmp_path_factory.mktemp("fuzz")
+    base, neighbours, csv = worlds.build(folder)
     out = {}
     for name, path in [("base", base), *neighbours.items()]:
-        md = worlds.metadata(csv)
-        out[name] = Session(md, DuckDBBackend(path, md), sampler=ZeroNoise())
-    md = worlds.metadata(csv, mf=worlds.MAX_FREQS[1])
-    out["mf"] = Session(md, DuckDBBackend(base, md), sampler=ZeroNoise())
+        out[name] = _charging(worlds.metadata(csv), path, folder / f"{name}.ledger")
+    out["mf"] = _charging(worlds.metadata(csv, mf=worlds.MAX_FREQS[1]), base,
+                          folder / "mf.ledger")
     yield out
-    for engine in out.values():
-        engine.backend.close()
+    _close(out)
 
 
 @pytest.fixture(scope="module")
 def unit_engines(tmp_path_factory):
     """:func:`engines` under a privacy unit (worlds.unit_metadata): the executed queries
     group by the unit, looked up along t's path, and bound each unit (dpsql.units)."""
-    base, neighbours, csv = worlds.build(tmp_path_factory.mktemp("fuzz_units"))
+    folder = tmp_path_factory.mktemp("fuzz_units")
+    base, neighbours, csv = worlds.build(folder)
     out = {}
     for name, path in [("base", base), *neighbours.items()]:
-        md = worlds.unit_metadata(csv)
-        out[name] = Session(md, DuckDBBackend(path, md), sampler=ZeroNoise())
-    md = worlds.unit_metadata(csv, mf=worlds.MAX_FREQS[1])
-    out["mf"] = Session(md, DuckDBBackend(base, md), sampler=ZeroNoise())
+        out[name] = _charging(worlds.unit_metadata(csv), path, folder / f"{name}.ledger")
+    out["mf"] = _charging(worlds.unit_metadata(csv, mf=worlds.MAX_FREQS[1]), base,
+                          folder / "mf.ledger")
     yield out
-    for engine in out.values():
-        engine.backend.close()
+    _close(out)
 
 
 @pytest.fixture(scope="module")
