@@ -141,19 +141,12 @@ def sum_sigma(es: float, width: float, grouped: bool, epsilon: float, delta: flo
     clamp), so each snapped bin by at most ``ceil(D/g) + 1`` steps: l2_squared = kappa times
     its square.
     """
-    if unit_bins is not None:
-        per_bin = es / unit_bins
-        g = sum_grid(per_bin, False)
-        linf = math.ceil(per_bin / g) + 1
-        l2_squared = unit_bins * linf * linf
-        sigma = calibrated_sigma(l2_squared, linf, epsilon, delta, calibration)
-        if sigma > gaussian.MAX_SIGMA or sigma > mechanisms.MAX_DISCRETE_SCALE:
-            raise _too_noisy()
-        return sigma, g, l2_squared, linf
-    g = sum_grid(es, grouped)
-    per_bin = es / 2.0 if grouped else es
+    per_bin = es / unit_bins if unit_bins is not None else es / 2.0 if grouped else es
+    g = sum_grid(per_bin, False)  # the grid of the per-bin sensitivity (sum_grid's D)
     linf = math.ceil(per_bin / g) + 1
-    if grouped:
+    if unit_bins is not None:
+        l2_squared = unit_bins * linf * linf
+    elif grouped:
         # at most 2S = ES/w rows change, each in one bin: at most floor(ES/w) bins change
         # (1e-9 up: ES/w is a float quotient of 2 S w by w, maybe a hair below 2S)
         bins = math.floor(es / width * (1.0 + 1e-9))
