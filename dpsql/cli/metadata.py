@@ -181,8 +181,6 @@ def _summary(t: Table, base: Path | None, md: Metadata | None = None) -> str:
     return ", ".join(parts)
 
 
-
-
 @command.command("check")
 @click.argument("path", required=False, type=click.Path(path_type=Path))
 @metadata_option(help="The metadata file to check (ours or FLEX's); or give it as PATH.")
