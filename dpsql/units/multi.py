@@ -47,7 +47,12 @@ from dpsql.units.analysis import (
     row_width,
     structural_metadata,
 )
-from dpsql.units.paths import UnitSource, unit_source
+from dpsql.units.paths import (
+    REFUSAL_PREFIX,
+    NoCountedUnitError,
+    UnitSource,
+    unit_source,
+)
 
 
 def _names(units: tuple[str, ...]) -> str:
@@ -106,22 +111,21 @@ def _source_on_view(query: exp.Select, metadata: Metadata, unit: PrivacyUnit,
     """:func:`unit_source` on ``unit``'s view, its refusal naming that unit: on the view the
     tables without a path to it are public, which the analyst, who sees them private, cannot
     guess from the one-unit wording."""
+    where = f"{unit.table}.{unit.column}"
     try:
         return unit_source(query, unit_view(metadata, unit.table))
+    except NoCountedUnitError:  # the counted rows link to no unit of this table
+        raise UnsupportedConstructError(
+            f"this query reads rows of two privacy units ({_names(names)}), and the rows "
+            f"it counts link to no {unit.table} unit (to that unit they are rows of "
+            f"public tables only) while its subqueries read rows that do: removing one "
+            f"{where} could change which rows are counted, and no bound holds. Count rows "
+            "linked to both (join the subquery's tables at the top level), or query tables "
+            "linked to one unit only") from None
     except UnsupportedConstructError as err:
         text = str(err)
-        where = f"{unit.table}.{unit.column}"
-        if "public tables only" in text:  # the counted rows link to no unit of this table
-            raise UnsupportedConstructError(
-                f"this query reads rows of two privacy units ({_names(names)}), and the rows "
-                f"it counts link to no {unit.table} unit (to that unit they are rows of "
-                f"public tables only) while its subqueries read rows that do: removing one "
-                f"{where} could change which rows are counted, and no bound holds. Count rows "
-                "linked to both (join the subquery's tables at the top level), or query tables "
-                "linked to one unit only") from None
-        prefix = "under the privacy unit, "
-        if text.startswith(prefix):
+        if text.startswith(REFUSAL_PREFIX):
             raise UnsupportedConstructError(
                 f"under the privacy unit {where} (one of {_names(names)}), "
-                + text[len(prefix):]) from None
+                + text[len(REFUSAL_PREFIX):]) from None
         raise

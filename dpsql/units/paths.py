@@ -105,9 +105,18 @@ class _Classes:
         self.parent[self.find(a)] = self.find(b)
 
 
-def _refuse(what: str) -> UnsupportedConstructError:
-    return UnsupportedConstructError(
-        f"under the privacy unit, {what}: every private table the query reads must belong to "
+#: how every refusal here begins (dpsql.units.multi names the unit after it)
+REFUSAL_PREFIX = "under the privacy unit, "
+
+
+class NoCountedUnitError(UnsupportedConstructError):
+    """The rows counted belong to no unit, and private subqueries decide which are counted."""
+
+
+def _refuse(what: str, kind: type[UnsupportedConstructError] = UnsupportedConstructError
+            ) -> UnsupportedConstructError:
+    return kind(
+        f"{REFUSAL_PREFIX}{what}: every private table the query reads must belong to "
         "the same unit as the rows it counts (join the tables along their unit paths, e.g. "
         "l_orderkey = o_orderkey)")
 
@@ -361,7 +370,7 @@ class _Prover:
         if not top:
             raise _refuse("the rows counted come from public tables only, and the private "
                           "tables in its subqueries decide which: such a row belongs to no "
-                          "single unit")
+                          "single unit", NoCountedUnitError)
         # every cluster's rows share the unit of the rows around them, proved with the
         # equalities that hold for those rows (its own and its enclosing clusters'); the
         # top level's first: the counted rows' unit
