@@ -232,7 +232,7 @@ class R2TRelease:
     scales: np.ndarray
     shifts: np.ndarray
     half_widths: np.ndarray
-    levels: tuple[int, ...]
+    levels: tuple[int, ...] | tuple[float, ...]
     chosen: int
     lower95: float
     upper95: float
@@ -275,14 +275,16 @@ def _checked_truncated(truncated: np.ndarray, n_levels: int) -> np.ndarray:
 def release_r2t_many(truncated: np.ndarray, *, unit_bound: float, max_contribution: int,
                      epsilon: float, beta: float = 0.1, integer: bool,
                      sampler: Sampler | None = None,
-                     base: float = DEFAULT_BASE, increments: bool = True) -> R2TReleases:
+                     base: float = DEFAULT_BASE, increments: bool = True,
+                     fine: bool = False) -> R2TReleases:
     """:func:`release_r2t` for n independent rows at once: ``truncated`` has shape ``(n, L)``,
     row i holding ``Q_i(tau_1..tau_L)``. Each row is one epsilon-DP release (module docstring);
     how rows compose (e.g. groups, each unit in at most kappa of them) is the caller's job.
     One sampler draw per level for all rows together (the increments' draws when the plan
-    noises increments; the levels are then their running sums)."""
+    noises increments; the levels are then their running sums). ``fine``: the levels are
+    :func:`~dpsql.noise.r2t_levels.fine_levels` (:func:`plan_r2t`)."""
     plan = plan_r2t(unit_bound=unit_bound, max_contribution=max_contribution, epsilon=epsilon,
-                    beta=beta, integer=integer, base=base, increments=increments)
+                    beta=beta, integer=integer, base=base, increments=increments, fine=fine)
     n_levels = len(plan.levels)
     arr = _checked_truncated(truncated, n_levels)
     if plan.increments:
@@ -326,7 +328,7 @@ def release_r2t_many(truncated: np.ndarray, *, unit_bound: float, max_contributi
 def release_r2t(truncated: np.ndarray, *, unit_bound: float, max_contribution: int,
                 epsilon: float, beta: float = 0.1, integer: bool,
                 sampler: Sampler | None = None, base: float = DEFAULT_BASE,
-                increments: bool = True) -> R2TRelease:
+                increments: bool = True, fine: bool = False) -> R2TRelease:
     """Release one COUNT or SUM under a privacy unit with R2T (contract: module docstring).
 
     ``truncated[j]`` is the exact ``Q(tau_j) = sum_u min(c_u, tau_j b)`` for the levels of
@@ -347,5 +349,5 @@ def release_r2t(truncated: np.ndarray, *, unit_bound: float, max_contribution: i
     many = release_r2t_many(arr[None, :], unit_bound=unit_bound,
                             max_contribution=max_contribution, epsilon=epsilon, beta=beta,
                             integer=integer, sampler=sampler, base=base,
-                            increments=increments)
+                            increments=increments, fine=fine)
     return many.row(0)

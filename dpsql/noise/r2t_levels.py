@@ -12,12 +12,16 @@ import math
 import numbers
 from fractions import Fraction
 
-__all__ = ["DEFAULT_BASE", "MAX_LEVELS", "MIN_BASE", "levels"]
+__all__ = ["DEFAULT_BASE", "FINE_BITS", "MAX_LEVELS", "MIN_BASE", "fine_exponent", "fine_levels",
+           "levels"]
 
 #: Largest number of levels: GS up to 2^62 rows (counts must stay within int64).
 MAX_LEVELS = 62
 #: The paper's grid: tau_j = 2^j (the default when the owner declares no base)
 DEFAULT_BASE = 2.0
+#: Fine levels (:func:`fine_levels`) keep the top level below 2^(FINE_BITS + 1) grid steps, so
+#: every level is a whole number of steps below 2^31 (the max-flow's int32 capacities)
+FINE_BITS = 30
 #: The smallest base: with B >= 2 the levels floor(B^j) are distinct and start at 2 or more
 MIN_BASE = 2.0
 
@@ -64,3 +68,44 @@ def levels(max_contribution: int, base: float = DEFAULT_BASE) -> tuple[int, ...]
         raise ValueError(f"the top truncation level floor({float(b):g}^{len(out)}) = {out[-1]} "
                          f"exceeds 2^62 rows: declare a smaller base or max_contribution")
     return tuple(out)
+
+
+def _floor_log2(x: Fraction) -> int:
+    """``floor(log2(x))`` of a positive rational, exactly."""
+    e = x.numerator.bit_length() - x.denominator.bit_length()
+    if (x.numerator << max(-e, 0)) < (x.denominator << max(e, 0)):
+        e -= 1  # 2^e > x
+    return e
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def fine_exponent(max_contribution: int, base: float = DEFAULT_BASE) -> int:
+    """The k of :func:`fine_levels`: ``max(0, FINE_BITS - floor(log2(B^L)))``, L as in
+    :func:`levels` (same preconditions)."""
+    n_levels = len(levels(max_contribution, base))
+    return max(0, FINE_BITS - _floor_log2(_exact_base(base) ** n_levels))
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def fine_levels(max_contribution: int, base: float = DEFAULT_BASE
+                ) -> tuple[int, ...] | tuple[float, ...]:
+    """R2T's levels ``B^j`` themselves, on the dyadic grid ``2^-k`` (the max-flow truncation
+    of several units, dpsql.noise.r2t_flow): ``tau_j = floor(B^j 2^k) / 2^k`` for the same
+    ``j = 1..L`` as :func:`levels`, ``k = fine_exponent(GS, B)``.
+
+    Precondition: as :func:`levels`. Guarantee: strictly increasing, ``floor(B^j) <= tau_j <=
+    B^j`` (exact rationals, so a function of the declared GS and B alone), ``tau_L >= GS``, and
+    every ``tau_j 2^k`` a whole number below ``2^31`` when ``k > 0`` (``B^L < 2^(e + 1)``
+    with ``e = floor(log2 B^L) = FINE_BITS - k``); floats, each exact (at most 31 significant
+    bits). When every such level is a whole number (a whole base such as the default 2, or
+    ``k = 0``: the top level is ``2^30`` or more) they are exactly :func:`levels`, as ints.
+    R2T's own code races ``5.5^j`` (hkustDB/Race-to-the-Top, ``R2TSJF.py``); base 5.5 is
+    dyadic (``5.5^j = 11^j / 2^j``), so its fine levels are exactly ``5.5^j`` while ``j <= k``.
+    """
+    whole = levels(max_contribution, base)
+    k = fine_exponent(max_contribution, base)
+    b = _exact_base(base)
+    steps = [math.floor(b ** j * 2**k) for j in range(1, len(whole) + 1)]
+    if all(s % (1 << k) == 0 for s in steps):
+        return whole
+    return tuple(math.ldexp(float(s), -k) for s in steps)

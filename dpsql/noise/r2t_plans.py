@@ -26,7 +26,7 @@ import numpy as np
 from dpsql.errors import NotSupportedError
 from dpsql.noise import mechanisms
 from dpsql.noise.mechanisms import positive_real
-from dpsql.noise.r2t_levels import DEFAULT_BASE, levels
+from dpsql.noise.r2t_levels import DEFAULT_BASE, fine_levels, levels
 from dpsql.noise.r2t_tail import tail_steps
 
 __all__ = ["CONFIDENCE", "MIN_BETA", "R2TPlan", "increment_plan", "level_plan", "plan_r2t",
@@ -100,8 +100,10 @@ def _draw_scale(sensitivity: float, eps_level: float, integer: bool) -> tuple[fl
         raise _too_noisy() from None
 
 
-def level_plan(taus: tuple[int, ...], b: float, eps: float, beta: float, integer: bool
-                ) -> Plan:
+Levels = tuple[int, ...] | tuple[float, ...]
+
+
+def level_plan(taus: Levels, b: float, eps: float, beta: float, integer: bool) -> Plan:
     """Per-level noise: level j noised alone at scale ``L tau_j b / epsilon`` (sums: ``+ g_j``)
     with the one-level shift and half-width (dpsql.noise.r2t's module docstring, "Per-level
     noise")."""
@@ -124,8 +126,8 @@ def level_plan(taus: tuple[int, ...], b: float, eps: float, beta: float, integer
     return scales, grids, shifts, widths
 
 
-def increment_plan(taus: tuple[int, ...], b: float, eps: float, beta: float, integer: bool
-                    ) -> Plan | None:
+def increment_plan(taus: Levels, b: float, eps: float, beta: float, integer: bool
+                   ) -> Plan | None:
     """Noised increments: ``D_j = Q(tau_j) - Q(tau_(j-1))`` noised at scale ``L (tau_j -
     tau_(j-1)) b / epsilon`` (sums: ``+ g_j``); level j's noise is the sum of the first j, its
     shift and half-width from :func:`dpsql.noise.r2t_tail.tail_steps` (dpsql.noise.r2t's
@@ -133,7 +135,7 @@ def increment_plan(taus: tuple[int, ...], b: float, eps: float, beta: float, int
     n = len(taus)
     eps_level = eps / n
     scales, grids = [], []
-    previous = 0
+    previous: float = 0
     for tau in taus:
         scale, g = _draw_scale((tau - previous) * b, eps_level, integer)
         previous = tau
@@ -165,7 +167,8 @@ def increment_plan(taus: tuple[int, ...], b: float, eps: float, beta: float, int
 class R2TPlan:
     """The public parameters of one R2T release: they depend on GS, b, epsilon, beta only.
 
-    ``levels[j]`` is tau in rows; ``increments`` whether the levels are released as noised
+    ``levels[j]`` is tau in rows (:func:`~dpsql.noise.r2t_levels.levels`, or its fine
+    levels, ``fine``); ``increments`` whether the levels are released as noised
     increments (dpsql.noise.r2t's module docstring); ``scales[j]`` the noise scale of draw j
     in value units (of level j, or of its increment; a count's discrete Laplace scale; a
     sum's grid step times its integer noise's scale); ``granularities[j]`` its grid (1 for
@@ -173,7 +176,7 @@ class R2TPlan:
     level j's share of the simultaneous 95% interval.
     """
 
-    levels: tuple[int, ...]
+    levels: tuple[int, ...] | tuple[float, ...]
     unit_bound: float
     epsilon: float
     beta: float
@@ -183,6 +186,7 @@ class R2TPlan:
     shifts: tuple[float, ...]
     half_widths: tuple[float, ...]
     increments: bool = False
+    fine: bool = False
 
     @property
     def epsilon_per_level(self) -> float:
@@ -190,13 +194,16 @@ class R2TPlan:
 
 
 def plan_r2t(*, unit_bound: float, max_contribution: int, epsilon: float, beta: float = 0.1,
-             integer: bool, base: float = DEFAULT_BASE, increments: bool = True) -> R2TPlan:
+             integer: bool, base: float = DEFAULT_BASE, increments: bool = True,
+             fine: bool = False) -> R2TPlan:
     """The public plan of an R2T release (levels, scales, grids, shifts, half-widths, and
     whether the levels are released as noised increments).
 
     Precondition: ``unit_bound`` (b) finite > 0, a whole number when ``integer``; GS as for
-    :func:`levels`; ``epsilon`` finite > 0; ``MIN_BETA <= beta < 1``. Otherwise ``TypeError`` /
-    ``ValueError`` (programming errors); a level whose count scale exceeds
+    :func:`levels`, whose levels the plan uses, or with ``fine`` those of
+    :func:`~dpsql.noise.r2t_levels.fine_levels` (then ``integer`` only when they are whole);
+    ``epsilon`` finite > 0; ``MIN_BETA <= beta < 1``. Otherwise ``TypeError`` / ``ValueError``
+    (programming errors); a level whose count scale exceeds
     ``MAX_DISCRETE_SCALE`` (or a sum scale outside the grid's range) is a
     :class:`NotSupportedError`. Guarantee: every field is a function of these public
     parameters alone (dpsql.noise.r2t's module docstring says what each means). With
@@ -216,7 +223,11 @@ def plan_r2t(*, unit_bound: float, max_contribution: int, epsilon: float, beta: 
     if integer and not b.is_integer():
         raise ValueError("a count's unit_bound must be a whole number of rows' weight (1 for "
                          "COUNT); use integer=False for sums")
-    taus = levels(max_contribution, base)
+    if not isinstance(fine, bool):
+        raise TypeError("fine must be a bool")
+    taus = fine_levels(max_contribution, base) if fine else levels(max_contribution, base)
+    if integer and not all(float(t).is_integer() for t in taus):
+        raise ValueError("a count's fine levels are not whole rows here: use integer=False")
     chosen = level_plan(taus, b, eps, beta_f, integer)
     use_increments = False
     if increments and len(taus) > 1:
@@ -234,17 +245,17 @@ def plan_r2t(*, unit_bound: float, max_contribution: int, epsilon: float, beta: 
     scales, grids, shifts, widths = chosen
     return R2TPlan(levels=taus, unit_bound=b, epsilon=eps, beta=beta_f, integer=integer,
                    scales=tuple(scales), granularities=tuple(grids), shifts=tuple(shifts),
-                   half_widths=tuple(widths), increments=use_increments)
+                   half_widths=tuple(widths), increments=use_increments, fine=fine)
 
 
 def r2t_scales(*, unit_bound: float, max_contribution: int, epsilon: float,
                integer: bool, base: float = DEFAULT_BASE, increments: bool = True,
-               beta: float = 0.1) -> np.ndarray:
+               beta: float = 0.1, fine: bool = False) -> np.ndarray:
     """The public noise scale of every draw (value units), for explain and the release record
     before anything runs: per-level noise ``L tau_j b / epsilon`` for counts, ``L (tau_j b +
     g_j) / epsilon`` for sums; noised increments the same with ``tau_j - tau_(j-1)`` for
     ``tau_j`` (:func:`plan_r2t`, which also says which applies: pass the release's beta, on
     which that choice may depend)."""
     plan = plan_r2t(unit_bound=unit_bound, max_contribution=max_contribution, epsilon=epsilon,
-                    beta=beta, integer=integer, base=base, increments=increments)
+                    beta=beta, integer=integer, base=base, increments=increments, fine=fine)
     return np.array(plan.scales, dtype=np.float64)

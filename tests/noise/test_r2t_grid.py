@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
 from dpsql.noise.r2t import levels, plan_r2t, release_r2t, truncated_sums
+from dpsql.noise.r2t_levels import fine_exponent, fine_levels
 
 
 class SequenceSampler:
@@ -156,3 +158,53 @@ def test_truncation_bias_bound_at_the_edge_of_the_noise_event(base, largest, inc
     # or a lower one
     first = next(j for j, t in enumerate(plan.levels) if t >= tau_star)
     assert rel.chosen <= first
+
+
+def test_fine_levels_are_r2ts_own_powers_of_5_5():
+    # R2T's code races 5.5^j exactly; 5.5^j = 11^j / 2^j is dyadic, k = 30 - 19 = 11 >= 8
+    assert fine_exponent(837339, 5.5) == 11
+    assert fine_levels(837339, 5.5) == tuple(5.5**j for j in range(1, 9))
+    # the whole-row grid of one unit is their floor
+    assert levels(837339, 5.5) == tuple(math.floor(5.5**j) for j in range(1, 9))
+
+
+@pytest.mark.parametrize("base", [2, 2.5, 3, 3.3, 5.5, 10, 1000.5])
+def test_fine_grid_guarantees(base):
+    for gs in [*range(1, 200), 10**6, 2**29, 2**40]:
+        whole = levels(gs, base)
+        fine = fine_levels(gs, base)
+        k = fine_exponent(gs, base)
+        assert len(fine) == len(whole)
+        assert all(a < b for a, b in itertools.pairwise(fine))
+        exact = Fraction(base)
+        for j, tau in enumerate(fine, start=1):
+            # floor(B^j) <= tau_j <= B^j, exactly, and a whole number of 2^-k below 2^31
+            assert whole[j - 1] <= Fraction(tau) <= exact**j
+            steps = Fraction(tau) * 2**k
+            assert steps.denominator == 1
+            assert k == 0 or steps < 2**31
+        assert fine[-1] >= gs
+        if all(float(t).is_integer() for t in fine):
+            assert fine == whole  # whole bases, or a top level of 2^30 or more: the same grid
+
+
+def test_fine_levels_of_whole_bases_and_huge_grids_are_the_whole_ones():
+    assert fine_levels(2**20, 2) == levels(2**20, 2)
+    assert fine_levels(10**6, 10) == levels(10**6, 10)
+    assert fine_exponent(2**40, 5.5) == 0 and fine_levels(2**40, 5.5) == levels(2**40, 5.5)
+
+
+def test_a_count_plan_at_fine_levels_is_a_sum_plan():
+    plan = plan_r2t(unit_bound=1, max_contribution=837339, epsilon=0.8, integer=False, base=5.5,
+                    increments=False, fine=True)
+    assert plan.levels == fine_levels(837339, 5.5) and plan.fine
+    # a level's scale covers its real tau plus the grid step (dpsql.noise.r2t, "Sums")
+    for tau, scale, g in zip(plan.levels, plan.scales, plan.granularities, strict=True):
+        assert scale == pytest.approx(8 * (tau + g) / 0.8, rel=1e-12)
+        assert scale > 8 * tau / 0.8
+    with pytest.raises(ValueError, match="integer=False"):
+        plan_r2t(unit_bound=1, max_contribution=837339, epsilon=0.8, integer=True, base=5.5,
+                 fine=True)
+    # whole fine levels (base 2) keep the exact integer plan
+    same = plan_r2t(unit_bound=1, max_contribution=2**20, epsilon=0.8, integer=True, fine=True)
+    assert same.levels == levels(2**20, 2) and same.integer
