@@ -27,6 +27,7 @@ from dpsql.metadata import Metadata
 from dpsql.noise.partition import EXPLAIN_SIZES, SelectionPlan, describe, plan_with_selection
 from dpsql.noise.plan import NoisePlan, plan_noise, split_budget
 from dpsql.noise.r2t import levels as r2t_levels
+from dpsql.noise.r2t_levels import fine_levels
 from dpsql.sample_aggregate.analysis import mentions_wrapper
 from dpsql.sample_aggregate.explain import (
     explain_sample_aggregate,
@@ -337,7 +338,12 @@ def _unit_lines(analysis: QueryAnalysis, epsilon: float, delta: float) -> list[s
         lines += [f"  its {other.table} unit: {osrc.description}{opath}",
                   "  each level truncates the (unit, unit) pairs by R2T's LP, solved exactly "
                   "as a max-flow (either unit's removal moves it by at most tau)"]
-    if release.r2t:
+    if release.r2t and release.more:  # R2T's own levels B^j (dpsql.units.grid, fine)
+        taus = fine_levels(unit.max_contribution, unit.level_base)
+        lines += [f"  R2T: {len(taus)} truncation levels {unit.level_base:g}^j = "
+                  f"{taus[0]:g}..{taus[-1]:.10g} rows (max_contribution "
+                  f"{unit.max_contribution}), beta {R2T_BETA:g}"]
+    elif release.r2t:
         taus = r2t_levels(unit.max_contribution, unit.level_base)
         lines += [f"  R2T: {len(taus)} truncation levels floor({unit.level_base:g}^j) = "
                   f"{taus[0]}..{taus[-1]} rows (max_contribution {unit.max_contribution}), "

@@ -156,9 +156,15 @@ class Pairs:
         if top is None:
             top = values.max() if values.size else 0
         if integer:
-            if top == 1 and (values.min() if low is None else low) == 1:
-                # flat rows (dpsql.units.multi_rewrite): the loads are the counts
+            if values.ndim == 1 and values.size and values.strides[0] == 0:
+                # one psi broadcast to every result (flat rows, dpsql.units.multi_rewrite: 1,
+                # or 2^k at fine levels): the loads are the counts times it
                 load_a = count_a.astype(np.int64, copy=False)
+                load_b = count_b.astype(np.int64, copy=False)
+                if int(top) != 1:
+                    load_a, load_b = load_a * int(top), load_b * int(top)
+            elif top == 1 and (values.min() if low is None else low) == 1:
+                load_a = count_a.astype(np.int64, copy=False)  # every psi 1: the counts
                 load_b = count_b.astype(np.int64, copy=False)
             else:
                 load_a = exact_sums(a, values, na, int(top), most_a)

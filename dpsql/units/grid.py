@@ -17,6 +17,15 @@ depends on the part (:class:`dpsql.units.analysis.R2TPart`):
   level up to B times coarser than its sum needs; and they cannot take an owner's bound on the
   sum.
 
+**Several units** (dpsql.units.multi, the max-flow truncation): the levels are R2T's own
+``B^j`` on a fine dyadic grid (:func:`dpsql.noise.r2t_levels.fine_levels`; exactly ``5.5^j``
+for R2T's base), in rows or value units as above. A flow solves a real level as exactly as a
+whole one (dpsql.noise.r2t_flow), and its levels are noised one by one, so nothing there needs
+whole rows; a COUNT whose levels are not whole is released through the sums' noise
+(:func:`released_integer`), then rounded (post-processing). Under one unit the levels stay
+whole (``floor(B^j)``): its counts are exact integers under discrete noise, noised as
+increments. Whole bases (the default 2) give the same levels either way.
+
 Contract of :func:`part_grid`. Precondition: ``part`` is one of the analysis's parts (COUNT:
 ``bound == 1`` and ``integer``; SUM: ``bound > 0`` finite, ``integer`` false) and ``unit`` the
 declared privacy unit. Guarantee: ``(unit_bound, max_contribution)`` for
@@ -37,11 +46,12 @@ from fractions import Fraction
 from dpsql.analysis.model import Measurement
 from dpsql.errors import NotSupportedError
 from dpsql.metadata import PrivacyUnit
-from dpsql.noise.r2t_levels import MAX_LEVELS, levels
+from dpsql.noise.r2t_levels import MAX_LEVELS, fine_levels, levels
 from dpsql.rewrite.fixed_point import SUMMAND_BITS, exponent_below
 from dpsql.units.analysis import R2TPart, UnitRelease, per_group_clamp
 
-__all__ = ["part_grid", "part_levels", "r2t_row_bounds", "sum_top", "summand_exponent"]
+__all__ = ["fine_grid", "part_grid", "part_levels", "r2t_row_bounds", "released_integer",
+           "sum_top", "summand_exponent"]
 
 
 def sum_top(bound: float, unit: PrivacyUnit) -> int:
@@ -67,9 +77,24 @@ def part_grid(part: R2TPart, unit: PrivacyUnit) -> tuple[float, int]:
     return 1.0, gs
 
 
-def part_levels(part: R2TPart, unit: PrivacyUnit) -> tuple[int, ...]:
-    """The levels of ``part`` (rows for a COUNT, value units for a SUM part)."""
-    return levels(part_grid(part, unit)[1], unit.level_base)
+def part_levels(part: R2TPart, unit: PrivacyUnit, fine: bool = False
+                ) -> tuple[int, ...] | tuple[float, ...]:
+    """The levels of ``part`` (rows for a COUNT, value units for a SUM part); ``fine``: the
+    fine levels of several units (module docstring)."""
+    gs = part_grid(part, unit)[1]
+    return fine_levels(gs, unit.level_base) if fine else levels(gs, unit.level_base)
+
+
+def fine_grid(release: UnitRelease) -> bool:
+    """Whether ``release`` truncates at fine levels: over several units (module docstring)."""
+    return bool(release.more)
+
+
+def released_integer(part: R2TPart, release: UnitRelease) -> bool:
+    """Whether ``part`` is released as an exact integer under discrete noise: a COUNT whose
+    levels are whole rows (always under one unit)."""
+    return part.integer and all(
+        float(t).is_integer() for t in part_levels(part, release.unit, fine_grid(release)))
 
 
 def _too_large(gs: int) -> NotSupportedError:
@@ -86,7 +111,7 @@ def summand_exponent(m: Measurement, release: UnitRelease) -> int:
     (:func:`dpsql.units.analysis.per_group_clamp`) in two stages. A sum of fewer than 2^63 of
     them cannot overflow DECIMAL(38, 0). Public: the metadata and the bounds alone."""
     if release.r2t:
-        top = max((Fraction(max(part_levels(p, release.unit))) * Fraction(
+        top = max((Fraction(max(part_levels(p, release.unit, fine_grid(release)))) * Fraction(
             part_grid(p, release.unit)[0]) for p in release.parts if p.index == m.index),
             default=Fraction(0))  # no part: a SUM over [0, 0]
     else:
@@ -105,7 +130,8 @@ def r2t_row_bounds(m: Measurement, release: UnitRelease) -> tuple[float, float]:
     for p in release.parts:
         if p.index != m.index:
             continue
-        top = max(part_levels(p, release.unit)) * int(part_grid(p, release.unit)[0])
+        top = max(part_levels(p, release.unit, fine_grid(release))) * int(
+            part_grid(p, release.unit)[0])
         outward = float(top)
         if outward < top:  # nearest double below the integer level: one step up
             outward = math.nextafter(outward, math.inf)

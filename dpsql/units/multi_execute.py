@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -119,11 +120,36 @@ def pair_levels(columns: Sequence[Any], release: UnitRelease,
     for part in parts:
         taus = value_levels(part, release)
         if ones is not None and part.integer:  # a flat COUNT(*): psi 1 per row
-            out.append(flow_truncated(a, b, ones, taus, integer=True, trace=trace))
+            out.append(count_levels(a, b, ones, taus, trace))
+        elif part.integer:
+            out.append(count_levels(a, b, _values(next(rest), True), taus, trace))
         else:
-            psi = _values(next(rest), part.integer)
-            out.append(flow_truncated(a, b, psi, taus, integer=part.integer, trace=trace))
+            psi = _values(next(rest), False)
+            out.append(flow_truncated(a, b, psi, taus, integer=False, trace=trace))
     return out
+
+
+def count_levels(a: np.ndarray, b: np.ndarray, counts: np.ndarray, taus: Sequence[float],
+                 trace: list[tuple[float, str]] | None = None) -> np.ndarray:
+    """A COUNT part's Q(tau_j): the flow truncation of whole ``counts`` (int64, or a
+    broadcast 1 per flat row) at ``taus``. Whole levels: the flow's int64 answers. Fine
+    levels (dpsql.units.grid: multiples of 2^-k, each ``tau_j 2^k`` a whole number below
+    2^31) are the same LP in units of 2^-k: capacities ``counts 2^k`` and caps ``tau_j 2^k``,
+    an integral flow whose optimum is ``2^k`` times the LP's at ``tau_j`` (both scale
+    exactly), returned as float64 ``OPT / 2^k`` (exact below 2^53). So the flow's contract,
+    ``Q_j(I') <= Q_j(I) <= Q_j(I') + tau_j``, holds at the real levels."""
+    if all(float(t).is_integer() for t in taus):
+        return flow_truncated(a, b, counts, taus, integer=True, trace=trace)
+    scale = max(Fraction(float(t)).denominator for t in taus)  # 2^k: a float's is a power of 2
+    caps = [int(t * scale) for t in taus]
+    if any(c != t * scale or c >= 2**31 for c, t in zip(caps, taus, strict=True)):
+        raise ValueError("fine levels must be whole numbers of 2^-k below 2^31 of them")
+    if counts.ndim == 1 and counts.size and counts.strides[0] == 0:
+        scaled = np.broadcast_to(np.int64(int(counts[0]) * scale), counts.shape)
+    else:
+        scaled = np.multiply(counts, scale, dtype=np.int64)
+    opt = flow_truncated(a, b, scaled, caps, integer=True, trace=trace)
+    return opt.astype(np.float64) / scale
 
 
 def fallback_levels(results: Iterable[Sequence[Any]], release: UnitRelease
@@ -146,7 +172,7 @@ def fallback_levels(results: Iterable[Sequence[Any]], release: UnitRelease
         for (i, j), column in zip(chunk, columns[2:], strict=True):
             taus = value_levels(parts[i], release)
             if j is None:  # a COUNT(*) part: its pairs' row counts
-                out[i] = flow_truncated(a, b, _values(column, True), taus, integer=True)
+                out[i] = count_levels(a, b, _values(column, True), taus)
                 continue
             delta = level_step(taus[j], False)
             cap = math.floor(taus[j] / delta)

@@ -84,10 +84,11 @@ def flat_guard(columns: int, rows: int | None = None) -> int:
 
 
 def value_levels(part: R2TPart, release: UnitRelease) -> list[float]:
-    """A part's levels in value units, as the flow reads them (``tau_j * b`` in float64: the
-    very numbers dpsql.units.multi_execute passes to dpsql.noise.r2t_flow)."""
+    """A part's levels in value units, as the flow reads them (``tau_j * b`` over the part's
+    fine levels, dpsql.units.grid: the very numbers dpsql.units.multi_execute passes to
+    dpsql.noise.r2t_flow)."""
     bound, _ = part_grid(part, release.unit)
-    return [tau * bound for tau in part_levels(part, release.unit)]
+    return [tau * bound for tau in part_levels(part, release.unit, fine=True)]
 
 
 def pair_contributions(select: exp.Select, release: UnitRelease,
@@ -132,7 +133,7 @@ def flat_rows(select: exp.Select, release: UnitRelease) -> bool:
         if not (isinstance(agg, exp.Count) and isinstance(agg.this, exp.Star)):
             return False
         bound, _ = part_grid(part, release.unit)
-        if bound != 1 or max(part_levels(part, release.unit)) * bound >= 2**31:
+        if bound != 1 or max(part_levels(part, release.unit, fine=True)) * bound >= 2**31:
             return False
     return bool(release.parts)
 

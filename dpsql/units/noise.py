@@ -7,7 +7,8 @@ non-positive sums) gives each half of its share; every part is an R2T release
 units for a SUM part), pure epsilon-DP with public noise scales. Under one unit the levels
 are noised increments (naive truncation meets that plan's precondition); under several units
 (the max-flow truncation, which bounds each level's move but not its increments') every level
-is noised on its own. Refusals (the Gaussian mechanism) depend on the budget alone.
+is noised on its own, at the fine levels of dpsql.units.grid (a COUNT whose levels are not
+whole rows through the sums' noise). Refusals (the Gaussian mechanism) depend on the budget alone.
 
 Contract of :func:`release_r2t_measurements`: each measurement's released value is the sum of
 its parts' R2T releases (the non-positive part subtracted), and its 95% interval the sum of
@@ -16,6 +17,7 @@ theirs -- post-processing of the parts' noisy values.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,7 +30,7 @@ from dpsql.noise import r2t
 from dpsql.noise.mechanisms import Sampler
 from dpsql.noise.plan import NoisePlan
 from dpsql.units.analysis import R2TPart
-from dpsql.units.grid import part_grid
+from dpsql.units.grid import fine_grid, part_grid, released_integer
 
 #: R2T's beta: the probability bound of its error guarantee, and of the one-sided shift that
 #: keeps the release below the truth (public; the paper's default)
@@ -50,6 +52,10 @@ class PartPlan:
     #: whose naive truncation moves each increment by at most its width; the max-flow
     #: truncation of several units (dpsql.noise.r2t_flow) bounds each level's move alone
     increments: bool = True
+    #: the fine levels of several units (dpsql.units.grid)
+    fine: bool = False
+    #: released as an exact integer under discrete noise (dpsql.units.grid.released_integer)
+    integer: bool = True
 
 
 def plan_r2t(analysis: QueryAnalysis, budget: Budget | None) -> tuple[NoisePlan, ...]:
@@ -64,6 +70,7 @@ def plan_r2t(analysis: QueryAnalysis, budget: Budget | None) -> tuple[NoisePlan,
             "noise: use mechanism='laplace'")
     base = release.unit.level_base
     increments = not release.more
+    fine = fine_grid(release)
     n = len(analysis.measurements)
     eps_each = budget.epsilon / n
     plans = []
@@ -76,11 +83,12 @@ def plan_r2t(analysis: QueryAnalysis, budget: Budget | None) -> tuple[NoisePlan,
         part_plans = []
         for p in parts:
             bound, gs = part_grid(p, release.unit)
+            integer = released_integer(p, release)
             scales = r2t.r2t_scales(unit_bound=bound, max_contribution=gs, epsilon=eps_part,
-                                    integer=p.integer, base=base, beta=BETA,
-                                    increments=increments)
+                                    integer=integer, base=base, beta=BETA,
+                                    increments=increments, fine=fine)
             part_plans.append(PartPlan(p, eps_part, tuple(float(s) for s in scales), bound, gs,
-                                       increments))
+                                       increments, fine, integer))
         top = max(s for pp in part_plans for s in pp.scales)
         plans.append(NoisePlan(m, eps_each, 0.0, m.sensitivity.at(0), None, top,
                                r2t=tuple(part_plans)))
@@ -113,13 +121,15 @@ def release_r2t_measurements(truncated: Sequence[np.ndarray], plans: Sequence[No
             rel = r2t.release_r2t(
                 np.asarray(truncated[i]), unit_bound=pp.unit_bound,
                 max_contribution=pp.max_contribution, epsilon=pp.epsilon, beta=BETA,
-                integer=pp.part.integer, sampler=sampler, base=base,
-                increments=pp.increments)
+                integer=pp.integer, sampler=sampler, base=base,
+                increments=pp.increments, fine=pp.fine)
             i += 1
             if pp.part.sign > 0:
                 value, lower, upper = value + rel.value, lower + rel.lower95, upper + rel.upper95
             else:
                 value, lower, upper = value - rel.value, lower - rel.upper95, upper - rel.lower95
+        if plan.measurement.integer:  # a count at fine levels: whole rows, rounded outwards
+            lower, upper = float(math.floor(lower)), float(math.ceil(upper))
         out.append(R2TOutcome(value, lower, upper))
     return out
 

@@ -28,7 +28,7 @@ from dpsql.rewrite.plan import plan_execution
 from dpsql.units import multi_rewrite
 from dpsql.units.analysis import UnitRelease
 from dpsql.units.execute import truncated_levels as engine_levels
-from dpsql.units.grid import part_grid, part_levels
+from dpsql.units.grid import fine_grid, part_grid, part_levels
 from dpsql.units.multi_execute import fallback_levels, pair_levels
 from dpsql.units.multi_rewrite import is_flat, regrouped
 from tests.units import tiny_multi
@@ -77,7 +77,7 @@ def truncated_levels(release: UnitRelease, exact_sql: str, db: tiny_multi.Databa
     """Per part: (its bound b, Q(tau_j) for every level), as the engine computes them; for a
     flat query, checked first against the guard's fallback (``check_fallback``)."""
     con = tiny_multi.load(db)
-    grids = [(part_grid(p, release.unit)[0], part_levels(p, release.unit))
+    grids = [(part_grid(p, release.unit)[0], part_levels(p, release.unit, fine_grid(release)))
              for p in release.parts]
     out = []
     if release.more:
@@ -105,7 +105,8 @@ def bruteforce_two_units(sql: str, md: Metadata,
                          databases: Sequence[tiny_multi.Database]) -> None:
     """R2T's precondition for every level of ``sql`` over every neighbour (module docstring)."""
     release, exact_sql = _plan(sql, md)
-    taus = [part_levels(p, release.unit) for p in release.parts]
+    # the engine's own levels: fine ones over two units (dpsql.units.grid)
+    taus = [part_levels(p, release.unit, fine_grid(release)) for p in release.parts]
     for db in databases:
         base = truncated_levels(release, exact_sql, db)
         for what, other_db in tiny_multi.neighbours(db):
@@ -139,6 +140,18 @@ def test_on_an_owner_grid():
     md = tiny_multi.metadata(max_contribution=8, level_base=2.5)
     for sql in TWO_UNITS[2:4]:
         bruteforce_two_units(sql, md, _databases(2, 11))
+
+
+@pytest.mark.parametrize("sql", [TWO_UNITS[0], TWO_UNITS[2], TWO_UNITS[4]])
+def test_on_fine_levels(sql):
+    # base 1.5 * 2^0 .. : levels 2.25, 5.0625, 11.390625 are not whole rows (R2T's real
+    # levels; dpsql.units.grid), so the counts' flow runs in quarter, sixteenth.. rows
+    md = tiny_multi.metadata(max_contribution=8, level_base=2.25)
+    release = analyze_request(sql, md).unit
+    assert release is not None and release.more
+    assert not all(float(t).is_integer()
+                   for t in part_levels(release.parts[0], release.unit, True))
+    bruteforce_two_units(sql, md, _databases(3, 13))
 
 
 def test_the_exact_query_is_the_join_grouped_by_both_ids(monkeypatch):

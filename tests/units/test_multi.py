@@ -118,3 +118,40 @@ def test_a_release_over_two_units_through_the_session(database, tmp_path):
     assert n == max(0, int(max(levels - np.array(plan.shifts, dtype=np.int64))))
     lower, upper = record.columns[0].interval_95
     assert lower <= levels[-1] <= upper
+
+
+def test_a_count_over_two_units_races_r2ts_real_levels(database, tmp_path):
+    """Base 2.25 (R2T's code races real B^j): the flow truncates at 2.25, 5.0625, ..; the
+    count is released through the sums' noise at those levels, rounded, with a whole-row
+    interval; explain's scales are that plan's."""
+    path, db = database
+    md = tiny_multi.metadata(max_contribution=16, level_base=2.25)
+    sql = "SELECT COUNT(*) AS n FROM items i JOIN orders o ON o.o_id = i.i_order"
+    plan = r2t.plan_r2t(unit_bound=1, max_contribution=16, epsilon=1.0, integer=False,
+                        base=2.25, increments=False, fine=True)
+    assert plan.levels == (2.25, 5.0625, 11.390625, 25.62890625)
+    (m,) = explain(sql, md, epsilon=1.0, delta=0.0)["measurements"]
+    assert m["parts"][0]["level_scales"] == list(plan.scales)
+    backend = DuckDBBackend(path, md)
+    ledger = open_ledger(tmp_path / "ledger.sqlite", epsilon=10.0, delta=1e-3)
+    session = ledger_session(md, backend, ledger, sampler=ZeroNoise())
+    try:
+        result = session.run(sql, epsilon=1.0)
+    finally:
+        backend.close()
+        ledger.close()
+    owner = dict(db["orders"])
+    pairs: dict[tuple[int, int], int] = {}
+    for order, supp, _ in db["items"]:
+        if order in owner:
+            pairs[(owner[order], supp)] = pairs.get((owner[order], supp), 0) + 1
+    results = [(n, (("c", c), ("s", s))) for (c, s), n in pairs.items()]
+    levels = np.array([lp_truncated(results, t) for t in plan.levels])
+    assert any(not float(v).is_integer() for v in np.round(levels, 6))  # a real level binds
+    (n,) = result.rows[0]
+    # zero noise: each level snapped to its grid (at most half a step off), then shifted
+    want = max(0.0, float(max(levels - np.array(plan.shifts))))
+    assert isinstance(n, int) and abs(n - want) <= 0.5 + max(plan.granularities)
+    lower, upper = result.release.columns[0].interval_95
+    assert float(lower).is_integer() and float(upper).is_integer()
+    assert lower <= levels[-1] <= upper

@@ -3,11 +3,15 @@ distinct codes, NULL its own), and the executed query's columns read per part.""
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
 from dpsql.errors import ProgrammingError
-from dpsql.units.multi_execute import pair_levels, unit_codes
+from dpsql.noise.r2t_levels import fine_levels
+from dpsql.noise.r2t_lp import lp_truncated
+from dpsql.units.multi_execute import count_levels, pair_levels, unit_codes
 
 
 def _same_partition(ids, codes) -> bool:
@@ -52,3 +56,36 @@ def test_columns_of_the_wrong_shape_are_a_programming_error():
     assert release is not None and len(release.parts) == 3
     with pytest.raises(ProgrammingError, match="malformed"):
         pair_levels([np.array([1]), np.array([2]), np.array([3])], release)
+
+
+def test_counts_at_fine_levels_are_the_lp_optimum_at_the_real_tau():
+    # the flow in units of 2^-k (multi_execute.count_levels) equals the HiGHS LP at tau itself
+    rng = random.Random(21)
+    taus = list(fine_levels(40, 2.25))  # 2.25, 5.0625, 11.390625, 25.62890625, 57.66..
+    assert not all(float(t).is_integer() for t in taus)
+    for _ in range(25):
+        rows = [(rng.randint(0, 3), rng.randint(0, 3), rng.randint(1, 9))
+                for _ in range(rng.randint(1, 8))]
+        a = np.array([r[0] for r in rows], dtype=np.int64)
+        b = np.array([r[1] for r in rows], dtype=np.int64)
+        got = count_levels(a, b, np.array([r[2] for r in rows], dtype=np.int64), taus)
+        for tau, value in zip(taus, got, strict=True):
+            want = lp_truncated([(p, (("a", x), ("b", y))) for x, y, p in rows], tau)
+            assert value == pytest.approx(want, abs=1e-7)
+        # removing a unit of either side moves each level by at most tau, never up
+        for side in (a, b):
+            for unit in range(4):
+                keep = side != unit
+                rest = count_levels(a[keep], b[keep],
+                                    np.array([r[2] for r in rows], dtype=np.int64)[keep], taus)
+                assert all(0 <= y <= x <= y + t for x, y, t in zip(got, rest, taus,
+                                                                 strict=True))
+
+
+def test_flat_counts_at_fine_levels_gain_the_fraction_of_the_level():
+    # one supplier (b 0) with 40 rows from 40 customers: at 30.25 it keeps 30.25, not 30
+    a = np.arange(40, dtype=np.int64)
+    b = np.zeros(40, dtype=np.int64)
+    ones = np.broadcast_to(np.int64(1), a.shape)
+    assert count_levels(a, b, ones, [5.5, 30.25, 166.375]).tolist() == [5.5, 30.25, 40.0]
+    assert count_levels(a, b, ones, [5, 30, 166]).tolist() == [5, 30, 40]
