@@ -144,10 +144,13 @@ def count_levels(a: np.ndarray, b: np.ndarray, counts: np.ndarray, taus: Sequenc
     caps = [int(t * scale) for t in taus]
     if any(c != t * scale or c >= 2**31 for c, t in zip(caps, taus, strict=True)):
         raise ValueError("fine levels must be whole numbers of 2^-k below 2^31 of them")
+    # every level reads min(psi, tau_j) only: capping psi at the top level changes none, and
+    # keeps psi 2^k below 2^32 (no int64 wrap, whatever a pair's row count)
+    top = math.ceil(max(taus))
     if counts.ndim == 1 and counts.size and counts.strides[0] == 0:
-        scaled = np.broadcast_to(np.int64(int(counts[0]) * scale), counts.shape)
+        scaled = np.broadcast_to(np.int64(min(int(counts[0]), top) * scale), counts.shape)
     else:
-        scaled = np.multiply(counts, scale, dtype=np.int64)
+        scaled = np.minimum(counts, top).astype(np.int64) * scale
     opt = flow_truncated(a, b, scaled, caps, integer=True, trace=trace)
     return opt.astype(np.float64) / scale
 

@@ -4,6 +4,7 @@ distinct codes, NULL its own), and the executed query's columns read per part.""
 from __future__ import annotations
 
 import random
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -89,3 +90,12 @@ def test_flat_counts_at_fine_levels_gain_the_fraction_of_the_level():
     ones = np.broadcast_to(np.int64(1), a.shape)
     assert count_levels(a, b, ones, [5.5, 30.25, 166.375]).tolist() == [5.5, 30.25, 40.0]
     assert count_levels(a, b, ones, [5, 30, 166]).tolist() == [5, 30, 40]
+
+
+def test_huge_pair_counts_at_fine_levels_do_not_wrap():
+    # base 2.1 (not dyadic): levels in steps of 2^-28, so a pair of 2^40 rows would be 2^68
+    # steps; capped at the top level first
+    taus = list(fine_levels(4, 2.1))
+    assert len(taus) == 2 and max(Fraction(t).denominator for t in taus) == 2**28
+    got = count_levels(np.array([0, 1]), np.array([0, 0]), np.array([2**40, 1]), taus)
+    assert got.tolist() == taus  # the supplier (b 0) keeps tau at every level
