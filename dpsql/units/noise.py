@@ -7,8 +7,11 @@ non-positive sums) gives each half of its share; every part is an R2T release
 units for a SUM part), pure epsilon-DP with public noise scales. Under one unit the levels
 are noised increments (naive truncation meets that plan's precondition); under several units
 (the max-flow truncation, which bounds each level's move but not its increments') every level
-is noised on its own, at the fine levels of dpsql.units.grid (a COUNT whose levels are not
-whole rows through the sums' noise). Refusals (the Gaussian mechanism) depend on the budget alone.
+is noised on its own, at the fine levels of dpsql.units.grid. A COUNT is released as an exact
+integer under discrete noise unless its levels are not whole rows or its top level's scale
+exceeds the discrete sampler's range (GS of about 2^31 rows and more): then through the sums'
+noise on their grid, rounded (each choice public: the grid, GS and epsilon). Refusals (the
+Gaussian mechanism) depend on the budget alone.
 
 Contract of :func:`release_r2t_measurements`: each measurement's released value is the sum of
 its parts' R2T releases (the non-positive part subtracted), and its 95% interval the sum of
@@ -84,9 +87,20 @@ def plan_r2t(analysis: QueryAnalysis, budget: Budget | None) -> tuple[NoisePlan,
         for p in parts:
             bound, gs = part_grid(p, release.unit)
             integer = released_integer(p, release)
-            scales = r2t.r2t_scales(unit_bound=bound, max_contribution=gs, epsilon=eps_part,
-                                    integer=integer, base=base, beta=BETA,
-                                    increments=increments, fine=fine)
+            try:
+                scales = r2t.r2t_scales(unit_bound=bound, max_contribution=gs, epsilon=eps_part,
+                                        integer=integer, base=base, beta=BETA,
+                                        increments=increments, fine=fine)
+            except NotSupportedError:
+                if not integer:
+                    raise
+                # a count whose top level needs more noise than the discrete sampler's 2^32
+                # (GS of 2^31 rows and more at usual epsilons): the sums' noise, then rounded
+                # (public: GS, the grid and epsilon decide it)
+                integer = False
+                scales = r2t.r2t_scales(unit_bound=bound, max_contribution=gs, epsilon=eps_part,
+                                        integer=False, base=base, beta=BETA,
+                                        increments=increments, fine=fine)
             part_plans.append(PartPlan(p, eps_part, tuple(float(s) for s in scales), bound, gs,
                                        increments, fine, integer))
         top = max(s for pp in part_plans for s in pp.scales)

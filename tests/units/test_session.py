@@ -136,3 +136,30 @@ def test_r2t_is_charged_by_its_curve_under_a_renyi_budget(session):
     assert status.filter_spent == pytest.approx(
         min(2 * pure_dp_rdp(8.0, 0.5), pure_dp_rdp(8.0, 1.0)), rel=1e-8)
     assert result.release.rho == pytest.approx(2 * 0.5 ** 2 / 2, rel=1e-8)
+
+
+def test_a_count_past_the_discrete_samplers_range_is_released_with_sums_noise(database,
+                                                                             tmp_path):
+    # GS = 2^40 rows at epsilon 1: the top level's discrete scale (40 * 2^40) passes 2^32, so
+    # the count takes the sums' noise, rounded (QA: refused below epsilon ~15 before)
+    path, _ = database
+    md = tiny.metadata(max_contribution=2**40)
+    with pytest.raises(NotSupportedError, match="discrete sampler"):
+        r2t.plan_r2t(unit_bound=1, max_contribution=2**40, epsilon=1.0, integer=True)
+    plan = r2t.plan_r2t(unit_bound=1, max_contribution=2**40, epsilon=1.0, integer=False)
+    backend = DuckDBBackend(path, md)
+    ledger = open_ledger(tmp_path / "ledger.sqlite", epsilon=10.0, delta=1e-3)
+    session = ledger_session(md, backend, ledger, sampler=ZeroNoise())
+    try:
+        result = session.run("SELECT COUNT(*) AS n FROM items", epsilon=1.0)
+        assert [c.epsilon for c in charged(session)] == [1.0]
+    finally:
+        backend.close()
+        ledger.close()
+    col = result.release.columns[0]
+    assert col.level_scales == plan.scales
+    (n,) = result.rows[0]
+    (true,) = _exact(database, "SELECT COUNT(*) FROM items")[0]
+    assert isinstance(n, int) and 0 <= n <= true
+    lower, upper = col.interval_95
+    assert float(lower).is_integer() and lower <= true <= upper
