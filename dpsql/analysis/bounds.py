@@ -156,13 +156,34 @@ def _literal(node: exp.Literal) -> Interval:
     return _point(value)
 
 
+class UnboundedAggregateValue(AggregateArithmeticError):
+    """A SUM / AVG / variance argument that reads a column a subquery computes with an
+    aggregate, which has no bounds (only a clamped count, ``LEAST(COUNT(..), n)``, has:
+    [0, n], dpsql.analysis.keyed_groups). It carries the parts of its message: ``construct``
+    (the aggregate, ``SUM(d.s)``, when it sums the column itself; else the column inside a
+    larger argument), ``alias`` and ``column`` (the subquery's column), so that a caller with
+    more context (a derived table under a privacy unit, dpsql.units.derived) words its own
+    refusal from them instead of editing this one's text."""
+
+    def __init__(self, construct: str, alias: str, column: str, *, summed: bool) -> None:
+        self.construct, self.alias, self.column, self.summed = construct, alias, column, summed
+        super().__init__(
+            f"{self.what}, which has no bounds: release the inner aggregate directly instead "
+            "(a subquery's aggregate has bounds only as a clamped count, LEAST(COUNT(..), n): "
+            "[0, n])")
+
+    @property
+    def what(self) -> str:
+        """``SUM(d.s) sums a value computed by an aggregate in a subquery`` (or ``d.n is
+        computed ..``): the refusal's subject, whoever words the rest."""
+        verb = "sums a value computed" if self.summed else "is computed"
+        return f"{self.construct} {verb} by an aggregate in a subquery"
+
+
 def _column(node: exp.Column, facts_of: FactsOf) -> Interval:
     facts = facts_of(node)
     if facts is not None and facts.from_aggregate:
-        raise AggregateArithmeticError(
-            f"{_text(node)} is computed by an aggregate in a subquery, which has no bounds: "
-            "release the inner aggregate directly instead"
-        )
+        raise UnboundedAggregateValue(_text(node), node.table, node.name, summed=False)
     if facts is not None and not numeric_or_unknown(facts.type):
         # DuckDB would cast each stored value to a number: one unparsable row would make the
         # whole query fail, an error that depends on the data.

@@ -21,7 +21,7 @@ from dpsql.analysis.aggregates import (
     moment_nodes,
     unfilter,
 )
-from dpsql.analysis.bounds import argument_bounds
+from dpsql.analysis.bounds import UnboundedAggregateValue, argument_bounds
 from dpsql.analysis.checks import (
     AGGREGATES,
     check_aggregate_args,
@@ -46,7 +46,6 @@ from dpsql.analysis.model import (
 from dpsql.analysis.relations import Analyzer
 from dpsql.analysis.trees import copy_tree
 from dpsql.errors import (
-    AggregateArithmeticError,
     MissingMetricError,
     ProtectedBinError,
     UnsupportedConstructError,
@@ -320,10 +319,8 @@ def _sum_bounds(agg: exp.Expression, arg: exp.Expression, rel: Relation) -> tupl
     facts = rel.columns.get((arg.table, arg.name))
     if facts is not None and facts.from_aggregate and facts.bounds is None:
         # (LEAST(COUNT(...), n) in the subquery has the bounds [0, n]: keyed_groups)
-        raise AggregateArithmeticError(
-            f"{fn}({sql_text(arg)}) sums a value computed by an aggregate in a subquery, which has "
-            "no bounds: release the inner aggregate directly instead"
-        )
+        raise UnboundedAggregateValue(f"{fn}({sql_text(arg)})", arg.table, arg.name,
+                                      summed=True)
     if facts is None or facts.bounds is None:
         raise MissingMetricError(
             f"{fn}({sql_text(arg)}) needs bounds: declare bounds: [lower, upper] for column "

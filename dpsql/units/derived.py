@@ -61,12 +61,13 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from dpsql.analysis.bounds import UnboundedAggregateValue
 from dpsql.analysis.checks import has_aggregate, has_inner_aggregate
 from dpsql.analysis.elastic import QueryAnalysis, analyze_query
 from dpsql.analysis.keyed_groups import Col, column_pair, exact_columns, join_items, linked
 from dpsql.analysis.keytypes import comparable
 from dpsql.analysis.model import ColumnFacts
-from dpsql.errors import MissingMetricError, UnsupportedConstructError
+from dpsql.errors import AggregateArithmeticError, MissingMetricError, UnsupportedConstructError
 from dpsql.metadata import Metadata, Table
 from dpsql.units.identity import check_path_types
 
@@ -90,6 +91,18 @@ def _refuse(what: str) -> UnsupportedConstructError:
     return UnsupportedConstructError(
         f"under a privacy unit, {what}: an aggregate in a derived table or CTE is supported "
         f"only as one row per unit, {_SHAPE}, aggregated by the outer query")
+
+
+def _unbounded(err: UnboundedAggregateValue) -> AggregateArithmeticError:
+    """The outer query sums a column of D that has no bounds (the row-level refusal, kept):
+    what does get bounds in D, and the alternative."""
+    return AggregateArithmeticError(
+        f"under a privacy unit, {err.what}, which has no bounds: inside a derived "
+        "table grouped by the unit only a count clamped there gets bounds, "
+        f"LEAST(COUNT(..), n) AS {err.column} ([0, n]; a clamped SUM or another aggregate "
+        f"does not). Clamp the count inside {err.alias}, or aggregate the rows without the "
+        "derived table (a SUM over them is bounded per unit by R2T, or by the two-stage "
+        "with GROUP BY)")
 
 
 def derived_unit_shape(query: exp.Query, metadata: Metadata) -> DerivedShape | None:
@@ -306,6 +319,8 @@ def analyze_derived(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
         return analyze_units(query, metadata)
     try:
         analysis = analyze_query(query, structural_metadata(metadata))
+    except UnboundedAggregateValue as err:
+        raise _unbounded(err) from None
     except MissingMetricError:
         # every max frequency is known here (structural_metadata): the join analysis refused
         # a shape (a key from an earlier LEFT JOIN's null-extended side, or computed); its

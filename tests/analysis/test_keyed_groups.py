@@ -179,8 +179,10 @@ def test_other_subquery_values_stay_refused(sql, words):
 
 
 def test_the_outer_sum_of_a_count_needs_bounds():
-    with pytest.raises(Exception, match="no bounds"):
+    with pytest.raises(Exception, match="no bounds") as err:
         analyze(f"SELECT SUM(t.n) FROM ({Q13}) t", MD)
+    # what has bounds there: a clamped count
+    assert "only as a clamped count, LEAST(COUNT(..), n): [0, n]" in str(err.value)
 
 
 def test_under_a_privacy_unit_the_unit_rule_answers_not_this_one():

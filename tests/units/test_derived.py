@@ -12,7 +12,7 @@ from dpsql.analysis.blocks import analyze_request
 from dpsql.analysis.explain import explain_text
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.budget import Budget
-from dpsql.errors import Error, UnsupportedConstructError
+from dpsql.errors import AggregateArithmeticError, Error, UnsupportedConstructError
 from dpsql.noise.unit_partition import plan_with_selection, shared_count
 from dpsql.rewrite.plan import plan_execution
 from tests.db_files import writing
@@ -230,3 +230,22 @@ def test_a_unit_id_of_unknown_type_is_refused_as_for_any_unit_query():
         customer, columns={**customer.columns, "c_id": c_id})})
     with pytest.raises(UnsupportedConstructError, match=r"customer\.c_id has no known type"):
         analyze_request(Q13, m)
+
+
+@pytest.mark.parametrize("sql,clamp", [
+    # a clamped SUM inside D, and a clamp outside over an unclamped count (QA round 2, #17)
+    ("SELECT SUM(s) AS t FROM (SELECT o.o_cust, LEAST(GREATEST(SUM(o.amount), 0), 500) AS s "
+     "FROM orders o GROUP BY o.o_cust) d", "LEAST(COUNT(..), n) AS s"),
+    (f"SELECT SUM(LEAST(n, 5)) AS t FROM ({D}) d", "LEAST(COUNT(..), n) AS n"),
+])
+def test_an_unbounded_value_of_the_derived_table_says_what_has_bounds_there(session, sql, clamp):
+    # still refused (the row-level rule: an outer SUM needs bounds), before anything is charged,
+    # and the message says what D supports and the alternative
+    with pytest.raises(AggregateArithmeticError) as err:
+        session.run(sql, epsilon=1.0)
+    text = str(err.value)
+    assert text.startswith("under a privacy unit, ") and "which has no bounds" in text
+    assert f"only a count clamped there gets bounds, {clamp}" in text
+    assert "a clamped SUM or another aggregate does not" in text
+    assert "Clamp the count inside d, or aggregate the rows without the derived table" in text
+    assert charged(session) == []
