@@ -18,6 +18,9 @@ databases always get the same outcome.
 * :func:`check_stars` allows ``*`` only as ``COUNT(*)`` or a subquery's projection list.
 * :func:`check_columns_resolved` (after qualify) rejects a table or its alias used as a value,
   which DuckDB reads as a struct of every stored column, declared or not.
+* :func:`check_join_order` (after qualify) rejects a join's ON reading a table joined later
+  in the FROM, which is not in scope there (the analysis would read another binding than
+  the database's).
 
 The checks before qualify take the parsed tree's nodes as :func:`check_shape` lists them
 (breadth first, the order of ``find_all``), so the tree is walked once for all of them rather
@@ -197,6 +200,47 @@ def check_columns_resolved(query: exp.Expression,
     for column in _of_type(nodes, exp.Column):
         if not column.table and column.name.lower() in _visible_sources(column, visible):
             raise _table_as_value(column.name)
+
+
+def check_join_order(nodes: Sequence[exp.Expression]) -> None:
+    """After qualify: a join's ON reads only the tables of the FROM up to that join (its own
+    and the earlier ones). A later one is not in scope there: DuckDB refuses it, or binds the
+    name to an enclosing query's table of that name, while sqlglot's scope (what the
+    analysis reads) resolves it to the later table -- so the query is refused, naming it."""
+    for select in _of_type(nodes, exp.Select):
+        joins = select.args.get("joins") or []
+        from_ = select.args.get("from_") or select.args.get("from")
+        if not joins or from_ is None:
+            continue
+        names = [from_.this.alias_or_name] + [j.this.alias_or_name for j in joins]
+        for i, join in enumerate(joins):
+            on = join.args.get("on")
+            later = {n.lower() for n in names[i + 2:] if n}
+            if on is None or not later:
+                continue
+            for column in on.find_all(exp.Column):
+                name = column.table.lower()
+                if name in later and not _bound_below(column, on, name):
+                    raise _joined_later(column, names[i + 1], column.table)
+
+
+def _bound_below(column: exp.Column, stop: exp.Expression, name: str) -> bool:
+    """Whether a SELECT between ``column`` and ``stop`` (a subquery in the ON) has a source
+    ``name`` of its own, which the column then reads."""
+    node = column.parent
+    while node is not None and node is not stop:
+        if isinstance(node, exp.Select) and name in _own_sources(node):
+            return True
+        node = node.parent
+    return False
+
+
+def _joined_later(column: exp.Column, joined: str, table: str) -> ProgrammingError:
+    return ProgrammingError(
+        f"the ON of the join with {joined} reads {column.sql()}, but {table} is not in scope "
+        f"there: it is joined later in the FROM. Reorder the joins so that {table} is joined "
+        f"before {joined} (or move the condition to a later ON, or to WHERE)"
+    )
 
 
 def _visible_sources(node: exp.Expression, memo: dict[int, set[str]]) -> set[str]:

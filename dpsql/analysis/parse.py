@@ -236,6 +236,7 @@ def parse_query(sql: str, metadata: Metadata, *, allow_top_star: bool = False,
     nodes = list(qualified.walk())
     _drop_annotations(nodes)  # what qualify left
     hygiene.check_columns_resolved(qualified, nodes)
+    hygiene.check_join_order(nodes)
     rename_duplicate_outputs(qualified, nodes)  # as DuckDB binds them (analysis/outputs.py)
     if top_star:
         qualified.meta["dpsql_top_star"] = True
