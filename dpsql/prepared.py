@@ -79,5 +79,5 @@ def checked_params(plan: ExecutionPlan, params: Sequence[Any] | None) -> list[An
 
 
 def column_sources(analysis: QueryAnalysis) -> tuple[ColumnSource, ...]:
-    return tuple(ColumnSource(c.name, c.measurements, c.bare_aggregate)
+    return tuple(ColumnSource(c.name, c.measurements, c.bare_aggregate, c.function)
                  for c in analysis.columns)

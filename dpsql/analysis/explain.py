@@ -27,6 +27,7 @@ from dpsql.errors import Error
 from dpsql.metadata import Metadata
 from dpsql.noise.partition import EXPLAIN_SIZES, SelectionPlan, describe, plan_with_selection
 from dpsql.noise.plan import NoisePlan, plan_noise, split_budget
+from dpsql.release.record import r2t_note
 from dpsql.sample_aggregate.analysis import mentions_wrapper
 from dpsql.sample_aggregate.explain import (
     explain_sample_aggregate,
@@ -82,23 +83,24 @@ def explain_report(
             columns.append({"name": col.name, "kind": col.kind})
             continue
         entry: dict[str, Any] = {"name": col.name, "kind": "aggregate"}
+        parts = [plans[i] for i in col.measurements]
         if len(col.measurements) == 1:
-            plan = plans[col.measurements[0]]
-            entry.update(_plan_json(plan))
+            entry.update(_plan_json(parts[0]))
             entry.pop("expression")
         else:
-            parts = [plans[i] for i in col.measurements]
             entry.update({
                 "function": col.function,
                 "elastic_sensitivity": None,
                 "smooth_sensitivity": None,
                 "k_max": None,
-                "mechanism": "laplace",
+                "mechanism": "r2t" if parts[0].r2t is not None else "laplace",
                 "noise_scale": None,
                 "epsilon": sum(p.epsilon for p in parts),
                 "delta": sum(p.delta for p in parts),
                 "components": [_plan_json(p) for p in parts],
             })
+        if (note := r2t_note(col.function, col.bare_aggregate, parts)) is not None:
+            entry["accuracy_note"] = note  # an AVG under R2T: why it has no interval
         columns.append(entry)
     report: dict[str, Any] = {
         "columns": columns,

@@ -12,6 +12,7 @@ from dpsql.noise.partition import EXPLAIN_SIZES, SelectionPlan
 from dpsql.noise.plan import NoisePlan
 from dpsql.noise.r2t import levels as r2t_levels
 from dpsql.noise.r2t_levels import fine_levels
+from dpsql.release.record import r2t_note
 from dpsql.units.noise import BETA as R2T_BETA
 
 
@@ -70,6 +71,9 @@ def unit_lines(analysis: QueryAnalysis, plans: Sequence[NoisePlan],
         else:
             lines.append(f"    sensitivity {p.elastic_sensitivity:g} (public): Laplace scale "
                          f"{p.scale:.6g}  (epsilon {p.epsilon:g})")
+    for col in analysis.columns:  # an AVG under R2T: why its column has no interval
+        note = r2t_note(col.function, col.bare_aggregate, [plans[i] for i in col.measurements])
+        lines += [f"  column {col.name}: {note}"] if note is not None else []
     return lines
 
 

@@ -67,7 +67,8 @@ def render_rows(names: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, *
 
 
 def release_line(release: Any, remaining: tuple[float, float] | None = None) -> str:
-    """One line: what the query spent, the budget left, and publishable 95% intervals."""
+    """One line: what the query spent, the budget left, publishable 95% intervals, and why a
+    column has none when the record says (its ``accuracy_note``)."""
     parts = [f"spent epsilon={release.epsilon:g} delta={release.delta:g}"]
     if getattr(release, "cached", False):
         parts[0] = "cached answer, spent nothing"
@@ -82,7 +83,15 @@ def release_line(release: Any, remaining: tuple[float, float] | None = None) -> 
                for c in release.columns if getattr(c, "interval_95", None) is not None]
     if widths:
         parts.append("95% interval: " + ", ".join(widths))
-    hidden = [c.name for c in release.columns if getattr(c, "accuracy_note", None)]
-    if hidden:
-        parts.append(f"{', '.join(hidden)}: accuracy not publishable (data-dependent noise)")
+    from dpsql.release.record import NOT_PUBLISHABLE
+
+    # why a column has no interval: smoothed noise, or an R2T AVG ("no interval: AVG is the
+    # ratio of two R2T releases ..", dpsql.release.record.r2t_note)
+    notes: dict[str, list[str]] = {}
+    for c in release.columns:
+        if getattr(c, "accuracy_note", None):
+            notes.setdefault(c.accuracy_note, []).append(c.name)
+    smoothed = "accuracy not publishable (data-dependent noise)"
+    for note, names in notes.items():
+        parts.append(f"{', '.join(names)}: {smoothed if note == NOT_PUBLISHABLE else note}")
     return "; ".join(parts)

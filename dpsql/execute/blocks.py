@@ -131,7 +131,7 @@ class PreparedBlocks:
 
 
 def _sources(analysis: QueryAnalysis) -> tuple[ColumnSource, ...]:
-    return tuple(ColumnSource(c.name, c.measurements, c.bare_aggregate)
+    return tuple(ColumnSource(c.name, c.measurements, c.bare_aggregate, c.function)
                  for c in analysis.columns)
 
 

@@ -54,7 +54,8 @@ class ColumnRelease:
     noise_scale: float | None = None
     level_scales: tuple[float, ...] | None = None
     #: why no half-width is given, in words, when the reason is the noise itself: a smoothed
-    #: column's scale depends on the data (:data:`NOT_PUBLISHABLE`)
+    #: column's scale depends on the data (:data:`NOT_PUBLISHABLE`); or why an R2T column has
+    #: no interval (:func:`r2t_note`: AVG, arithmetic of R2T releases)
     accuracy_note: str | None = None
     #: a value chosen by the exponential mechanism over a public grid (MIN / MAX / quantiles,
     #: dpsql.execute.selection): the grid's step (public: from the declared bounds)
@@ -63,6 +64,10 @@ class ColumnRelease:
 
 #: the record's words for a column whose noise scale is data-dependent (smoothed)
 NOT_PUBLISHABLE = "accuracy not publishable: data-dependent noise"
+#: the record's words for an R2T column without an interval (:func:`r2t_note`)
+R2T_AVG = ("no interval: AVG is the ratio of two R2T releases (noisy SUM / noisy COUNT, each "
+           "truncated per unit)")
+R2T_EXPRESSION = "no interval: computed from R2T releases (each truncated per unit)"
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,7 @@ class ColumnSource:
     name: str
     measurements: tuple[int, ...]
     bare_aggregate: bool
+    function: str | None = None  # COUNT / SUM / AVG for a single-aggregate column
 
 
 def mechanism_name(plan: NoisePlan) -> str:
@@ -139,6 +145,17 @@ VARIANCE_NOTE = (
     "max(0, S2/n - (S1/n)^2) with n >= 1, at most h^2; sample (S2 - S1^2/n)/(n-1) with n >= 2, "
     "at most h^2 n/(n-1); STDDEV is its square root"
 )
+
+
+def r2t_note(function: str | None, bare: bool, parts: Sequence[NoisePlan]) -> str | None:
+    """Why a column computed from ``parts`` has no 95% interval when R2T releases them (a
+    privacy unit without GROUP BY), or None: only one bare COUNT / SUM gets one, from its
+    noisy levels (dpsql.units.record). An AVG is noisy SUM / noisy COUNT, each truncated and
+    shifted low by its own R2T release (a signed SUM: each of its two parts), so the ratio has
+    no interval of its own; other arithmetic of R2T releases likewise."""
+    if not any(p.r2t is not None for p in parts) or (bare and len(parts) == 1):
+        return None
+    return R2T_AVG if function == "AVG" else R2T_EXPRESSION
 
 
 def _post_processing(parts: list[NoisePlan]) -> str | None:
@@ -194,6 +211,8 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
             # SUM's two parts share the same level scales up to their row bounds
             if single and col.bare_aggregate:
                 extra["level_scales"] = tuple(x for pp in parts[0].r2t for x in pp.scales)
+            else:  # AVG, arithmetic: say why there is no interval
+                extra["accuracy_note"] = r2t_note(col.function, col.bare_aggregate, parts)
         elif single and parts[0].sigma is not None and col.bare_aggregate:
             width, extra = _gaussian_accuracy(parts[0], n_bins)
         elif single and col.bare_aggregate:

@@ -4,12 +4,19 @@ under a privacy unit."""
 from __future__ import annotations
 
 import json
+import random
+
+import pytest
 
 from dpsql.analysis.explain import explain, explain_text
+from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.cli.output import release_line
-from dpsql.release.record import ColumnRelease, Release
+from dpsql.release.record import NOT_PUBLISHABLE, ColumnRelease, Release
 from dpsql.server.statements import release_notice
-from tests.units import tiny
+from tests.db_files import writing
+from tests.ledgers import ledger_session, open_ledger
+from tests.shop_fixture import ZeroNoise
+from tests.units import tiny, tiny_multi
 
 
 def test_explain_reports_the_unit_the_lookup_and_r2t_scales():
@@ -52,3 +59,72 @@ def test_the_server_notice_names_the_unit_and_carries_the_interval():
     text, detail = release_notice(_record())
     assert "protecting each customer.c_id" in text
     assert json.loads(detail)["columns"][0]["interval_95"] == [90.0, 130.5]
+
+
+# ------------------------------- AVG under R2T: no interval, said (QA round 2 of issue #17)
+
+AVG_SQL = "SELECT AVG(amount) AS a, COUNT(*) AS n FROM orders"
+AVG_TWO_UNITS = ("SELECT AVG(qty) AS a, COUNT(*) AS n FROM items i JOIN orders o "
+                 "ON o.o_id = i.i_order")
+NO_INTERVAL = "no interval: AVG is the ratio of two R2T releases"
+
+
+def _session_run(tmp_path, md, db, load, sql):
+    path = tmp_path / "shop.duckdb"
+    with writing(path) as con:
+        load(db, con)
+    backend = DuckDBBackend(path, md)
+    ledger = open_ledger(tmp_path / "ledger.sqlite", epsilon=10.0, delta=0.0)
+    try:
+        return ledger_session(md, backend, ledger, sampler=ZeroNoise()).run(sql, epsilon=1.0)
+    finally:
+        backend.close()
+        ledger.close()
+
+
+def _write_tiny(db, con):
+    for table, columns in tiny.COLUMNS.items():
+        con.execute(f"CREATE TABLE {table} ({', '.join(c + ' INTEGER' for c in columns)})")
+        if db[table]:
+            con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' for _ in columns)})",
+                            [list(r) for r in db[table]])
+
+
+@pytest.mark.parametrize("two_units", [False, True], ids=["one unit", "two units"])
+def test_an_r2t_avg_says_why_it_has_no_interval_in_the_record_footer_and_explain(
+        tmp_path, two_units):
+    if two_units:
+        md, sql = tiny_multi.metadata(max_contribution=16), AVG_TWO_UNITS
+        db = tiny_multi.random_database(random.Random(1))
+        result = _session_run(tmp_path, md, db, tiny_multi.load, sql)
+    else:
+        md, sql = tiny.metadata(), AVG_SQL
+        db = tiny.random_database(random.Random(2))
+        result = _session_run(tmp_path, md, db, _write_tiny, sql)
+    a, n = result.release.columns
+    assert a.mechanism == "r2t" and a.interval_95 is None and a.half_width_95 is None
+    assert a.accuracy_note is not None and a.accuracy_note.startswith(NO_INTERVAL)
+    assert "each truncated per unit" in a.accuracy_note
+    assert n.interval_95 is not None and n.accuracy_note is None  # a bare COUNT keeps its own
+    line = release_line(result.release)
+    assert f"a: {NO_INTERVAL} (noisy SUM / noisy COUNT, each truncated per unit)" in line
+    assert "95% interval: n in [" in line
+    # explain (owner): the text names the column, the JSON carries the same words
+    text = explain_text(sql, md, epsilon=1.0, delta=0.0)
+    assert f"column a: {NO_INTERVAL}" in text
+    (avg, count) = explain(sql, md, epsilon=1.0, delta=0.0)["columns"]
+    assert avg["mechanism"] == "r2t" and avg["accuracy_note"].startswith(NO_INTERVAL)
+    assert "accuracy_note" not in count
+
+
+def test_arithmetic_of_r2t_releases_says_so_too():
+    text = explain_text("SELECT COUNT(*) * 2 AS m FROM orders", tiny.metadata(), epsilon=1.0,
+                        delta=0.0)
+    assert "column m: no interval: computed from R2T releases (each truncated per unit)" in text
+
+
+def test_the_smoothed_note_keeps_its_footer_words():
+    col = ColumnRelease("s", "smoothed_snapped_laplace", 1.0, 1e-6, None,
+                        accuracy_note=NOT_PUBLISHABLE)
+    line = release_line(Release(1.0, 1e-6, "smoothed_snapped_laplace", (col,), "f"))
+    assert line.endswith("s: accuracy not publishable (data-dependent noise)")
