@@ -47,12 +47,8 @@ from dpsql.units.analysis import (
     row_width,
     structural_metadata,
 )
-from dpsql.units.paths import (
-    REFUSAL_PREFIX,
-    NoCountedUnitError,
-    UnitSource,
-    unit_source,
-)
+from dpsql.units.paths import UnitSource, unit_source
+from dpsql.units.refusals import REFUSAL_PREFIX, NoCountedUnitError
 
 
 def _names(units: tuple[str, ...]) -> str:

@@ -34,8 +34,8 @@ NOT EXISTS or NOT IN subquery that match it) -- belongs to ONE unit, the same fo
 Contract of :func:`unit_source`: returns how the executed query computes the unit of each
 aggregated row (a column of a top-level table, followed along the paths to the unit id) when
 every private reference of the query provably shares the top level's unit; otherwise raises
-:class:`~dpsql.errors.UnsupportedConstructError` naming the reference and the fix. Depends on
-the SQL and the metadata alone.
+:class:`~dpsql.errors.UnsupportedConstructError` naming the reference and the fix
+(:mod:`dpsql.units.refusals` words it). Depends on the SQL and the metadata alone.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ from sqlglot.optimizer.scope import Scope, build_scope
 
 from dpsql.analysis.checks import conjuncts
 from dpsql.analysis.keytypes import comparable
-from dpsql.errors import UnsupportedConstructError
 from dpsql.metadata import Metadata, Table
 from dpsql.units.identity import check_path_types
+from dpsql.units.refusals import NoCountedUnitError, refuse
 
 Token = tuple[str, ...]  # ("unit", class) | ("key", table, column, class); class as str(int)
 
@@ -105,22 +105,6 @@ class _Classes:
         self.parent[self.find(a)] = self.find(b)
 
 
-#: how every refusal here begins (dpsql.units.multi names the unit after it)
-REFUSAL_PREFIX = "under the privacy unit, "
-
-
-class NoCountedUnitError(UnsupportedConstructError):
-    """The rows counted belong to no unit, and private subqueries decide which are counted."""
-
-
-def _refuse(what: str, kind: type[UnsupportedConstructError] = UnsupportedConstructError
-            ) -> UnsupportedConstructError:
-    return kind(
-        f"{REFUSAL_PREFIX}{what}: every private table the query reads must belong to "
-        "the same unit as the rows it counts (join the tables along their unit paths, e.g. "
-        "l_orderkey = o_orderkey)")
-
-
 class _Prover:
     def __init__(self, query: exp.Select, metadata: Metadata) -> None:
         assert metadata.privacy_unit is not None
@@ -131,7 +115,7 @@ class _Prover:
         self.refs: list[_Ref] = []
         self.root = build_scope(query)
         if self.root is None:  # pragma: no cover - parse_query gives a SELECT
-            raise _refuse("the query has no FROM clause")
+            raise refuse("the query has no FROM clause")
         #: key columns some path points to, per table
         self.keys: dict[str, set[str]] = {}
         for t in metadata.tables.values():
@@ -153,7 +137,7 @@ class _Prover:
             if not allowed:
                 kind = ("a CTE or derived table" if scope.is_cte or scope.is_derived_table
                         else "a UNION" if scope.is_set_operation else "a scalar subquery")
-                raise _refuse(f"{kind} reads a private table "
+                raise refuse(f"{kind} reads a private table "
                               "(read private tables in the top-level FROM, or in EXISTS / IN "
                               "subqueries)")
             for alias, src in private:
@@ -240,7 +224,7 @@ class _Prover:
             for node in extended:
                 for table in node.find_all(exp.Table):
                     if not self._table(table).public:
-                        raise _refuse(
+                        raise refuse(
                             f"{side} JOIN null-extends the private table {table.name}")
 
     # -- classes --------------------------------------------------------------------------
@@ -317,7 +301,7 @@ class _Prover:
         if t.name == self.unit.table:
             out[("unit", cls(self.unit.column))] = (self.unit.column, ())
         elif t.unit is None:
-            raise _refuse(f"table {t.name} declares no path to the privacy unit")
+            raise refuse(f"table {t.name} declares no path to the privacy unit")
         elif t.unit.direct:
             out[("unit", cls(t.unit.column))] = (t.unit.column, ())
         else:
@@ -331,12 +315,12 @@ class _Prover:
     def hops(self, table: str, key: str, depth: int = 0) -> tuple[Hop, ...]:
         """From a value of ``table.key`` to the unit id."""
         if depth > len(self.md.tables):
-            raise _refuse(f"the unit paths through {table} form a cycle")
+            raise refuse(f"the unit paths through {table} form a cycle")
         t = self.md.table(table)
         if t.name == self.unit.table:
             return () if key == self.unit.column else (Hop(t.name, key, self.unit.column),)
         if t.unit is None:
-            raise _refuse(f"table {t.name} declares no path to the privacy unit")
+            raise refuse(f"table {t.name} declares no path to the privacy unit")
         if t.unit.direct:
             return () if key == t.unit.column else (Hop(t.name, key, t.unit.column),)
         assert t.unit.to_table is not None and t.unit.to_column is not None
@@ -361,14 +345,14 @@ class _Prover:
         outside = [r for i, r in enumerate(refs) if i not in group]
         if outside:
             r = outside[0]
-            raise _refuse(f"a row of {r.table.name} ({r.alias}) may belong to another unit "
+            raise refuse(f"a row of {r.table.name} ({r.alias}) may belong to another unit "
                           "than the rows counted (a result row would belong to two units)")
         return tokens
 
     def source(self) -> UnitSource:
         top = [r for r in self.refs if r.top]
         if not top:
-            raise _refuse("the rows counted come from public tables only, and the private "
+            raise refuse("the rows counted come from public tables only, and the private "
                           "tables in its subqueries decide which: such a row belongs to no "
                           "single unit", NoCountedUnitError)
         # every cluster's rows share the unit of the rows around them, proved with the
@@ -404,5 +388,5 @@ def unit_source(query: exp.Select, metadata: Metadata) -> UnitSource:
     prover = _Prover(query, metadata)
     prover.collect()
     if not prover.refs:
-        raise _refuse("the query reads no private table")  # public queries never get here
+        raise refuse("the query reads no private table")  # public queries never get here
     return prover.source()

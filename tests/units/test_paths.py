@@ -7,8 +7,11 @@ import dataclasses
 import pytest
 
 from dpsql.analysis.blocks import analyze_request
+from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import UnsupportedConstructError
 from dpsql.metadata import UnitPath
+from tests.ledgers import charged, ledger_session, open_ledger
+from tests.shop_fixture import ZeroNoise
 from tests.units import tiny
 
 
@@ -135,3 +138,31 @@ def test_selection_aggregates_are_refused_and_top_k_is_the_units_histogram():
     top = "SELECT kind, COUNT(*) AS n FROM items GROUP BY kind ORDER BY COUNT(*) DESC LIMIT 1"
     assert analyze_selection(top, tiny.metadata()) is None
     assert analyze_request(top, tiny.metadata()).unit is not None
+
+
+# ------------------------------------ the refusals' words (dpsql.units.refusals), end to end
+
+SELF_JOIN = "SELECT COUNT(*) AS n FROM orders a JOIN orders b ON a.amount = b.amount"
+
+
+@pytest.fixture
+def session(tmp_path):
+    db = {"customer": [(1, 1), (2, 2)], "orders": [(1, 1, 3), (2, 2, 3)], "items": [],
+          "regions": [(1,), (2,)]}
+    md = tiny.metadata()
+    backend = DuckDBBackend(tiny.write_file(tmp_path / "shop.duckdb", db), md)
+    ledger = open_ledger(tmp_path / "ledger.sqlite", epsilon=10.0, delta=0.0)
+    yield ledger_session(md, backend, ledger, sampler=ZeroNoise())
+    backend.close()
+    ledger.close()
+
+
+def test_a_refusal_of_the_proof_reaches_the_analyst_whole_and_uncharged(session):
+    with pytest.raises(UnsupportedConstructError) as err:
+        session.run(SELF_JOIN, epsilon=1.0)
+    assert str(err.value) == (
+        "under the privacy unit, a row of orders (b) may belong to another unit than the rows "
+        "counted (a result row would belong to two units): every private table the query reads "
+        "must belong to the same unit as the rows it counts (join the tables along their unit "
+        "paths, e.g. l_orderkey = o_orderkey)")
+    assert charged(session) == []
