@@ -48,7 +48,7 @@ from dpsql.units.analysis import (
     structural_metadata,
 )
 from dpsql.units.paths import UnitSource, unit_source
-from dpsql.units.refusals import REFUSAL_PREFIX, NoCountedUnitError
+from dpsql.units.refusals import NoCountedUnitError
 
 
 def _names(units: tuple[str, ...]) -> str:
@@ -108,8 +108,8 @@ def _source_on_view(query: exp.Select, metadata: Metadata, unit: PrivacyUnit,
     tables without a path to it are public, which the analyst, who sees them private, cannot
     guess from the one-unit wording."""
     where = f"{unit.table}.{unit.column}"
-    try:
-        return unit_source(query, unit_view(metadata, unit.table))
+    try:  # its refusals name the unit among ``names`` (dpsql.units.refusals)
+        return unit_source(query, unit_view(metadata, unit.table), names)
     except NoCountedUnitError:  # the counted rows link to no unit of this table
         raise UnsupportedConstructError(
             f"this query reads rows of two privacy units ({_names(names)}), and the rows "
@@ -118,10 +118,3 @@ def _source_on_view(query: exp.Select, metadata: Metadata, unit: PrivacyUnit,
             f"{where} could change which rows are counted, and no bound holds. Count rows "
             "linked to both (join the subquery's tables at the top level), or query tables "
             "linked to one unit only") from None
-    except UnsupportedConstructError as err:
-        text = str(err)
-        if text.startswith(REFUSAL_PREFIX):
-            raise UnsupportedConstructError(
-                f"under the privacy unit {where} (one of {_names(names)}), "
-                + text[len(REFUSAL_PREFIX):]) from None
-        raise

@@ -49,7 +49,7 @@ from dpsql.analysis.checks import conjuncts
 from dpsql.analysis.keytypes import comparable
 from dpsql.metadata import Metadata, Table
 from dpsql.units.identity import check_path_types
-from dpsql.units.refusals import NoCountedUnitError, refuse
+from dpsql.units.refusals import NoCountedUnitError, Refusals
 
 Token = tuple[str, ...]  # ("unit", class) | ("key", table, column, class); class as str(int)
 
@@ -106,16 +106,19 @@ class _Classes:
 
 
 class _Prover:
-    def __init__(self, query: exp.Select, metadata: Metadata) -> None:
+    def __init__(self, query: exp.Select, metadata: Metadata, among: tuple[str, ...]) -> None:
         assert metadata.privacy_unit is not None
         self.md = metadata
         self.unit = metadata.privacy_unit
+        # refusals name the unit only among several (on its view: dpsql.units.multi)
+        self.refuse = Refusals(f"{self.unit.table}.{self.unit.column}" if among else None,
+                               among)
         #: (id of the cluster head the equality belongs to, column, column)
         self.pairs: list[tuple[int, tuple[int, str, str], tuple[int, str, str]]] = []
         self.refs: list[_Ref] = []
         self.root = build_scope(query)
         if self.root is None:  # pragma: no cover - parse_query gives a SELECT
-            raise refuse("the query has no FROM clause")
+            raise self.refuse("the query has no FROM clause")
         #: key columns some path points to, per table
         self.keys: dict[str, set[str]] = {}
         for t in metadata.tables.values():
@@ -137,9 +140,9 @@ class _Prover:
             if not allowed:
                 kind = ("a CTE or derived table" if scope.is_cte or scope.is_derived_table
                         else "a UNION" if scope.is_set_operation else "a scalar subquery")
-                raise refuse(f"{kind} reads a private table "
-                              "(read private tables in the top-level FROM, or in EXISTS / IN "
-                              "subqueries)")
+                raise self.refuse(f"{kind} reads a private table "
+                                   "(read private tables in the top-level FROM, or in EXISTS / IN "
+                                   "subqueries)")
             for alias, src in private:
                 self.refs.append(_Ref(scope, alias, self._table(src), scope is self.root))
             self._check_outer_joins(scope)
@@ -224,7 +227,7 @@ class _Prover:
             for node in extended:
                 for table in node.find_all(exp.Table):
                     if not self._table(table).public:
-                        raise refuse(
+                        raise self.refuse(
                             f"{side} JOIN null-extends the private table {table.name}")
 
     # -- classes --------------------------------------------------------------------------
@@ -301,7 +304,7 @@ class _Prover:
         if t.name == self.unit.table:
             out[("unit", cls(self.unit.column))] = (self.unit.column, ())
         elif t.unit is None:
-            raise refuse(f"table {t.name} declares no path to the privacy unit")
+            raise self.refuse(f"table {t.name} declares no path to the privacy unit")
         elif t.unit.direct:
             out[("unit", cls(t.unit.column))] = (t.unit.column, ())
         else:
@@ -315,12 +318,12 @@ class _Prover:
     def hops(self, table: str, key: str, depth: int = 0) -> tuple[Hop, ...]:
         """From a value of ``table.key`` to the unit id."""
         if depth > len(self.md.tables):
-            raise refuse(f"the unit paths through {table} form a cycle")
+            raise self.refuse(f"the unit paths through {table} form a cycle")
         t = self.md.table(table)
         if t.name == self.unit.table:
             return () if key == self.unit.column else (Hop(t.name, key, self.unit.column),)
         if t.unit is None:
-            raise refuse(f"table {t.name} declares no path to the privacy unit")
+            raise self.refuse(f"table {t.name} declares no path to the privacy unit")
         if t.unit.direct:
             return () if key == t.unit.column else (Hop(t.name, key, t.unit.column),)
         assert t.unit.to_table is not None and t.unit.to_column is not None
@@ -345,16 +348,16 @@ class _Prover:
         outside = [r for i, r in enumerate(refs) if i not in group]
         if outside:
             r = outside[0]
-            raise refuse(f"a row of {r.table.name} ({r.alias}) may belong to another unit "
-                          "than the rows counted (a result row would belong to two units)")
+            raise self.refuse(f"a row of {r.table.name} ({r.alias}) may belong to another unit "
+                               "than the rows counted (a result row would belong to two units)")
         return tokens
 
     def source(self) -> UnitSource:
         top = [r for r in self.refs if r.top]
         if not top:
-            raise refuse("the rows counted come from public tables only, and the private "
-                          "tables in its subqueries decide which: such a row belongs to no "
-                          "single unit", NoCountedUnitError)
+            raise self.refuse("the rows counted come from public tables only, and the private "
+                               "tables in its subqueries decide which: such a row belongs to no "
+                               "single unit", NoCountedUnitError)
         # every cluster's rows share the unit of the rows around them, proved with the
         # equalities that hold for those rows (its own and its enclosing clusters'); the
         # top level's first: the counted rows' unit
@@ -383,10 +386,13 @@ class _Prover:
         return best
 
 
-def unit_source(query: exp.Select, metadata: Metadata) -> UnitSource:
-    """How to compute the unit of each row ``query`` aggregates (module contract)."""
-    prover = _Prover(query, metadata)
+def unit_source(query: exp.Select, metadata: Metadata, among: tuple[str, ...] = ()
+                ) -> UnitSource:
+    """How to compute the unit of each row ``query`` aggregates (module contract). ``among``:
+    the declared unit tables when there are several (``metadata`` is then one unit's view,
+    dpsql.units.multi), which the refusals name the view's unit among."""
+    prover = _Prover(query, metadata, among)
     prover.collect()
     if not prover.refs:
-        raise refuse("the query reads no private table")  # public queries never get here
+        raise prover.refuse("the query reads no private table")  # public queries never get here
     return prover.source()

@@ -8,11 +8,19 @@ the text names the unit and says why."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from dpsql.analysis.blocks import analyze_request
+from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import UnsupportedConstructError
 from dpsql.metadata import loads_metadata
+from dpsql.units.refusals import refusal_text
+from tests.db_files import writing
+from tests.ledgers import charged, ledger_session, open_ledger
+from tests.shop_fixture import ZeroNoise
+from tests.units import tiny_multi
 
 MD = loads_metadata("""
 privacy_unit:
@@ -58,3 +66,34 @@ tables:
         "SELECT COUNT(*) FROM people p WHERE EXISTS (SELECT 1 FROM visits v WHERE v.v_pid = p.pid)",
         one)
     assert analysis.unit is not None and analysis.unit.alone is not None
+
+
+# ------------------------------------------------------- through the session, two units
+
+def test_a_refusal_on_a_units_view_is_worded_once_naming_that_unit(tmp_path):
+    """dpsql.units.refusals: the proof on supplier's view words its refusal with the unit
+    among the declared ones where it is raised (no prefix cut off and written again), as an
+    UnsupportedConstructError, and nothing is charged."""
+    md = tiny_multi.metadata()
+    path = tmp_path / "two.duckdb"
+    with writing(path) as con:
+        tiny_multi.load(tiny_multi.random_database(random.Random(1)), con)
+    backend = DuckDBBackend(path, md)
+    ledger = open_ledger(tmp_path / "ledger.sqlite", epsilon=10.0, delta=0.0)
+    session = ledger_session(md, backend, ledger, sampler=ZeroNoise())
+    try:
+        with pytest.raises(UnsupportedConstructError) as err:
+            session.run("SELECT COUNT(*) AS n FROM items a JOIN items b "
+                        "ON a.i_order = b.i_order", epsilon=1.0)
+        assert charged(session) == []
+    finally:
+        backend.close()
+        ledger.close()
+    what = ("a row of items (b) may belong to another unit than the rows counted (a result "
+            "row would belong to two units)")
+    assert str(err.value) == (
+        f"under the privacy unit supplier.s_id (one of customer and supplier), {what}: every "
+        "private table the query reads must belong to the same unit as the rows it counts "
+        "(join the tables along their unit paths, e.g. l_orderkey = o_orderkey)")
+    assert type(err.value) is UnsupportedConstructError
+    assert str(err.value) == refusal_text(what, "supplier.s_id", ("customer", "supplier"))
