@@ -21,8 +21,11 @@ class Error(Exception):
         self.position = position
 
     def to_json(self) -> dict:
-        """The error object the CLI prints with --json: {"error": {"type", "message"}}."""
-        return {"error": {"type": type(self).__name__, "message": self.message}}
+        """The error object the CLI prints with --json: {"error": {"type", "message"}}. The
+        type is the class of this module the error is an instance of (PEP 249's, or a DP
+        rejection's), never a subclass an analysis raises to carry its message's parts."""
+        public = next(c for c in type(self).__mro__ if c.__module__ == __name__)
+        return {"error": {"type": public.__name__, "message": self.message}}
 
 
 class InterfaceError(Error):

@@ -26,3 +26,20 @@ def test_error_json_shape():
     assert e.to_json() == {
         "error": {"type": "MissingMetricError", "message": "join key o.x has no max frequency"}
     }
+
+
+def test_error_json_names_the_public_class_of_a_subclass():
+    """A subclass an analysis raises (to carry its message's parts: dpsql.analysis.bounds; to
+    be recognised: dpsql.units.refusals) is reported as the class of dpsql.errors it is."""
+    import copy
+
+    from dpsql.analysis.bounds import UnboundedAggregateValue
+    from dpsql.units.refusals import NoCountedUnitError
+
+    err = UnboundedAggregateValue("SUM(t.n)", "t", "n", summed=True)
+    assert err.to_json()["error"] == {"type": "AggregateArithmeticError", "message": str(err)}
+    assert NoCountedUnitError("x").to_json()["error"]["type"] == "UnsupportedConstructError"
+    # it copies (and pickles) with its parts
+    again = copy.copy(err)
+    assert (again.construct, again.alias, again.column, str(again)) == (
+        "SUM(t.n)", "t", "n", str(err))

@@ -165,12 +165,15 @@ class UnboundedAggregateValue(AggregateArithmeticError):
     more context (a derived table under a privacy unit, dpsql.units.derived) words its own
     refusal from them instead of editing this one's text."""
 
-    def __init__(self, construct: str, alias: str, column: str, *, summed: bool) -> None:
+    def __init__(self, construct: str, alias: str, column: str, summed: bool) -> None:
         self.construct, self.alias, self.column, self.summed = construct, alias, column, summed
         super().__init__(
             f"{self.what}, which has no bounds: release the inner aggregate directly instead "
             "(a subquery's aggregate has bounds only as a clamped count, LEAST(COUNT(..), n): "
             "[0, n])")
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str, bool]]:  # copy / pickle: the parts
+        return type(self), (self.construct, self.alias, self.column, self.summed)
 
     @property
     def what(self) -> str:

@@ -249,3 +249,4 @@ def test_an_unbounded_value_of_the_derived_table_says_what_has_bounds_there(sess
     assert "a clamped SUM or another aggregate does not" in text
     assert "Clamp the count inside d, or aggregate the rows without the derived table" in text
     assert charged(session) == []
+    assert err.value.to_json()["error"]["type"] == "AggregateArithmeticError"
