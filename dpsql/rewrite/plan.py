@@ -208,9 +208,11 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
     n = len(analysis.measurements)
     write: Callable[[str], layout.ExactSQL]
     if selected:
-        # each group's row count, what the partition selection thresholds
+        # each group's row count, what the partition selection thresholds; a unit's two-stage
+        # query returns its own (its kept units and rows of no unit: dpsql.units.rewrite)
         assert isinstance(tree, exp.Select)
-        tree.select(exp.alias_(exp.Count(this=exp.Star()), "__n", copy=False), copy=False)
+        if not any(e.alias_or_name == "__n" for e in tree.expressions):
+            tree.select(exp.alias_(exp.Count(this=exp.Star()), "__n", copy=False), copy=False)
         optional = [None if d is None else relation_sql(d) for d in ctx.domains]
         write = lambda inner: layout.write_selected(inner, optional, n)  # noqa: E731
     else:

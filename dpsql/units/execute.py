@@ -5,7 +5,8 @@ The exact query returns one row: for part i (dpsql.units.analysis.R2TPart) and l
 column ``__r<i>_<j>`` = Q(tau_j) over the part's own levels (dpsql.units.grid; NULL, over no
 unit, is 0) -- or, when every part is a COUNT (dpsql.units.rewrite.counts_only), the histogram
 of the units' contributions, from which :func:`levels_from_histogram` computes the same
-Q(tau_j) in exact integers. :func:`r2t_bins` reads it, calls
+Q(tau_j) in exact integers. Either way Q(tau_j) = sum_u min(c_u, tau_j b) + c_NULL: the rows
+of no unit (``__u`` NULL) are added in full at every level (dpsql.units.rewrite). :func:`r2t_bins` reads it, calls
 ``drawn`` before any noise, and returns the single bin of noisy measurements the
 post-processing reads, with each measurement's released interval.
 """
@@ -61,32 +62,42 @@ def truncated_levels(rows: Sequence[Sequence[Any]], release: UnitRelease) -> lis
 
 def levels_from_histogram(rows: Sequence[Sequence[Any]], release: UnitRelease
                           ) -> list[np.ndarray]:
-    """Per COUNT part i, ``Q(tau_j) = sum_u min(c_u, tau_j b)`` from the histogram rows
-    ``(__h0, .., __h<k-1>, __n)`` of dpsql.units.rewrite's counts-only query: ``n`` units
-    contribute ``c`` rows to part i where ``__h<i> = c`` (with several parts, exactly one
-    ``__h`` of a row is not NULL: one grouping set per part). The units with contribution c
-    are n equal terms, so ``sum over part i's rows of min(c, tau_j b) * n`` is the same
-    integer, computed in Python integers (exact, no overflow), one int64 per level (each at
-    most the number of aggregated rows). Precondition: every part is a COUNT (b = 1).
-    Anything else in ``rows`` is a ProgrammingError (never a silent miscount)."""
+    """Per COUNT part i, ``Q(tau_j) = sum_u min(c_u, tau_j b) + c_NULL`` from the histogram
+    rows ``(__h0, .., __h<k-1>, __n, __z)`` of dpsql.units.rewrite's counts-only query: ``n``
+    units contribute ``c`` rows to part i where ``__h<i> = c`` (with several parts, exactly one
+    ``__h`` of a row is not NULL: one grouping set per part), and ``z`` (0 or 1) says whether
+    the rows of no unit contribute ``c`` too (at most one row of a part says so: they are one
+    group). The units with contribution c are n equal terms, and the rows of no unit are
+    added in full, never truncated (they are the same in both neighbours), so ``sum over part
+    i's rows of (min(c, tau_j b) * n + c * z)`` is the same integer, computed in Python
+    integers (exact, no overflow), one int64 per level (each at most the number of aggregated
+    rows). Precondition: every part is a COUNT (b = 1). Anything else in ``rows`` is a
+    ProgrammingError (never a silent miscount)."""
     k = len(release.parts)
     hist: list[list[tuple[int, int]]] = [[] for _ in range(k)]
+    no_unit = [0] * k
+    seen = [False] * k
     for row in rows:
-        if len(row) != k + 1:
+        if len(row) != k + 2:
             raise _malformed()
         present = [i for i in range(k) if row[i] is not None]
         if len(present) != 1:
             raise _malformed()
-        c, n = _count(row[present[0]]), _count(row[k])
-        if n <= 0:
+        i = present[0]
+        c, n, z = _count(row[i]), _count(row[k]), _count(row[k + 1])
+        if z > 1 or n + z <= 0 or (z and seen[i]):
             raise _malformed()
-        hist[present[0]].append((c, n))
+        if z:
+            seen[i] = True
+            no_unit[i] = c
+        if n:
+            hist[i].append((c, n))
     out = []
-    for part, pairs in zip(release.parts, hist, strict=True):
+    for part, pairs, rest in zip(release.parts, hist, no_unit, strict=True):
         unit_bound, _ = part_grid(part, release.unit)
         assert part.integer and float(unit_bound).is_integer()
         b = int(unit_bound)
-        out.append(np.array([sum(min(c, tau * b) * n for c, n in pairs)
+        out.append(np.array([sum(min(c, tau * b) * n for c, n in pairs) + rest
                              for tau in part_levels(part, release.unit)], dtype=np.int64))
     return out
 

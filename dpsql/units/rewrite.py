@@ -21,12 +21,21 @@ unique keys: dpsql.units.paths), so each row of it is one unit's contribution. T
   truncation),
   its contribution to each clamped per group (dpsql.units.analysis.per_group_clamp); the
   result has the layout's ``__k<i>, __m<j>`` columns, so domains and bins work as without a unit.
-  With a partition-selected key, dpsql.rewrite.plan adds ``COUNT(*) AS __n`` to this outer
-  query: the number of kept (unit, group) pairs, i.e. of distinct units kept in the group (the
-  rows of no unit one pseudo-unit), which dpsql.noise.unit_partition thresholds.
+  The rows of no unit are in every group they fall in, unclamped. With a partition-selected
+  key this outer query also returns ``__n``: the number of units kept in the group plus the
+  number of rows of no unit in it (:func:`_selection_count`), which
+  dpsql.noise.unit_partition thresholds.
 
-Rows whose path does not resolve (NULL or orphan keys) have ``__u`` NULL: one group of rows
-that belong to no unit, the same in both neighbours (docs/privacy.md, "Privacy units").
+Rows whose path does not resolve (NULL or orphan keys) have ``__u`` NULL: the rows that belong to
+no unit, the same in both neighbours (docs/privacy.md, "Privacy units"). They are never a unit:
+their contribution c_NULL is added in full, not truncated, not clamped, not limited to
+``max_groups`` groups (:func:`_no_unit`). Contract: every bound above is a bound on how far
+the result moves between D and D + cascade(u); c_NULL (per level, per group) is a function of
+the rows of no unit alone, so it is the same term in both neighbours and cancels from every
+difference -- R2T's Q(tau_j) and its increments, the two-stage's bins, the selection's
+``__n`` move exactly as without it. It cannot overflow where a unit could not: it is a sum of
+the same per-row values (each below 2^62 steps: dpsql.units.grid.summand_exponent), and the
+total over units and c_NULL is at most the sum over all aggregated rows.
 """
 
 from __future__ import annotations
@@ -85,6 +94,20 @@ def _steps(value: float | Fraction, k: int, *, up: bool = False) -> int:
 
 def _greatest(value: exp.Expression, bound: float) -> exp.Expression:
     return exp.Anonymous(this="GREATEST", expressions=[value, _number(bound)])
+
+
+def _no_unit(table: str) -> exp.Expression:
+    """``<table>.__u IS NULL``: the row is the contribution of the rows of no unit."""
+    return exp.Is(this=_col("__u", table), expression=exp.Null())
+
+
+def _unless_no_unit(table: str, value: exp.Expression, bounded: exp.Expression
+                    ) -> exp.Expression:
+    """``bounded`` (a unit's contribution truncated or clamped) for a unit, and the row's full
+    ``value`` (NULL, a SUM over no value, as 0) for the rows of no unit: they are the same in
+    both neighbours (module docstring), so no bound on them is needed."""
+    full = exp.Coalesce(this=copy_tree(value), expressions=[exp.Literal.number(0)])
+    return exp.Case(ifs=[exp.If(this=_no_unit(table), true=full)], default=bounded)
 
 
 def add_unit_id(select: exp.Select, source: UnitSource, name: str) -> None:
@@ -170,31 +193,38 @@ def _r2t(select: exp.Select, release: UnitRelease, exponents: dict[int, int]) ->
         for j, tau in enumerate(part_levels(part, release.unit)):
             # exactly tau_j * b (levels reach 2^62: a float product would round them)
             cap = Fraction(tau) * Fraction(unit_bound)
+            # the rows of no unit are added in full at every level (module docstring)
+            value = _col(f"__p{i}", "__c")
             if part.integer:
                 assert cap.denominator == 1  # a count's b is a whole number of rows
-                total = _count_total(_least(_col(f"__p{i}", "__c"), int(cap)))
+                total = _count_total(_unless_no_unit("__c", value, _least(value, int(cap))))
             else:  # the level in steps, rounded down: min(c, T) = min(c, floor T), c integer
                 k = exponents[part.index]
-                least = _least(_col(f"__p{i}", "__c"), _steps(cap, k))
-                total = _steps_total(least, k)
+                least = _least(value, _steps(cap, k))
+                total = _steps_total(_unless_no_unit("__c", value, least), k)
             outer.select(exp.alias_(total, f"__r{i}_{j}"), copy=False)
     return outer.from_(per_unit, copy=False)
 
 
 def _r2t_histogram(per_unit: exp.Expression, n_parts: int) -> exp.Select:
     """Counts only: the histogram of the units' contributions, ``__h<i>`` a contribution to
-    part i and ``__n`` how many units have it (a COUNT per unit has few distinct values: at
-    most sqrt(2N) + 1 over N rows). One part: ``GROUP BY __p0``. Several: one grouping set per
-    part, so the rows stay per part (a unit's tuple of counts could be near-unique); a COUNT is
-    never NULL, so a row's non-NULL ``__h<i>`` names its part (dpsql.units.execute reads it).
-    ``Q(tau_j) = sum over part i's rows of min(c, tau_j) * n`` is then the same integer as
-    ``sum_u min(c_u, tau_j)`` (the units with contribution c are n terms of min(c, tau_j)),
+    part i, ``__n`` how many units have it (a COUNT per unit has few distinct values: at
+    most sqrt(2N) + 1 over N rows) and ``__z`` whether the rows of no unit (``__u`` NULL, one
+    row of ``__c``) have it too (0 or 1). One part: ``GROUP BY __p0``. Several: one grouping
+    set per part, so the rows stay per part (a unit's tuple of counts could be near-unique); a
+    COUNT is never NULL, so a row's non-NULL ``__h<i>`` names its part (dpsql.units.execute
+    reads it). ``Q(tau_j) = sum over part i's rows of (min(c, tau_j) * n + c * z)`` is then
+    the same integer as ``sum_u min(c_u, tau_j) + c_NULL`` (the units with contribution c are
+    n terms of min(c, tau_j); the rows of no unit are added in full, module docstring),
     evaluated exactly by dpsql.units.execute.levels_from_histogram."""
     hist = exp.Select()
     keys = [_col(f"__p{i}", "__c") for i in range(n_parts)]
     for i, key in enumerate(keys):
         hist.select(exp.alias_(copy_tree(key), f"__h{i}"), copy=False)
-    hist.select(exp.alias_(exp.Count(this=exp.Star()), "__n"), copy=False)
+    units = exp.Count(this=_col("__u", "__c"))  # COUNT(__u) skips the one row of no unit
+    hist.select(exp.alias_(units, "__n"), copy=False)
+    hist.select(exp.alias_(exp.Sub(this=exp.Count(this=exp.Star()), expression=copy_tree(units)),
+                           "__z"), copy=False)
     hist.from_(per_unit, copy=False)
     if n_parts == 1:
         return hist.group_by(keys[0], copy=False)
@@ -208,6 +238,8 @@ def _two_stage(select: exp.Select, release: UnitRelease, ctx: RewriteContext) ->
     unit = release.unit
     n_keys = len(analysis.group_keys)
     keys = [_col(f"__k{i}", "__c") for i in range(n_keys)]
+    if analysis.partition_selection:  # each (unit, group)'s rows, for __n (_selection_count)
+        select.select(exp.alias_(exp.Count(this=exp.Star()), "__rows"), copy=False)
     # salted by the unit's id: each unit keeps its own pseudo-random kappa of its groups, so
     # the groups share the truncation (a hash of the keys alone ranks the groups the same for
     # every unit: all units over kappa groups would keep the same ones, emptying the others).
@@ -229,20 +261,46 @@ def _two_stage(select: exp.Select, release: UnitRelease, ctx: RewriteContext) ->
         outer.select(exp.alias_(_col(f"__k{i}", "__r"), f"__k{i}"), copy=False)
     for m in analysis.measurements:
         lo, hi = per_group_clamp(m, unit)
+        contribution = _col(f"__m{m.index}", "__r")
+        # a unit's contribution clamped per group; the rows of no unit's in full (module
+        # docstring)
         if m.function == "COUNT":  # typed, so Spark's exact-sum rewrite knows what it sums
-            total = _count_total(_least(_col(f"__m{m.index}", "__r"), hi))
+            total = _count_total(_unless_no_unit("__r", contribution,
+                                                 _least(contribution, hi)))
         else:  # in steps 2^-k, the interval rounded inwards: it stays within [lo, hi]
             k = ctx.sum_exponents[m.index]
-            value = _least(_col(f"__m{m.index}", "__r"), _steps(hi, k))
+            value = _least(contribution, _steps(hi, k))
             value = _greatest(value, _steps(lo, k, up=True))
-            total = _steps_total(value, k)
+            total = _steps_total(_unless_no_unit("__r", contribution, value), k)
         outer.select(exp.alias_(total, f"__m{m.index}"), copy=False)
+    if analysis.partition_selection:
+        outer.select(exp.alias_(_selection_count(), "__n"), copy=False)
     outer = outer.from_(exp.alias_(exp.Subquery(this=ranked), "__r", table=True), copy=False)
-    outer = outer.where(exp.LTE(this=_col("__g", "__r"),
-                                expression=exp.Literal.number(unit.max_groups)), copy=False)
+    # each unit keeps its max_groups groups; the rows of no unit keep all of theirs
+    kept = exp.LTE(this=_col("__g", "__r"), expression=exp.Literal.number(unit.max_groups))
+    outer = outer.where(exp.Or(this=kept, expression=_no_unit("__r")), copy=False)
     if n_keys:
         outer = outer.group_by(*[_col(f"__k{i}", "__r") for i in range(n_keys)], copy=False)
     return outer
+
+
+def _selection_count() -> exp.Expression:
+    """The two-stage's ``__n`` of a group (partition selection, dpsql.noise.unit_partition):
+    ``SUM(CASE WHEN __u IS NULL THEN __rows ELSE 1 END)`` over its kept (unit, group) rows --
+    the number of units kept in the group plus its number of rows of no unit (``__rows``, the
+    inner query's COUNT(*) per (unit, group)).
+
+    Contract. Precondition: the rows of ``__r`` are the two-stage's kept (unit, group) pairs,
+    each unit's chosen from its own rows, and the rows of no unit's in every group. Guarantee:
+    for D' = D + cascade(u), ``__n`` rises by exactly 1 in each of u's kept groups and is equal
+    elsewhere (the rows of no unit are the same in both neighbours, so their term is too); a
+    group non-empty in D' only holds u alone, so its ``__n`` is 1 -- the premises of
+    dpsql.noise.unit_partition. And ``__n`` is exactly a ``COUNT(*)``'s two-stage value at
+    ``max_rows_per_group`` 1 (each unit's count, at least 1 in a group it is in, clamped to 1;
+    the rows of no unit in full), which dpsql.noise.unit_partition.shared_count relies on."""
+    per_row = exp.Case(ifs=[exp.If(this=_no_unit("__r"), true=_col("__rows", "__r"))],
+                       default=exp.Literal.number(1))
+    return _count_total(per_row)
 
 
 def unit_contributions(tree: exp.Expression, *, ctx: RewriteContext) -> exp.Expression:

@@ -68,10 +68,13 @@ def test_r2t_levels_are_sums_of_truncated_unit_contributions(backend, metadata):
         counts[u] += 1
         sums[u] += min(max(qty, 0), 4)
     taus = levels(64)
-    want_counts = [sum(min(c, t) for c in counts.values()) for t in taus]
+    # the rows of no unit (None) are added in full at every level, never truncated
+    want_counts = [sum(c if u is None else min(c, t) for u, c in counts.items()) for t in taus]
     # a SUM's levels are in value units (dpsql.units.grid): 2, 4, .., 256 = 64 rows x 4
     value_taus = levels(256)
-    want_sums = [sum(min(s, t) for s in sums.values()) for t in value_taus]
+    want_sums = [sum(s if u is None else min(s, t) for u, s in sums.items())
+                 for t in value_taus]
+    assert counts[None] > taus[0] and sums[None] > value_taus[0]  # they would be truncated
     assert list(got[0]) == want_counts
     assert len(got[1]) == len(value_taus) == 8
     assert np.allclose(got[1], want_sums)
@@ -113,7 +116,7 @@ def test_count_levels_through_the_histogram_are_exact(database, make_backend, sq
             continue
         counts[owner[order][0] if order in owner else None] += 1
     taus = levels(39, base)
-    want = [sum(min(c, t) for c in counts.values()) for t in taus]
+    want = [sum(c if u is None else min(c, t) for u, c in counts.items()) for t in taus]
     assert want[0] < want[-1]  # truncation is active
     for part in got:
         assert part.dtype == np.int64 and list(part) == want

@@ -18,21 +18,38 @@ def test_the_histogram_of_several_counts_keeps_each_part_apart():
     release = analyze_request("SELECT COUNT(*), COUNT(i.kind) FROM items i", md).unit
     assert release is not None
     # part 0: 2 units of 3 rows and 1 of 9; part 1: 3 units of 1 row (levels 2, 4, 8)
-    rows = [(3, None, 2), (9, None, 1), (None, 1, 3)]
+    rows = [(3, None, 2, 0), (9, None, 1, 0), (None, 1, 3, 0)]
     got = levels_from_histogram(rows, release)
     assert [list(g) for g in got] == [[2 * 2 + 2, 3 * 2 + 4, 3 * 2 + 8],
                                       [3, 3, 3]]
     assert [list(g) for g in levels_from_histogram([], release)] == [[0, 0, 0], [0, 0, 0]]
 
 
+def test_the_rows_of_no_unit_are_added_in_full_at_every_level():
+    """``__z`` = 1: the rows of no unit (``__u`` NULL) contribute c too; they are the same in
+    both neighbours, so never truncated (before, they were one more unit, cut at tau_j)."""
+    md = tiny.metadata(max_contribution=8)
+    release = analyze_request("SELECT COUNT(*), COUNT(i.kind) FROM items i", md).unit
+    assert release is not None
+    # part 0: 2 units of 3 rows, and 20 rows of no unit; part 1: 1 unit of 9 rows, and 9
+    # rows of no unit (the same c: one histogram row, n = 1 and z = 1); levels 2, 4, 8
+    rows = [(3, None, 2, 0), (20, None, 0, 1), (None, 9, 1, 1)]
+    got = levels_from_histogram(rows, release)
+    assert [list(g) for g in got] == [[2 * 2 + 20, 3 * 2 + 20, 3 * 2 + 20],
+                                      [2 + 9, 4 + 9, 8 + 9]]
+
+
 @pytest.mark.parametrize("rows", [
-    [(3, 1, 2)],  # two parts in one row
-    [(None, None, 2)],  # no part
-    [(3, None, 0)],  # no unit
-    [(-1, None, 1)],  # a negative count
-    [(3.5, None, 1)],  # not an integer
-    [(True, None, 1)],
-    [(3, None)],  # a column short
+    [(3, 1, 2, 0)],  # two parts in one row
+    [(None, None, 2, 0)],  # no part
+    [(3, None, 0, 0)],  # no unit
+    [(-1, None, 1, 0)],  # a negative count
+    [(3.5, None, 1, 0)],  # not an integer
+    [(True, None, 1, 0)],
+    [(3, None, 1)],  # a column short
+    [(3, None, 1, 2)],  # two groups of no unit
+    [(3, None, 1, -1)],
+    [(3, None, 0, 1), (4, None, 0, 1)],  # the rows of no unit in two rows of one part
 ])
 def test_a_malformed_histogram_is_an_error_not_a_count(rows):
     md = tiny.metadata(max_contribution=8)

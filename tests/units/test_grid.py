@@ -85,8 +85,10 @@ def test_the_executed_sum_levels_are_the_value_grid_exactly(max_sum):
         for order, qty, _ in db["items"]:
             u = owner.get(order)
             sums[u] = sums.get(u, 0.0) + min(max(qty, 0), 4)
+        # the rows of no unit (orphan order 99) in full at every level, never truncated
+        rest = sums.pop(None, 0.0)
         want = truncated_sums(np.array(list(sums.values()) or [0.0]), unit_bound=1.0,
-                              max_contribution=taus[-1])
+                              max_contribution=taus[-1]) + rest
         got = [0.0 if v is None else float(v) for v in row]
         assert len(got) == len(taus)
         assert np.allclose(got, want[:len(taus)], rtol=0, atol=1e-9)
@@ -181,9 +183,9 @@ def test_r2t_sums_of_doubles_are_exact_in_any_row_order():
         for part in analysis.unit.parts:
             for tau in part_levels(part, md.privacy_unit):
                 cap = Fraction(tau) * 2**k
-                # the rows of no unit (order 61) are one pseudo-unit, truncated too
-                want = sum(min(c, cap) for (_, sign), c in per_unit.items()
-                           if sign == part.sign)
+                # the rows of no unit (order 61) are added in full, never truncated
+                want = sum(c if u is None else min(c, cap)
+                           for (u, sign), c in per_unit.items() if sign == part.sign)
                 value = Fraction(next(got))
                 exact = Fraction(want) / 2**k
                 assert abs(value - exact) <= abs(exact) / 2**51, (tau, value, exact)
