@@ -6,9 +6,9 @@ column ``__r<i>_<j>`` = Q(tau_j) over the part's own levels (dpsql.units.grid; N
 unit, is 0) -- or, when every part is a COUNT (dpsql.units.rewrite.counts_only), the histogram
 of the units' contributions, from which :func:`levels_from_histogram` computes the same
 Q(tau_j) in exact integers. Either way Q(tau_j) = sum_u min(c_u, tau_j b) + c_NULL: the rows
-of no unit (``__u`` NULL) are added in full at every level (dpsql.units.rewrite). :func:`r2t_bins` reads it, calls
-``drawn`` before any noise, and returns the single bin of noisy measurements the
-post-processing reads, with each measurement's released interval.
+of no unit (``__u`` NULL) are added in full at every level (dpsql.units.rewrite).
+:func:`r2t_bins` reads it, calls ``drawn`` before any noise, and returns the single bin of
+noisy measurements the post-processing reads, with each measurement's released interval.
 """
 
 from __future__ import annotations

@@ -81,6 +81,33 @@ def test_selected_groups_move_as_the_unit_proof_assumes(sql, relation, kappa, c)
     check_selection(sql, relation, md, _databases())
 
 
+@pytest.mark.parametrize(("sql", "relation"), QUERIES)
+@pytest.mark.parametrize(("kappa", "c"), [(1, 1), (2, 3)])
+def test_selection_moves_as_assumed_with_large_groups_of_no_unit(sql, relation, kappa, c):
+    """The same checks on databases with many rows of no unit in every kind
+    (tiny.null_heavy_database): ``__n`` counts them in full, the same in both neighbours."""
+    rng = random.Random(int(os.environ.get("DPSQL_UNITS_SEED", "16")) + 1)
+    check_selection(sql, relation, metadata(kappa, c),
+                    [tiny.null_heavy_database(rng) for _ in range(DATABASES // 2)])
+
+
+def test_n_is_the_kept_units_plus_the_rows_of_no_unit():
+    """``__n`` of a group is the number of units kept in it plus its number of rows of no
+    unit (dpsql.units.rewrite._selection_count), so the shared COUNT(*) at C = 1 is the
+    group's count with the rows of no unit in full. Before, they counted as one unit."""
+    md = metadata(1, 1)
+    sql = "SELECT kind, COUNT(*) FROM items GROUP BY kind"
+    plan = plan_execution(analyze_request(sql, md), md)
+    db = {"customer": [(1, 1), (2, 1)], "orders": [(1, 1, 0), (2, 2, 0), (3, None, 0)],
+          # kind 1: unit 1 (two rows) and 4 rows of no unit (guest order 3, orphan 99, NULL);
+          # kind 2: unit 2, and 1 row of no unit; kind 3: rows of no unit only (3)
+          "items": [(1, 0, 1), (1, 0, 1), (3, 0, 1), (3, 0, 1), (99, 0, 1), (None, 0, 1),
+                    (2, 0, 2), (99, 0, 2), (3, 0, 3), (None, 0, 3), (None, 0, 3)],
+          "regions": [(1,), (2,)]}
+    got = {r[0]: (r[1], r[2]) for r in tiny.load(db).execute(plan.exact_sql).fetchall()}
+    assert got == {1: (5, 5), 2: (2, 2), 3: (3, 3)}
+
+
 def check_selection(sql: str, relation: str, md: Metadata,
                     databases: list[tiny.Database]) -> None:
     """Checks 1-4 of the module docstring for ``sql`` (partition-selected under ``md``'s unit)

@@ -100,6 +100,19 @@ def _databases() -> list[tiny.Database]:
     return [tiny.random_database(rng) for _ in range(DATABASES)]
 
 
+#: DPSQL_UNITS_NULL_DATABASES=<n> for more databases with large groups of rows of no unit
+NULL_DATABASES = int(os.environ.get("DPSQL_UNITS_NULL_DATABASES", "6"))
+
+
+def _null_heavy() -> list[tiny.Database]:
+    """Databases whose rows of no unit (NULL ids, guest orders, orphan items) are many, in
+    every kind: far beyond tau_1, kappa groups and C rows per group (tiny.null_heavy_database).
+    They are the same in both neighbours, so added in full, never truncated or clamped
+    (docs/privacy.md, "Rows of no unit"): every bound must hold all the same."""
+    rng = random.Random(int(os.environ.get("DPSQL_UNITS_SEED", "17")) + 1)
+    return [tiny.null_heavy_database(rng) for _ in range(NULL_DATABASES)]
+
+
 #: queries that once passed dpsql.units.paths while counting rows of two units (issue #17's
 #: red team): each must be refused -- or, if a later rule accepts it, keep every bound
 ATTACKS = [
@@ -273,6 +286,92 @@ def test_r2t_levels_move_by_at_most_tau_times_bound(sql, base):
 def test_two_stage_histograms_move_by_at_most_kappa_c_w(sql, kappa, c):
     bruteforce_two_stage(sql, tiny.metadata(max_groups=kappa, max_rows_per_group=c),
                          _databases())
+
+
+@pytest.mark.parametrize("sql", R2T_QUERIES)
+def test_r2t_levels_move_by_at_most_tau_with_large_groups_of_no_unit(sql):
+    bruteforce_r2t(sql, tiny.metadata(level_base=2.0), _null_heavy())
+
+
+@pytest.mark.parametrize("sql", GROUPED_QUERIES)
+@pytest.mark.parametrize("kappa,c", [(1, 1), (2, 3)])
+def test_two_stage_moves_by_at_most_kappa_c_w_with_large_groups_of_no_unit(sql, kappa, c):
+    bruteforce_two_stage(sql, tiny.metadata(max_groups=kappa, max_rows_per_group=c),
+                         _null_heavy())
+
+
+@pytest.mark.parametrize("sql", ONE_ROW_QUERIES)
+def test_the_unit_table_alone_moves_by_one_row_with_null_ids(sql):
+    bruteforce_one_row(sql, tiny.metadata(max_contribution=8), _null_heavy())
+
+
+#: queries whose rows of no unit are many on the NULL-heavy databases (others join them
+#: away: an equality on a NULL o_cust, the unit table joined, few guest orders without items)
+_BEYOND = {R2T_QUERIES[0], R2T_QUERIES[1], R2T_QUERIES[2], GROUPED_QUERIES[0],
+           GROUPED_QUERIES[1], GROUPED_QUERIES[2], ONE_ROW_QUERIES[0]}
+
+
+@pytest.mark.parametrize("sql", R2T_QUERIES)
+def test_r2t_adds_the_rows_of_no_unit_in_full_at_every_level(sql):
+    """Q(tau_j) on D is Q(tau_j) on D's rows of units plus, at EVERY level, the contribution
+    of D's rows of no unit (D with every unit removed: no level truncates it). Before, they
+    were one more unit, truncated at tau_j: the second check fails there."""
+    md = tiny.metadata(level_base=2.0)
+    analysis = analyze_request(sql, md)
+    release = analysis.unit
+    assert release is not None and release.r2t
+    plan = plan_execution(analysis, md)
+    grids = [(part_grid(p, md.privacy_unit)[0], part_levels(p, md.privacy_unit))
+             for p in release.parts]
+    beyond = False
+    for db in _null_heavy():
+        whole = tiny.r2t_row(tiny.load(db), plan.exact_sql, release)
+        units = tiny.r2t_row(tiny.load(tiny.only_units(db)), plan.exact_sql, release)
+        rest = tiny.r2t_row(tiny.load(tiny.without_units(db)), plan.exact_sql, release)
+        assert all(abs(float(a) - float(b) - float(c)) <= 1e-9 * max(1.0, abs(float(a)))
+                   for a, b, c in zip(whole, units, rest, strict=True)), (sql, db)
+        start = 0
+        for bound, taus in grids:
+            levels = [float(v) for v in rest[start:start + len(taus)]]
+            start += len(taus)
+            assert all(abs(v - levels[-1]) <= 1e-9 for v in levels), (
+                f"the rows of no unit were truncated: {sql}\ndb={db}: {levels}")
+            beyond = beyond or levels[0] > taus[0] * bound
+    if sql in _BEYOND:  # not vacuous: some group of no unit is above the first level
+        assert beyond
+
+
+@pytest.mark.parametrize("sql", GROUPED_QUERIES + ONE_ROW_QUERIES)
+def test_two_stage_adds_the_rows_of_no_unit_in_full_to_every_group(sql):
+    """The bins on D are the bins on D's rows of units plus those on its rows of no unit,
+    which are the plain query's answer there: in every group (not kappa of them), neither
+    clamped to C rows nor to one row for the unit table read alone. Before, they were one
+    more unit: kept in kappa groups, clamped to C per group."""
+    md = tiny.metadata(max_groups=1, max_rows_per_group=1)
+    analysis = analyze_request(sql, md)
+    assert analysis.unit is not None and not analysis.unit.r2t
+    plan = plan_execution(analysis, md)
+    n = len(analysis.measurements)
+
+    def bins(db: tiny.Database) -> dict[int, tuple[float, ...]]:
+        rows = tiny.load(db).execute(plan.exact_sql).fetchall()
+        if not analysis.group_keys:  # one row, no bin index
+            return {0: tuple(float(v or 0) for v in rows[0])}
+        return {r[0]: tuple(float(v or 0) for v in r[1:]) for r in rows}
+
+    beyond = False
+    for db in _null_heavy():
+        whole, units = bins(db), bins(tiny.only_units(db))
+        rest = bins(tiny.without_units(db))
+        zero = (0.0,) * n
+        for i in set(whole) | set(units) | set(rest):
+            for j in range(n):
+                a, b, c = (x.get(i, zero)[j] for x in (whole, units, rest))
+                assert abs(a - b - c) <= 1e-9, (sql, db, i, j, a, b, c)
+        beyond = beyond or any(v[0] > 1 for v in rest.values())
+        beyond = beyond or sum(1 for v in rest.values() if v[0] > 0) > 1
+    if sql in _BEYOND:  # not vacuous: the rows of no unit exceed C = 1 or kappa = 1 somewhere
+        assert beyond
 
 
 @pytest.mark.parametrize("sql", ATTACKS)

@@ -70,6 +70,45 @@ def random_database(rng: random.Random) -> Database:
     return {"customer": customers, "orders": orders, "items": items, "regions": [(1,), (2,)]}
 
 
+def null_heavy_database(rng: random.Random) -> Database:
+    """:func:`random_database` plus MANY rows of no unit, so their group is far beyond every
+    bound (each level tau_j, kappa groups, C rows per group): 1-3 customers with a NULL id,
+    4-12 guest orders (a NULL ``o_cust``, keys 50..) with 0-4 items each, 3-10 items of the
+    orphan order 99 and 2-6 items of a NULL order, over every kind."""
+    db = random_database(rng)
+    db["customer"] += [(None, rng.randint(1, 2)) for _ in range(rng.randint(1, 3))]
+    guests = [(o, None, rng.randint(-4, 6)) for o in range(50, 50 + rng.randint(4, 12))]
+    db["orders"] += guests
+    db["items"] += [(o, rng.randint(0, 5), rng.randint(1, 3))
+                    for o, _, _ in guests for _ in range(rng.randint(0, 4))]
+    db["items"] += [(99, rng.randint(0, 5), rng.randint(1, 3)) for _ in range(rng.randint(3, 10))]
+    db["items"] += [(None, rng.randint(0, 5), rng.randint(1, 3))
+                    for _ in range(rng.randint(2, 6))]
+    return db
+
+
+def without_units(db: Mapping[str, Sequence[tuple[int, ...]]]) -> Database:
+    """``db`` with every unit removed (:func:`remove_unit` of each): only the rows of no unit
+    (NULL ids and paths, orphan items) and the public rows are left."""
+    out: Database = {t: list(rows) for t, rows in db.items()}
+    for u in units(db):
+        out = remove_unit(out, u)
+    return out
+
+
+def only_units(db: Mapping[str, Sequence[tuple[int, ...]]]) -> Database:
+    """``db`` without its rows of no unit: customers of a NULL id, orders of a NULL
+    ``o_cust``, items whose order does not resolve or resolves to such an order (the rows
+    :func:`without_units` keeps, but for the public ones)."""
+    owner = {o: c for o, c, _ in db["orders"]}
+    return {
+        "customer": [r for r in db["customer"] if r[0] is not None],
+        "orders": [r for r in db["orders"] if r[1] is not None],
+        "items": [r for r in db["items"] if owner.get(r[0]) is not None],
+        "regions": list(db["regions"]),
+    }
+
+
 def remove_unit(db: Mapping[str, Sequence[tuple[int, ...]]], unit: int) -> Database:
     """``db`` without customer ``unit`` and every row linked to it (its orders, their items)."""
     gone_orders = {o for o, c, _ in db["orders"] if c == unit}
@@ -83,8 +122,9 @@ def remove_unit(db: Mapping[str, Sequence[tuple[int, ...]]], unit: int) -> Datab
 
 def units(db: Mapping[str, Sequence[tuple[int, ...]]]) -> list[int]:
     """Every unit with a row: the customers, and the ids orders hold directly (customer 9 has
-    orders but no customer row: a direct path's value is the unit id all the same)."""
-    return sorted({c for c, _ in db["customer"]} | {c for _, c, _ in db["orders"]})
+    orders but no customer row: a direct path's value is the unit id all the same); a NULL id
+    is no unit."""
+    return sorted(({c for c, _ in db["customer"]} | {c for _, c, _ in db["orders"]}) - {None})
 
 
 _CONNECTION: list[duckdb.DuckDBPyConnection] = []
