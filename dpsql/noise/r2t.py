@@ -72,7 +72,11 @@ Precondition (the caller's job). Per-level noise: adding or removing one unit ch
 truncated contribution ``min(c_u, tau_j b)`` lies in ``[0, tau_j b]``, its increment
 ``min(c_u, tau_j b) - min(c_u, tau_(j-1) b)`` in ``[0, (tau_j - tau_(j-1)) b]``, and units
 contribute to disjoint terms of the sums. (LP truncation gives only the first: pass
-``increments=False``.)
+``increments=False``.) A term ``c_0 >= 0`` added to every level and equal in both neighbours
+(the engine's rows of no unit, :mod:`dpsql.units.rewrite`) keeps both: it cancels from every
+difference of a level, and of ``D_1 = Q(tau_1)``, the one increment holding it (``D_j`` for
+j >= 2 does not); levels stay non-negative and non-decreasing, and ``Q(tau_L)`` still equals
+``Q(I)`` when GS bounds every unit.
 
 Guarantee: the whole :class:`R2TRelease` (value, every noisy level, the chosen level and both
 bounds) is epsilon-DP for the unit neighbours. Each draw is (epsilon / L)-DP (discrete Laplace:

@@ -6,8 +6,11 @@ stability S; this is the second, separate planner, for dpsql's unit relation: D'
 unit u with every row linked to it (FK cascade). The executed query is the two-stage GROUP BY
 (:mod:`dpsql.units.rewrite`): each unit keeps at most kappa = ``max_groups`` groups, chosen from
 its own rows alone, and the groups query's ``__n`` is each group's number of kept (unit, group)
-pairs -- the number of distinct units kept in it (the rows of no unit count as one pseudo-unit,
-the same in both neighbours). So, with U the groups non-empty in D' and B' those non-empty in
+pairs -- the number of distinct units kept in it -- plus its number of rows of no unit
+(dpsql.units.rewrite._selection_count). The rows of no unit are in every group they fall in,
+and they are the same in both neighbours (docs/privacy.md, "Rows of no unit"), so their term
+of ``__n`` is a constant that cancels from every difference below, and a group holding any
+of them is non-empty in both. So, with U the groups non-empty in D' and B' those non-empty in
 D' only:
 
 * ``__n`` rises by exactly 1 in each of u's kept groups and nowhere else: the count vectors
@@ -43,10 +46,11 @@ kappa q, the union bound (Wilson et al., PoPETs 2020, state delta = kappa q's fo
 
 Budget (:func:`plan_with_selection`): as the change-one-row planner -- an even split, the
 selection one more share (or the share of a COUNT(*) whose noisy values are the selection's:
-with ``max_rows_per_group`` C = 1 a group's two-stage COUNT(*) is sum_u min(c_u, 1), its
-``__n`` exactly, at sensitivity kappa * C = kappa, the selection's scale), all of delta the
-selection's. The aggregates of the kept groups are the two-stage's pure histogram (L1
-kappa * C * w), over a set fixed by the selection: adaptive basic composition.
+with ``max_rows_per_group`` C = 1 a group's two-stage COUNT(*) is sum_u min(c_u, 1) plus its
+rows of no unit in full, its ``__n`` exactly, at sensitivity kappa * C = kappa, the
+selection's scale), all of delta the selection's. The aggregates of the kept groups are the
+two-stage's pure histogram (L1 kappa * C * w), over a set fixed by the selection: adaptive
+basic composition.
 
 At kappa = 1 the optimal mechanism of Desfontaines et al. ("Differentially private partition
 selection", PoPETs 2022) applies as is: one unit touches one group, add/remove neighbours, the
@@ -148,8 +152,9 @@ def plan_selection(groups: int, budget: Budget, *, shared: int | None = None) ->
 def shared_count(analysis: QueryAnalysis) -> int | None:
     """The index of a ``COUNT(*)`` measurement (no FILTER, no DISTINCT) when the unit's
     ``max_rows_per_group`` is 1: its two-stage value in each group is the group's ``__n``
-    (sum over kept units of min(rows, 1)) and its sensitivity kappa, so its noisy release can
-    be the selection's noisy count. None otherwise."""
+    (sum over kept units of min(rows, 1), plus the rows of no unit in full) and its
+    sensitivity kappa, so its noisy release can be the selection's noisy count. None
+    otherwise."""
     release = analysis.unit
     assert release is not None
     if release.unit.max_rows_per_group != 1:

@@ -23,6 +23,10 @@ metadata alone:
   (:mod:`dpsql.noise.unit_partition`); ``selection_stability`` is then kappa, the most groups
   one unit is in.
 
+The rows of no unit (a path that does not resolve: NULL or orphan keys) are no unit: they are
+the same in both neighbours (docs/privacy.md, "Rows of no unit"), so the executed query adds
+them in full, bounded by nothing above (:mod:`dpsql.units.rewrite`), and no bound changes.
+
 Refused under a unit (clear errors, before anything runs): COUNT(DISTINCT ..) and what
 :mod:`dpsql.units.paths` cannot prove.
 """

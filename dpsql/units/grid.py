@@ -109,7 +109,11 @@ def summand_exponent(m: Measurement, release: UnitRelease) -> int:
     units query sums over units stays below 2^62 steps: a part's truncated contribution (at most
     its top level, in value units) under R2T; a unit's clamped contribution to one group
     (:func:`dpsql.units.analysis.per_group_clamp`) in two stages. A sum of fewer than 2^63 of
-    them cannot overflow DECIMAL(38, 0). Public: the metadata and the bounds alone."""
+    them cannot overflow DECIMAL(38, 0). The rows of no unit, added in full
+    (dpsql.units.rewrite), are one such sum of per-row values, each below 2^62 steps too (a
+    row is within the top level, or within one group's clamp), so the total stays a sum of
+    fewer than 2^63 values below 2^62 steps: one per unit or per row of no unit. Public: the
+    metadata and the bounds alone."""
     if release.r2t:
         top = max((Fraction(max(part_levels(p, release.unit, fine_grid(release)))) * Fraction(
             part_grid(p, release.unit)[0]) for p in release.parts if p.index == m.index),
@@ -124,7 +128,11 @@ def r2t_row_bounds(m: Measurement, release: UnitRelease) -> tuple[float, float]:
     """SUM measurement ``m``'s bounds within its R2T parts' top levels (value units, b = 1):
     [max(l, -top_neg), min(u, top_pos)], each top rounded outwards to a double. A row's part
     value above its top level is at least every level, so is its unit's contribution, and
-    every truncated sum min(c_u, tau_j) is the same with the row clamped there."""
+    every truncated sum min(c_u, tau_j) is the same with the row clamped there. The rows of
+    no unit are added in full (dpsql.units.rewrite), so there such a row counts as the top
+    level: a clamp of the row alone by public bounds, like every clamp (it moves nothing
+    between neighbours; it matters only when a bound exceeds the top level, an owner's
+    ``max_sum`` below one row's bound)."""
     assert m.bounds is not None
     lo, hi = float(m.bounds[0]), float(m.bounds[1])
     for p in release.parts:
