@@ -5,8 +5,9 @@ test_float_sum_attacks.py, test_fixed_point_attacks.py, test_sum_error_attacks.p
 1. R2T's row clamp at the parts' top levels (dpsql.units.grid.r2t_row_bounds,
    dpsql.rewrite.clamps.sum_bounds / sum_exponent, k >= 0). HELD: a SUM over [l < 0, u > 0],
    level base 5.5, max_sum far below the bounds, rows far above the top level, NaN / +-inf /
-   -0.0 / NULL values and NULL / orphan unit ids (the pseudo-unit): every level of both parts
-   equals an exact-rational reference *without* the clamp, on every database and every removal
+   -0.0 / NULL values and NULL / orphan unit ids: every level of both parts equals an
+   exact-rational reference *without* the clamp for the units (the rows of no unit, added in
+   full, are clamped there: a clamp of each row alone), on every database and every removal
    of one unit.
    FIXED (was a strict xfail): the SQL truncates at ``float(tau_j)``, not tau_j
    (dpsql.units.rewrite._r2t: ``_steps(tau * unit_bound, k)`` with ``unit_bound = 1.0``, a
@@ -100,11 +101,15 @@ def _clamped(v: float | None, lo: float, hi: float) -> Fraction | None:
 
 def r2t_reference(people: Sequence[int], rows: Sequence[tuple[int | None, float | None]],
                   lo: float, hi: float, taus: Sequence[int]) -> list[list[float]]:
-    """Per part (non-negative, non-positive) Q(tau_j) = sum over units of min(c_u, tau_j), in
-    exact rationals, c_u the unit's sum of max(x, 0) / max(-x, 0) of its clamped values; the
-    rows of no unit (NULL or orphan ids) one pseudo-unit; each level converted to DOUBLE
-    once (correctly rounded)."""
-    known = set(people)
+    """Per part (non-negative, non-positive) Q(tau_j) = sum over units of min(c_u, tau_j) +
+    c_NULL, in exact rationals, c_u the unit's sum of max(x, 0) / max(-x, 0) of its clamped
+    values (an id with no ``people`` row is a unit all the same: a direct path's value is the
+    unit id); c_NULL the rows of no unit (a NULL id), added in full -- their rows clamped
+    into the top level too, a clamp that changes no unit's truncated sum; each level
+    converted to DOUBLE once (correctly rounded). ``people`` is kept for the callers: the
+    unit table's rows change nothing here."""
+    del people
+    top = Fraction(taus[-1])
     out = []
     for sign in (1, -1):
         c: dict[int | None, Fraction] = {}
@@ -112,10 +117,10 @@ def r2t_reference(people: Sequence[int], rows: Sequence[tuple[int | None, float 
             x = _clamped(v, lo, hi)
             if x is None:
                 continue
-            u = pid if pid in known else None
-            c[u] = c.get(u, Fraction(0)) + max(sign * x, Fraction(0))
-        out.append([float(sum((min(cu, Fraction(t)) for cu in c.values()), Fraction(0)))
-                    for t in taus])
+            part = max(sign * x, Fraction(0))
+            c[pid] = c.get(pid, Fraction(0)) + (part if pid is not None else min(part, top))
+        out.append([float(sum((cu if u is None else min(cu, Fraction(t))
+                               for u, cu in c.items()), Fraction(0))) for t in taus])
     return out
 
 

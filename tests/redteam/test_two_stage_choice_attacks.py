@@ -9,7 +9,7 @@ exact released bins, through the real plan on DuckDB or Spark):
   cascade moves the released bins by at most kappa * C * w in L1 (C = max_rows_per_group,
   w = 1 for COUNT, max(|l|, |u|) for SUM) -- a brute force over every removal and one fresh
   addition, keys INTEGER, BIGINT, VARCHAR ('' and NULL), DOUBLE (-0.0, NaN, NULL), DATE,
-  BOOLEAN, one and two keys, NULL unit ids (the pseudo-unit), orphans along a direct path and
+  BOOLEAN, one and two keys, NULL unit ids (rows of no unit), orphans along a direct path and
   along a hop;
 * directly: the release of a database is the sum of the releases of each unit's rows alone
   (and of the rows of no unit): no unit's choice depends on another unit's rows;
@@ -106,7 +106,7 @@ tables:
 QUERIES = [
     "SELECT k1, COUNT(*), SUM(v) FROM visits GROUP BY k1",
     "SELECT k1, k2, COUNT(*), SUM(v) FROM visits GROUP BY k1, k2",
-    # through the hop: orphans (t_vid 99, NULL) and visits of no unit are the pseudo-unit
+    # through the hop: orphans (t_vid 99, NULL) and tags of visits of no unit: no unit
     "SELECT k1, COUNT(*), SUM(v) FROM tags GROUP BY k1",
     "SELECT t.k1, w.k2, COUNT(*), SUM(t.v) FROM tags t JOIN visits w ON w.vid = t.t_vid"
     " GROUP BY t.k1, w.k2",
@@ -241,7 +241,7 @@ def test_every_removal_and_a_fresh_addition_move_the_bins_by_at_most_kappa_c_w(t
 def test_the_release_is_the_sum_of_each_units_release_alone(t1):
     """HELD: no unit's choice depends on another unit's rows. The release of a database equals,
     bin by bin and exactly, the sum of the releases of each unit's rows alone and of the rows
-    of no unit (the pseudo-unit): were a unit's kept groups to change with the others present,
+    of no unit (added in full): were a unit's kept groups to change with the others present,
     its contribution would land in another bin. kappa 1 (every unit over it chooses)."""
     t2 = _second(t1)
     rng = random.Random(f"{SEED}:alone:{t1}")
