@@ -30,6 +30,9 @@ def unit_lines(analysis: QueryAnalysis, plans: Sequence[NoisePlan],
              f"privacy unit: {release.label} (neighbours add or remove one unit with every row "
              "linked to it)",
              f"  unit of each aggregated row: {src.description}{path}"]
+    if not release.more and release.derived is None:  # dpsql.units.rewrite: in full
+        lines += ["  rows of no unit (a NULL or orphan path): the same in both neighbours, "
+                  "counted in full (never truncated, clamped or limited to max_groups)"]
     for other, osrc in release.more:  # two units (dpsql.units.multi)
         opath = "".join(f" -> {h.table}[{h.key}].{h.column}" for h in osrc.hops)
         lines += [f"  its {other.table} unit: {osrc.description}{opath}",

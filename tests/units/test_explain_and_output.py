@@ -32,6 +32,8 @@ def test_explain_reports_the_unit_the_lookup_and_r2t_scales():
     text = explain_text("SELECT COUNT(*) FROM items", tiny.metadata(), epsilon=1.0, delta=0.0)
     assert "privacy unit: customer.c_id" in text and "-> orders[o_id].o_cust" in text
     assert "level scales 6, 6, 12" in text
+    assert "rows of no unit (a NULL or orphan path): the same in both neighbours, counted in " \
+        "full" in text
 
 
 def test_explain_of_a_grouped_query_gives_kappa_c_over_epsilon():
