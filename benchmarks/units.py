@@ -197,7 +197,7 @@ def _times(sql: str, prepared: Any, handles: Handles, settings: Settings) -> dic
     if _two_units(prepared):  # the per-pair query alone: the rest of "exact" is the flow
         compiled = prepared.compiled
         params = compiled.plan.exact_bindings([])
-        variants["pairs"] = lambda: handles.backend.execute_columns(compiled.exact, params)
+        variants["pairs"] = lambda: handles.backend.execute_flat_columns(compiled.exact, params)
     times = interleaved(variants, settings.runs)
     raw_ms, exact_ms = median_ms(times["raw"]), median_ms(times["exact"])
     raw_cpu, exact_cpu = median_ms(cpu["raw"][1:]), median_ms(cpu["exact"][1:])  # no warm-up

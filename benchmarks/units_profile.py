@@ -129,12 +129,12 @@ def two_unit_breakdown(raw_sql: str, prepared: Any, handles: Handles, runs: int
     params = compiled.plan.exact_bindings([])
     flat = compiled.fallback is not None
     sql = compiled.exact
-    columns, _ = backend.execute_columns(sql, params)
+    columns, _ = backend.execute_flat_columns(sql, params)
     trace: list[tuple[float, str]] = []
     multi_execute.pair_levels(columns, release, trace)
     cpu: dict[str, list[float]] = {}
     fns = {"raw": cpu_counted(cpu, "raw", lambda: handles.raw.execute(raw_sql).fetchall()),
-           "query": cpu_counted(cpu, "query", lambda: backend.execute_columns(sql, params)),
+           "query": cpu_counted(cpu, "query", lambda: backend.execute_flat_columns(sql, params)),
            "levels": cpu_counted(cpu, "levels",
                                  lambda: multi_execute.pair_levels(columns, release)),
            "exact": cpu_counted(cpu, "exact", lambda: multi_execute.read_pair_truncated(

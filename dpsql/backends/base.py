@@ -64,6 +64,15 @@ class Backend(Protocol):
         for results of many rows of numbers, which need no Python tuple per row."""
         ...
 
+    def execute_flat_columns(
+        self, compiled: str, params: Mapping[str, Any] | None = None
+    ) -> tuple[list[np.ndarray], list[str]]:
+        """:meth:`execute_columns` for a long result of unit ids and DOUBLE values (the flat
+        read over two privacy units, dpsql.units.multi_rewrite): the same rows, the same
+        values, in whatever order; a NULL masked; the ids' values as numbers or Python objects,
+        equal ids equal."""
+        ...
+
     def table_schema(self, table: str) -> dict[str, str]:
         """{column: type name} of ``table`` as the backend stores it, in DuckDB's type names
         (INTEGER, BIGINT, VARCHAR, DECIMAL(15,2), ...). Raises ProgrammingError when the backend

@@ -38,6 +38,9 @@ class ReplayBackend:
     def execute_columns(self, sql: str, params: Mapping[str, Any] | None = None):
         return self._replay("execute_columns", sql, params)
 
+    def execute_flat_columns(self, sql: str, params: Mapping[str, Any] | None = None):
+        return self._replay("execute_flat_columns", sql, params)
+
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
 

@@ -362,6 +362,13 @@ class SparkBackend:
         rows, types = self.execute(sql, params)
         return columns_of(rows, len(types)), types
 
+    def execute_flat_columns(
+        self, sql: str, params: Mapping[str, Any] | None = None
+    ) -> tuple[list[np.ndarray], list[str]]:
+        """:meth:`execute_columns` (Spark is not columnar: the engine runs the grouped
+        fallback instead of a flat read, dpsql.units.multi_execute)."""
+        return self.execute_columns(sql, params)
+
     def close(self) -> None:
         """Drop this backend's views. The SparkContext stays up: it may be shared."""
         for name in self._views:

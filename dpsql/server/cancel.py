@@ -90,6 +90,13 @@ class CancellableBackend:
         self._check()
         return out
 
+    def execute_flat_columns(self, compiled: str, params: Mapping[str, Any] | None = None
+                             ) -> tuple[list[np.ndarray], list[str]]:
+        self._check()
+        out = self.inner.execute_flat_columns(compiled, params)
+        self._check()
+        return out
+
     # -- the rest: the inner backend's ------------------------------------------------------
 
     def compile(self, sql: str) -> str:

@@ -89,7 +89,7 @@ def read_pair_truncated(backend: Backend, compiled: CompiledPlan, params: Sequen
     # Python tuple per row), and only up to its guard: past it, or on Spark, the plan's
     # fallback groups the rows in the database with the same capacities, the same levels
     if compiled.fallback is None or backend.columnar:
-        columns, _ = backend.execute_columns(compiled.exact, bindings)
+        columns, _ = backend.execute_flat_columns(compiled.exact, bindings)
         if (compiled.fallback is None
                 or columns[0].shape[0] <= flat_guard(len(columns), FLAT_ROWS)):
             return pair_levels(columns, release)

@@ -125,14 +125,16 @@ def load(db: Mapping[str, Sequence[tuple[int, ...]]],
 
 
 def recorded(backend: Any, monkeypatch: Any) -> list[str]:
-    """The SQL texts ``backend.execute_columns`` runs from now on, in order (the backend still
-    runs them: ``monkeypatch`` wraps the method for the test's duration)."""
+    """The SQL texts ``backend.execute_columns`` and ``execute_flat_columns`` run from now on,
+    in order (the backend still runs them: ``monkeypatch`` wraps the methods for the test's
+    duration)."""
     ran: list[str] = []
-    execute = backend.execute_columns
+    for name in ("execute_columns", "execute_flat_columns"):
+        execute = getattr(backend, name)
 
-    def recording(sql: str, params: Any = None) -> Any:
-        ran.append(sql)
-        return execute(sql, params)
+        def recording(sql: str, params: Any = None, execute: Any = execute) -> Any:
+            ran.append(sql)
+            return execute(sql, params)
 
-    monkeypatch.setattr(backend, "execute_columns", recording)
+        monkeypatch.setattr(backend, name, recording)
     return ran
