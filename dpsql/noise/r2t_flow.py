@@ -56,8 +56,10 @@ import numpy as np
 from dpsql.noise.r2t_certify import (
     Pairs,
     all_light,
+    closed_mostly_light,
     full,
     saturated,
+    saturated_by_loads,
     saturates,
     scaled_down,
 )
@@ -216,6 +218,10 @@ def flow_truncated(a: np.ndarray, b: np.ndarray, psi: np.ndarray, taus: Sequence
         value = scaled_down(pairs, scaled, tau, delta)
         if value is None:
             how, value = "all light", all_light(pairs, tau, delta)
+        if value is None:
+            how, value = "saturated by loads", saturated_by_loads(pairs, tau, delta)
+        if value is None:
+            how, value = "closed form, mostly light", closed_mostly_light(pairs, tau, delta)
         if value is None:
             how, value = "saturated subset", saturated(pairs, tau, delta)
         if value is None:

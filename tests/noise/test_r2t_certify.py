@@ -17,9 +17,11 @@ from dpsql.noise import r2t_certify, r2t_flow
 from dpsql.noise.r2t_certify import (
     Pairs,
     all_light,
+    closed_mostly_light,
     full,
     level_caps,
     saturated,
+    saturated_by_loads,
     saturates,
     scaled_down,
 )
@@ -76,7 +78,8 @@ def test_every_certificate_is_the_max_flow_or_silent(instance):
         caps = level_caps(psi, tau, delta, integer)
         # full() with the level: a side light by its real loads is the closed form at once
         for got in (all_light(pairs, tau, delta), full(pairs, *caps),
-                    full(pairs, *caps, tau)):
+                    full(pairs, *caps, tau), saturated_by_loads(pairs, tau, delta),
+                    closed_mostly_light(pairs, tau, delta)):
             assert got is None or got == want
         # the real loads' test never calls a side light that has a heavy floored unit
         for side, codes in (("a", a), ("b", b)):
@@ -194,3 +197,30 @@ def test_an_over_generous_spread_would_certify_a_wrong_saturation():
         mp.setattr(r2t_certify, "_SUBSET_SHARE", 1)
         assert saturated(Pairs.of(a, b, psi, True), 100.0, 1.0) is None
     assert flow_truncated(a, b, psi, [100.0], integer=True).tolist() == [199]
+
+
+def test_q7s_shape_is_certified_from_the_loads():
+    """TPC-H Q7's shape for a SUM (many light customers, few suppliers, fractional values):
+    where every supplier is heavy and few customers are, every supplier saturates on the
+    light customers' results (saturated_by_loads); where every customer is light and few
+    suppliers are heavy, the closed form needs the heavy suppliers' results alone
+    (closed_mostly_light). Both give the reference's OPT exactly, and answer nothing where
+    their premise fails."""
+    rng = np.random.default_rng(8)
+    n = 60_000
+    a = rng.integers(0, 30_000, n)  # about two results each
+    b = rng.integers(0, 40, n)
+    psi = np.round(rng.random(n) * 3.0, 6)
+    a[:30] = 0  # one customer heavy at tau 8: its results are left out
+    pairs = Pairs.of(a, b, psi, False)
+    tau = 8.0
+    assert not pairs.light("a", tau) and pairs.load_b.min() > 50 * tau
+    got = saturated_by_loads(pairs, tau, level_step(tau, False))
+    assert got is not None and got == reference(a, b, psi, tau, False)
+    assert closed_mostly_light(pairs, tau, level_step(tau, False)) is None  # no light side
+    # every customer light, one supplier in 40 heavy
+    tau = float(np.sort(pairs.load_b)[-2]) * 0.99
+    assert pairs.light("a", tau) and (pairs.load_b > tau).sum() == 2
+    got = closed_mostly_light(pairs, tau, level_step(tau, False))
+    assert got is not None and got == reference(a, b, psi, tau, False)
+    assert saturated_by_loads(pairs, tau, level_step(tau, False)) is None  # none saturates
