@@ -548,9 +548,10 @@ def _base_at_2_31_minus_1() -> tuple[float, int]:
     return base, k
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a fine COUNT level is float64(OPT) / 2^k, "
-                   "rounded once OPT passes 2^53 steps (> 2^22 saturated units a side): the "
-                   "level moves by tau_j + 2^-k on removing one unit")
+@pytest.mark.xfail(strict=True, reason="known limit (docs/privacy.md, 'Truncation by "
+                   "max-flow'): a fine COUNT level is float64(OPT) / 2^k, rounded once OPT "
+                   "passes 2^53 steps (> 2^22 saturated units a side), as a SUM's levels are: "
+                   "the level moves by tau_j + 2^-k on removing one unit")
 def test_a_fine_count_level_moves_by_at_most_tau_past_2_53_steps():
     base, _ = _base_at_2_31_minus_1()
     taus = list(fine_levels(31, base))
