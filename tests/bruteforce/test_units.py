@@ -101,7 +101,7 @@ def _databases() -> list[tiny.Database]:
 
 
 #: DPSQL_UNITS_NULL_DATABASES=<n> for more databases with large groups of rows of no unit
-NULL_DATABASES = int(os.environ.get("DPSQL_UNITS_NULL_DATABASES", "6"))
+NULL_DATABASES = int(os.environ.get("DPSQL_UNITS_NULL_DATABASES", "3"))
 
 
 def _null_heavy() -> list[tiny.Database]:
