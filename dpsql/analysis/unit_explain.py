@@ -41,13 +41,15 @@ def unit_lines(analysis: QueryAnalysis, plans: Sequence[NoisePlan],
     if release.r2t and release.more:  # R2T's own levels B^j (dpsql.units.grid, fine)
         fine = fine_levels(unit.max_contribution, unit.level_base)
         lines += [f"  R2T: {len(fine)} truncation levels {unit.level_base:g}^j = "
-                  f"{fine[0]:g}..{fine[-1]:.10g} rows (max_contribution "
-                  f"{unit.max_contribution}), beta {R2T_BETA:g}"]
+                  f"{fine[0]:g}..{fine[-1]:.10g} rows for a COUNT (max_contribution "
+                  f"{unit.max_contribution}; a SUM's in value units, below), beta "
+                  f"{R2T_BETA:g}"]
     elif release.r2t:
         taus = r2t_levels(unit.max_contribution, unit.level_base)
         lines += [f"  R2T: {len(taus)} truncation levels floor({unit.level_base:g}^j) = "
-                  f"{taus[0]}..{taus[-1]} rows (max_contribution {unit.max_contribution}), "
-                  f"beta {R2T_BETA:g}"]
+                  f"{taus[0]}..{taus[-1]} rows for a COUNT (max_contribution "
+                  f"{unit.max_contribution}; a SUM's in value units, below), beta "
+                  f"{R2T_BETA:g}"]
     elif release.derived is not None:  # dpsql.units.derived
         lines += [f"  {release.derived}: each unit is at most one row there, so at most one "
                   "group, once (kappa = C = 1, by the SQL)"]
