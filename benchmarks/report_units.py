@@ -31,8 +31,9 @@ def _grid(s: dict[str, Any]) -> str:
         return "levels 2^j (R2T: 10^6)"
     unit = ("rows for a COUNT, value units for a SUM (`max_sum`)" if s.get("max_sum")
             else "rows")
-    return (f"levels floor({base:g}^j) = {', '.join(f'{t:,}' for t in taus)} {unit} (R2T's "
-            f"code: 5.5^i, i = 1..8, for its G = 10^6; `levels: {{base: {base:g}}}`)")
+    return (f"levels floor({base:g}^j) = {', '.join(f'{t:,}' for t in taus)} {unit} under one "
+            f"unit, and {base:g}^j itself over two units (R2T's code: 5.5^i, i = 1..8, for its "
+            f"G = 10^6; `levels: {{base: {base:g}}}`; dpsql.units.grid)")
 
 
 def r2t_md(data: dict[str, Any]) -> list[str]:
