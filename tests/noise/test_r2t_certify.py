@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy import sparse
-from scipy.sparse.csgraph import maximum_flow
 
 from dpsql.noise import r2t_certify, r2t_flow
 from dpsql.noise.r2t_certify import (
@@ -26,6 +24,7 @@ from dpsql.noise.r2t_certify import (
     scaled_down,
 )
 from dpsql.noise.r2t_flow import flow_truncated, level_step
+from tests.flows import full_network_flow
 
 
 def reference(a: np.ndarray, b: np.ndarray, psi: np.ndarray, tau: float, integer: bool) -> int:
@@ -40,15 +39,7 @@ def reference(a: np.ndarray, b: np.ndarray, psi: np.ndarray, tau: float, integer
     else:
         s = np.floor(np.minimum(psi, tau) / delta).astype(np.int64)
         cap = math.floor(tau / delta)
-    na, nb = int(a.max()) + 1, int(b.max()) + 1
-    sink = 1 + na + nb
-    rows = np.concatenate([np.zeros(na, np.int64), 1 + a, 1 + na + np.arange(nb)])
-    cols = np.concatenate([1 + np.arange(na), 1 + na + b, np.full(nb, sink)])
-    caps = np.concatenate([np.full(na, cap), s, np.full(nb, cap)]).astype(np.int64)
-    graph = sparse.coo_matrix((caps, (rows, cols)), shape=(sink + 1, sink + 1)).tocsr()
-    graph.sum_duplicates()
-    graph.data = np.minimum(graph.data, cap).astype(np.int32)  # a bundle carries <= cap
-    return int(maximum_flow(graph, 0, sink, method="dinic").flow_value)
+    return full_network_flow(a, b, s, cap)
 
 
 instances = st.tuples(

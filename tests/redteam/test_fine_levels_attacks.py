@@ -72,8 +72,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from scipy import sparse
-from scipy.sparse.csgraph import maximum_flow
 
 from dpsql.analysis.blocks import analyze_request
 from dpsql.backends.duckdb import DuckDBBackend
@@ -94,6 +92,7 @@ from dpsql.units.grid import part_grid, released_integer
 from dpsql.units.multi_execute import count_levels, fallback_levels
 from dpsql.units.multi_rewrite import is_flat, value_levels
 from tests.db_files import create_tables, writing
+from tests.flows import full_network_flow
 from tests.ledgers import charged, ledger_session, open_ledger
 from tests.shop_fixture import ZeroNoise
 from tests.statistical.privacy_loss import empirical_privacy_loss, integer_buckets
@@ -144,15 +143,7 @@ BOUNDARY_GRIDS = [(_base_just(30, 2, False), 2**20), (_base_just(30, 2, True), 2
 
 def ref_flow(a: np.ndarray, b: np.ndarray, caps: np.ndarray, cap: int) -> int:
     """scipy's max-flow of the FULL network source -> a (cap) -> b (caps) -> sink (cap)."""
-    na, nb = int(a.max()) + 1, int(b.max()) + 1
-    sink = 1 + na + nb
-    rows = np.concatenate([np.zeros(na, np.int64), 1 + a, 1 + na + np.arange(nb)])
-    cols = np.concatenate([1 + np.arange(na), 1 + na + b, np.full(nb, sink)])
-    data = np.concatenate([np.full(na, cap), caps, np.full(nb, cap)]).astype(np.int64)
-    graph = sparse.coo_matrix((data, (rows, cols)), shape=(sink + 1, sink + 1)).tocsr()
-    graph.sum_duplicates()
-    graph.data = np.minimum(graph.data, cap).astype(np.int32)
-    return int(maximum_flow(graph, 0, sink, method="dinic").flow_value)
+    return full_network_flow(a, b, caps, cap)
 
 
 def ref_count_level(a: np.ndarray, b: np.ndarray, counts: np.ndarray, tau: Fraction
