@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
 from dpsql.analysis.blocks import analyze_request
+from dpsql.analysis.model import QueryAnalysis
 from dpsql.errors import UnsupportedConstructError
 from dpsql.metadata import Metadata
 from dpsql.rewrite.plan import plan_execution
@@ -173,6 +174,21 @@ def bruteforce_r2t(sql: str, md: Metadata, databases: Sequence[tiny.Database]) -
                 start += len(taus)
 
 
+def _bins_of(analysis: QueryAnalysis, md: Metadata
+             ) -> Callable[[tiny.Database], dict[int, tuple[float, ...]]]:
+    """The executed plan's bins on a database: the exact layout, one bin index (over the
+    domains' product) then the measurements (without GROUP BY: one row, bin 0)."""
+    plan = plan_execution(analysis, md)
+
+    def bins(db: tiny.Database) -> dict[int, tuple[float, ...]]:
+        rows = tiny.load(db).execute(plan.exact_sql).fetchall()
+        if not analysis.group_keys:
+            return {0: tuple(float(v or 0) for v in rows[0])}
+        return {r[0]: tuple(float(v or 0) for v in r[1:]) for r in rows}
+
+    return bins
+
+
 def bruteforce_two_stage(sql: str, md: Metadata, databases: Sequence[tiny.Database]) -> None:
     """Every measurement's bins of ``sql``'s executed plan move by at most kappa * C * w in
     L1 when any one unit of any of ``databases`` is removed (module docstring)."""
@@ -181,13 +197,8 @@ def bruteforce_two_stage(sql: str, md: Metadata, databases: Sequence[tiny.Databa
     kappa, c = unit.max_groups, unit.max_rows_per_group
     analysis = analyze_request(sql, md)
     assert analysis.unit is not None and not analysis.unit.r2t
-    plan = plan_execution(analysis, md)
+    bins = _bins_of(analysis, md)
     n = len(analysis.measurements)
-
-    def bins(db: tiny.Database) -> dict[int, tuple[float, ...]]:
-        # the exact layout: one bin index (over the domains' product), then the measurements
-        rows = tiny.load(db).execute(plan.exact_sql).fetchall()
-        return {r[0]: tuple(float(v or 0) for v in r[1:]) for r in rows}
 
     for db in databases:
         base = bins(db)
@@ -343,14 +354,8 @@ def test_two_stage_adds_the_rows_of_no_unit_in_full_to_every_group(sql):
     md = tiny.metadata(max_groups=1, max_rows_per_group=1)
     analysis = analyze_request(sql, md)
     assert analysis.unit is not None and not analysis.unit.r2t
-    plan = plan_execution(analysis, md)
+    bins = _bins_of(analysis, md)
     n = len(analysis.measurements)
-
-    def bins(db: tiny.Database) -> dict[int, tuple[float, ...]]:
-        rows = tiny.load(db).execute(plan.exact_sql).fetchall()
-        if not analysis.group_keys:  # one row, no bin index
-            return {0: tuple(float(v or 0) for v in rows[0])}
-        return {r[0]: tuple(float(v or 0) for v in r[1:]) for r in rows}
 
     beyond = False
     for db in _null_heavy():
