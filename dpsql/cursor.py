@@ -157,7 +157,7 @@ class Cursor:
         return pandas.DataFrame.from_records(self.fetchall(), columns=list(result.names))
 
     def fetch_arrow_table(self) -> Any:
-        """The remaining rows as a ``pyarrow.Table`` (needs the ``arrow`` extra), its schema
+        """The remaining rows as a ``pyarrow.Table`` (pyarrow, a dependency), its schema
         from :attr:`description` (BIGINT int64, DOUBLE float64, DECIMAL(p,s) decimal128(p, s),
         VARCHAR string, ...). ProgrammingError naming the extra when pyarrow is missing."""
         result = self._require_result()

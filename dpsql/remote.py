@@ -270,7 +270,7 @@ class RemoteCursor:
         return pandas.DataFrame.from_records(self.fetchall(), columns=self._names())
 
     def fetch_arrow_table(self) -> Any:
-        """The remaining rows as a ``pyarrow.Table`` (needs the ``arrow`` extra; the column
+        """The remaining rows as a ``pyarrow.Table`` (pyarrow, a dependency; the column
         types are inferred from the values the server sent)."""
         from dpsql.arrow import arrow_table
 
