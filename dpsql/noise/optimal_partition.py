@@ -86,7 +86,11 @@ def keep_table(epsilon: float, delta: float) -> tuple[float, ...] | None:
     Precondition: epsilon finite > 0, 0 < delta < 1."""
     if not (math.isfinite(epsilon) and epsilon > 0 and 0 < delta < 1):
         raise ValueError("epsilon must be finite > 0 and delta in (0, 1)")
-    grow, shrink = math.exp(epsilon), math.exp(-epsilon)
+    # e^eps overflows past ~709 (and e^-eps underflows to 0, which would drop the second
+    # bound): build the table of epsilon 700 then, a mechanism that is (700, delta)-DP, hence
+    # (epsilon, delta)-DP for every larger epsilon
+    eps = min(epsilon, 700.0)
+    grow, shrink = math.exp(eps), math.exp(-eps)
     d = delta * float(_ONE)  # exact: a power-of-two scaling
     ks = [0]
     while ks[-1] < _ONE:

@@ -113,9 +113,10 @@ def tail(k: int, scale: float) -> float:
     """P(Z >= k) for Z discrete Laplace of ``scale``: p^k / (1 + p) for k >= 1 and
     1 - p^(1-k) / (1 + p) for k <= 0, with p = e^(-1/scale)."""
     p = math.exp(-1.0 / scale)
+    # p^k as e^(-k/b): no log(p), which fails once p underflows to 0 (eps past ~745)
     if k >= 1:
-        return math.exp(k * math.log(p)) / (1.0 + p)
-    return 1.0 - math.exp((1 - k) * math.log(p)) / (1.0 + p)
+        return math.exp(-k / scale) / (1.0 + p)
+    return 1.0 - math.exp(-(1 - k) / scale) / (1.0 + p)
 
 
 def keep_probability(n: int, tau: int, scale: float) -> float:
