@@ -31,8 +31,10 @@ def unit_lines(analysis: QueryAnalysis, plans: Sequence[NoisePlan],
              "linked to it)",
              f"  unit of each aggregated row: {src.description}{path}"]
     if not release.more and release.derived is None:  # dpsql.units.rewrite: in full
-        lines += ["  rows of no unit (a NULL or orphan path): the same in both neighbours, "
-                  "counted in full (never truncated, clamped or limited to max_groups)"]
+        lines += ["  rows of no unit (a NULL path, or a via key matching no row): the same in "
+                  "both neighbours, counted in full (never truncated, clamped or limited to "
+                  "max_groups); a direct path's id missing from the unit table is still that "
+                  "unit, bounded like any other"]
     for other, osrc in release.more:  # two units (dpsql.units.multi)
         opath = "".join(f" -> {h.table}[{h.key}].{h.column}" for h in osrc.hops)
         lines += [f"  its {other.table} unit: {osrc.description}{opath}",

@@ -32,8 +32,18 @@ def test_explain_reports_the_unit_the_lookup_and_r2t_scales():
     text = explain_text("SELECT COUNT(*) FROM items", tiny.metadata(), epsilon=1.0, delta=0.0)
     assert "privacy unit: customer.c_id" in text and "-> orders[o_id].o_cust" in text
     assert "level scales 6, 6, 12" in text
-    assert "rows of no unit (a NULL or orphan path): the same in both neighbours, counted in " \
-        "full" in text
+    assert "rows of no unit (a NULL path, or a via key matching no row): the same in both " \
+        "neighbours, counted in full" in text
+
+
+def test_explain_does_not_call_a_direct_paths_missing_id_a_row_of_no_unit():
+    # orders.o_cust = 9 with no customer 9 is unit 9 (tiny.units: a direct path's value is the
+    # unit id), truncated like one: explain must not tell the owner it is counted in full
+    text = explain_text("SELECT COUNT(*) FROM orders", tiny.metadata(), epsilon=1.0, delta=0.0)
+    assert "unit of each aggregated row: orders.o_cust" in text
+    assert "orphan path" not in text
+    assert "a direct path's id missing from the unit table is still that unit, bounded like " \
+        "any other" in text
 
 
 def test_explain_of_a_grouped_query_gives_kappa_c_over_epsilon():
