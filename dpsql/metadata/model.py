@@ -58,8 +58,9 @@ class UnitPath:
     """How a private table's rows reach the privacy unit (issue #17, docs/privacy.md "Privacy
     units"): ``column`` holds the unit's id itself (``to_table`` None: ``unit: o_custkey``), or
     references ``to_table.to_column``, a key of a table with its own path (``unit: {via:
-    l_orderkey, to: orders.o_orderkey}``). A row belongs to the unit its path reaches; a row
-    whose path does not resolve (NULL or an orphan key) belongs to none."""
+    l_orderkey, to: orders.o_orderkey}``). A row belongs to the unit its path reaches: a
+    direct path's non-NULL value is that unit's id (whether or not the unit table has the
+    row); a row whose path is NULL, or whose via key matches no row, belongs to none."""
 
     column: str
     to_table: str | None = None

@@ -10,9 +10,11 @@ table, so it belongs to at most one unit. Loading metadata never reads data
   matches nothing, so NULLs may repeat); a repeated key is an error (:attr:`UnitReport.ok` is
   False): rows would belong to two units, or one unit would be two;
 * per path, the rows whose column is NULL, the orphans (non-NULL values with no match in the
-  target), and all the rows whose path reaches no unit (those two, and rows referencing a row
-  that itself reaches none): such rows belong to no unit and are answered as such, so they
-  are warnings.
+  target), and all the rows whose path reaches no unit: the NULLs, a via path's orphans, and
+  rows referencing a row that itself reaches none. Such rows belong to no unit and every
+  release counts them in full, so they are warnings. A direct path's orphans are not among
+  them: its value is the unit id, whether or not the unit table has that row (a warning too:
+  each is a unit of its own).
 
 Everything here counts private rows: the report is for the data owner, never for analysts.
 """
@@ -60,8 +62,10 @@ def orphan_sql(table_sql: str, column: str, target_sql: str, key: str) -> str:
 
 
 def reaching_sql(md: Metadata, table: str, column: str) -> str:
-    """The values of ``table.column`` in the rows whose path reaches a unit (NULL ids and
-    orphans reach none; ``IN`` drops both)."""
+    """The values of ``table.column`` in the rows whose path reaches a unit: a direct path's
+    non-NULL value is the unit id itself, whether or not the unit table has that row
+    (docs/privacy.md, "Privacy units"); a via path reaches the unit of the row its key
+    matches (a NULL or a key matching no row reaches none; ``IN`` drops both)."""
     unit = md.privacy_unit
     assert unit is not None
     t, col = md.tables[table], quote_ident(column)
@@ -71,7 +75,8 @@ def reaching_sql(md: Metadata, table: str, column: str) -> str:
     p = t.unit
     assert p is not None
     if p.direct:
-        inner = f"SELECT {quote_ident(unit.column)} FROM {quote_ident(unit.table)}"
+        return (f"SELECT {col} FROM {quote_ident(table)} WHERE {quote_ident(p.column)} "
+                "IS NOT NULL")
     else:
         assert p.to_table is not None and p.to_column is not None
         inner = reaching_sql(md, p.to_table, p.to_column)
@@ -183,11 +188,23 @@ def report_lines(md: Metadata, report: UnitReport) -> tuple[list[str], list[str]
     for p in report.paths:
         lines.append(f"path {p.table}.{p.column} -> {p.to_table}.{p.to_column}: {p.rows} rows, "
                      f"{p.nulls} NULL, {p.orphans} orphans, {p.no_unit} of no unit")
+        direct = (p.to_table, p.to_column) == (unit.table, unit.column)
         if p.no_unit:
-            through = p.no_unit - p.nulls - p.orphans
+            # a direct path's orphans are units (their ids), not rows of no unit
+            orphans = 0 if direct else p.orphans
+            through = p.no_unit - p.nulls - orphans
+            parts = [f"{p.nulls} with a NULL {p.column}"]
+            if orphans:
+                parts.append(f"{orphans} orphans: {p.column} not in {p.to_table}.{p.to_column}")
+            if through:
+                parts.append(f"{through} through rows of {p.to_table} of no unit")
             warnings.append(
-                f"{p.table}: {p.no_unit} of {p.rows} rows belong to no unit ({p.nulls} with a "
-                f"NULL {p.column}, {p.orphans} orphans: {p.column} not in {p.to_table}."
-                f"{p.to_column}" + (f", {through} through rows of {p.to_table} of no unit"
-                                    if through else "") + "), and are answered as such")
+                f"{p.table}: {p.no_unit} of {p.rows} rows belong to no unit ("
+                + ", ".join(parts) + "): the same in every neighbour, so every release counts "
+                "them in full")
+        if direct and p.orphans:
+            warnings.append(
+                f"{p.table}: {p.orphans} of {p.rows} rows have a {p.column} value not in "
+                f"{p.to_table}.{p.to_column}: each such id is a unit of its own (a direct "
+                "path's value is the unit id), bounded like any other")
     return lines, warnings, errors

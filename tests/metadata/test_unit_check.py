@@ -24,8 +24,8 @@ def _fetch(path):
 
 
 def test_exact_counts(tmp_path):
-    # lineitem rows of order 13 (NULL customer) and 14 (customer 9, an orphan) reach no unit
-    # through orders
+    # lineitem rows of order 13 (NULL customer) reach no unit through orders; order 14's
+    # customer 9 has no customer row, but a direct path's value is the unit id: unit 9
     con, fetch = _fetch(make_db(tmp_path, "INSERT INTO lineitem VALUES (13, 1, 1), (14, 1, 1);"))
     try:
         report = check_units(loads_metadata(METADATA), fetch)
@@ -37,18 +37,20 @@ def test_exact_counts(tmp_path):
     )
     assert report.paths == (
         PathCheck("orders", "o_custkey", "customer", "c_custkey", rows=5, nulls=1, orphans=1,
-                  no_unit=2),
+                  no_unit=1),
         PathCheck("lineitem", "l_orderkey", "orders", "o_orderkey", rows=8, nulls=1,
-                  orphans=1, no_unit=4),
+                  orphans=1, no_unit=3),
     )
     assert report.ok
     _, warnings, _ = report_lines(loads_metadata(METADATA), report)
     assert warnings == [
-        "orders: 2 of 5 rows belong to no unit (1 with a NULL o_custkey, 1 orphans: o_custkey "
-        "not in customer.c_custkey), and are answered as such",
-        "lineitem: 4 of 8 rows belong to no unit (1 with a NULL l_orderkey, 1 orphans: "
-        "l_orderkey not in orders.o_orderkey, 2 through rows of orders of no unit), and are "
-        "answered as such",
+        "orders: 1 of 5 rows belong to no unit (1 with a NULL o_custkey): the same in every "
+        "neighbour, so every release counts them in full",
+        "orders: 1 of 5 rows have a o_custkey value not in customer.c_custkey: each such id is "
+        "a unit of its own (a direct path's value is the unit id), bounded like any other",
+        "lineitem: 3 of 8 rows belong to no unit (1 with a NULL l_orderkey, 1 orphans: "
+        "l_orderkey not in orders.o_orderkey, 1 through rows of orders of no unit): the same in "
+        "every neighbour, so every release counts them in full",
     ]
 
 
@@ -81,9 +83,10 @@ def test_repeated_keys_and_null_ids_are_reported(tmp_path):
                                 "referencing a repeated value would belong to several units")
     assert warnings[0] == ("customer: 1 rows have a NULL c_custkey; they are no unit, and rows "
                            "linked to them belong to no unit")
-    assert warnings[1] == ("orders: 2 of 6 rows belong to no unit (1 with a NULL o_custkey, 1 "
-                           "orphans: o_custkey not in customer.c_custkey), and are answered "
-                           "as such")
+    assert warnings[1] == ("orders: 1 of 6 rows belong to no unit (1 with a NULL o_custkey): "
+                           "the same in every neighbour, so every release counts them in full")
+    assert warnings[2].startswith("orders: 1 of 6 rows have a o_custkey value not in "
+                                  "customer.c_custkey: each such id is a unit of its own")
 
 
 def test_a_clean_database_has_no_warnings(tmp_path):
@@ -122,8 +125,9 @@ def test_reaching_follows_the_whole_path(tmp_path):
     try:
         assert sorted(v for (v,) in fetch(reaching_sql(md, "customer", "c_name"))) == \
             ["a", "b", "c", "d"]
+        # order 14's customer 9 has no row: still unit 9 (a direct path's value is the id)
         assert sorted(v for (v,) in fetch(reaching_sql(md, "orders", "o_orderkey"))) == \
-            [10, 11, 12]
+            [10, 11, 12, 14]
         assert sorted(v for (v,) in fetch(reaching_sql(md, "lineitem", "l_orderkey"))) == \
             [10, 10, 11, 12]
     finally:
