@@ -34,6 +34,8 @@ def sqlstate(exc: BaseException) -> str:
         text = str(exc).lower()
         if "syntax" in text or "parse" in text:
             return "42601"
+        if "not in scope" in text or "could not be resolved for table" in text:
+            return "42P01"  # PostgreSQL: a FROM-clause entry missing or not visible there
         if "could not be resolved" in text or "unknown column" in text:
             return "42703"
         if "unknown table" in text or "not declared" in text:
