@@ -265,7 +265,7 @@ class Connection:
             raise ProgrammingError(
                 f"the metadata{where} names the privacy ledger {named!r}, which every query on "
                 f"this database is charged to; ledger={requested!r} cannot replace it. Omit "
-                "ledger= (or pass the same file)."
+                "ledger= (--ledger on the command line), or pass the same file."
             )
         return named
 

@@ -431,6 +431,7 @@ def test_another_ledger_than_the_metadata_s_is_refused(
     proc = sh("--ledger", str(tmp_path / "other.sqlite"), "-c", "\\q")
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: the metadata") and "cannot replace it" in proc.stderr
+    assert "--ledger on the command line" in proc.stderr  # the command line's own words
 
 
 def test_no_ledger_is_refused_unless_chosen(
