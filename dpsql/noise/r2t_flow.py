@@ -56,14 +56,13 @@ import numpy as np
 from dpsql.noise.r2t_certify import (
     Pairs,
     all_light,
-    closed_mostly_light,
     full,
     saturated,
-    saturated_by_loads,
     saturates,
     scaled_down,
 )
 from dpsql.noise.r2t_certify import exact_sums as _sums
+from dpsql.noise.r2t_loads import closed_mostly_light, saturated_by_loads
 
 __all__ = ["flow_truncated", "level_step"]
 

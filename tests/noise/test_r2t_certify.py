@@ -15,15 +15,14 @@ from dpsql.noise import r2t_certify, r2t_flow
 from dpsql.noise.r2t_certify import (
     Pairs,
     all_light,
-    closed_mostly_light,
     full,
     level_caps,
     saturated,
-    saturated_by_loads,
     saturates,
     scaled_down,
 )
 from dpsql.noise.r2t_flow import flow_truncated, level_step
+from dpsql.noise.r2t_loads import closed_mostly_light, saturated_by_loads
 from tests.flows import full_network_flow
 
 
