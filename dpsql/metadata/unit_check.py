@@ -64,8 +64,10 @@ def orphan_sql(table_sql: str, column: str, target_sql: str, key: str) -> str:
 def reaching_sql(md: Metadata, table: str, column: str) -> str:
     """The values of ``table.column`` in the rows whose path reaches a unit: a direct path's
     non-NULL value is the unit id itself, whether or not the unit table has that row
-    (docs/privacy.md, "Privacy units"); a via path reaches the unit of the row its key
-    matches (a NULL or a key matching no row reaches none; ``IN`` drops both)."""
+    (docs/privacy.md, "Privacy units"), and so is a via path's to the unit id itself (the
+    engine takes it as the id, with no lookup: dpsql.units.paths.hops); any other via path
+    reaches the unit of the row its key matches (a NULL or a key matching no row reaches
+    none; ``IN`` drops both)."""
     unit = md.privacy_unit
     assert unit is not None
     t, col = md.tables[table], quote_ident(column)
@@ -74,7 +76,9 @@ def reaching_sql(md: Metadata, table: str, column: str) -> str:
                "IS NOT NULL"
     p = t.unit
     assert p is not None
-    if p.direct:
+    # a via path to the unit id itself reads its value as the unit id, with no lookup
+    # (dpsql.units.paths.hops), like a direct path: report_lines' ``direct`` test too
+    if p.direct or (p.to_table, p.to_column) == (unit.table, unit.column):
         return (f"SELECT {col} FROM {quote_ident(table)} WHERE {quote_ident(p.column)} "
                 "IS NOT NULL")
     else:

@@ -602,10 +602,6 @@ def test_the_metadata_check_counts_the_rows_of_no_unit_the_engine_adds_in_full()
     assert any(r[1] == 9 for db in dbs for r in db["orders"])  # direct orphan ids: units
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: metadata check reads a via path to the unit id (via: o_cust, to: customer.c_id) "
-    "as a lookup: its orphan ids (and everything reached through them) are reported as rows "
-    "of no unit counted in full, while the engine takes the value as the unit id"))
 def test_a_via_path_to_the_unit_id_reads_like_a_direct_path_in_the_check():
     """``orders: {unit: {via: o_cust, to: customer.c_id}}`` (a via path whose target is the
     unit id itself): the engine takes o_cust as the unit id with no lookup
@@ -613,7 +609,9 @@ def test_a_via_path_to_the_unit_id_reads_like_a_direct_path_in_the_check():
     with no customer row are unit 9, bounded like any unit -- as a direct path's. The check
     read them (and every item and shipment reached through them) as rows of no unit
     "counted in full", and explained the difference as rows "through rows of customer of no
-    unit" while warning in the same breath that each such id is a unit of its own."""
+    unit" while warning in the same breath that each such id is a unit of its own. FIXED:
+    reaching_sql reads a path to the unit id as direct, the test of report_lines' own
+    warnings."""
     from dpsql.metadata import loads_metadata
     from dpsql.metadata.unit_check import check_units, report_lines
 
