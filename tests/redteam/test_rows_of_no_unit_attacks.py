@@ -17,6 +17,20 @@ takes no item with it: NULL matches nothing), guest orders (NULL ``o_cust``), or
 (customer 9: a direct path's value IS the unit id), orphan items (order 99, a NULL order),
 NULL values; and a deeper shop whose shipments reach the unit through items and orders (via
 of via), with the same kinds of rows of no unit at every hop.
+
+What held (passing tests): every accepted EXISTS / NOT EXISTS / IN / NOT IN body over rows of
+no unit or of a unit, nested, in every path shape (direct, via, via of via); self-joins of the
+unit table and of the path tables; public joins; derived tables grouped by the unit; the
+two-stage's L1 and Gaussian l2; partition selection's ``__n`` (one unit per group, kappa in
+L1, a group new in D + u at 1); ties from a row of no unit to a unit's rows (a computed key,
+a non-key column, NULL-safe equality, COALESCE, a NULL-extending join, a CTE hiding the lookup
+table) are refused; NaN / inf / 1e308 in a huge group of no unit are total and exact. A
+scratch run of the unit grammar (tests/fuzz/test_units_grammar_bruteforce.py's, ~1,100
+queries) on these databases found nothing either.
+
+Breaks: R2T's SUM levels with a huge c_NULL round past tau_j at their one DOUBLE conversion
+(xfail, :func:`test_a_huge_constant_of_no_unit_rounds_r2t_sum_levels_past_tau`); ``dpsql
+metadata check`` read a via path to the unit id as a lookup, unlike the engine (FIXED).
 """
 
 from __future__ import annotations
@@ -439,7 +453,7 @@ EXTRA = [
 
 # ------------------------------------------------ attacks on the release: the bounds hold
 
-_SHOP_DBS = 12
+_SHOP_DBS = 10
 _DEEP_DBS = 12
 
 
