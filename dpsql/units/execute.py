@@ -2,19 +2,24 @@
 GROUP BY; the executed query is :func:`dpsql.units.rewrite.unit_contributions`'s).
 
 The exact query returns one row: for part i (dpsql.units.analysis.R2TPart) and level j the
-column ``__r<i>_<j>`` = Q(tau_j) over the part's own levels (dpsql.units.grid; NULL, over no
-unit, is 0) -- or, when every part is a COUNT (dpsql.units.rewrite.counts_only), the histogram
-of the units' contributions, from which :func:`levels_from_histogram` computes the same
-Q(tau_j) in exact integers. Either way Q(tau_j) = sum_u min(c_u, tau_j b) + c_NULL: the rows
-of no unit (``__u`` NULL) are added in full at every level (dpsql.units.rewrite).
-:func:`r2t_bins` reads it, calls ``drawn`` before any noise, and returns the single bin of
-noisy measurements the post-processing reads, with each measurement's released interval.
+column ``__r<i>_<j>`` = sum_u min(c_u, tau_j b), the units' truncated sums over the part's own
+levels (dpsql.units.grid; NULL, over no unit, is 0), then ``__z<i>`` = c_NULL, the rows of no
+unit (``__u`` NULL) in full -- or, when every part is a COUNT (dpsql.units.rewrite.counts_only),
+the histogram of the units' contributions, from which :func:`levels_from_histogram` computes
+Q(tau_j) = sum_u min(c_u, tau_j b) + c_NULL in exact integers. :func:`read_truncated_parts`
+returns both (:class:`Truncated`); :func:`r2t_bins` reads them, calls ``drawn`` before any
+noise, releases the levels with R2T and adds c_NULL after (dpsql.units.noise: in exact
+integers a count's c_NULL may as well sit inside its levels; a SUM's DOUBLE level carrying a
+c_NULL far above tau_j would round by more than tau_j between neighbours), and returns the
+single bin of noisy measurements the post-processing reads, with each measurement's released
+interval.
 """
 
 from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,33 +36,62 @@ from dpsql.units.noise import R2TOutcome, release_r2t_measurements
 from dpsql.units.rewrite import counts_only
 
 
-def read_truncated(backend: Backend, compiled: CompiledPlan, params: Sequence[Any],
-                   release: UnitRelease) -> list[np.ndarray]:
-    """Per R2T part, Q(tau_j) at every level (exact: reads private data)."""
+@dataclass(frozen=True)
+class Truncated:
+    """Per R2T part: ``levels[i]``, the truncated levels R2T releases, and ``no_unit[i]``,
+    the rows of no unit's c_NULL the release adds after the noise (0 when the levels hold it:
+    the counts' histogram, exact integers; two units, whose flow caps its NULL node)."""
+
+    levels: list[np.ndarray]
+    no_unit: list[float]
+
+    def totals(self) -> list[np.ndarray]:
+        """Q(tau_j) = the levels plus c_NULL (the exact answers' view; in float64 for sums)."""
+        return [lv + c if c else lv for lv, c in zip(self.levels, self.no_unit, strict=True)]
+
+
+def read_truncated_parts(backend: Backend, compiled: CompiledPlan, params: Sequence[Any],
+                         release: UnitRelease) -> Truncated:
+    """Per R2T part, the levels and c_NULL (exact: reads private data; module docstring)."""
     if release.more:  # two units: the flow truncation (dpsql.units.multi)
         from dpsql.units.multi_execute import read_pair_truncated
 
-        return read_pair_truncated(backend, compiled, params, release)
+        levels = read_pair_truncated(backend, compiled, params, release)
+        return Truncated(levels, [0.0] * len(levels))
     rows, _ = backend.execute(compiled.exact, compiled.plan.exact_bindings(params))
-    return truncated_levels(rows, release)
+    return truncated_parts(rows, release)
+
+
+def read_truncated(backend: Backend, compiled: CompiledPlan, params: Sequence[Any],
+                   release: UnitRelease) -> list[np.ndarray]:
+    """Per R2T part, Q(tau_j) at every level, c_NULL included (:meth:`Truncated.totals`)."""
+    return read_truncated_parts(backend, compiled, params, release).totals()
 
 
 def truncated_levels(rows: Sequence[Sequence[Any]], release: UnitRelease) -> list[np.ndarray]:
     """Per R2T part, Q(tau_j) at every level from the rows of the executed query (either
+    layout, module docstring), c_NULL included."""
+    return truncated_parts(rows, release).totals()
+
+
+def truncated_parts(rows: Sequence[Sequence[Any]], release: UnitRelease) -> Truncated:
+    """Per R2T part, the levels and c_NULL from the rows of the executed query (either
     layout, module docstring)."""
     if counts_only(release):
-        return levels_from_histogram(rows, release)
+        levels = levels_from_histogram(rows, release)
+        return Truncated(levels, [0.0] * len(levels))
     counts = [len(part_levels(part, release.unit)) for part in release.parts]
-    if len(rows) != 1 or len(rows[0]) != sum(counts):
+    if len(rows) != 1 or len(rows[0]) != sum(counts) + len(counts):
         raise _malformed()
     row = rows[0]
-    out = []
+    levels, no_unit = [], []
     start = 0
     for part, n in zip(release.parts, counts, strict=True):
-        values = [0 if v is None else v for v in row[start:start + n]]
-        start += n
-        out.append(np.array(values, dtype=np.int64 if part.integer else np.float64))
-    return out
+        values = [0 if v is None else v for v in row[start:start + n + 1]]
+        start += n + 1
+        levels.append(np.array(values[:n], dtype=np.int64 if part.integer else np.float64))
+        no_unit.append(float(values[n]))
+    return Truncated(levels, no_unit)
 
 
 def levels_from_histogram(rows: Sequence[Sequence[Any]], release: UnitRelease
@@ -120,9 +154,10 @@ def r2t_bins(backend: Backend, compiled: CompiledPlan, params: Sequence[Any],
     """The exact read, then every measurement's R2T release (module docstring): the bin,
     the noisy value per measurement (COUNTs rounded to integers: post-processing), and
     each measurement's outcome (None: released exactly)."""
-    truncated = read_truncated(backend, compiled, params, release)
+    truncated = read_truncated_parts(backend, compiled, params, release)
     drawn()
-    outcomes = release_r2t_measurements(truncated, plans, sampler, release.unit.level_base)
+    outcomes = release_r2t_measurements(truncated.levels, plans, sampler,
+                                        release.unit.level_base, truncated.no_unit)
     noisy = []
     for plan, outcome in zip(plans, outcomes, strict=True):
         value = 0.0 if outcome is None else outcome.value

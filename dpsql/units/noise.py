@@ -120,10 +120,16 @@ class R2TOutcome:
 
 def release_r2t_measurements(truncated: Sequence[np.ndarray], plans: Sequence[NoisePlan],
                              sampler: Sampler | None = None,
-                             base: float = r2t.DEFAULT_BASE) -> list[R2TOutcome | None]:
+                             base: float = r2t.DEFAULT_BASE,
+                             no_unit: Sequence[float] | None = None
+                             ) -> list[R2TOutcome | None]:
     """Release every measurement from its parts' truncated sums (``truncated[i]`` is part
     i's Q(tau_j) over the levels of its plan's GS and the grid ``base``, in the parts'
-    order): module contract. None for a measurement with no part (released exactly as 0)."""
+    order): module contract. ``no_unit[i]``: part i's rows of no unit, c_NULL, when the
+    levels leave them out (dpsql.units.rewrite): the same in both neighbours, added to the
+    part's release, value and interval, after the noise (each neighbour's output is R2T's
+    shifted by the same constant, so the guarantee is R2T's). None for a measurement with
+    no part (released exactly as 0)."""
     out: list[R2TOutcome | None] = []
     i = 0
     for plan in plans:
@@ -137,11 +143,13 @@ def release_r2t_measurements(truncated: Sequence[np.ndarray], plans: Sequence[No
                 max_contribution=pp.max_contribution, epsilon=pp.epsilon, beta=BETA,
                 integer=pp.integer, sampler=sampler, base=base,
                 increments=pp.increments, fine=pp.fine)
+            c = 0.0 if no_unit is None else float(no_unit[i])
+            rel_value, rel_lower, rel_upper = rel.value + c, rel.lower95 + c, rel.upper95 + c
             i += 1
             if pp.part.sign > 0:
-                value, lower, upper = value + rel.value, lower + rel.lower95, upper + rel.upper95
+                value, lower, upper = value + rel_value, lower + rel_lower, upper + rel_upper
             else:
-                value, lower, upper = value - rel.value, lower - rel.upper95, upper - rel.lower95
+                value, lower, upper = value - rel_value, lower - rel_upper, upper - rel_lower
         if plan.measurement.integer:  # a count at fine levels: whole rows, rounded outwards
             lower, upper = float(math.floor(lower)), float(math.ceil(upper))
         out.append(R2TOutcome(value, lower, upper))

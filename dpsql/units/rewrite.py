@@ -9,7 +9,10 @@ unique keys: dpsql.units.paths), so each row of it is one unit's contribution. T
 * without GROUP BY (R2T): one row of truncated sums ``__r<i>_<j>`` = sum over units of
   min(c_u, tau_j * b) for every part i (dpsql.units.analysis.R2TPart: a COUNT, or the
   non-negative / non-positive part of a SUM) and level j of the part's grid
-  (dpsql.units.grid: rows for a COUNT, value units for a SUM part, b = 1), all in one scan;
+  (dpsql.units.grid: rows for a COUNT, value units for a SUM part, b = 1), and ``__z<i>`` =
+  the rows of no unit's c_NULL, all in one scan (the levels never include c_NULL: a DOUBLE
+  level carrying a c_NULL far above tau_j would round by more than tau_j between neighbours,
+  the red team's break; dpsql.units.execute adds it after the noise);
   when every part is a COUNT (:func:`counts_only`), the query returns instead the histogram of
   the units' contributions -- rows ``(__h<i>, __n)``: n units contribute c rows to part i --
   and dpsql.units.execute evaluates ``Q(tau_j) = sum over the histogram of min(c, tau_j) * n``
@@ -30,10 +33,12 @@ Rows whose path does not resolve (NULL or orphan keys) have ``__u`` NULL: the ro
 no unit, the same in both neighbours (docs/privacy.md, "Privacy units"). They are never a unit:
 their contribution c_NULL is added in full, not truncated, not clamped, not limited to
 ``max_groups`` groups (:func:`_no_unit`). Contract: every bound above is a bound on how far
-the result moves between D and D + cascade(u); c_NULL (per level, per group) is a function of
+the result moves between D and D + cascade(u); c_NULL (per part, per group) is a function of
 the rows of no unit alone, so it is the same term in both neighbours and cancels from every
-difference -- R2T's Q(tau_j) and its increments, the two-stage's bins, the selection's
-``__n`` move exactly as without it. It cannot overflow where a unit could not: it is a sum of
+difference -- R2T's levels are the units' alone (c_NULL added to the release, a constant
+across neighbours), the two-stage's bins and the selection's ``__n`` move exactly as
+without it (each row of no unit in a bin is at most the per-row bound, so a bin's float
+rounding keeps the documented residual). It cannot overflow where a unit could not: it is a sum of
 the same per-row values (each below 2^62 steps: dpsql.units.grid.summand_exponent), and the
 total over units and c_NULL is at most the sum over all aggregated rows.
 """
@@ -99,6 +104,14 @@ def _greatest(value: exp.Expression, bound: float) -> exp.Expression:
 def _no_unit(table: str) -> exp.Expression:
     """``<table>.__u IS NULL``: the row is the contribution of the rows of no unit."""
     return exp.Is(this=_col("__u", table), expression=exp.Null())
+
+
+def _case_no_unit(table: str, value: exp.Expression) -> exp.Expression:
+    """The rows of no unit's full ``value`` (NULL, a SUM over no value, as 0), 0 for a unit's
+    row: summed over ``table``'s rows, c_NULL alone."""
+    full = exp.Coalesce(this=copy_tree(value), expressions=[exp.Literal.number(0)])
+    return exp.Case(ifs=[exp.If(this=_no_unit(table), true=full)],
+                    default=exp.Literal.number(0))
 
 
 def _unless_no_unit(table: str, value: exp.Expression, bounded: exp.Expression
@@ -188,21 +201,27 @@ def _r2t(select: exp.Select, release: UnitRelease, exponents: dict[int, int]) ->
     if counts_only(release):
         return _r2t_histogram(per_unit, len(release.parts))
     outer = exp.Select()
+    zero = exp.Literal.number(0)
     for i, part in enumerate(release.parts):
         unit_bound, _ = part_grid(part, release.unit)
+        value = _col(f"__p{i}", "__c")
+        k = exponents.get(part.index, 0)
         for j, tau in enumerate(part_levels(part, release.unit)):
             # exactly tau_j * b (levels reach 2^62: a float product would round them)
             cap = Fraction(tau) * Fraction(unit_bound)
-            # the rows of no unit are added in full at every level (module docstring)
-            value = _col(f"__p{i}", "__c")
+            # the units' truncated contributions alone: the rows of no unit are their own
+            # column (module docstring), so no level's value carries their sum, which could
+            # be far larger than tau_j and round the level by more than tau_j in a DOUBLE
             if part.integer:
                 assert cap.denominator == 1  # a count's b is a whole number of rows
-                total = _count_total(_unless_no_unit("__c", value, _least(value, int(cap))))
+                total = _count_total(_unless_no_unit("__c", zero, _least(value, int(cap))))
             else:  # the level in steps, rounded down: min(c, T) = min(c, floor T), c integer
-                k = exponents[part.index]
                 least = _least(value, _steps(cap, k))
-                total = _steps_total(_unless_no_unit("__c", value, least), k)
+                total = _steps_total(_unless_no_unit("__c", zero, least), k)
             outer.select(exp.alias_(total, f"__r{i}_{j}"), copy=False)
+        no_unit = _case_no_unit("__c", value)
+        total = _count_total(no_unit) if part.integer else _steps_total(no_unit, k)
+        outer.select(exp.alias_(total, f"__z{i}"), copy=False)
     return outer.from_(per_unit, copy=False)
 
 

@@ -28,9 +28,10 @@ table) are refused; NaN / inf / 1e308 in a huge group of no unit are total and e
 scratch run of the unit grammar (tests/fuzz/test_units_grammar_bruteforce.py's, ~1,100
 queries) on these databases found nothing either.
 
-Breaks: R2T's SUM levels with a huge c_NULL round past tau_j at their one DOUBLE conversion
-(xfail, :func:`test_a_huge_constant_of_no_unit_rounds_r2t_sum_levels_past_tau`); ``dpsql
-metadata check`` read a via path to the unit id as a lookup, unlike the engine (FIXED).
+Breaks, both FIXED: R2T's SUM levels with a huge c_NULL rounded past tau_j at their one
+DOUBLE conversion (the levels are now the units' alone and c_NULL is added after the noise:
+:func:`test_a_huge_constant_of_no_unit_rounds_r2t_sum_levels_past_tau`); ``dpsql metadata
+check`` read a via path to the unit id as a lookup, unlike the engine.
 """
 
 from __future__ import annotations
@@ -758,36 +759,21 @@ tables:
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: R2T's SUM levels Q(tau_j) = sum_u min(c_u, tau_j) + c_NULL are each converted to "
-    "DOUBLE once (fixed_point.to_value); c_NULL cancels from the exact difference but not "
-    "from the rounding, which is 2^-53 |Q(tau_j)| and no longer bounded by units * tau_j: "
-    "1,024 guest orders at the bound 2^50 make unit 1's 2 value units move every level by "
-    "256, level 1 by 128 x its tau_1 = 2"))
 def test_a_huge_constant_of_no_unit_rounds_r2t_sum_levels_past_tau():
     """amount in [0, 2^50] (GS 4 rows: levels 2, 4, .., 2^52, steps 2^-2). D: 1,024 guest
     orders at 2^50 (c_NULL = 2^60 value units), a guest order of 127 and unit 1's order of
-    2; D' = D minus unit 1. The exact integer sums differ by 2 at every level, within
-    tau_j. The DOUBLE each level is converted to has a spacing of 256 value units there
-    (2^60 needs 61 bits), and the two exact sums straddle a rounding boundary: every level
-    moves by 256. docs/privacy.md section 4 bounds the conversion's residual by
-    2^-50 |sum| with |sum| <= n * Delta, which held for R2T while every level was a sum of
-    truncated contributions (|Q(tau_j)| <= (units + 1) tau_j); with c_NULL in full,
-    |Q(tau_1)| is up to n * u, so the residual relative to tau_1 is n * u / tau_1 * 2^-50
-    (here ~2^9 rather than ~2^-40): the level-1 release's loss is ~128 epsilon, not
-    epsilon. Any owner whose SUM bounds exceed tau_1 by 2^50 or so over the rows of no unit
-    (nanosecond durations, byte counts) is exposed, and an analyst who can add guest rows
-    (guest checkouts) can place the constant at a rounding boundary.
+    2; D' = D minus unit 1. The exact integer sums differ by 2 at every level, within tau_j.
 
-    Suggested fix (the maintainer's call): keep c_NULL out of the noised levels -- the
-    sums path returns sum_u min(c_u, tau_j) per level (at most units * tau_j: the old
-    residual) and c_NULL as its own exact column, R2T runs on the units' levels, and the
-    release adds c_NULL after the noise (post-processing of a value the same in both
-    neighbours); the max over j of Q_j + Z_j - shift_j is then c_NULL + the same max over
-    the units' levels, so nothing else changes. The histogram path (COUNTs) is exact int64
-    and unaffected; the two-stage's bins keep the documented residual (each row of no unit
-    is within w = Delta / (kappa C))."""
+    The break (found here, fixed): R2T's SUM levels held sum_u min(c_u, tau_j) + c_NULL, each
+    converted to a DOUBLE once, whose spacing there is 256 value units (2^60 needs 61 bits);
+    the two exact sums straddled a rounding boundary, so every level moved by 256, level 1
+    by 128 x its tau_1 = 2 (docs/privacy.md section 4 bounds the residual by 2^-50 |sum| with
+    |sum| <= (units + 1) tau_j, which c_NULL in full broke). Now the levels are the units'
+    alone and c_NULL is its own column, added after the noise (dpsql.units.execute,
+    dpsql.units.noise): the levels move within tau_j (plus the documented residual), and
+    c_NULL is the same DOUBLE on both neighbours."""
     from dpsql.metadata import loads_metadata
+    from dpsql.units.execute import truncated_parts
 
     md = loads_metadata(_WIDE, "<wide sums>")
     assert md.privacy_unit is not None
@@ -799,7 +785,7 @@ def test_a_huge_constant_of_no_unit_rounds_r2t_sum_levels_past_tau():
     con = duckdb.connect(config={"threads": 1})
     try:
         con.execute("CREATE TABLE customer (c_id INTEGER); INSERT INTO customer VALUES (1)")
-        levels = []
+        levels, constants = [], []
         for unit1 in (True, False):
             con.execute("CREATE OR REPLACE TABLE orders AS SELECT 100 + i AS o_id,"
                         " NULL::INTEGER AS o_cust, 1125899906842624::BIGINT AS amount"
@@ -807,11 +793,12 @@ def test_a_huge_constant_of_no_unit_rounds_r2t_sum_levels_past_tau():
             con.execute("INSERT INTO orders VALUES (2, NULL, 127)")
             if unit1:
                 con.execute("INSERT INTO orders VALUES (1, 1, 2)")
-            (part,) = truncated_levels(con.execute(plan.exact_sql).fetchall(), release)
-            levels.append(part.tolist())
+            rows = con.execute(plan.exact_sql).fetchall()
+            parts = truncated_parts(rows, release)
+            levels.append(parts.levels[0].tolist())
+            constants.append(parts.no_unit[0])
     finally:
         con.close()
-    moves = [abs(a - b) for a, b in zip(*levels, strict=True)]
-    rows = 1026  # the documented residual, 2^-50 * n per unit of Delta, allowed on top
-    assert all(m <= tau * (1 + rows * 2**-50) for m, tau in zip(moves, taus, strict=True)), (
-        moves[:3], taus[:3])
+    assert constants[0] == constants[1] == float(1024 * 2**50 + 127)
+    assert levels[1] == [0.0] * len(taus) and all(v == min(2, t) for v, t in
+                                                    zip(levels[0], taus, strict=True))

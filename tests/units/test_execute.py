@@ -9,7 +9,7 @@ import pytest
 
 from dpsql.analysis.blocks import analyze_request
 from dpsql.errors import ProgrammingError
-from dpsql.units.execute import levels_from_histogram, truncated_levels
+from dpsql.units.execute import levels_from_histogram, truncated_levels, truncated_parts
 from tests.units import tiny
 
 
@@ -63,8 +63,10 @@ def test_the_one_row_of_a_sum_is_read_as_it_is():
     md = tiny.metadata(max_contribution=8)
     release = analyze_request("SELECT SUM(qty) FROM items", md).unit
     assert release is not None and len(release.parts) == 1
-    n = 5  # value units 2, 4, 8, 16, 32 (8 rows x 4)
-    got = truncated_levels([(2.0, 4.0, None, 8.5, 9.0)], release)
-    assert got[0].tolist() == [2.0, 4.0, 0.0, 8.5, 9.0] and len(got[0]) == n
+    n = 5  # value units 2, 4, 8, 16, 32 (8 rows x 4), then c_NULL (the rows of no unit)
+    parts = truncated_parts([(2.0, 4.0, None, 8.5, 9.0, 1.5)], release)
+    assert parts.levels[0].tolist() == [2.0, 4.0, 0.0, 8.5, 9.0] and parts.no_unit == [1.5]
+    got = truncated_levels([(2.0, 4.0, None, 8.5, 9.0, 1.5)], release)
+    assert got[0].tolist() == [3.5, 5.5, 1.5, 10.0, 10.5] and len(got[0]) == n
     with pytest.raises(ProgrammingError, match="malformed"):
-        truncated_levels([(2.0, 4.0)], release)
+        truncated_levels([(2.0, 4.0, None, 8.5, 9.0)], release)

@@ -18,6 +18,7 @@ from dpsql.metadata import PrivacyUnit
 from dpsql.noise.r2t import truncated_sums
 from dpsql.rewrite.plan import plan_execution
 from dpsql.units.analysis import R2TPart
+from dpsql.units.execute import truncated_levels
 from dpsql.units.grid import part_grid, part_levels, sum_top
 from tests.units import tiny
 
@@ -89,8 +90,9 @@ def test_the_executed_sum_levels_are_the_value_grid_exactly(max_sum):
         rest = sums.pop(None, 0.0)
         want = truncated_sums(np.array(list(sums.values()) or [0.0]), unit_bound=1.0,
                               max_contribution=taus[-1]) + rest
-        got = [0.0 if v is None else float(v) for v in row]
-        assert len(got) == len(taus)
+        # the levels (units alone), then c_NULL: their totals as read_truncated's
+        assert len(row) == len(taus) + 1
+        (got,) = truncated_levels([row], analysis.unit)
         assert np.allclose(got, want[:len(taus)], rtol=0, atol=1e-9)
 
 
@@ -183,12 +185,17 @@ def test_r2t_sums_of_doubles_are_exact_in_any_row_order():
         for part in analysis.unit.parts:
             for tau in part_levels(part, md.privacy_unit):
                 cap = Fraction(tau) * 2**k
-                # the rows of no unit (order 61) are added in full, never truncated
-                want = sum(c if u is None else min(c, cap)
-                           for (u, sign), c in per_unit.items() if sign == part.sign)
+                # the units' truncated sums alone (c_NULL is the part's own column)
+                want = sum(min(c, cap) for (u, sign), c in per_unit.items()
+                           if sign == part.sign and u is not None)
                 value = Fraction(next(got))
                 exact = Fraction(want) / 2**k
                 assert abs(value - exact) <= abs(exact) / 2**51, (tau, value, exact)
+            # the rows of no unit (order 61) in full, never truncated, converted once too
+            exact = Fraction(sum(c for (u, sign), c in per_unit.items()
+                                 if sign == part.sign and u is None)) / 2**k
+            value = Fraction(next(got))
+            assert abs(value - exact) <= abs(exact) / 2**51, (value, exact)
     assert len(seen) == 1
 
 

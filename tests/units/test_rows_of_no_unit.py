@@ -91,6 +91,44 @@ def test_an_r2t_count_adds_the_guest_orders_at_every_level(database):
     assert lower <= true <= upper
 
 
+def test_an_r2t_sum_releases_the_units_levels_and_adds_the_guests_after_the_noise(database):
+    """SUM(amount): R2T runs on the units' levels alone and c_NULL (the guests' 60 and 18) is
+    added to each part's release after the noise (dpsql.units.noise): with the noise off the
+    value is 60 + max(0, max_j (U_j - shift_j)) - (18 + the non-positive part's), and each
+    part's interval is shifted by its c_NULL. (A DOUBLE level carrying c_NULL could round by
+    more than tau_j between neighbours: tests/redteam/test_rows_of_no_unit_attacks.py.)"""
+    from dpsql.units.execute import read_truncated_parts
+    from dpsql.units.noise import BETA
+
+    md = tiny.metadata(max_contribution=8)
+    sql = "SELECT SUM(amount) AS s FROM orders"
+    analysis = analyze_request(sql, md)
+    from dpsql.backends.duckdb import DuckDBBackend
+
+    backend = DuckDBBackend(database, md)
+    try:
+        plan = compile_plan(backend, plan_execution(analysis, md))
+        parts = read_truncated_parts(backend, plan, [], analysis.unit)
+    finally:
+        backend.close()
+    assert parts.no_unit == [60.0, 18.0]
+    assert [lv.tolist() for lv in parts.levels][1] == [1.0] * len(parts.levels[1])
+    result = _session(database, md).run(sql, epsilon=100.0)
+    want = 0.0
+    for part, levels, c in zip(analysis.unit.parts, parts.levels, parts.no_unit, strict=True):
+        bound, gs = part_grid(part, md.privacy_unit)
+        rel = r2t.plan_r2t(unit_bound=bound, max_contribution=gs, epsilon=50.0, beta=BETA,
+                           integer=False)
+        best = max(0.0, max(q - sh for q, sh in zip(levels, rel.shifts, strict=True)))
+        want += part.sign * (c + best)
+    ((true,),) = _plain(database, "SELECT SUM(LEAST(GREATEST(amount, -3), 5)) FROM orders")
+    (value,) = result.rows[0]
+    # zero noise: each level snapped to its grid (at most half a step), so within a step
+    assert value == pytest.approx(want, abs=1.0)
+    lower, upper = result.release.columns[0].interval_95
+    assert lower <= true <= upper
+
+
 def test_the_histogram_of_counts_adds_the_rows_of_no_unit_in_full(database):
     """Two COUNT parts (the histogram path, dpsql.units.rewrite._r2t_histogram): items per
     unit 2, 1, 2, 1 and 39 rows of no unit (guest orders' 30, orphans' 9); COUNT(i.kind)
