@@ -33,8 +33,8 @@ def unit_lines(analysis: QueryAnalysis, plans: Sequence[NoisePlan],
     if not release.more and release.derived is None:  # dpsql.units.rewrite: in full
         lines += ["  rows of no unit (a NULL path, or a via key matching no row): the same in "
                   "both neighbours, counted in full (never truncated, clamped or limited to "
-                  "max_groups); a direct path's id missing from the unit table is still that "
-                  "unit, bounded like any other"]
+                  "max_groups); an id missing from the unit table, on a direct path or a via "
+                  "to the unit's id, is still that unit, bounded like any other"]
     for other, osrc in release.more:  # two units (dpsql.units.multi)
         opath = "".join(f" -> {h.table}[{h.key}].{h.column}" for h in osrc.hops)
         lines += [f"  its {other.table} unit: {osrc.description}{opath}",

@@ -42,8 +42,8 @@ def test_explain_does_not_call_a_direct_paths_missing_id_a_row_of_no_unit():
     text = explain_text("SELECT COUNT(*) FROM orders", tiny.metadata(), epsilon=1.0, delta=0.0)
     assert "unit of each aggregated row: orders.o_cust" in text
     assert "orphan path" not in text
-    assert "a direct path's id missing from the unit table is still that unit, bounded like " \
-        "any other" in text
+    assert "an id missing from the unit table, on a direct path or a via to the unit's id, is " \
+        "still that unit, bounded like any other" in text
 
 
 def test_explain_of_a_grouped_query_gives_kappa_c_over_epsilon():
