@@ -92,7 +92,7 @@ GROUPED_QUERIES = [
 ]
 
 #: DPSQL_UNITS_DATABASES=500 DPSQL_UNITS_SEED=<n> for a deep run with fresh databases
-DATABASES = int(os.environ.get("DPSQL_UNITS_DATABASES", "8"))
+DATABASES = int(os.environ.get("DPSQL_UNITS_DATABASES", "6"))
 
 
 def _databases() -> list[tiny.Database]:
