@@ -188,31 +188,13 @@ def shop_metadata(*, kappa: int = 2, c: int = 2, gs: int = 8, base: float = 2.0,
 
 def deep_metadata(*, kappa: int = 2, c: int = 2, gs: int = 8,
                   selected: bool = False) -> Metadata:
-    def cols(table: str, **extra: Column) -> dict[str, Column]:
-        out = {x: Column(x, type="INTEGER") for x in DEEP_COLUMNS[table]}
-        out.update(extra)
-        return out
-
     zone = (Column("zone", type="INTEGER", releasable=True, partition_selection=True)
             if selected else Column("zone", type="INTEGER", releasable=True,
                                     domain=Domain(values=(1, 2))))
-    tables = {
-        "customer": Table("customer", cols("customer", region=Column(
-            "region", type="INTEGER", releasable=True, domain=Domain(table="regions",
-                                                                      column="r"))),
-            unit=UnitPath("c_id")),
-        "orders": Table("orders", cols("orders", amount=Column(
-            "amount", type="INTEGER", bounds=tiny.AMOUNT_BOUNDS)), unit=UnitPath("o_cust")),
-        "items": Table("items", cols(
-            "items", qty=Column("qty", type="INTEGER", bounds=tiny.QTY_BOUNDS),
-            kind=Column("kind", type="INTEGER", releasable=True,
-                        domain=Domain(values=(1, 2, 3)))),
-            unit=UnitPath("i_order", "orders", "o_id")),
-        "ships": Table("ships", cols("ships", w=Column("w", type="INTEGER", bounds=(0.0, 3.0)),
-                                     zone=zone),
-                       unit=UnitPath("s_item", "items", "i_id")),
-        "regions": Table("regions", cols("regions"), public=True),
-    }
+    ships = {x: Column(x, type="INTEGER") for x in DEEP_COLUMNS["ships"]}
+    ships.update(w=Column("w", type="INTEGER", bounds=(0.0, 3.0)), zone=zone)
+    tables = {**tiny.shop_tables(DEEP_COLUMNS),
+              "ships": Table("ships", ships, unit=UnitPath("s_item", "items", "i_id"))}
     return Metadata(tables, privacy_unit=PrivacyUnit(
         "customer", "c_id", max_contribution=gs, max_groups=kappa, max_rows_per_group=c))
 

@@ -32,15 +32,15 @@ AMOUNT_BOUNDS = (-3.0, 5.0)
 QTY_BOUNDS = (0.0, 4.0)
 
 
-def metadata(*, max_contribution: int = 8, max_groups: int = 2,
-             max_rows_per_group: int = 2, level_base: float = 2.0,
-             max_sum: int | None = None) -> Metadata:
+def shop_tables(columns: Mapping[str, Sequence[str]] = COLUMNS) -> dict[str, Table]:
+    """The shop's tables (customer the unit, orders by o_cust, items via orders, regions
+    public), each with every column of ``columns`` (extra ones as plain INTEGERs)."""
     def cols(table: str, **extra: Column) -> dict[str, Column]:
-        out = {c: Column(c, type="INTEGER") for c in COLUMNS[table]}
+        out = {c: Column(c, type="INTEGER") for c in columns[table]}
         out.update(extra)
         return out
 
-    tables = {
+    return {
         "customer": Table("customer", cols("customer", region=Column(
             "region", type="INTEGER", releasable=True, domain=Domain(table="regions",
                                                                       column="r"))),
@@ -53,7 +53,12 @@ def metadata(*, max_contribution: int = 8, max_groups: int = 2,
             unit=UnitPath("i_order", "orders", "o_id")),
         "regions": Table("regions", cols("regions"), public=True),
     }
-    return Metadata(tables, privacy_unit=PrivacyUnit(
+
+
+def metadata(*, max_contribution: int = 8, max_groups: int = 2,
+             max_rows_per_group: int = 2, level_base: float = 2.0,
+             max_sum: int | None = None) -> Metadata:
+    return Metadata(shop_tables(), privacy_unit=PrivacyUnit(
         "customer", "c_id", max_contribution=max_contribution, max_groups=max_groups,
         max_rows_per_group=max_rows_per_group, level_base=level_base, max_sum=max_sum))
 
