@@ -106,21 +106,21 @@ def _no_unit(table: str) -> exp.Expression:
     return exp.Is(this=_col("__u", table), expression=exp.Null())
 
 
-def _case_no_unit(table: str, value: exp.Expression) -> exp.Expression:
-    """The rows of no unit's full ``value`` (NULL, a SUM over no value, as 0), 0 for a unit's
-    row: summed over ``table``'s rows, c_NULL alone."""
-    full = exp.Coalesce(this=copy_tree(value), expressions=[exp.Literal.number(0)])
-    return exp.Case(ifs=[exp.If(this=_no_unit(table), true=full)],
-                    default=exp.Literal.number(0))
+def _zero() -> exp.Expression:
+    return exp.Literal.number(0)
 
 
-def _unless_no_unit(table: str, value: exp.Expression, bounded: exp.Expression
-                    ) -> exp.Expression:
-    """``bounded`` (a unit's contribution truncated or clamped) for a unit, and the row's full
-    ``value`` (NULL, a SUM over no value, as 0) for the rows of no unit: they are the same in
-    both neighbours (module docstring), so no bound on them is needed."""
-    full = exp.Coalesce(this=copy_tree(value), expressions=[exp.Literal.number(0)])
-    return exp.Case(ifs=[exp.If(this=_no_unit(table), true=full)], default=bounded)
+def _in_full(value: exp.Expression) -> exp.Expression:
+    """A contribution of the rows of no unit as it is: ``value``, NULL (a SUM over no value)
+    as 0."""
+    return exp.Coalesce(this=copy_tree(value), expressions=[exp.Literal.number(0)])
+
+
+def _by_unit(table: str, no_unit: exp.Expression, unit: exp.Expression) -> exp.Expression:
+    """``CASE WHEN <table>.__u IS NULL THEN no_unit ELSE unit END``: what the rows of no unit
+    add (in full: they are the same in both neighbours, module docstring) and what a unit
+    adds (truncated or clamped)."""
+    return exp.Case(ifs=[exp.If(this=_no_unit(table), true=no_unit)], default=unit)
 
 
 def add_unit_id(select: exp.Select, source: UnitSource, name: str) -> None:
@@ -201,10 +201,8 @@ def _r2t(select: exp.Select, release: UnitRelease, exponents: dict[int, int]) ->
     if counts_only(release):
         return _r2t_histogram(per_unit, len(release.parts))
     outer = exp.Select()
-    zero = exp.Literal.number(0)
     for i, part in enumerate(release.parts):
         unit_bound, _ = part_grid(part, release.unit)
-        value = _col(f"__p{i}", "__c")
         k = exponents.get(part.index, 0)
         for j, tau in enumerate(part_levels(part, release.unit)):
             # exactly tau_j * b (levels reach 2^62: a float product would round them)
@@ -212,14 +210,15 @@ def _r2t(select: exp.Select, release: UnitRelease, exponents: dict[int, int]) ->
             # the units' truncated contributions alone: the rows of no unit are their own
             # column (module docstring), so no level's value carries their sum, which could
             # be far larger than tau_j and round the level by more than tau_j in a DOUBLE
+            value = _col(f"__p{i}", "__c")  # a node of its own in each expression
             if part.integer:
                 assert cap.denominator == 1  # a count's b is a whole number of rows
-                total = _count_total(_unless_no_unit("__c", zero, _least(value, int(cap))))
+                total = _count_total(_by_unit("__c", _zero(), _least(value, int(cap))))
             else:  # the level in steps, rounded down: min(c, T) = min(c, floor T), c integer
                 least = _least(value, _steps(cap, k))
-                total = _steps_total(_unless_no_unit("__c", zero, least), k)
+                total = _steps_total(_by_unit("__c", _zero(), least), k)
             outer.select(exp.alias_(total, f"__r{i}_{j}"), copy=False)
-        no_unit = _case_no_unit("__c", value)
+        no_unit = _by_unit("__c", _in_full(_col(f"__p{i}", "__c")), _zero())
         total = _count_total(no_unit) if part.integer else _steps_total(no_unit, k)
         outer.select(exp.alias_(total, f"__z{i}"), copy=False)
     return outer.from_(per_unit, copy=False)
@@ -284,13 +283,13 @@ def _two_stage(select: exp.Select, release: UnitRelease, ctx: RewriteContext) ->
         # a unit's contribution clamped per group; the rows of no unit's in full (module
         # docstring)
         if m.function == "COUNT":  # typed, so Spark's exact-sum rewrite knows what it sums
-            total = _count_total(_unless_no_unit("__r", contribution,
-                                                 _least(contribution, hi)))
+            total = _count_total(_by_unit("__r", _in_full(contribution),
+                                          _least(contribution, hi)))
         else:  # in steps 2^-k, the interval rounded inwards: it stays within [lo, hi]
             k = ctx.sum_exponents[m.index]
             value = _least(contribution, _steps(hi, k))
             value = _greatest(value, _steps(lo, k, up=True))
-            total = _steps_total(_unless_no_unit("__r", contribution, value), k)
+            total = _steps_total(_by_unit("__r", _in_full(contribution), value), k)
         outer.select(exp.alias_(total, f"__m{m.index}"), copy=False)
     if analysis.partition_selection:
         outer.select(exp.alias_(_selection_count(), "__n"), copy=False)
