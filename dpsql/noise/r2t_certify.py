@@ -48,9 +48,12 @@ of one unit), else :func:`exact_sums`.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from dpsql.noise import two_threads
 
 __all__ = ["Pairs", "all_light", "exact_sums", "full", "level_caps", "saturated", "saturates",
            "scaled_down"]
@@ -141,48 +144,34 @@ class Pairs:
     scratch: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
     def buffer(self, name: str, dtype: type) -> np.ndarray:
-        """The scratch array ``name`` (one entry per result), allocated on first use."""
-        if name not in self.scratch:
-            self.scratch[name] = np.empty(self.values.size, dtype)
-        return self.scratch[name]
+        """The scratch array ``name`` (one entry per result) of the calling thread, allocated
+        on first use (levels solved at once, dpsql.noise.two_threads, each write their own)."""
+        key = f"{name}@{threading.get_ident()}"
+        if key not in self.scratch:
+            self.scratch[key] = np.empty(self.values.size, dtype)
+        return self.scratch[key]
 
     @classmethod
     def of(cls, a: np.ndarray, b: np.ndarray, values: np.ndarray, integer: bool,
            low: float | None = None, top: float | None = None) -> Pairs:
-        """``low``, ``top``: ``values.min()`` and ``values.max()`` when the caller has them."""
-        # bincount sizes its output by the largest code (it finds it itself): na = max + 1
-        count_a = np.bincount(a)
-        count_b = np.bincount(b)
-        na, nb = count_a.size, count_b.size
-        most_a = int(count_a.max()) if na else 0
-        most_b = int(count_b.max()) if nb else 0
+        """``low``, ``top``: ``values.min()`` and ``values.max()`` when the caller has them.
+        The two sides' counts and loads are computed at once (dpsql.noise.two_threads)."""
         if top is None:
             top = values.max() if values.size else 0
-        if integer:
-            if values.ndim == 1 and values.size and values.strides[0] == 0:
-                # one psi broadcast to every result (flat rows, dpsql.units.multi_rewrite: 1,
-                # or 2^k at fine levels): the loads are the counts times it
-                load_a = count_a.astype(np.int64, copy=False)
-                load_b = count_b.astype(np.int64, copy=False)
-                if int(top) != 1:
-                    load_a, load_b = load_a * int(top), load_b * int(top)
-            elif top == 1 and (values.min() if low is None else low) == 1:
-                load_a = count_a.astype(np.int64, copy=False)  # every psi 1: the counts
-                load_b = count_b.astype(np.int64, copy=False)
-            else:
-                load_a = exact_sums(a, values, na, int(top), most_a)
-                load_b = exact_sums(b, values, nb, int(top), most_b)
-            total = int(load_a.sum())
-        else:
-            load_a = np.bincount(a, weights=values, minlength=na)
-            load_b = np.bincount(b, weights=values, minlength=nb)
-            total = 0
+        if low is None and integer and top == 1 and not _broadcast(values):
+            low = values.min()
+        (count_a, load_a), (count_b, load_b) = two_threads.both(
+            lambda: _side_loads(a, values, integer, low, top),
+            lambda: _side_loads(b, values, integer, low, top),
+            two_threads.worth_it(a.size))
+        na, nb = count_a.size, count_b.size
         m = a.size // _SUBSET_SHARE if a.size >= _SUBSET_MIN else 0
         return cls(a, b, values, integer, na, nb, int(np.count_nonzero(count_a)),
-                   int(np.count_nonzero(count_b)), most_a, most_b,
+                   int(np.count_nonzero(count_b)), int(count_a.max()) if na else 0,
+                   int(count_b.max()) if nb else 0,
                    float(load_a.max()) if na else 0.0, float(load_b.max()) if nb else 0.0,
-                   total, float(load_a.sum()), float(top), load_a, load_b,
-                   float(values[:m].sum()), count_a, count_b)
+                   int(load_a.sum()) if integer else 0, float(load_a.sum()), float(top),
+                   load_a, load_b, float(values[:m].sum()), count_a, count_b)
 
     def caps(self, tau: float, delta: float) -> tuple[np.ndarray, int]:
         """:func:`level_caps` of every result; for counts with ``delta`` 1 and every psi at
@@ -202,6 +191,29 @@ class Pairs:
             return top <= tau
         most = self.most_a if side == "a" else self.most_b
         return top * (1.0 + (most + 1) * 2.0**-51) <= tau
+
+
+def _broadcast(values: np.ndarray) -> bool:
+    """Whether ``values`` is one psi broadcast to every result (a read-only stride-0 view)."""
+    return bool(values.ndim == 1 and values.size and values.strides[0] == 0)
+
+
+def _side_loads(codes: np.ndarray, values: np.ndarray, integer: bool, low: float | None,
+                top: float) -> tuple[np.ndarray, np.ndarray]:
+    """One side's results per code and real loads (exact int64 for counts, float64 sums for
+    SUM parts), as :class:`Pairs` holds them; bincount sizes both by the largest code."""
+    count = np.bincount(codes)
+    if not integer:
+        return count, np.bincount(codes, weights=values, minlength=count.size)
+    if _broadcast(values):
+        # one psi broadcast to every result (flat rows, dpsql.units.multi_rewrite: 1, or 2^k
+        # at fine levels): the loads are the counts times it
+        load = count.astype(np.int64, copy=False)
+        return count, (load * int(top) if int(top) != 1 else load)
+    if top == 1 and low == 1:
+        return count, count.astype(np.int64, copy=False)  # every psi 1: the counts
+    most = int(count.max()) if count.size else 0
+    return count, exact_sums(codes, values, count.size, int(top), most)
 
 
 def all_light(p: Pairs, tau: float, delta: float) -> int | None:

@@ -53,6 +53,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from dpsql.noise import two_threads
 from dpsql.noise.r2t_certify import (
     Pairs,
     all_light,
@@ -68,6 +69,10 @@ __all__ = ["flow_truncated", "level_step"]
 
 #: every capacity stays below 2^31 (scipy's csgraph capacities are int32)
 _CAP_BITS = 30
+#: a SUM's levels are solved two at once up to this many results: past it (TPC-H SF10's 60M)
+#: a second thread's scratch arrays (two float64 per result) cost more memory than the wall
+#: time is worth
+_PARALLEL_MAX = 1 << 25
 
 
 def level_step(tau: float, integer: bool) -> float:
@@ -209,28 +214,49 @@ def flow_truncated(a: np.ndarray, b: np.ndarray, psi: np.ndarray, taus: Sequence
         raise ValueError("every result's psi must be finite and >= 0")
     pairs = Pairs.of(a, b, values, integer, low, top)
     out = np.zeros(len(taus), dtype=np.int64 if integer else np.float64)
-    scaled = None  # (side's present units): a count level saturated that whole side
-    for j in sorted(range(len(taus)), key=lambda i: -float(taus[i])):  # top down
+    order = sorted(range(len(taus)), key=lambda i: -float(taus[i]))  # top down
+    if integer:
+        # a count level that saturated a side settles every level below it (certificate 5):
+        # one after the other
+        scaled = None  # (side's present units): a count level saturated that whole side
+        solved = []
+        for j in order:
+            how, value = _solve(pairs, float(taus[j]), True, scaled)
+            if scaled is None:
+                scaled = saturates(pairs, value, float(taus[j]), level_step(float(taus[j]),
+                                                                              True))
+            solved.append((how, value))
+    else:
+        # a SUM's levels are independent: two at once (each thread its own scratch arrays,
+        # hence the bound on the results)
+        solved = two_threads.ordered_map(
+            lambda j: _solve(pairs, float(taus[j]), False, None), order,
+            two_threads.worth_it(a.size) and a.size <= _PARALLEL_MAX)
+    for j, (how, value) in zip(order, solved, strict=True):
         tau = float(taus[j])
         delta = level_step(tau, integer)
-        how = "scaled down"
-        value = scaled_down(pairs, scaled, tau, delta)
-        if value is None:
-            how, value = "all light", all_light(pairs, tau, delta)
-        if value is None:
-            how, value = "saturated by loads", saturated_by_loads(pairs, tau, delta)
-        if value is None:
-            how, value = "closed form, mostly light", closed_mostly_light(pairs, tau, delta)
-        if value is None:
-            how, value = "saturated subset", saturated(pairs, tau, delta)
-        if value is None:
-            s, cap = pairs.caps(tau, delta)
-            how, value = "closed form or spread", full(pairs, s, cap, tau)
-            if value is None:
-                how, value = "exact", _level(a, b, s.astype(np.int64), cap, pairs.na, pairs.nb)
-        if scaled is None:
-            scaled = saturates(pairs, value, tau, delta)
         if trace is not None:
             trace.append((tau, how))
         out[j] = int(delta) * value if integer else delta * value
     return out
+
+
+def _solve(pairs: Pairs, tau: float, integer: bool, scaled: int | None) -> tuple[str, int]:
+    """How one level's exact OPT was found, and OPT: the first certificate that applies
+    (dpsql.noise.r2t_certify), else the collapsed flow (:func:`_level`). ``scaled``: the
+    present units of the side a higher count level saturated (or None)."""
+    delta = level_step(tau, integer)
+    for how, certificate in (
+            ("scaled down", lambda: scaled_down(pairs, scaled, tau, delta)),
+            ("all light", lambda: all_light(pairs, tau, delta)),
+            ("saturated by loads", lambda: saturated_by_loads(pairs, tau, delta)),
+            ("closed form, mostly light", lambda: closed_mostly_light(pairs, tau, delta)),
+            ("saturated subset", lambda: saturated(pairs, tau, delta))):
+        value = certificate()
+        if value is not None:
+            return how, value
+    s, cap = pairs.caps(tau, delta)
+    value = full(pairs, s, cap, tau)
+    if value is not None:
+        return "closed form or spread", value
+    return "exact", _level(pairs.a, pairs.b, s.astype(np.int64), cap, pairs.na, pairs.nb)
