@@ -141,7 +141,10 @@ for the sums' snapping error, ``|E_j| <= sum g_i / 2`` over its draws.
   when GS bounds every unit (``c_u <= GS b``, so ``Q(tau_L) = Q(I)``), otherwise only what
   remains after the largest units are cut to ``tau_L b``. upper95 is raised to lower95 if below
   it (possible only outside the 95% event). The interval is about the answer, not about
-  ``value``: value is R2T's biased-low estimate.
+  ``value``: value is R2T's biased-low estimate. :func:`interval_at` reads the same noisy
+  levels at another confidence c (widths at ``(1 - c) / L`` per level,
+  :func:`~dpsql.noise.r2t_plans.half_widths_at`), with the same argument: an AVG under a unit
+  takes its SUM's and COUNT's at 97.5% each (:mod:`dpsql.units.avg`).
 
 Noise: one draw per level (or per increment) through the
 :class:`~dpsql.noise.mechanisms.Sampler` (all rows of a :func:`release_r2t_many` at once), so L
@@ -164,6 +167,7 @@ from dpsql.noise.r2t_plans import (
     CONFIDENCE,
     MIN_BETA,
     R2TPlan,
+    half_widths_at,
     plan_r2t,
     r2t_scales,
 )
@@ -177,6 +181,8 @@ __all__ = [
     "R2TPlan",
     "R2TRelease",
     "R2TReleases",
+    "half_widths_at",
+    "interval_at",
     "levels",
     "plan_r2t",
     "r2t_scales",
@@ -311,22 +317,44 @@ def release_r2t_many(truncated: np.ndarray, *, unit_bound: float, max_contributi
     if plan.increments:
         noisy = np.cumsum(noisy, axis=1)  # post-processing: noisy_j = sum_(i <= j) (D_i + X_i)
     shifts = np.array(plan.shifts)
-    widths = np.array(plan.half_widths)
-    if integer:
-        shifted = noisy - shifts.astype(np.int64)[None, :]
-        lows = noisy - widths.astype(np.int64)[None, :]
-        top = noisy[:, -1] + int(widths[-1])
-    else:
-        shifted = noisy - shifts[None, :]
-        lows = noisy - widths[None, :]
-        top = noisy[:, -1] + widths[-1]
+    # counts: exact integer arithmetic (the shifts are whole numbers)
+    shifted = noisy - (shifts.astype(np.int64) if integer else shifts)[None, :]
     chosen = np.argmax(shifted, axis=1)
     best = np.take_along_axis(shifted, chosen[:, None], axis=1)[:, 0]
     value = np.maximum(best, 0).astype(np.float64)
-    lower = np.maximum(lows.max(axis=1), 0).astype(np.float64)
-    upper = np.maximum(top.astype(np.float64), lower)
+    lower, upper = _interval(noisy, plan.half_widths, integer)
     return R2TReleases(value=value, noisy=noisy, chosen=chosen, lower95=lower, upper95=upper,
                        plan=plan)
+
+
+def _interval(noisy: np.ndarray, half_widths: tuple[float, ...], integer: bool
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``noisy`` (shape ``(n, L)``): ``lower = max(0, max_j (noisy_j - w_j))``
+    and ``upper = max(noisy_L + w_L, lower)`` (module docstring, "The published 95%
+    interval", for any simultaneous widths w). Counts in exact integers."""
+    widths = np.array(half_widths)
+    if integer:
+        lows = noisy - widths.astype(np.int64)[None, :]
+        top = noisy[:, -1] + int(widths[-1])
+    else:
+        lows = noisy - widths[None, :]
+        top = noisy[:, -1] + widths[-1]
+    lower = np.maximum(lows.max(axis=1), 0).astype(np.float64)
+    return lower, np.maximum(top.astype(np.float64), lower)
+
+
+def interval_at(noisy: np.ndarray, plan: R2TPlan, confidence: float) -> tuple[float, float]:
+    """The interval of one release's noisy levels ``noisy`` (its :class:`R2TRelease`'s, shape
+    ``(L,)``, drawn under ``plan``) at ``confidence`` rather than 95%: the bounds of the
+    module docstring with :func:`~dpsql.noise.r2t_plans.half_widths_at`'s widths. Guarantee,
+    with probability >= ``confidence`` over the noise: ``lower <= Q(I)`` (the untruncated
+    answer) and ``Q(tau_L) <= upper`` (the answer truncated at the top level: Q(I) itself
+    when GS bounds every unit). Post-processing of the release: no budget, no data read."""
+    arr = np.asarray(noisy)
+    if arr.shape != (len(plan.levels),):
+        raise ValueError(f"noisy levels must have shape ({len(plan.levels)},)")
+    lower, upper = _interval(arr[None, :], half_widths_at(plan, confidence), plan.integer)
+    return float(lower[0]), float(upper[0])
 
 
 def release_r2t(truncated: np.ndarray, *, unit_bound: float, max_contribution: int,

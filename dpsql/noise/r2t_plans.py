@@ -29,8 +29,8 @@ from dpsql.noise.mechanisms import positive_real
 from dpsql.noise.r2t_levels import DEFAULT_BASE, fine_levels, levels
 from dpsql.noise.r2t_tail import tail_steps
 
-__all__ = ["CONFIDENCE", "MIN_BETA", "R2TPlan", "increment_plan", "level_plan", "plan_r2t",
-           "r2t_scales", "shift_tail"]
+__all__ = ["CONFIDENCE", "MIN_BETA", "R2TPlan", "half_widths_at", "increment_plan", "level_plan",
+           "plan_r2t", "r2t_scales", "shift_tail"]
 
 #: The smallest beta a plan takes: each tail's share beta / (L + 1) stays a normal float.
 MIN_BETA = 1e-300
@@ -118,12 +118,34 @@ def level_plan(taus: Levels, b: float, eps: float, beta: float, integer: bool) -
         grids.append(g)
         if integer:
             shifts.append(float(_one_sided_steps(scale, tail)))
-            widths.append(float(_two_sided_steps(scale, alpha_level)))
         else:
-            steps = scale / g
-            shifts.append(g * (_one_sided_steps(steps, tail) + 0.5))
-            widths.append(g * (_two_sided_steps(steps, alpha_level) + 0.5))
+            shifts.append(g * (_one_sided_steps(scale / g, tail) + 0.5))
+        widths.append(_level_width(scale, g, alpha_level, integer))
     return scales, grids, shifts, widths
+
+
+def _level_width(scale: float, g: float, alpha: float, integer: bool) -> float:
+    """One level noised alone at ``scale`` on grid ``g``: the smallest half-width (whole steps,
+    sums plus half a step of snapping) its error exceeds with probability at most ``alpha``."""
+    if integer:
+        return float(_two_sided_steps(scale, alpha))
+    return g * (_two_sided_steps(scale / g, alpha) + 0.5)
+
+
+def _increment_widths(scales: list[float], grids: list[float], alpha: float, integer: bool
+                      ) -> list[float] | None:
+    """Noised increments: each level's half-width at two-sided tail ``alpha`` (twice
+    :func:`~dpsql.noise.r2t_tail.tail_steps`'s one-sided bound at ``alpha / 2``; sums plus the
+    snapping of every draw so far), or None when no tail bound applies to some level."""
+    widths = []
+    rounding = 0.0  # sums: each snapped increment is off by at most half its grid step
+    for j in range(len(scales)):
+        both = tail_steps(scales, grids, j, alpha / 2, integer=integer)
+        if both is None:
+            return None
+        rounding += grids[j] / 2
+        widths.append(float(both) if integer else grids[j] * both + rounding)
+    return widths
 
 
 def increment_plan(taus: Levels, b: float, eps: float, beta: float, integer: bool
@@ -141,20 +163,17 @@ def increment_plan(taus: Levels, b: float, eps: float, beta: float, integer: boo
         previous = tau
         scales.append(scale)
         grids.append(g)
-    shifts, widths = [], []
+    shifts = []
     rounding = 0.0  # sums: each snapped increment is off by at most half its grid step
     for j in range(n):
         up = tail_steps(scales, grids, j, shift_tail(beta, n), integer=integer)
-        both = tail_steps(scales, grids, j, (1.0 - CONFIDENCE) / (2 * n), integer=integer)
-        if up is None or both is None:
+        if up is None:
             return None
-        if integer:
-            shifts.append(float(up))
-            widths.append(float(both))
-        else:
-            rounding += grids[j] / 2
-            shifts.append(grids[j] * up + rounding)
-            widths.append(grids[j] * both + rounding)
+        rounding += grids[j] / 2
+        shifts.append(float(up) if integer else grids[j] * up + rounding)
+    widths = _increment_widths(scales, grids, (1.0 - CONFIDENCE) / n, integer)
+    if widths is None:
+        return None
     return scales, grids, shifts, widths
 
 
@@ -246,6 +265,29 @@ def plan_r2t(*, unit_bound: float, max_contribution: int, epsilon: float, beta: 
     return R2TPlan(levels=taus, unit_bound=b, epsilon=eps, beta=beta_f, integer=integer,
                    scales=tuple(scales), granularities=tuple(grids), shifts=tuple(shifts),
                    half_widths=tuple(widths), increments=use_increments, fine=fine)
+
+
+def half_widths_at(plan: R2TPlan, confidence: float) -> tuple[float, ...]:
+    """Each level's half-width of ``plan``'s simultaneous interval at ``confidence`` instead
+    of :data:`CONFIDENCE`: ``P(|level j's error| > width_j) <= (1 - confidence) / L`` for the
+    plan's own draws (per-level noise, or noised increments with level 1's smaller of the two
+    bounds, as :func:`plan_r2t`), so every level is within its width with probability >=
+    ``confidence`` (union bound). A function of the public plan alone: the same draws, a
+    wider or narrower reading of them (post-processing). Equals ``plan.half_widths`` at
+    :data:`CONFIDENCE`. Precondition: ``0 < confidence < 1``."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError("confidence must lie in (0, 1)")
+    scales, grids = list(plan.scales), list(plan.granularities)
+    alpha = (1.0 - confidence) / len(plan.levels)
+    alone = [_level_width(s, g, alpha, plan.integer) for s, g in zip(scales, grids, strict=True)]
+    if not plan.increments:
+        return tuple(alone)
+    widths = _increment_widths(scales, grids, alpha, plan.integer)
+    # the plan took increments only where every level's tail bound applies, which depends on
+    # the scales alone (dpsql.noise.r2t_tail), not on the target
+    assert widths is not None
+    widths[0] = min(widths[0], alone[0])  # level 1: one draw of the per-level plan's scale
+    return tuple(widths)
 
 
 def r2t_scales(*, unit_bound: float, max_contribution: int, epsilon: float,
