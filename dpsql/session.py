@@ -289,7 +289,7 @@ class Session(OtherReleases):
             if unit is not None and unit.r2t:  # R2T: truncated sums, released per level
                 bins, noisy, outcomes = r2t_bins(self.backend, prepared.compiled, values, plans,
                                                  unit, drawn, self._sampler)
-                finish.append(lambda r: with_intervals(r, prepared.columns, outcomes))
+                finish.append(lambda r: with_intervals(r, prepared.columns, outcomes, plans))
                 return self._post.rows(plan, bins, noisy, values,
                                        lambda: post_processing_sql(prepared.analysis),
                                        prepared.outputs, raw_counts=raw_counts)

@@ -100,7 +100,7 @@ def explain_report(
                 "components": [_plan_json(p) for p in parts],
             })
         if (note := r2t_note(col.function, col.bare_aggregate, parts)) is not None:
-            entry["accuracy_note"] = note  # an AVG under R2T: why it has no interval
+            entry["accuracy_note"] = note  # under R2T: an AVG's interval, or why none
         columns.append(entry)
     report: dict[str, Any] = {
         "columns": columns,

@@ -78,7 +78,7 @@ def unit_lines(analysis: QueryAnalysis, plans: Sequence[NoisePlan],
         else:
             lines.append(f"    sensitivity {p.elastic_sensitivity:g} (public): Laplace scale "
                          f"{p.scale:.6g}  (epsilon {p.epsilon:g})")
-    for col in analysis.columns:  # an AVG under R2T: why its column has no interval
+    for col in analysis.columns:  # under R2T: what an AVG's interval is, or why none
         note = r2t_note(col.function, col.bare_aggregate, [plans[i] for i in col.measurements])
         lines += [f"  column {col.name}: {note}"] if note is not None else []
     return lines

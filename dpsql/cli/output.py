@@ -85,8 +85,9 @@ def release_line(release: Any, remaining: tuple[float, float] | None = None) -> 
         parts.append("95% interval: " + ", ".join(widths))
     from dpsql.release.record import NOT_PUBLISHABLE
 
-    # why a column has no interval: smoothed noise, or an R2T AVG ("no interval: AVG is the
-    # ratio of two R2T releases ..", dpsql.release.record.r2t_note)
+    # why a column has no interval (smoothed noise, arithmetic of R2T releases), or what an R2T
+    # AVG's interval is ("95% interval from the SUM's and COUNT's 97.5% intervals ..",
+    # dpsql.release.record.r2t_note)
     notes: dict[str, list[str]] = {}
     for c in release.columns:
         if getattr(c, "accuracy_note", None):

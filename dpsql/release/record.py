@@ -54,8 +54,9 @@ class ColumnRelease:
     noise_scale: float | None = None
     level_scales: tuple[float, ...] | None = None
     #: why no half-width is given, in words, when the reason is the noise itself: a smoothed
-    #: column's scale depends on the data (:data:`NOT_PUBLISHABLE`); or why an R2T column has
-    #: no interval (:func:`r2t_note`: AVG, arithmetic of R2T releases)
+    #: column's scale depends on the data (:data:`NOT_PUBLISHABLE`); or, for a column computed
+    #: from R2T releases, what its interval is (an AVG's, :data:`R2T_AVG`) or why it has none
+    #: (other arithmetic, :func:`r2t_note`)
     accuracy_note: str | None = None
     #: a value chosen by the exponential mechanism over a public grid (MIN / MAX / quantiles,
     #: dpsql.execute.selection): the grid's step (public: from the declared bounds)
@@ -64,9 +65,11 @@ class ColumnRelease:
 
 #: the record's words for a column whose noise scale is data-dependent (smoothed)
 NOT_PUBLISHABLE = "accuracy not publishable: data-dependent noise"
-#: the record's words for an R2T column without an interval (:func:`r2t_note`)
-R2T_AVG = ("no interval: AVG is the ratio of two R2T releases (noisy SUM / noisy COUNT, each "
-           "truncated per unit)")
+#: the record's words for an AVG under R2T (:func:`r2t_note`; its interval_95 is
+#: dpsql.units.avg's) and for other arithmetic of R2T releases, which gets no interval
+R2T_AVG = ("95% interval from the SUM's and COUNT's 97.5% intervals (the range of their "
+           "ratio, within the bounds); the value is noisy SUM / noisy COUNT, each R2T "
+           "release biased low by its own truncation and shift")
 R2T_EXPRESSION = "no interval: computed from R2T releases (each truncated per unit)"
 
 
@@ -148,11 +151,13 @@ VARIANCE_NOTE = (
 
 
 def r2t_note(function: str | None, bare: bool, parts: Sequence[NoisePlan]) -> str | None:
-    """Why a column computed from ``parts`` has no 95% interval when R2T releases them (a
-    privacy unit without GROUP BY), or None: only one bare COUNT / SUM gets one, from its
-    noisy levels (dpsql.units.record). An AVG is noisy SUM / noisy COUNT, each truncated and
-    shifted low by its own R2T release (a signed SUM: each of its two parts), so the ratio has
-    no interval of its own; other arithmetic of R2T releases likewise."""
+    """The accuracy note of a column computed from ``parts`` when R2T releases them (a
+    privacy unit without GROUP BY), or None for one bare COUNT / SUM, whose interval comes
+    from its noisy levels (dpsql.units.record). An AVG is noisy SUM / noisy COUNT, each
+    truncated and shifted low by its own R2T release (a signed SUM: each of its two parts);
+    its 95% interval is the range of the ratio over the SUM's and COUNT's 97.5% intervals
+    (dpsql.units.avg), which the note names. Other arithmetic of R2T releases gets no
+    interval, and the note says so."""
     if not any(p.r2t is not None for p in parts) or (bare and len(parts) == 1):
         return None
     return R2T_AVG if function == "AVG" else R2T_EXPRESSION
@@ -211,7 +216,7 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
             # SUM's two parts share the same level scales up to their row bounds
             if single and col.bare_aggregate:
                 extra["level_scales"] = tuple(x for pp in parts[0].r2t for x in pp.scales)
-            else:  # AVG, arithmetic: say why there is no interval
+            else:  # AVG: what its interval is; other arithmetic: why there is none
                 extra["accuracy_note"] = r2t_note(col.function, col.bare_aggregate, parts)
         elif single and parts[0].sigma is not None and col.bare_aggregate:
             width, extra = _gaussian_accuracy(parts[0], n_bins)

@@ -15,7 +15,12 @@ Gaussian mechanism) depend on the budget alone.
 
 Contract of :func:`release_r2t_measurements`: each measurement's released value is the sum of
 its parts' R2T releases (the non-positive part subtracted), and its 95% interval the sum of
-theirs -- post-processing of the parts' noisy values.
+theirs -- post-processing of the parts' noisy values. Each measurement also gets the interval
+an AVG reads (:mod:`dpsql.units.avg`): the same sum of its parts' intervals, each part's read
+at ``1 - (1 - AVG_MEASUREMENT_CONFIDENCE) / #parts`` (:func:`dpsql.noise.r2t.interval_at`),
+so that with probability >= AVG_MEASUREMENT_CONFIDENCE = 97.5% every part is within its own
+(union bound) and the measurement's lower bound is at most its untruncated answer, its upper
+bound at least its answer truncated at the top levels.
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ from dpsql.units.grid import fine_grid, part_grid, released_integer
 #: R2T's beta: the probability bound of its error guarantee, and of the one-sided shift that
 #: keeps the release below the truth (public; the paper's default)
 BETA = 0.1
+
+#: the confidence of each measurement's interval an AVG reads (dpsql.units.avg): its SUM's and
+#: its COUNT's together hold with probability >= 95% (union bound)
+AVG_MEASUREMENT_CONFIDENCE = 0.975
 
 
 @dataclass(frozen=True)
@@ -111,11 +120,14 @@ def plan_r2t(analysis: QueryAnalysis, budget: Budget | None) -> tuple[NoisePlan,
 
 @dataclass(frozen=True)
 class R2TOutcome:
-    """A measurement's released value and its 95% interval (post-processing)."""
+    """A measurement's released value, its 95% interval and its interval at
+    :data:`AVG_MEASUREMENT_CONFIDENCE` (``for_avg``, what an AVG reads; module contract), all
+    post-processing of the noisy levels."""
 
     value: float
     lower95: float
     upper95: float
+    for_avg: tuple[float, float]
 
 
 def release_r2t_measurements(truncated: Sequence[np.ndarray], plans: Sequence[NoisePlan],
@@ -136,22 +148,30 @@ def release_r2t_measurements(truncated: Sequence[np.ndarray], plans: Sequence[No
         if not plan.r2t:
             out.append(None)
             continue
-        value = lower = upper = 0.0
+        value = lower = upper = avg_lower = avg_upper = 0.0
+        # each part's share of the AVG's 2.5% (a signed SUM has two parts)
+        confidence = 1.0 - (1.0 - AVG_MEASUREMENT_CONFIDENCE) / len(plan.r2t)
         for pp in plan.r2t:
-            rel = r2t.release_r2t(
-                np.asarray(truncated[i]), unit_bound=pp.unit_bound,
+            many = r2t.release_r2t_many(
+                np.asarray(truncated[i])[None, :], unit_bound=pp.unit_bound,
                 max_contribution=pp.max_contribution, epsilon=pp.epsilon, beta=BETA,
                 integer=pp.integer, sampler=sampler, base=base,
                 increments=pp.increments, fine=pp.fine)
+            rel = many.row(0)
+            wide = r2t.interval_at(rel.noisy, many.plan, confidence)
             c = 0.0 if no_unit is None else float(no_unit[i])
             rel_value, rel_lower, rel_upper = rel.value + c, rel.lower95 + c, rel.upper95 + c
+            wide_lower, wide_upper = wide[0] + c, wide[1] + c
             i += 1
             if pp.part.sign > 0:
                 value, lower, upper = value + rel_value, lower + rel_lower, upper + rel_upper
+                avg_lower, avg_upper = avg_lower + wide_lower, avg_upper + wide_upper
             else:
                 value, lower, upper = value - rel_value, lower - rel_upper, upper - rel_lower
+                avg_lower, avg_upper = avg_lower - wide_upper, avg_upper - wide_lower
         if plan.measurement.integer:  # a count at fine levels: whole rows, rounded outwards
             lower, upper = float(math.floor(lower)), float(math.ceil(upper))
-        out.append(R2TOutcome(value, lower, upper))
+            avg_lower, avg_upper = float(math.floor(avg_lower)), float(math.ceil(avg_upper))
+        out.append(R2TOutcome(value, lower, upper, (avg_lower, avg_upper)))
     return out
 

@@ -1,8 +1,11 @@
-"""The release record's view of R2T: each bare COUNT/SUM column's 95% interval.
+"""The release record's view of R2T: each bare COUNT/SUM column's 95% interval, and each
+AVG's.
 
-The interval is computed from the noisy truncation levels alone (post-processing, so it costs
-no budget and reveals nothing more than the release): :mod:`dpsql.noise.r2t` states what it
-covers. Columns computed from several measurements (AVG, arithmetic) get none.
+The intervals are computed from the noisy truncation levels alone (post-processing, so they
+cost no budget and reveal nothing more than the release): :mod:`dpsql.noise.r2t` states what a
+COUNT's or SUM's covers, :mod:`dpsql.units.avg` what an AVG's covers (the range of the ratio
+over its SUM's and COUNT's 97.5% intervals, within the AVG's bounds). Other columns computed
+from several measurements (arithmetic) get none.
 """
 
 from __future__ import annotations
@@ -10,17 +13,44 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from dpsql.noise.plan import NoisePlan
 from dpsql.release.record import ColumnSource, Release
+from dpsql.units.avg import ratio_interval
 from dpsql.units.noise import R2TOutcome
 
 
 def with_intervals(record: Release, columns: Sequence[ColumnSource],
-                   outcomes: Sequence[R2TOutcome | None]) -> Release:
-    """``record`` with ``interval_95`` set on every column that is one bare R2T measurement."""
+                   outcomes: Sequence[R2TOutcome | None],
+                   plans: Sequence[NoisePlan]) -> Release:
+    """``record`` with ``interval_95`` set on every column that is one bare R2T measurement
+    (its own interval) or one AVG (:func:`avg_interval`)."""
     out = []
     for col, rel in zip(columns, record.columns, strict=True):
-        outcome = outcomes[col.measurements[0]] if len(col.measurements) == 1 else None
-        if outcome is not None and col.bare_aggregate:
-            rel = dataclasses.replace(rel, interval_95=(outcome.lower95, outcome.upper95))
+        interval = None
+        if len(col.measurements) == 1 and col.bare_aggregate:
+            outcome = outcomes[col.measurements[0]]
+            if outcome is not None:
+                interval = (outcome.lower95, outcome.upper95)
+        elif col.function == "AVG":
+            interval = avg_interval(col, outcomes, plans)
+        if interval is not None:
+            rel = dataclasses.replace(rel, interval_95=interval)
         out.append(rel)
     return dataclasses.replace(record, columns=tuple(out))
+
+
+def avg_interval(col: ColumnSource, outcomes: Sequence[R2TOutcome | None],
+                 plans: Sequence[NoisePlan]) -> tuple[float, float] | None:
+    """An AVG column's 95% interval (dpsql.units.avg): its SUM's and COUNT's 97.5% intervals
+    (``R2TOutcome.for_avg``; a SUM released exactly, over bounds [0, 0], is [0, 0]) and the
+    SUM's clamp bounds. None unless the column is one SUM and one COUNT, both under R2T."""
+    by_function = {plans[i].measurement.function: i for i in col.measurements}
+    if len(col.measurements) != 2 or set(by_function) != {"SUM", "COUNT"}:
+        return None
+    total_i, count_i = by_function["SUM"], by_function["COUNT"]
+    bounds = plans[total_i].measurement.bounds
+    count = outcomes[count_i]
+    if bounds is None or count is None or plans[count_i].r2t is None:
+        return None
+    total = outcomes[total_i]
+    return ratio_interval((0.0, 0.0) if total is None else total.for_avg, count.for_avg, bounds)

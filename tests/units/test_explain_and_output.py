@@ -11,7 +11,7 @@ import pytest
 from dpsql.analysis.explain import explain, explain_text
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.cli.output import release_line
-from dpsql.release.record import NOT_PUBLISHABLE, ColumnRelease, Release
+from dpsql.release.record import NOT_PUBLISHABLE, R2T_AVG, ColumnRelease, Release
 from dpsql.server.statements import release_notice
 from tests.db_files import writing
 from tests.ledgers import ledger_session, open_ledger
@@ -73,12 +73,12 @@ def test_the_server_notice_names_the_unit_and_carries_the_interval():
     assert json.loads(detail)["columns"][0]["interval_95"] == [90.0, 130.5]
 
 
-# ------------------------------- AVG under R2T: no interval, said (QA round 2 of issue #17)
+# ------------------------------- AVG under R2T: its interval, said (QA round 3 of issue #17)
 
 AVG_SQL = "SELECT AVG(amount) AS a, COUNT(*) AS n FROM orders"
 AVG_TWO_UNITS = ("SELECT AVG(qty) AS a, COUNT(*) AS n FROM items i JOIN orders o "
                  "ON o.o_id = i.i_order")
-NO_INTERVAL = "no interval: AVG is the ratio of two R2T releases"
+AVG_NOTE = "95% interval from the SUM's and COUNT's 97.5% intervals"
 
 
 def _session_run(tmp_path, md, db, load, sql):
@@ -103,29 +103,36 @@ def _write_tiny(db, con):
 
 
 @pytest.mark.parametrize("two_units", [False, True], ids=["one unit", "two units"])
-def test_an_r2t_avg_says_why_it_has_no_interval_in_the_record_footer_and_explain(
+def test_an_r2t_avg_shows_its_interval_in_the_record_footer_notice_and_explain(
         tmp_path, two_units):
     if two_units:
-        md, sql = tiny_multi.metadata(max_contribution=16), AVG_TWO_UNITS
+        md, sql, bounds = tiny_multi.metadata(max_contribution=16), AVG_TWO_UNITS, (-2.0, 4.0)
         db = tiny_multi.random_database(random.Random(1))
         result = _session_run(tmp_path, md, db, tiny_multi.load, sql)
     else:
-        md, sql = tiny.metadata(), AVG_SQL
+        md, sql, bounds = tiny.metadata(), AVG_SQL, tiny.AMOUNT_BOUNDS
         db = tiny.random_database(random.Random(2))
         result = _session_run(tmp_path, md, db, _write_tiny, sql)
     a, n = result.release.columns
-    assert a.mechanism == "r2t" and a.interval_95 is None and a.half_width_95 is None
-    assert a.accuracy_note is not None and a.accuracy_note.startswith(NO_INTERVAL)
-    assert "each truncated per unit" in a.accuracy_note
+    assert a.mechanism == "r2t" and a.half_width_95 is None
+    assert a.interval_95 is not None
+    low, high = a.interval_95
+    assert bounds[0] <= low <= high <= bounds[1]  # within the AVG's clamp bounds
+    assert a.accuracy_note == R2T_AVG and R2T_AVG.startswith(AVG_NOTE)
+    assert "no interval" not in a.accuracy_note
     assert n.interval_95 is not None and n.accuracy_note is None  # a bare COUNT keeps its own
     line = release_line(result.release)
-    assert f"a: {NO_INTERVAL} (noisy SUM / noisy COUNT, each truncated per unit)" in line
-    assert "95% interval: n in [" in line
+    assert "95% interval: " in line and f"a in [{low:.6g}, {high:.6g}]" in line
+    assert f"a: {AVG_NOTE} (the range of their ratio, within the bounds)" in line
+    # the server's NOTICE detail (psql) and the DB-API record carry the same record
+    _, detail = release_notice(result.release)
+    avg = json.loads(detail)["columns"][0]
+    assert avg["interval_95"] == [low, high] and avg["accuracy_note"] == R2T_AVG
     # explain (owner): the text names the column, the JSON carries the same words
     text = explain_text(sql, md, epsilon=1.0, delta=0.0)
-    assert f"column a: {NO_INTERVAL}" in text
+    assert f"column a: {AVG_NOTE}" in text
     (avg, count) = explain(sql, md, epsilon=1.0, delta=0.0)["columns"]
-    assert avg["mechanism"] == "r2t" and avg["accuracy_note"].startswith(NO_INTERVAL)
+    assert avg["mechanism"] == "r2t" and avg["accuracy_note"] == R2T_AVG
     assert "accuracy_note" not in count
 
 
