@@ -15,12 +15,13 @@ Gaussian mechanism) depend on the budget alone.
 
 Contract of :func:`release_r2t_measurements`: each measurement's released value is the sum of
 its parts' R2T releases (the non-positive part subtracted), and its 95% interval the sum of
-theirs -- post-processing of the parts' noisy values. Each measurement also gets the interval
-an AVG reads (:mod:`dpsql.units.avg`): the same sum of its parts' intervals, each part's read
-at ``1 - (1 - AVG_MEASUREMENT_CONFIDENCE) / #parts`` (:func:`dpsql.noise.r2t.interval_at`),
-so that with probability >= AVG_MEASUREMENT_CONFIDENCE = 97.5% every part is within its own
-(union bound) and the measurement's lower bound is at most its untruncated answer, its upper
-bound at least its answer truncated at the top levels.
+theirs, each part's read at ``1 - 0.05 / #parts`` (a signed SUM's two at 97.5%: both hold
+together with probability >= 95%, union bound) -- post-processing of the parts' noisy values.
+Each measurement also gets the interval an AVG reads (:mod:`dpsql.units.avg`): the same sum of
+its parts' intervals, each part's read at ``1 - (1 - AVG_MEASUREMENT_CONFIDENCE) / #parts``
+(:func:`dpsql.noise.r2t.interval_at`), so that with probability >= AVG_MEASUREMENT_CONFIDENCE
+= 97.5% every part is within its own (union bound) and the measurement's lower bound is at most
+its untruncated answer, its upper bound at least its answer truncated at the top levels.
 """
 
 from __future__ import annotations
@@ -149,7 +150,9 @@ def release_r2t_measurements(truncated: Sequence[np.ndarray], plans: Sequence[No
             out.append(None)
             continue
         value = lower = upper = avg_lower = avg_upper = 0.0
-        # each part's share of the AVG's 2.5% (a signed SUM has two parts)
+        # each part's share of the 5% (of the AVG's 2.5%): a signed SUM's two parts are each
+        # read at 97.5% (98.75%), so both hold together at 95% (97.5%) by the union bound
+        published = 1.0 - (1.0 - r2t.CONFIDENCE) / len(plan.r2t)
         confidence = 1.0 - (1.0 - AVG_MEASUREMENT_CONFIDENCE) / len(plan.r2t)
         for pp in plan.r2t:
             many = r2t.release_r2t_many(
@@ -158,9 +161,11 @@ def release_r2t_measurements(truncated: Sequence[np.ndarray], plans: Sequence[No
                 integer=pp.integer, sampler=sampler, base=base,
                 increments=pp.increments, fine=pp.fine)
             rel = many.row(0)
+            narrow = ((rel.lower95, rel.upper95) if len(plan.r2t) == 1
+                      else r2t.interval_at(rel.noisy, many.plan, published))
             wide = r2t.interval_at(rel.noisy, many.plan, confidence)
             c = 0.0 if no_unit is None else float(no_unit[i])
-            rel_value, rel_lower, rel_upper = rel.value + c, rel.lower95 + c, rel.upper95 + c
+            rel_value, rel_lower, rel_upper = rel.value + c, narrow[0] + c, narrow[1] + c
             wide_lower, wide_upper = wide[0] + c, wide[1] + c
             i += 1
             if pp.part.sign > 0:

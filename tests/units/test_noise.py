@@ -36,7 +36,7 @@ def _interval(q, gs, eps, integer, confidence):
     return r2t.interval_at(np.asarray(q), plan, confidence)
 
 
-def test_a_signed_sums_parts_each_take_half_of_the_avgs_share():
+def test_a_signed_sums_parts_each_take_half_of_the_intervals_share():
     # SUM (index 0) = non-negative part (levels in value units, GS 64) minus non-positive part
     # (GS 16); COUNT (index 1), GS 8. Rows of no unit: 7 for the positive part, 3 for the
     # negative part, 2 rows for the count, added after the noise.
@@ -59,11 +59,19 @@ def test_a_signed_sums_parts_each_take_half_of_the_avgs_share():
     # the 97.5% intervals contain the 95% ones (wider widths on the same noisy levels)
     assert total.for_avg[0] <= total.lower95 and total.upper95 <= total.for_avg[1]
     assert n.for_avg[0] <= n.lower95 and n.upper95 <= n.for_avg[1]
-    # the 95% ones are as before: each part's 95% interval, summed
-    p95 = _interval(q_plus, 64, 0.25, False, 0.95)
-    m95 = _interval(q_minus, 16, 0.25, False, 0.95)
+    # the published 95% interval of the signed SUM: each part at 97.5% (both hold together
+    # at 95%), summed -- strictly wider than the sum of the parts' own 95% intervals, which
+    # held together only at 90%
+    p95 = _interval(q_plus, 64, 0.25, False, 0.975)
+    m95 = _interval(q_minus, 16, 0.25, False, 0.975)
     assert (total.lower95, total.upper95) == (p95[0] + 7.0 - (m95[1] + 3.0),
                                               p95[1] + 7.0 - (m95[0] + 3.0))
+    p90 = _interval(q_plus, 64, 0.25, False, 0.95)
+    m90 = _interval(q_minus, 16, 0.25, False, 0.95)
+    assert total.upper95 - total.lower95 > (p90[1] - m90[0]) - (p90[0] - m90[1])
+    # the COUNT's one part: its own 95% interval
+    c95 = _interval(q_count, 8, 0.5, True, 0.95)
+    assert (n.lower95, n.upper95) == (c95[0] + 2.0, c95[1] + 2.0)
 
 
 def test_a_count_through_the_sums_noise_rounds_its_avg_interval_outwards():
