@@ -26,6 +26,29 @@ from tests.recording import (
 )
 from tests.shop_fixture import build_shop
 
+_duckdb_connect = duckdb.connect
+
+
+def _one_thread_connect(database: str = ":memory:", read_only: bool = False,
+                        config: dict | None = None, **kwargs):
+    """``duckdb.connect`` with ``threads=1`` unless the caller names a thread count.
+
+    The suite's tables hold a few rows, one row group (122,880 rows) each, so DuckDB runs every
+    pipeline of their queries as one task whatever its threads: a second thread only adds
+    wake-ups and hand-offs, ~10% of the CPU of a DuckDB-heavy file (three red-team and
+    brute-force files run alone: 26.2 -> 23.4 CPU-s), more on a 2-core machine running three
+    workers. Results do not change: the tests that read DuckDB at several thread counts (large
+    tables, tests/redteam/float_sums.py, tests/rewrite/test_fixed_point.py,
+    test_two_stage_choice_attacks.py) still ``SET threads`` to 2 and 4, and a connection to an
+    instance already open in the process keeps that instance's setting (DuckDB compares the
+    config of a second connect with the first connect's, which was this one's too). Processes
+    the tests start (CLI runs, servers) run DuckDB as shipped."""
+    merged = {"threads": 1, **(config or {})}
+    return _duckdb_connect(database, read_only=read_only, config=merged, **kwargs)
+
+
+duckdb.connect = _one_thread_connect
+
 SPARK_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
