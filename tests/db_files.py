@@ -34,6 +34,24 @@ def reading(path: str | os.PathLike) -> Iterator[duckdb.DuckDBPyConnection]:
         yield con
 
 
+#: rows per INSERT of :func:`insert_many` (a statement's parameters stay in the thousands)
+INSERT_ROWS = 500
+
+
+def insert_many(con: Any, table: str, rows: Sequence[Sequence[Any]]) -> None:
+    """Insert ``rows`` into ``table`` as ``executemany("INSERT INTO table VALUES (?, ...)")``
+    would, in one multi-row ``VALUES`` statement per :data:`INSERT_ROWS` rows: the same
+    parameters, each cast to its column's type as one row's would be (NaN, infinities, -0.0,
+    NULL, integers past 2^53 into DOUBLE, strings into DATE: the stored values are identical),
+    the rows stored in the order given. DuckDB's executemany runs the statement once per row:
+    ~0.3 ms a row, where one statement of 10 rows takes ~0.14 ms in all."""
+    rows = [list(r) for r in rows]
+    for start in range(0, len(rows), INSERT_ROWS):
+        chunk = rows[start:start + INSERT_ROWS]
+        marks = ", ".join(["(" + ", ".join("?" * len(chunk[0])) + ")"] * len(chunk))
+        con.execute(f"INSERT INTO {table} VALUES {marks}", [v for r in chunk for v in r])
+
+
 def create_tables(con: Any, schema: Mapping[str, Sequence[str]],
                   db: Mapping[str, Sequence[Sequence[Any]]]) -> None:
     """Each table of ``schema`` (table -> "column TYPE" declarations) created or replaced on
@@ -42,5 +60,4 @@ def create_tables(con: Any, schema: Mapping[str, Sequence[str]],
         con.execute(f"CREATE OR REPLACE TABLE {table} ({', '.join(columns)})")
         rows = db.get(table, [])
         if rows:
-            marks = ", ".join("?" for _ in columns)
-            con.executemany(f"INSERT INTO {table} VALUES ({marks})", [list(r) for r in rows])
+            insert_many(con, table, rows)

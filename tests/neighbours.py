@@ -16,7 +16,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import Error
 from dpsql.metadata import Metadata
 from dpsql.session import Session
-from tests.db_files import writing
+from tests.db_files import insert_many, writing
 from tests.shop_fixture import ZeroNoise
 
 Rows = dict[str, Sequence[tuple[Any, ...]]]
@@ -28,8 +28,7 @@ def write_database(path: Path, schema: Sequence[str], rows: Rows) -> Path:
             con.execute(statement)
         for table, values in rows.items():
             if values:  # parameters, not literals: NaN, infinity and NULL insert as values
-                marks = ", ".join("?" * len(values[0]))
-                con.executemany(f"INSERT INTO {table} VALUES ({marks})", list(values))
+                insert_many(con, table, values)
     return path
 
 

@@ -32,7 +32,7 @@ from dpsql.noise.plan import plan_noise
 from dpsql.rewrite.plan import plan_execution
 from dpsql.units.execute import read_truncated
 from dpsql.units.grid import part_grid, part_levels
-from tests.db_files import writing
+from tests.db_files import insert_many, writing
 
 #: 2^53: from here on the DOUBLE grid is coarser than 1 (ulp 2), so 1.5 added to it rounds
 B53 = 2.0**53
@@ -48,8 +48,7 @@ def make_db(path: Path, tables: Tables) -> Path:
         for name, (columns, rows) in tables.items():
             con.execute(f"CREATE TABLE {name} ({', '.join(columns)})")
             if rows:
-                marks = ", ".join("?" for _ in columns)
-                con.executemany(f"INSERT INTO {name} VALUES ({marks})", [list(r) for r in rows])
+                insert_many(con, name, rows)
     return path
 
 
@@ -125,9 +124,7 @@ class Query:
             for name, (columns, rows) in tables.items():
                 con.execute(f"CREATE OR REPLACE TABLE {name} ({', '.join(columns)})")
                 if rows:
-                    marks = ", ".join("?" for _ in columns)
-                    con.executemany(f"INSERT INTO {name} VALUES ({marks})",
-                                    [list(r) for r in rows])
+                    insert_many(con, name, rows)
             if self.r2t:
                 assert self.analysis.unit is not None
                 return read_truncated(backend, compiled, (), self.analysis.unit)

@@ -17,7 +17,7 @@ import duckdb
 from dpsql.metadata import Column, Domain, Metadata, PrivacyUnit, Table, UnitPath
 from dpsql.units.analysis import UnitRelease
 from dpsql.units.execute import truncated_levels
-from tests.db_files import writing
+from tests.db_files import insert_many, writing
 
 Database = dict[str, list[tuple[int, ...]]]
 
@@ -164,9 +164,7 @@ def write_file(path: Path, db: Mapping[str, Sequence[tuple[int, ...]]]) -> Path:
         for table, columns in COLUMNS.items():
             con.execute(f"CREATE TABLE {table} ({', '.join(c + ' INTEGER' for c in columns)})")
             if db[table]:
-                marks = ", ".join("?" for _ in columns)
-                con.executemany(f"INSERT INTO {table} VALUES ({marks})",
-                                [list(r) for r in db[table]])
+                insert_many(con, table, db[table])
     return path
 
 
