@@ -1,9 +1,10 @@
 """R2T's LP truncation for results of TWO privacy units, solved exactly as a maximum flow
 (issue #17; dpsql.units.multi; docs/privacy.md "Several privacy units").
 
-Each result q (a pair of unit ids (a, b), one per unit table; NULL ids are one more node of
-their table, never removed) carries psi(q) >= 0: its row count (COUNT) or its sum of clamped
-non-negative values (a SUM part). The truncation at level tau is R2T's LP (dpsql.noise.r2t_lp)
+Each result q (a pair of unit ids (a, b), one per unit table; a NULL id is a node no unit
+owns, never removed: dpsql.units.multi_execute.pair_codes) carries psi(q) >= 0: its row count
+(COUNT) or its sum of clamped non-negative values (a SUM part). The truncation at level tau
+is R2T's LP (dpsql.noise.r2t_lp)
 
     Q(I, tau) = max sum_q x_q   s.t.  0 <= x_q <= psi(q),  sum_{q containing u} x_q <= tau  (all u)
 

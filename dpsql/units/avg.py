@@ -11,9 +11,10 @@ interval"), the SUM's interval has ``S_lo <= S(I)`` and ``S(tau_L) <= S_hi``, an
 ``C_lo <= C(I)`` and ``C(tau_L) <= C_hi``: lower bounds on the untruncated answers, upper
 bounds on the answers truncated at the top levels. Both hold together with probability >= 95%
 (union bound; no independence needed). When every unit is within the top levels -- at most
-``max_contribution`` rows in the query (each unit table's, with several units), and, when the
-owner declares ``max_sum``, each of its SUM parts at most that -- the truncated answers ARE the
-answers, so on that event the true ``AVG = S / C`` (over the values clamped into [l, u], with
+``max_contribution`` rows in the query (each unit table's, with several units; there the
+rows of neither unit count as one more unit, dpsql.units.multi_execute.pair_codes), and, when
+the owner declares ``max_sum``, each of its SUM parts at most that -- the truncated answers ARE
+the answers, so on that event the true ``AVG = S / C`` (over the values clamped into [l, u], with
 the rows of no unit in full) lies in :func:`ratio_interval`'s result. A unit beyond the top
 levels voids the upper bounds, hence the claim (as for a bare COUNT's or SUM's upper bound).
 """

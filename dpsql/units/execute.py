@@ -40,7 +40,8 @@ from dpsql.units.rewrite import counts_only
 class Truncated:
     """Per R2T part: ``levels[i]``, the truncated levels R2T releases, and ``no_unit[i]``,
     the rows of no unit's c_NULL the release adds after the noise (0 when the levels hold it:
-    the counts' histogram, exact integers; two units, whose flow caps its NULL node)."""
+    the counts' histogram, exact integers; two units, whose flow holds its rows of no unit:
+    dpsql.units.multi_execute.pair_codes)."""
 
     levels: list[np.ndarray]
     no_unit: list[float]

@@ -6,8 +6,9 @@ that table) and each R2T part's psi ``__p<i>`` (NULL, a SUM over no value, is 0)
 (plain counts and SUMs), one row per joined row: ``__u0, __u1`` and a SUM part's row value,
 at most FLAT_ROWS of them, else the same rows grouped in the database with the same
 capacities per level (dpsql.units.multi_rewrite).
-:func:`read_pair_truncated` codes the ids densely (each table's NULL one more code, never a
-real unit's), and returns per part the flow truncation Q(tau_j) over the part's levels
+:func:`read_pair_truncated` codes the ids densely (:func:`pair_codes`: a result NULL on one
+side a node of its own there, never a real unit's; the results NULL on both sides one shared
+node a side), and returns per part the flow truncation Q(tau_j) over the part's levels
 (dpsql.noise.r2t_flow, in value units tau_j * b): what :func:`dpsql.units.execute.r2t_bins`
 releases with R2T, exactly as a one-unit query's truncated sums.
 """
@@ -38,23 +39,56 @@ def unit_codes(ids: Any) -> np.ndarray:
     shares one node of the flow, whose cap bounds their total (dpsql.noise.r2t_flow's proof
     needs no more). Integer ids over a range at most 4 times their number are coded by offset
     (no sort; int64 ids in [0, 4n] are their own codes); others densely."""
+    return _coded(ids)[0]
+
+
+def pair_codes(ids_a: Any, ids_b: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The flow's node codes of each result's two unit ids (:func:`unit_codes` on each side),
+    where a result with ONE NULL id gets a node of its own on that side: it belongs to no unit
+    of that table, so only its other unit's cap may bind it (a shared NULL node capped at
+    tau_j would truncate every such row together, as no unit's rows are; docs/privacy.md
+    "Several privacy units"). A node of one result never binds (its capacity
+    floor(min(psi, tau) / delta) is at most T), and no unit's removal removes it, so the
+    flow's contract holds unchanged. The results NULL on both sides keep one shared node on
+    each side: together one result, capped at each level like a unit, as the grouped fallback
+    (dpsql.units.multi_rewrite.regrouped: one pair) caps them -- so the flat and grouped reads
+    give the same levels."""
+    (a, null_a), (b, null_b) = two_threads.both(
+        lambda: _coded(ids_a), lambda: _coded(ids_b), two_threads.worth_it(len(ids_a)))
+    only_a = null_a if null_b is None or null_a is None else null_a & ~null_b
+    only_b = null_b if null_a is None or null_b is None else null_b & ~null_a
+    return _own_nodes(a, only_a), _own_nodes(b, only_b)
+
+
+def _own_nodes(codes: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+    """``codes`` with each of ``rows`` given a new code of its own (past every other)."""
+    if rows is None or not rows.any():
+        return codes
+    out = codes.copy()  # codes may be the fetched column itself (read only)
+    out[rows] = int(codes.max()) + 1 + np.arange(int(np.count_nonzero(rows)))
+    return out
+
+
+def _coded(ids: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`unit_codes`, and the mask of the NULL ids (None when there is none)."""
     data = np.ma.getdata(ids)
     if data.dtype.kind == "i" and not np.ma.is_masked(ids) and data.size:
         # no NULL (the usual case): offset the ids without masking passes
         low, high = int(data.min()), int(data.max())
         if data.dtype == np.int64 and low >= 0 and high <= 4 * data.size:
-            return data  # already codes (read only; codes need not start at 0): no pass
+            return data, None  # already codes (read only; codes need not start at 0): no pass
         if high - low <= 4 * data.size:
-            return np.subtract(data, low, dtype=np.int64)  # one pass, no wrap in int64
+            return np.subtract(data, low, dtype=np.int64), None  # one pass, no wrap in int64
     arr = np.ma.asarray(ids)
     mask = np.ma.getmaskarray(arr)
     data = np.ma.getdata(arr)
     if data.dtype == object:
         mask = mask | np.array([v is None for v in data], dtype=bool)
+    nulls = mask if mask.any() else None
     codes = np.zeros(data.shape[0], dtype=np.int64)
-    valid = data if not mask.any() else data[~mask]
+    valid = data if nulls is None else data[~mask]
     if not valid.size:
-        return codes
+        return codes, nulls
     if data.dtype.kind in "iu":
         low, high = int(valid.min()), int(valid.max())
         if high - low <= 4 * valid.size:
@@ -63,11 +97,11 @@ def unit_codes(ids: Any) -> np.ndarray:
             codes[~mask] = (valid.astype(np.int64) - low if data.dtype.kind == "i"
                             else (valid - valid.min()).astype(np.int64))
             codes[mask] = high - low + 1
-            return codes
+            return codes, nulls
     _, inverse = np.unique(valid, return_inverse=True)
     codes[~mask] = inverse.reshape(-1)
     codes[mask] = int(inverse.max()) + 1
-    return codes
+    return codes, nulls
 
 
 def _values(column: Any, integer: bool) -> np.ndarray:
@@ -112,9 +146,7 @@ def pair_levels(columns: Sequence[Any], release: UnitRelease,
     if not per_part and len(columns) != 2 + sums:
         raise ProgrammingError("the exact result of a query over two privacy units is "
                                "malformed")
-    # each side's codes at once (dpsql.noise.two_threads: a pass or two over each column)
-    a, b = two_threads.both(lambda: unit_codes(columns[0]), lambda: unit_codes(columns[1]),
-                            two_threads.worth_it(len(columns[0])))
+    a, b = pair_codes(columns[0], columns[1])
     # psi 1 for every flat row: a read-only broadcast, no 6M-entry array to allocate
     ones = None if per_part else np.broadcast_to(np.int64(1), a.shape)
     rest = iter(columns[2:])
@@ -172,8 +204,7 @@ def fallback_levels(results: Iterable[Sequence[Any]], release: UnitRelease
         if len(columns) != 2 + len(chunk):
             raise ProgrammingError("the exact result of a query over two privacy units is "
                                    "malformed")
-        a = unit_codes(columns[0])
-        b = unit_codes(columns[1])
+        a, b = pair_codes(columns[0], columns[1])
         for (i, j), column in zip(chunk, columns[2:], strict=True):
             taus = value_levels(parts[i], release)
             if j is None:  # a COUNT(*) part: its pairs' row counts

@@ -40,7 +40,9 @@ depends on the data (the number of rows), so both must give the same levels: the
 
 A row whose path to one unit does not resolve (NULL or orphan keys) has that id NULL: it
 belongs to no unit of that table (it stays in every neighbour that keeps its other unit); the
-truncation treats each unit table's NULL as one more node, never removed.
+truncation gives such a result a node of its own on that side (only its other unit binds it),
+and the results NULL on both sides one shared node a side: one result, capped like a unit
+(dpsql.units.multi_execute.pair_codes). No unit's removal removes those nodes.
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ from dpsql.units import noise as unit_noise
 from dpsql.units.analysis import UnitRelease
 from dpsql.units.execute import read_truncated
 from dpsql.units.grid import part_grid, released_integer
-from dpsql.units.multi_execute import count_levels, fallback_levels
+from dpsql.units.multi_execute import count_levels, fallback_levels, pair_codes
 from dpsql.units.multi_rewrite import is_flat, value_levels
 from tests.db_files import create_tables, writing
 from tests.flows import full_network_flow
@@ -214,10 +214,21 @@ def lp_levels(pairs: Mapping[tuple[Any, Any], float], taus: Sequence[float], *,
         def floored(v: float, t: float = float(t), delta: float = delta) -> float:
             return math.floor(min(v, t) / delta) * delta if delta else v
 
-        results = [(floored(v), (("c", c), ("s", s))) for (c, s), v in pairs.items()
+        results = [(floored(v), _nodes(c, s)) for (c, s), v in pairs.items()
                    if floored(v) > 0]
         out.append(lp_truncated(results, floored(float(t))) if results else 0.0)
     return out
+
+
+def _nodes(c: Any, s: Any) -> tuple[tuple[str, Any], tuple[str, Any]]:
+    """The LP's constraint nodes of a (customer, supplier) pair (dpsql.units.multi_execute.
+    pair_codes): a NULL on one side is a node of the pair's own there (only its other unit
+    binds it); NULL on both sides, one shared node a side (one result, capped like a unit)."""
+    if c is None and s is not None:
+        return ("c-own", s), ("s", s)
+    if s is None and c is not None:
+        return ("c", c), ("s-own", c)
+    return ("c", c), ("s", s)
 
 
 class Engine:
@@ -591,11 +602,10 @@ def test_a_fine_count_through_a_session_with_a_ledger(shop_file, tmp_path):
     # the levels of the Python join, by the LP and by the flow in steps of 2^-k
     pairs = python_pairs(db, lambda q: 1)
     keys = list(pairs)
-    codes_a = {c: i for i, c in enumerate(dict.fromkeys(c for c, _ in keys))}
-    codes_b = {s: i for i, s in enumerate(dict.fromkeys(s for _, s in keys))}
-    q = count_levels(np.array([codes_a[c] for c, _ in keys]),
-                     np.array([codes_b[s] for _, s in keys]),
-                     np.array([int(pairs[key]) for key in keys]), list(plan.levels))
+    codes_a, codes_b = pair_codes(np.array([c for c, _ in keys], dtype=object),
+                                  np.array([s for _, s in keys], dtype=object))
+    q = count_levels(codes_a, codes_b, np.array([int(pairs[key]) for key in keys]),
+                     list(plan.levels))
     assert np.allclose(q, lp_levels(pairs, plan.levels), rtol=0, atol=1e-6)
     assert any(not float(v).is_integer() for v in q)  # a real level binds
     backend = DuckDBBackend(path, md)

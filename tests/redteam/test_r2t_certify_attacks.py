@@ -427,6 +427,20 @@ def _db(rng: random.Random) -> tiny_multi.Database:
     return db
 
 
+def _reference_nodes(ids_a: list, ids_b: list) -> tuple[list[int], list[int]]:
+    """Node numbers of grouped pairs as dpsql.units.multi_execute.pair_codes documents them:
+    equal ids one node a side; a NULL on one side a node of the pair's own; NULL on both one
+    shared node a side."""
+    codes: dict[tuple[str, object], int] = {}
+    a, b = [], []
+    for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=True)):
+        a.append(codes.setdefault(("a-own", i) if x is None and y is not None else ("a", x),
+                                  len(codes)))
+        b.append(codes.setdefault(("b-own", i) if y is None and x is not None else ("b", y),
+                                  len(codes)))
+    return a, b
+
+
 @pytest.mark.parametrize(("sql", "params"), FLAT_SQL)
 def test_flat_reading_equals_the_grouped_one_and_the_reference(sql, params, tmp_path,
                                                                monkeypatch):
@@ -455,12 +469,10 @@ def test_flat_reading_equals_the_grouped_one_and_the_reference(sql, params, tmp_
             bindings = grouped.plan.exact_bindings(params)
             columns, _ = backend.execute_columns(grouped.exact, bindings)
             assert len(columns) == 2 + len(release.parts)
-            # the reference: the grouped pairs (NULL ids their own node), psi = the row count
-            codes: dict[tuple[str, object], int] = {}
-            a = [codes.setdefault(("a", v), len(codes)) for v in np.ma.filled(
-                np.ma.asarray(columns[0]).astype(object), None).tolist()]
-            b = [codes.setdefault(("b", v), len(codes)) for v in np.ma.filled(
-                np.ma.asarray(columns[1]).astype(object), None).tolist()]
+            # the reference: the grouped pairs (a NULL id on one side a node of the pair's
+            # own; NULL on both, one shared node a side), psi = the row count
+            a, b = _reference_nodes(np.ma.asarray(columns[0]).tolist(),  # masked: None
+                                    np.ma.asarray(columns[1]).tolist())
             want = []
             for k, part in enumerate(release.parts):
                 bound, _ = part_grid(part, release.unit)
@@ -468,7 +480,7 @@ def test_flat_reading_equals_the_grouped_one_and_the_reference(sql, params, tmp_
                 psi = np.asarray(columns[2 + k]).tolist()
                 want.append(ref_levels(*arrays(a, b, psi, True), taus, True))
             got = multi_execute.read_pair_truncated(backend, grouped, params, release)
-            assert [g.tolist() for g in got] == want
+            assert [g.tolist() for g in got] == want, [c.tolist() for c in columns]
             rows = sum(np.asarray(columns[2]).tolist())
             flat = compile_plan(backend, flat_plan)
             for guard in (GUARD, rows, max(rows - 1, 0), 1, 0):
@@ -512,8 +524,7 @@ def test_flat_and_grouped_columns_code_the_same_units(rows, kind0, kind1):
                np.array([counts[k] for k in keys], np.int64)]
     part = release.parts[0]
     taus = [t * part_grid(part, release.unit)[0] for t in part_levels(part, release.unit)]
-    a = [-1 if k[0] is None else k[0] for k in keys]
-    b = [-1 if k[1] is None else k[1] for k in keys]
+    a, b = _reference_nodes([k[0] for k in keys], [k[1] for k in keys])
     want = ref_levels(*arrays(a, b, [counts[k] for k in keys], True), taus, True)
     assert pair_levels(flat, release)[0].tolist() == want
     assert pair_levels(grouped, release)[0].tolist() == want

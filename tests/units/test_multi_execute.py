@@ -1,5 +1,6 @@
 """dpsql.units.multi_execute: unit ids coded for the flow (equal ids one code, distinct ids
-distinct codes, NULL its own), and the executed query's columns read per part."""
+distinct codes, NULL its own; a result NULL on one side a node of its own there), and the
+executed query's columns read per part."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import numpy as np
 import pytest
 
 from dpsql.errors import ProgrammingError
+from dpsql.noise.r2t_flow import flow_truncated
 from dpsql.noise.r2t_levels import fine_levels
 from dpsql.noise.r2t_lp import lp_truncated
-from dpsql.units.multi_execute import count_levels, pair_levels, unit_codes
+from dpsql.units.multi_execute import count_levels, pair_codes, pair_levels, unit_codes
 
 
 def _same_partition(ids, codes) -> bool:
@@ -46,6 +48,41 @@ def test_null_is_one_more_code_never_a_units():
     objects = np.array([None, "x", None], dtype=object)
     c = unit_codes(objects)
     assert c[0] == c[2] != c[1]
+
+
+def test_a_result_null_on_one_side_is_a_node_of_its_own_there():
+    # rows: (1, 10) (NULL, 10) (NULL, 11) (2, NULL) (NULL, NULL) (NULL, NULL) (1, NULL)
+    a = np.ma.masked_array([1, 0, 0, 2, 0, 0, 1], mask=[0, 1, 1, 0, 1, 1, 0])
+    b = np.array([10, 10, 11, None, None, None, None], dtype=object)
+    ca, cb = pair_codes(a, b)
+    real_a = {int(ca[0]), int(ca[3])}
+    # one-sided NULLs: a code each, none a unit's, none shared
+    assert len({int(ca[1]), int(ca[2])}) == 2 and not {int(ca[1]), int(ca[2])} & real_a
+    assert len({int(cb[3]), int(cb[6])}) == 2 and not {int(cb[3]), int(cb[6])} & {
+        int(cb[0]), int(cb[2])}
+    # NULL on both sides: one shared code a side, no other row's
+    assert ca[4] == ca[5] and cb[4] == cb[5]
+    assert int(ca[4]) not in {int(ca[i]) for i in (0, 1, 2, 3, 6)}
+    assert int(cb[4]) not in {int(cb[i]) for i in (0, 1, 2, 3, 6)}
+    # the real units keep their codes' partition
+    assert ca[0] == ca[6] != ca[3] and cb[0] == cb[1] != cb[2]
+    # no NULL: the codes of unit_codes, untouched
+    plain = np.array([4, 4, 9], dtype=np.int64)
+    assert (pair_codes(plain, plain)[0] == unit_codes(plain)).all()
+
+
+def test_rows_of_one_unit_and_no_other_are_truncated_by_their_unit_alone():
+    # fourth units QA: 300 visits of no person at 3 stores (100 each), and 10 of neither.
+    # Each store caps its own rows at tau; only the 10 rows of neither unit are one result
+    # (capped at tau like a unit, as the grouped fallback caps their one pair).
+    person = np.ma.masked_array(np.zeros(310, np.int64), mask=np.ones(310, bool))
+    store = np.ma.masked_array(np.r_[np.repeat([1, 2, 3], 100), np.zeros(10, np.int64)],
+                               mask=np.r_[np.zeros(300, bool), np.ones(10, bool)])
+    a, b = pair_codes(person, store)
+    ones = np.ones(310, np.int64)
+    got = flow_truncated(a, b, ones, [5, 50, 100, 400], integer=True).tolist()
+    assert got == [3 * 5 + 5, 3 * 50 + 10, 300 + 10, 310]
+    # (a shared NULL person node, as before, capped all 300 at tau: 5, 50, 100, 310)
 
 
 def test_columns_of_the_wrong_shape_are_a_programming_error():
