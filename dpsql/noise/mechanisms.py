@@ -298,17 +298,29 @@ class ScaleOutOfRange(NotSupportedError, ValueError):
     epsilon alone, so refusing is data-independent)."""
 
 
+class EpsilonTooSmallForSum(ScaleOutOfRange):
+    """An epsilon so small (about 2^-19 per draw or less) that a sum's grid step, which grows
+    with the scale, outruns the scale: :func:`gridded_sum_scale` has no scale to give. Like
+    :class:`ScaleOutOfRange`, refusing depends on public numbers alone."""
+
+
 def gridded_sum_scale(sensitivity: float, epsilon: float) -> tuple[float, float]:
     """``(scale, g)`` for a sum of the given sensitivity released on its grid: a neighbour moves
     the snapped value by at most ``sensitivity + g``, so ``scale = (sensitivity + g) / epsilon``
     with ``g = sum_granularity(scale)`` (g grows with the scale; three steps settle it). Public:
     a function of the sensitivity and epsilon alone. ``ValueError`` as :func:`sum_granularity`
-    for a scale outside its range."""
+    for a scale outside its range; :class:`EpsilonTooSmallForSum` (a ValueError) when epsilon
+    is so small that no scale settles (about 2^-19 or less)."""
     scale = sensitivity / epsilon
     for _ in range(3):
         scale = (sensitivity + sum_granularity(scale)) / epsilon
     g = sum_granularity(scale)
-    assert (sensitivity + g) / epsilon <= scale * (1 + 1e-12)
+    if not (sensitivity + g) / epsilon <= scale * (1 + 1e-12):
+        # g is at least scale * 2^-SUM_GRID_BITS, so g / epsilon outgrows the scale once
+        # epsilon nears 2^-SUM_GRID_BITS: no scale settles (public: epsilon alone)
+        raise EpsilonTooSmallForSum(
+            f"epsilon {epsilon:g} (per noise draw) is too small for a sum's noise grid: "
+            f"raise epsilon above about 2^-{SUM_GRID_BITS - 1} (2e-6) per draw")
     return scale, g
 
 

@@ -184,6 +184,8 @@ def _pure_plan(m: Measurement, epsilon: float, es_at: float) -> NoisePlan:
         return NoisePlan(m, epsilon, 0.0, es_at, None, scale)
     try:
         scale, g = mechanisms.gridded_sum_scale(es, epsilon)
+    except mechanisms.EpsilonTooSmallForSum as e:  # epsilon alone
+        raise mechanisms.EpsilonTooSmallForSum(f"{m.label or 'a SUM'}: {e}") from None
     except ValueError:  # the scale leaves [2^-1000, 2^1000]: bounds and epsilon alone
         raise _scale_out_of_range(m) from None
     return NoisePlan(m, epsilon, 0.0, es_at, None, scale, g)
