@@ -15,6 +15,7 @@ not enforce.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
@@ -64,6 +65,10 @@ def basic_composition(charges: Iterable[tuple[float, float]]) -> tuple[float, fl
     return float(eps), min(1.0, float(dlt))
 
 
+#: the largest x with math.exp(x) finite is about 709.78
+_EXP_MAX = math.log(sys.float_info.max)
+
+
 def advanced_composition(
     charges: Iterable[tuple[float, float]], delta_prime: float
 ) -> tuple[float, float]:
@@ -79,7 +84,9 @@ def advanced_composition(
     if not pairs:
         return 0.0, 0.0
     sum_sq = math.fsum(e * e for e, _ in pairs)
-    drift = math.fsum(e * math.expm1(e) for e, _ in pairs)
+    # e^eps overflows past eps ~ 709.78 (math.expm1 raises): the bound is then infinite, as
+    # it already is when the product overflows (the ledger allows one query epsilon 1e6)
+    drift = math.fsum(e * math.expm1(e) if e < _EXP_MAX else math.inf for e, _ in pairs)
     eps = math.sqrt(2.0 * math.log(1.0 / delta_prime) * sum_sq) + drift
     return eps, min(1.0, math.fsum(d for _, d in pairs) + delta_prime)
 
