@@ -65,6 +65,24 @@ def _binder_error(err: Exception) -> ProgrammingError:
     )
 
 
+def _stream_error(err: OSError) -> QueryCancelledError | OperationalError:
+    """dpsql's error for one DuckDB met while its Arrow batches streamed: pyarrow raises it as
+    a plain OSError holding DuckDB's text ("INTERRUPT Error: Interrupted!", "Conversion
+    Error: Could not convert string 'x' ..."), not as a duckdb.Error, so :meth:`_guarded`'s
+    mapping misses it. An interrupt (:meth:`DuckDBBackend.interrupt`) is the cancellation
+    duckdb.InterruptException is; anything else an OperationalError naming only DuckDB's
+    error kind, never its text (which can quote a private value)."""
+    text = str(err)
+    kind, sep, _ = text.partition(" Error:")
+    if sep and kind.strip().upper() == "INTERRUPT":
+        return QueryCancelledError("the query was cancelled before anything was released")
+    words = kind.split() if sep and len(kind) <= 40 and kind.replace(" ", "").isalpha() else []
+    name = "".join(w.capitalize() for w in words) + "Exception" if words else "Error"
+    return OperationalError(
+        f"the database could not run the query ({name}); check parameter types and the "
+        "metadata's declared column types")
+
+
 class DuckDBBackend:
     """Exact aggregates from DuckDB (see module docstring)."""
 
@@ -210,7 +228,10 @@ class DuckDBBackend:
             self._con.abort()
             rel = self._con.sql(compiled, params=dict(params) if params else None)
             reader = rel.to_arrow_reader(BATCH_ROWS)
-            return read_columns(reader, reader.schema), [str(t) for t in rel.types]
+            try:
+                return read_columns(reader, reader.schema), [str(t) for t in rel.types]
+            except OSError as err:  # DuckDB's error after the reader was made: _stream_error
+                raise _stream_error(err) from None
 
         return self._guarded(stream)
 
