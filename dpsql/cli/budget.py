@@ -152,8 +152,13 @@ def _filter_view(status: BudgetStatus) -> dict[str, Any]:
 
 
 def _bound_json(report: CompositionReport) -> dict:
+    # JSON has no infinity (Python would write the non-standard Infinity, which strict parsers
+    # reject): an unbounded epsilon -- the advanced bound past a charge of epsilon ~709.78 --
+    # is null, and the note says why
     return {
-        key: {"epsilon": b.epsilon, "delta": b.delta, "note": b.note}
+        key: {"epsilon": b.epsilon if math.isfinite(b.epsilon) else None, "delta": b.delta,
+              "note": b.note if math.isfinite(b.epsilon) else
+              "; ".join(x for x in (b.note, "unbounded (infinite)") if x)}
         for key, b in (
             ("basic", report.basic),
             ("advanced", report.advanced),

@@ -44,3 +44,26 @@ def test_budget_show_on_a_ledger_with_a_huge_charge(tmp_path, monkeypatch):
     assert done.exit_code == 0, done.output
     assert "advanced (DRV)  epsilon inf" in done.output
     assert "basic           epsilon 1001" in done.output
+
+
+def test_budget_show_json_is_strict_json_with_a_huge_charge(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    path = str(tmp_path / "ledger.sqlite")
+    db = str(tmp_path / "shop.duckdb")
+    with Ledger(path) as ledger:
+        ledger.set_budget(db, "bob", epsilon=1e6, delta=0.0)
+        ledger.charge(db, "bob", fingerprint="f1", epsilon=1000.0, delta=0.0, mechanism="r2t")
+    done = CliRunner().invoke(cli, ["budget", "show", "-l", path, "-a", "bob", "-d", db,
+                                    "--json"], catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    assert "Infinity" not in done.output  # strict JSON: no non-standard constants
+
+    def strict(name: str) -> float:
+        raise ValueError(name)
+
+    payload = json.loads(done.output, parse_constant=strict)
+    advanced = payload["composition"]["advanced"]
+    assert advanced["epsilon"] is None and "unbounded" in advanced["note"]
+    assert payload["composition"]["basic"]["epsilon"] == 1000.0
