@@ -14,7 +14,8 @@
    mean of the middle 60% of the sorted absolute errors: theirs drops 2 of 10 at each end),
    the median signed error (R2T's value is biased low), how often the published 95% interval
    held the truth -- beside R2T's published figure; and the time of dpsql's exact query (the
-   unit looked up along its path, grouped by unit, 8 truncated sums; for counts the histogram
+   unit looked up along its path, grouped by unit, each unit's contribution read and its 8
+   truncated sums added in Python; for counts the histogram
    of contributions, evaluated in Python) against the same SQL on
    raw DuckDB, interleaved after a warm-up, medians of ``runs`` (goal <= 2x).
 2. **FLEX's five** at epsilon 0.1, delta 1e-8 with customer as the unit and the owner's

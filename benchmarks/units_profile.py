@@ -13,8 +13,8 @@ time, as :func:`benchmarks.common.interleaved`), cuts of it:
   the lookups, counted without grouping: what the lookup joins add to the raw join;
 * ``grouped``: the per-unit contributions (lookups and GROUP BY unit), summed once: minus
   ``raw`` (or ``lookup``), what grouping by the unit costs;
-* ``exact - grouped``: what the truncation levels cost (the histogram, or the sums of
-  ``LEAST(..)`` per level over one row per unit).
+* ``exact - grouped``: what the truncation levels cost (the histogram, or each unit's row
+  read and its levels summed in Python).
 
 The raw SQL runs on the plain connection; the cuts and the exact query on dpsql's backend, with
 the settings dpsql runs under (dpsql.backends.duckdb: ``perfect_ht_threshold``), so the cuts add

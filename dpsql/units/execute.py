@@ -17,9 +17,11 @@ interval.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -59,8 +61,12 @@ def read_truncated_parts(backend: Backend, compiled: CompiledPlan, params: Seque
 
         levels = read_pair_truncated(backend, compiled, params, release)
         return Truncated(levels, [0.0] * len(levels))
-    rows, _ = backend.execute(compiled.exact, compiled.plan.exact_bindings(params))
-    return truncated_parts(rows, release)
+    bindings = compiled.plan.exact_bindings(params)
+    if counts_only(release):
+        rows, _ = backend.execute(compiled.exact, bindings)
+        return truncated_parts(rows, release)
+    columns, _ = backend.execute_columns(compiled.exact, bindings)
+    return levels_from_units(columns, release)
 
 
 def read_truncated(backend: Backend, compiled: CompiledPlan, params: Sequence[Any],
@@ -81,18 +87,88 @@ def truncated_parts(rows: Sequence[Sequence[Any]], release: UnitRelease) -> Trun
     if counts_only(release):
         levels = levels_from_histogram(rows, release)
         return Truncated(levels, [0.0] * len(levels))
-    counts = [len(part_levels(part, release.unit)) for part in release.parts]
-    if len(rows) != 1 or len(rows[0]) != sum(counts) + len(counts):
+    width = 1 + 3 * len(release.parts)
+    if any(len(row) != width for row in rows):
         raise _malformed()
-    row = rows[0]
+    columns = [np.array([row[c] for row in rows], dtype=object) for c in range(width)]
+    return levels_from_units(columns, release)
+
+
+def levels_from_units(columns: Sequence[Any], release: UnitRelease) -> Truncated:
+    """Per part i, the levels ``sum over units of min(c_u, tau_j b)`` and c_NULL from the
+    per-unit query's columns (dpsql.units.rewrite: ``__nu``, then per part ``__q<i>`` =
+    min(c_u, T_i), ``__z<i>`` (c_NULL, on the row of no unit) and ``__k<i>`` (the constant k
+    of a SUM's steps 2^-k; 0 for a COUNT)): every sum in exact integers (each __q at most
+    2^62, :func:`_steps_of`), a SUM part's level converted to its value once,
+    ``float(total) * 2^-k``, as SQL's ``CAST(SUM(..) AS DOUBLE) * 2^-k`` of the same exact
+    total (correctly rounded). No row (no unit, no row of no unit): every level 0. Anything
+    else is a ProgrammingError (never a silent miscount)."""
+    if len(columns) != 1 + 3 * len(release.parts):
+        raise _malformed()
+    no_unit_row = _flags(columns[0])
+    units = ~no_unit_row
     levels, no_unit = [], []
-    start = 0
-    for part, n in zip(release.parts, counts, strict=True):
-        values = [0 if v is None else v for v in row[start:start + n + 1]]
-        start += n + 1
-        levels.append(np.array(values[:n], dtype=np.int64 if part.integer else np.float64))
-        no_unit.append(float(values[n]))
+    for i, part in enumerate(release.parts):
+        q = _steps_of(columns[1 + 3 * i], units)
+        z = [v for v in np.ma.asarray(columns[2 + 3 * i])[no_unit_row].tolist()
+             if v is not None]
+        ks = set(np.ma.asarray(columns[3 + 3 * i]).tolist())
+        if len(z) > 1 or len(ks) > 1 or not all(_whole(k) for k in ks):
+            raise _malformed()
+        k = int(next(iter(ks))) if ks else 0
+        unit_bound, _ = part_grid(part, release.unit)
+        caps = [Fraction(t) * Fraction(unit_bound) for t in part_levels(part, release.unit)]
+        if part.integer:
+            levels.append(np.array([_sum_of_min(q, int(c)) for c in caps], dtype=np.int64))
+        else:  # the level in steps, rounded down: min(c, T) = min(c, floor T), c integer
+            levels.append(np.array([math.ldexp(float(_sum_of_min(q, math.floor(c * 2**k))),
+                                               -k) for c in caps], dtype=np.float64))
+        no_unit.append(float(z[0]) if z else 0.0)
     return Truncated(levels, no_unit)
+
+
+def _whole(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral)
+
+
+def _flags(column: Any) -> np.ndarray:
+    """The ``__nu`` column as booleans (exactly one row of no unit at most)."""
+    values = np.ma.asarray(column)
+    data = np.ma.getdata(values)
+    if np.ma.is_masked(values) or (data.dtype == object and not all(
+            isinstance(v, (bool, np.bool_)) for v in data)):
+        raise _malformed()
+    flags = np.asarray(data, dtype=bool)
+    if int(flags.sum()) > 1:
+        raise _malformed()
+    return flags
+
+
+def _steps_of(column: Any, units: np.ndarray) -> np.ndarray:
+    """The units' ``__q`` as int64 (whole, >= 0, at most 2^62: every top level is, in steps,
+    max_sum and max_contribution at most 2^62 with k >= 0 under R2T, the query's BIGINT)."""
+    values = np.ma.asarray(column)[units]
+    if np.ma.is_masked(values):
+        raise _malformed()
+    data = np.ma.getdata(values)
+    if data.dtype.kind not in "iu":
+        if not all(_whole(v) for v in data):
+            raise _malformed()
+        data = np.array([int(v) for v in data], dtype=np.int64)
+    data = data.astype(np.int64, copy=False)
+    if data.size and (int(data.min()) < 0 or int(data.max()) > 2**62):
+        raise _malformed()
+    return data
+
+
+def _sum_of_min(q: np.ndarray, cap: int) -> int:
+    """``sum(min(q, cap))`` exactly: each term at most 2^62, summed as its high bits (>> 31,
+    at most 2^31) and its low 31 bits in int64 (each half-sum below 2^63 for fewer than 2^32
+    units), joined as a Python int."""
+    if q.size >= 2**32:
+        raise _malformed()
+    m = np.minimum(q, min(cap, 2**62))  # every q is at most 2^62: the same minimum
+    return (int(np.sum(m >> 31)) << 31) + int(np.sum(m & (2**31 - 1)))
 
 
 def levels_from_histogram(rows: Sequence[Sequence[Any]], release: UnitRelease

@@ -5,6 +5,7 @@ tests/units/test_backends.py), and a malformed result an error, never a count.""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from dpsql.analysis.blocks import analyze_request
@@ -59,14 +60,42 @@ def test_a_malformed_histogram_is_an_error_not_a_count(rows):
         levels_from_histogram(rows, release)
 
 
-def test_the_one_row_of_a_sum_is_read_as_it_is():
+def test_the_rows_of_a_sum_are_summed_per_level_exactly():
     md = tiny.metadata(max_contribution=8)
     release = analyze_request("SELECT SUM(qty) FROM items", md).unit
     assert release is not None and len(release.parts) == 1
-    n = 5  # value units 2, 4, 8, 16, 32 (8 rows x 4), then c_NULL (the rows of no unit)
-    parts = truncated_parts([(2.0, 4.0, None, 8.5, 9.0, 1.5)], release)
-    assert parts.levels[0].tolist() == [2.0, 4.0, 0.0, 8.5, 9.0] and parts.no_unit == [1.5]
-    got = truncated_levels([(2.0, 4.0, None, 8.5, 9.0, 1.5)], release)
-    assert got[0].tolist() == [3.5, 5.5, 1.5, 10.0, 10.5] and len(got[0]) == n
-    with pytest.raises(ProgrammingError, match="malformed"):
-        truncated_levels([(2.0, 4.0, None, 8.5, 9.0)], release)
+    # value units 2, 4, 8, 16, 32 (8 rows x 4); steps of 2^-1 (k = 1): per unit min(c, 32)
+    # in steps (__q), c_NULL in full on the row of no unit (__z), k (__k)
+    rows = [(False, 3, None, 1), (False, 64, None, 1), (False, 10, None, 1),
+            (True, 999, 7.5, 1)]
+    parts = truncated_parts(rows, release)
+    # level tau: sum over units of min(q, 2 tau) steps, halved
+    assert parts.levels[0].tolist() == [(3 + 4 + 4) / 2, (3 + 8 + 8) / 2, (3 + 16 + 10) / 2,
+                                        (3 + 32 + 10) / 2, (3 + 64 + 10) / 2]
+    assert parts.no_unit == [7.5]
+    got = truncated_levels(rows, release)
+    assert got[0].tolist() == [v + 7.5 for v in parts.levels[0].tolist()]
+    assert truncated_parts([], release).levels[0].tolist() == [0.0] * 5  # no row at all
+    for bad in ([(False, 3, None)],                      # a column short
+                [(True, 1, 2.0, 1), (True, 1, 3.0, 1)],  # two rows of no unit
+                [(False, -1, None, 1)],                  # a negative contribution
+                [(False, 2**62 + 1, None, 1)],           # past every top level
+                [(False, 3, None, 1), (False, 3, None, 2)],  # two exponents
+                [(None, 3, None, 1)]):                   # no flag
+        with pytest.raises(ProgrammingError, match="malformed"):
+            truncated_parts(bad, release)
+
+
+def test_an_exact_sum_past_2_63_is_exact_before_its_one_conversion():
+    # four units at 2^62 steps (k = 0), one at 1: 2^64 + 1 steps at a level of 2^62, past
+    # int64, summed exactly, then converted once (2^64 + 1 rounds to 2^64 as a double)
+    md = tiny.metadata(max_contribution=8)
+    release = analyze_request("SELECT SUM(qty) FROM items", md).unit
+    assert release is not None
+    rows = [(False, 2**62, None, 0)] * 4 + [(False, 1, None, 0)]
+    parts = truncated_parts(rows, release)
+    assert parts.levels[0].tolist() == [4 * t + 1.0 for t in (2, 4, 8, 16, 32)]
+    from dpsql.units.execute import _sum_of_min
+
+    q = np.array([2**62] * 4 + [1], dtype=np.int64)
+    assert _sum_of_min(q, 2**62) == 2**64 + 1  # int64 would wrap

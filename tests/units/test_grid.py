@@ -18,7 +18,7 @@ from dpsql.metadata import PrivacyUnit
 from dpsql.noise.r2t import truncated_sums
 from dpsql.rewrite.plan import plan_execution
 from dpsql.units.analysis import R2TPart
-from dpsql.units.execute import truncated_levels
+from dpsql.units.execute import truncated_levels, truncated_parts
 from dpsql.units.grid import part_grid, part_levels, sum_top
 from tests.units import tiny
 
@@ -80,7 +80,7 @@ def test_the_executed_sum_levels_are_the_value_grid_exactly(max_sum):
         db = tiny.random_database(rng)
         db["items"] += [(o, 3, 1) for o, _, _ in db["orders"] for _ in range(rng.randint(0, 4))]
         con = tiny.load(db)
-        row = con.execute(exact_sql).fetchone()
+        rows = con.execute(exact_sql).fetchall()  # one per unit (dpsql.units.rewrite)
         owner = {o: c for o, c, _ in db["orders"]}
         sums: dict[int | None, float] = {}
         for order, qty, _ in db["items"]:
@@ -90,9 +90,9 @@ def test_the_executed_sum_levels_are_the_value_grid_exactly(max_sum):
         rest = sums.pop(None, 0.0)
         want = truncated_sums(np.array(list(sums.values()) or [0.0]), unit_bound=1.0,
                               max_contribution=taus[-1]) + rest
-        # the levels (units alone), then c_NULL: their totals as read_truncated's
-        assert len(row) == len(taus) + 1
-        (got,) = truncated_levels([row], analysis.unit)
+        # the levels (units alone) plus c_NULL: their totals as read_truncated's
+        assert all(len(row) == 4 for row in rows)  # __nu, __q0, __z0, __k0
+        (got,) = truncated_levels(rows, analysis.unit)
         assert np.allclose(got, want[:len(taus)], rtol=0, atol=1e-9)
 
 
@@ -178,8 +178,10 @@ def test_r2t_sums_of_doubles_are_exact_in_any_row_order():
         con.executemany("INSERT INTO customer VALUES (?, ?)", customers)
         con.executemany("INSERT INTO orders VALUES (?, ?, ?)", orders)
         con.executemany("INSERT INTO items VALUES (?, ?, ?)", items_rows)
-        row = con.execute(exact_sql).fetchone()
+        parts = truncated_parts(con.execute(exact_sql).fetchall(), analysis.unit)
         con.close()
+        row = tuple(v for levels, z in zip(parts.levels, parts.no_unit, strict=True)
+                    for v in (*levels.tolist(), z))
         seen.add(row)
         got = iter(row)
         for part in analysis.unit.parts:
