@@ -34,11 +34,13 @@ from dpsql.units.multi_rewrite import FLAT_ROWS, fallback_layout, flat_guard, va
 def unit_codes(ids: Any) -> np.ndarray:
     """Int codes of a column of unit ids, NULL (masked or None) its own code. Equal ids get
     equal codes (the SQL grouped the pairs exactly; dpsql.units.identity's types compare as
-    stored). A lossy fetch (a DECIMAL id beyond 2^53 as a double) could only MERGE two units
-    into one code, never split one: still sound, since every result of a removed unit still
-    shares one node of the flow, whose cap bounds their total (dpsql.noise.r2t_flow's proof
-    needs no more). Integer ids over a range at most 4 times their number are coded by offset
-    (no sort; int64 ids in [0, 4n] are their own codes); others densely."""
+    stored). Both reads of a release (flat, and the grouped fallback past FLAT_ROWS) fetch the
+    ids the same exact way (:func:`read_pair_truncated`): a lossy fetch merging ids past 2^53
+    in one read only would code neighbours differently. Integer ids over a range at most 4
+    times their number are coded by offset (no sort; int64 ids in [0, 4n] are their own
+    codes); other numbers densely by sorting; Python objects (strings, Decimals, dates, bytes)
+    by equality alone (a dict: no order needed, so a DATE past year 9999, which Arrow gives as
+    an int among dates, is one more id, not a TypeError)."""
     return _coded(ids)[0]
 
 
@@ -98,6 +100,12 @@ def _coded(ids: Any) -> tuple[np.ndarray, np.ndarray | None]:
                             else (valid - valid.min()).astype(np.int64))
             codes[mask] = high - low + 1
             return codes, nulls
+    if data.dtype == object:  # by equality alone: no comparison between mixed types
+        lookup: dict[Any, int] = {}
+        codes[~mask] = np.fromiter((lookup.setdefault(v, len(lookup)) for v in valid),
+                                   dtype=np.int64, count=valid.size)
+        codes[mask] = len(lookup)
+        return codes, nulls
     _, inverse = np.unique(valid, return_inverse=True)
     codes[~mask] = inverse.reshape(-1)
     codes[mask] = int(inverse.max()) + 1
@@ -129,8 +137,11 @@ def read_pair_truncated(backend: Backend, compiled: CompiledPlan, params: Sequen
                 or columns[0].shape[0] <= flat_guard(len(columns), FLAT_ROWS)):
             return pair_levels(columns, release)
         del columns  # thrown away before the fallback reads
+    # the fallback's ids read as the flat read reads them (DuckDB: Arrow, every id type exact;
+    # fetchnumpy gave DECIMAL / HUGEINT ids as doubles, merging ids past 2^53 in one read only:
+    # a removal across FLAT_ROWS could then raise a level, the red team's break)
     return fallback_levels(
-        (backend.execute_columns(sql, bindings)[0] for sql in compiled.fallback), release)
+        (backend.execute_flat_columns(sql, bindings)[0] for sql in compiled.fallback), release)
 
 
 def pair_levels(columns: Sequence[Any], release: UnitRelease,

@@ -10,7 +10,7 @@ on removal; the flat read equals the grouped fallback exactly; the levels are R2
 these nodes. Attacked on real DuckDB with noise off, the join, the neighbours and the LP's
 nodes re-implemented here (HiGHS's LP of the flat rows, own nodes keyed by row).
 
-BROKE (failing tests marked xfail, strict):
+BROKE, then fixed (the tests below pass on the fix; each failed before it):
 
 * **Flat != fallback for DECIMAL / HUGEINT unit ids past 2^53, and a removal RAISES the
   levels.** The flat read streams Arrow (exact ``Decimal`` ids); the grouped fallback reads
@@ -23,15 +23,14 @@ BROKE (failing tests marked xfail, strict):
   moves Q(8) from 16 (fallback) UP to 80 (flat): +64 at tau = 8. Needs ids past 2^53 (bank
   account numbers, snowflake ids stored as DECIMAL(20,0) / HUGEINT) and a neighbour pair on
   both sides of FLAT_ROWS (2^26 rows: TPC-H SF10 sized); here FLAT_ROWS is monkeypatched.
-  Fix idea: code DECIMAL / HUGEINT ids exactly in the fallback (cast ``__u0``/``__u1`` to
-  VARCHAR, or fetch them through Arrow as the flat read does), or code both reads alike.
+  Fixed: the fallback fetches its ids through Arrow as the flat read does.
 * **DATE unit ids past year 9999 crash the flat read (an error oracle).** Arrow's date32 of a
   year past 9999 becomes a Python int, other dates ``datetime.date``; np.unique over the mixed
   object column raises a bare ``TypeError`` ("'<' not supported between instances of 'int'
   and 'datetime.date'") out of read_pair_truncated, whether the query is released or not
   depending on whether the data holds such a date (the fallback's fetchnumpy reads year 12000
   as datetime64; 'infinity' and years past ~294,000 fail it with an OperationalError, also
-  data-dependent).
+  data-dependent). Fixed: ids of Python objects are coded by equality alone.
 
 HELD (passing guards): on random NULL-heavy worlds (NULL and orphan order keys, orders of no
 customer, items of no supplier, both-NULL rows many times tau, a heavy supplier of
@@ -415,10 +414,10 @@ def _guarded_levels(t: str, world: World, guard: int) -> list[int]:
             backend.close()
 
 
-@pytest.mark.xfail(strict=True, reason="the grouped fallback fetches DECIMAL / HUGEINT ids "
-                   "as float64 (fetchnumpy) and merges ids past 2^53 into one node, the flat "
-                   "read (Arrow, Decimal) does not: the read switches on the row count, so "
-                   "removing a unit can RAISE the levels by many tau")
+# Broke before the fix: the grouped fallback fetched DECIMAL / HUGEINT ids as float64
+# (fetchnumpy) and merged ids past 2^53 into one node, the flat read (Arrow, Decimal) did not;
+# the read switches on the row count, so removing a unit could RAISE the levels by 8 tau.
+# Both reads now fetch through Arrow (dpsql.units.multi_execute.read_pair_truncated).
 @pytest.mark.parametrize("t", ["HUGEINT", "DECIMAL(38, 0)", "DECIMAL(18, 0)"])
 def test_ids_past_2_53_flat_and_fallback_and_a_removal_across_the_guard(t):
     big = 2**60 if t != "DECIMAL(18, 0)" else 2**58  # 18 digits hold 2^58 + i
@@ -440,9 +439,9 @@ def test_ids_past_2_53_flat_and_fallback_and_a_removal_across_the_guard(t):
         f"flat {flat}, fallback {grouped}; removing customer 7: {before} -> {after}")
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason="a DATE unit id past year 9999 "
-                   "reads as a Python int through Arrow, beside datetime.date ids: np.unique "
-                   "raises TypeError in the flat read (a data-dependent error)")
+# Broke before the fix: a DATE unit id past year 9999 reads as a Python int through Arrow,
+# beside datetime.date ids, and np.unique raised TypeError in the flat read (a data-dependent
+# error); objects are now coded by equality alone (multi_execute._coded).
 def test_a_date_id_past_year_9999_beside_ordinary_dates():
     engine = Engine(["SELECT COUNT(*) FROM items"],
                     loads_metadata(yaml("DATE", 8, 2.0), "<dates>"), "DATE", "int")

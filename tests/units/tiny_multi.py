@@ -127,14 +127,21 @@ def load(db: Mapping[str, Sequence[tuple[int, ...]]],
 def recorded(backend: Any, monkeypatch: Any) -> list[str]:
     """The SQL texts ``backend.execute_columns`` and ``execute_flat_columns`` run from now on,
     in order (the backend still runs them: ``monkeypatch`` wraps the methods for the test's
-    duration)."""
+    duration). A call made inside another (Spark's flat read is its execute_columns) is the
+    same query: recorded once."""
     ran: list[str] = []
+    depth = [0]
     for name in ("execute_columns", "execute_flat_columns"):
         execute = getattr(backend, name)
 
         def recording(sql: str, params: Any = None, execute: Any = execute) -> Any:
-            ran.append(sql)
-            return execute(sql, params)
+            if not depth[0]:
+                ran.append(sql)
+            depth[0] += 1
+            try:
+                return execute(sql, params)
+            finally:
+                depth[0] -= 1
 
         monkeypatch.setattr(backend, name, recording)
     return ran
