@@ -31,7 +31,8 @@ def test_small_charges_are_unchanged():
     assert eps == pytest.approx(math.sqrt(2 * math.log(1e6) * 2) + 2 * math.expm1(1.0))
 
 
-def test_budget_show_on_a_ledger_with_a_huge_charge(tmp_path, monkeypatch):
+def _budget_show(tmp_path, monkeypatch, *extra: str):
+    """``dpsql budget show`` on a ledger holding a charge of epsilon 1000 and one of 1."""
     monkeypatch.delenv("DPSQL_LEDGER", raising=False)
     path = str(tmp_path / "ledger.sqlite")
     db = str(tmp_path / "shop.duckdb")
@@ -39,31 +40,28 @@ def test_budget_show_on_a_ledger_with_a_huge_charge(tmp_path, monkeypatch):
         ledger.set_budget(db, "bob", epsilon=1e6, delta=0.0)
         ledger.charge(db, "bob", fingerprint="f1", epsilon=1000.0, delta=0.0, mechanism="r2t")
         ledger.charge(db, "bob", fingerprint="f2", epsilon=1.0, delta=0.0, mechanism="r2t")
-    done = CliRunner().invoke(cli, ["budget", "show", "-l", path, "-a", "bob", "-d", db],
-                              catch_exceptions=False)
+    done = CliRunner().invoke(cli, ["budget", "show", "-l", path, "-a", "bob", "-d", db,
+                                    *extra], catch_exceptions=False)
     assert done.exit_code == 0, done.output
-    assert "advanced (DRV)  epsilon inf" in done.output
-    assert "basic           epsilon 1001" in done.output
+    return done.output
+
+
+def test_budget_show_on_a_ledger_with_a_huge_charge(tmp_path, monkeypatch):
+    output = _budget_show(tmp_path, monkeypatch)
+    assert "advanced (DRV)  epsilon inf" in output
+    assert "basic           epsilon 1001" in output
 
 
 def test_budget_show_json_is_strict_json_with_a_huge_charge(tmp_path, monkeypatch):
     import json
 
-    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
-    path = str(tmp_path / "ledger.sqlite")
-    db = str(tmp_path / "shop.duckdb")
-    with Ledger(path) as ledger:
-        ledger.set_budget(db, "bob", epsilon=1e6, delta=0.0)
-        ledger.charge(db, "bob", fingerprint="f1", epsilon=1000.0, delta=0.0, mechanism="r2t")
-    done = CliRunner().invoke(cli, ["budget", "show", "-l", path, "-a", "bob", "-d", db,
-                                    "--json"], catch_exceptions=False)
-    assert done.exit_code == 0, done.output
-    assert "Infinity" not in done.output  # strict JSON: no non-standard constants
+    output = _budget_show(tmp_path, monkeypatch, "--json")
+    assert "Infinity" not in output  # strict JSON: no non-standard constants
 
     def strict(name: str) -> float:
         raise ValueError(name)
 
-    payload = json.loads(done.output, parse_constant=strict)
+    payload = json.loads(output, parse_constant=strict)
     advanced = payload["composition"]["advanced"]
     assert advanced["epsilon"] is None and "unbounded" in advanced["note"]
-    assert payload["composition"]["basic"]["epsilon"] == 1000.0
+    assert payload["composition"]["basic"]["epsilon"] == 1001.0
