@@ -42,7 +42,7 @@ from dpsql.rewrite.parameters import bind_params, number_parameters, used_params
 from dpsql.rewrite.post import NOISY_TABLE, OutputSpec, build_post, fast_order, fast_path
 from dpsql.rewrite.totality import make_total_pass
 from dpsql.units.multi_rewrite import guarded_flat
-from dpsql.units.rewrite import unit_contributions
+from dpsql.units.rewrite import one_row_levels, unit_contributions
 
 __all__ = ["NOISY_TABLE", "PASSES", "ExecutionPlan", "plan_execution"]
 
@@ -109,9 +109,11 @@ class ExecutionPlan:
     selected: bool = False
     #: the queries run instead of ``exact_sql`` (same parameters) when it returns more
     #: rows than its guard allows: plain counts and SUMs over two privacy units read their
-    #: rows flat, and past dpsql.units.multi_rewrite.FLAT_ROWS group them in the database. Compiled
-    #: while preparing, like every query a plan may run, so reaching it (which depends on the
-    #: data) can never meet a compile error.
+    #: rows flat, and past dpsql.units.multi_rewrite.FLAT_ROWS group them in the database; a
+    #: SUM under one unit read per unit is read as one row of levels by a backend that is not
+    #: columnar (dpsql.units.rewrite.one_row_levels). Compiled while preparing, like every
+    #: query a plan may run, so reaching it (which depends on the data) can never meet a
+    #: compile error.
     fallback_sql: tuple[str, ...] | None = None
 
     def exact_bindings(self, params: Sequence[Any]) -> dict[str, Any]:
@@ -234,6 +236,8 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
     flat = guarded_flat(exact_sql, analysis.unit)
     if flat is not None:
         exact_sql, fallback_sql = flat
+    elif (one_row := one_row_levels(exact_sql, analysis.unit)) is not None:
+        fallback_sql = (one_row,)  # a backend that is not columnar reads the levels as one row
     return ExecutionPlan(
         exact_sql=exact_sql,
         exact_params=used_params(exact_sql),

@@ -65,6 +65,11 @@ def read_truncated_parts(backend: Backend, compiled: CompiledPlan, params: Seque
     if counts_only(release):
         rows, _ = backend.execute(compiled.exact, bindings)
         return truncated_parts(rows, release)
+    if compiled.fallback is not None and not backend.columnar:
+        # Spark would collect a row per unit to its driver (a result size limit the number of
+        # units could pass): the same levels as one row (dpsql.units.rewrite.one_row_levels)
+        rows, _ = backend.execute(compiled.fallback[0], bindings)
+        return levels_from_one_row(rows, release)
     columns, _ = backend.execute_columns(compiled.exact, bindings)
     return levels_from_units(columns, release)
 
@@ -92,6 +97,22 @@ def truncated_parts(rows: Sequence[Sequence[Any]], release: UnitRelease) -> Trun
         raise _malformed()
     columns = [np.array([row[c] for row in rows], dtype=object) for c in range(width)]
     return levels_from_units(columns, release)
+
+
+def levels_from_one_row(rows: Sequence[Sequence[Any]], release: UnitRelease) -> Truncated:
+    """Per part, the levels and c_NULL from dpsql.units.rewrite.one_row_levels's one row:
+    ``__r<i>_<j>`` for every level, then ``__z<i>`` (NULL, a sum over no unit, is 0)."""
+    counts = [len(part_levels(part, release.unit)) for part in release.parts]
+    if len(rows) != 1 or len(rows[0]) != sum(counts) + len(counts):
+        raise _malformed()
+    levels, no_unit = [], []
+    start = 0
+    for part, n in zip(release.parts, counts, strict=True):
+        values = [0 if v is None else v for v in rows[0][start:start + n + 1]]
+        start += n + 1
+        levels.append(np.array(values[:n], dtype=np.int64 if part.integer else np.float64))
+        no_unit.append(float(values[n]))
+    return Truncated(levels, no_unit)
 
 
 def levels_from_units(columns: Sequence[Any], release: UnitRelease) -> Truncated:

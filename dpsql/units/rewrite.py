@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import sqlglot
 from sqlglot import exp
 
 from dpsql.analysis.trees import copy_tree
@@ -239,6 +240,42 @@ def _r2t_per_unit(per_unit: exp.Expression, release: UnitRelease, exponents: dic
         # the part's k (a constant: the steps __q is in), for the levels' conversion
         outer.select(exp.alias_(exp.Literal.number(k), f"__k{i}"), copy=False)
     return outer.from_(per_unit, copy=False)
+
+
+def one_row_levels(per_unit_sql: str, release: UnitRelease | None) -> str | None:
+    """For a per-unit R2T query (:func:`_r2t_per_unit`'s, its DuckDB text): the same levels as
+    ONE row, ``__r<i>_<j>`` = the exact sum over units of min(c_u, tau_j b) converted once,
+    then ``__z<i>`` = c_NULL, per part -- what a backend that is not columnar (Spark) runs
+    instead: it would collect one row per unit to its driver, whose result size limit
+    (``spark.driver.maxResultSize``) the number of units could pass, a failure that depends on
+    the data (the red team's break). None for any other query. Compiled while preparing, with
+    the per-unit query (dpsql.rewrite.plan.ExecutionPlan.fallback_sql)."""
+    if release is None or not release.r2t or release.more or counts_only(release):
+        return None
+    tree = sqlglot.parse_one(per_unit_sql, read="duckdb")
+    if not isinstance(tree, exp.Select) or tree.expressions[0].alias_or_name != "__nu":
+        return None
+    exponents = {part.index: int(e.this.this) for i, part in enumerate(release.parts)
+                 for e in tree.expressions if e.alias_or_name == f"__k{i}"}
+    source = tree.args["from_"].this
+    outer = exp.Select()
+    for i, part in enumerate(release.parts):
+        unit_bound, _ = part_grid(part, release.unit)
+        k = exponents.get(part.index, 0)
+        for j, tau in enumerate(part_levels(part, release.unit)):
+            cap = Fraction(tau) * Fraction(unit_bound)  # exactly (levels reach 2^62)
+            value = _col(f"__p{i}", "__c")  # a node of its own in each expression
+            if part.integer:
+                assert cap.denominator == 1
+                total = _count_total(_by_unit("__c", _zero(), _least(value, int(cap))))
+            else:  # the level in steps, rounded down: min(c, T) = min(c, floor T), c integer
+                total = _steps_total(_by_unit("__c", _zero(), _least(value, _steps(cap, k))),
+                                     k)
+            outer.select(exp.alias_(total, f"__r{i}_{j}"), copy=False)
+        no_unit = _by_unit("__c", _in_full(_col(f"__p{i}", "__c")), _zero())
+        total = _count_total(no_unit) if part.integer else _steps_total(no_unit, k)
+        outer.select(exp.alias_(total, f"__z{i}"), copy=False)
+    return outer.from_(source.copy(), copy=False).sql("duckdb")
 
 
 def _count_total_of_one(value: exp.Expression) -> exp.Expression:

@@ -35,9 +35,10 @@ Result. Claims 1, 3 and 4 held (bit-identical levels and c_NULL; DuckDB's cast i
 rounded like ``float(int)``; every neighbour within tau_j, with the documented residual at and
 past 2^53 steps, unchanged: :func:`test_a_level_at_2_53_steps_rounds_as_the_old_querys_did`).
 Claim 2 held for the BIGINT cast and levels_from_units, but BROKE on Spark: the per-unit rows
-are collected to the driver, so ``spark.driver.maxResultSize`` turns the number of units into
-an error of the exact read, which the session refunds (strict xfail,
-:func:`test_spark_reads_a_sum_over_many_units_as_it_reads_few`).
+were collected to the driver, so ``spark.driver.maxResultSize`` turned the number of units into
+an error of the exact read, which the session refunds
+(:func:`test_spark_reads_a_sum_over_many_units_as_it_reads_few`, a strict xfail until Spark
+read the one-row query instead: dpsql.units.rewrite.one_row_levels; it passes now).
 
 ``DPSQL_REDTEAM_DBS`` (default 2) sets the number of random databases per world (and scales
 the big worlds' seeds): 30 is a deeper run (~1-2 minutes).
@@ -584,11 +585,9 @@ def _max_result_size(spark: Any, value: str) -> Iterator[None]:
 
 
 @pytest.mark.spark
-@pytest.mark.xfail(strict=True, reason="BROKEN (claim 2, Spark): the per-unit rows are "
-                   "collected to the driver, so spark.driver.maxResultSize (default 1g; ~5-8 "
-                   "serialized bytes a unit measured) fails the exact read once there are "
-                   "enough units; a failed exact read is refunded, so the error is a free "
-                   "oracle on a unit count")
+# Broke on 96fc98d (a strict xfail on the red team's branch): Spark collected the per-unit
+# rows; now a backend that is not columnar reads the one-row levels query instead
+# (dpsql.units.rewrite.one_row_levels), and this passes.
 def test_spark_reads_a_sum_over_many_units_as_it_reads_few(spark, tmp_path):
     """Counterexample: the same SUM over 100 units and over 20,000 units (one row of value
     i % 997 each), on a Spark context whose maxResultSize is 64k (an owner's setting; the

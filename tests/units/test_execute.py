@@ -5,6 +5,8 @@ tests/units/test_backends.py), and a malformed result an error, never a count.""
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
@@ -99,3 +101,35 @@ def test_an_exact_sum_past_2_63_is_exact_before_its_one_conversion():
 
     q = np.array([2**62] * 4 + [1], dtype=np.int64)
     assert _sum_of_min(q, 2**62) == 2**64 + 1  # int64 would wrap
+
+
+def test_a_backend_that_is_not_columnar_reads_a_sums_levels_as_one_row(monkeypatch, tmp_path):
+    """A SUM under one unit is read per unit (one row each) by DuckDB; a backend that is not
+    columnar (Spark: a row per unit collected to its driver, whose result size is limited)
+    reads the compiled one-row query (dpsql.units.rewrite.one_row_levels): the same levels."""
+    from dpsql.backends.duckdb import DuckDBBackend
+    from dpsql.execute.exact import compile_plan
+    from dpsql.rewrite.plan import plan_execution
+    from dpsql.units.execute import read_truncated_parts
+
+    md = tiny.metadata(max_contribution=8)
+    path = tiny.write_file(tmp_path / "shop.duckdb", tiny.random_database(random.Random(4)))
+    backend = DuckDBBackend(str(path), md)
+    try:
+        for sql in ("SELECT SUM(qty) FROM items", "SELECT COUNT(*), SUM(amount) FROM orders",
+                    "SELECT AVG(qty) FROM items"):
+            analysis = analyze_request(sql, md)
+            assert analysis.unit is not None
+            plan = compile_plan(backend, plan_execution(analysis, md))
+            assert plan.fallback is not None and len(plan.fallback) == 1
+            per_unit = read_truncated_parts(backend, plan, [], analysis.unit)
+            monkeypatch.setattr(type(backend), "columnar", False)
+            one_row = read_truncated_parts(backend, plan, [], analysis.unit)
+            monkeypatch.undo()
+            assert [lv.tolist() for lv in one_row.levels] == [
+                lv.tolist() for lv in per_unit.levels]
+            assert one_row.no_unit == per_unit.no_unit
+        counts = analyze_request("SELECT COUNT(*) FROM items", md)
+        assert compile_plan(backend, plan_execution(counts, md)).fallback is None  # histogram
+    finally:
+        backend.close()
