@@ -538,8 +538,11 @@ def test_spark_levels_are_duckdbs_bit_for_bit(spark, tmp_path):
     rng = random.Random(5)
     for world in WORLDS:
         cases.append((world.queries[1], world.md(), big_tables(world.rows(rng))))
-    for sql in (SHOP_QUERIES[1], SHOP_QUERIES[3], SHOP_QUERIES[5]):
-        for db in shop_dbs(11)[1:4]:
+    # each case is a Spark query (~1 s): the big worlds, and one shop query (a signed SUM's
+    # two parts and a COUNT) on two databases (the suite's budget; every shop query is
+    # checked on DuckDB above)
+    for sql in (SHOP_QUERIES[5],):
+        for db in shop_dbs(11)[1:3]:
             cases.append((sql, tiny.metadata(max_contribution=8, level_base=2.5),
                           shop_tables(db)))
     for n, (sql, md, tables) in enumerate(cases):
