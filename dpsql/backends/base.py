@@ -68,9 +68,10 @@ class Backend(Protocol):
         self, compiled: str, params: Mapping[str, Any] | None = None
     ) -> tuple[list[np.ndarray], list[str]]:
         """:meth:`execute_columns` for a long result of unit ids and DOUBLE values (the flat
-        read over two privacy units, dpsql.units.multi_rewrite): the same rows, the same
-        values, in whatever order; a NULL masked; the ids' values as numbers or Python objects,
-        equal ids equal."""
+        read over two privacy units, dpsql.units.multi_rewrite, and its grouped fallback: both
+        read through here, so they code the ids alike): the same rows, the same values, in
+        whatever order; a NULL masked; the ids' values as numbers or Python objects, exact
+        (no two distinct ids equal, as a double would make DECIMAL ids past 2^53)."""
         ...
 
     def table_schema(self, table: str) -> dict[str, str]:

@@ -218,7 +218,9 @@ class DuckDBBackend:
         self, compiled: str, params: Mapping[str, Any] | None = None
     ) -> tuple[list[np.ndarray], list[str]]:
         """As :meth:`execute_columns`, for the flat read of a release over two privacy units
-        (millions of rows of unit ids and DOUBLE values): the relation's Arrow record batches,
+        (millions of rows of unit ids and DOUBLE values) and its grouped fallback, every id
+        exact (``fetchnumpy`` gives DECIMAL and HUGEINT as doubles): the relation's Arrow
+        record batches,
         streamed while the query runs (dpsql.backends.arrow_stream: about half the time of
         ``fetchnumpy``'s materialise-then-convert on TPC-H Q7 over two units)."""
 
