@@ -3,7 +3,8 @@
 What runs where: dpsql's analysis, the ledger charge, the noise (:mod:`dpsql.noise.mechanisms`) and
 post-processing stay on the driver, in Python. Spark only scans, filters, joins and aggregates,
 running the SQL :mod:`dpsql.rewrite` generated (never the analyst's text), transpiled by sqlglot
-from DuckDB's dialect to Spark's; its exact per-bin aggregates are collected to the driver.
+from DuckDB's dialect to Spark's; its exact per-bin aggregates are collected to the driver
+(in parts when they pass the driver's result limit: :mod:`dpsql.backends.spark_collect`).
 Nothing random ever runs in Spark.
 
 Isolation: the backend works in its own ``SparkSession.newSession()`` (separate SQL
@@ -48,6 +49,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.schema import MappingSchema
 
 from dpsql.backends.base import columns_of
+from dpsql.backends.spark_collect import collect_rows
 from dpsql.backends.spark_sources import read_source
 from dpsql.backends.spark_sql import SOURCE_DIALECT, TARGET_DIALECT, to_spark_sql
 from dpsql.errors import (
@@ -328,7 +330,9 @@ class SparkBackend:
     def execute(
         self, compiled: str, params: Mapping[str, Any] | None = None
     ) -> tuple[list[tuple[Any, ...]], list[str]]:
-        """Run compiled Spark SQL; collect the rows to the driver.
+        """Run compiled Spark SQL; collect the rows to the driver (in parts when they pass
+        ``spark.driver.maxResultSize``: :func:`dpsql.backends.spark_collect.collect_rows`, so
+        no read fails on its number of rows).
 
         Spark errors become ``OperationalError`` naming only the error class: Spark's message
         can quote a private value, and the analyst may see this error.
@@ -338,7 +342,7 @@ class SparkBackend:
         self._cancelled = False
         try:
             frame = self._session.sql(compiled, args=dict(params) if params else None)
-            rows = [tuple(row) for row in frame.collect()]
+            rows = collect_rows(frame)
             types = [duckdb_type_name(f.dataType) for f in frame.schema.fields]
         except Exception as err:  # pyspark, py4j and JVM errors have many classes
             if self._cancelled:

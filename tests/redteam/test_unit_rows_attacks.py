@@ -571,22 +571,6 @@ def test_spark_levels_are_duckdbs_bit_for_bit(spark, tmp_path):
             backend.close()
 
 
-@contextmanager
-def _max_result_size(spark: Any, value: str) -> Iterator[None]:
-    """The shared SparkContext's ``spark.driver.maxResultSize`` set to ``value`` (read by each
-    new task set), restored after."""
-    conf = spark.sparkContext._conf  # the JVM context's own SparkConf, not a copy
-    old = conf.get("spark.driver.maxResultSize", None)
-    conf.set("spark.driver.maxResultSize", value)
-    try:
-        yield
-    finally:
-        if old is None:  # the JVM conf's own remove (PySpark's SparkConf has no unset)
-            conf._jconf.remove("spark.driver.maxResultSize")
-        else:
-            conf.set("spark.driver.maxResultSize", old)
-
-
 @pytest.mark.spark
 # Broke on 96fc98d (a strict xfail on the red team's branch): Spark collected the per-unit
 # rows; now a backend that is not columnar reads the one-row levels query instead
@@ -603,6 +587,7 @@ def test_spark_reads_a_sum_over_many_units_as_it_reads_few(spark, tmp_path):
     threshold. Fix: keep the old L-sums query on backends that are not columnar (Spark), or
     fold the per-unit rows in SQL / stream them (toLocalIterator) instead of collecting."""
     from tests.recording import export_parquet, spark_backend_class, with_sources
+    from tests.spark_limits import max_result_size
 
     md = big_md("0", "1000", 8)
     outcome = {}
@@ -619,7 +604,7 @@ def test_spark_reads_a_sum_over_many_units_as_it_reads_few(spark, tmp_path):
         backend = spark_backend_class(False)(smd, spark)
         try:
             with runner("SELECT SUM(v) FROM visits", smd, backend) as r, \
-                    _max_result_size(spark, "64k"):
+                    max_result_size(spark, "64k"):
                 # the old query's one row fits whatever the units
                 assert r.old_parts().levels[0][-1] == sum(i % 997 for i in range(n))
                 try:
