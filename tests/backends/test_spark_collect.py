@@ -22,12 +22,12 @@ from tests.units import tiny_multi
 
 pytestmark = pytest.mark.spark
 
-ROWS = 6_000
+ROWS = 3_000
 
 
 @pytest.fixture(scope="module")
 def wide(spark, tmp_path_factory):
-    """A Spark backend over t(k, v): 6,000 keys, one of them NULL, with 2 rows each."""
+    """A Spark backend over t(k, v): 3,000 keys, one of them NULL, with 2 rows each."""
     from dpsql.backends.spark import SparkBackend
 
     folder = tmp_path_factory.mktemp("spark_collect")
@@ -57,11 +57,12 @@ def test_a_sorted_result_past_the_limit_is_the_same_rows_in_the_same_order(wide,
 
 
 def test_an_unsorted_result_and_a_lower_limit_read_the_same_rows(wide, spark):
-    """Below the first parts' size the parts quadruple until each fits; the rows come in
-    the order a plain collect gives them (here the aggregate's hash partitions)."""
+    """Below the first parts' size the parts quadruple until each fits (2 parts of ~10 KiB
+    here, then 8); the rows come in the order a plain collect gives them (here the
+    aggregate's hash partitions)."""
     sql = "SELECT k, SUM(v) AS s FROM t WHERE k > 5 GROUP BY k"
     want, _ = wide.execute(sql)
-    with max_result_size(spark, "16k"):
+    with max_result_size(spark, "8k"):
         _plain_collect_fails(wide, sql)
         got, _ = wide.execute(sql)
     assert got == want and len(got) == ROWS - 6
@@ -69,13 +70,13 @@ def test_an_unsorted_result_and_a_lower_limit_read_the_same_rows(wide, spark):
 
 def test_a_two_unit_release_over_many_pairs_reads_past_the_limit(spark, tmp_path):
     """The grouped fallback of two units (Spark's only two-unit read) returns a row per
-    (customer, supplier) pair: 200 x 60 pairs here. Under a 16 KiB limit its levels are
+    (customer, supplier) pair: 100 x 40 pairs here. Under an 8 KiB limit its levels are
     those read without one."""
     db: tiny_multi.Database = {
-        "customer": [(c, 1) for c in range(200)],
-        "supplier": [(s, 1) for s in range(60)],
-        "orders": [(c, c) for c in range(200)],
-        "items": [(c, s, 1 + (c + s) % 3) for c in range(200) for s in range(60)],
+        "customer": [(c, 1) for c in range(100)],
+        "supplier": [(s, 1) for s in range(40)],
+        "orders": [(c, c) for c in range(100)],
+        "items": [(c, s, 1 + (c + s) % 3) for c in range(100) for s in range(40)],
         "stock": [], "nations": [],
     }
     path = tmp_path / "pairs.duckdb"
@@ -88,8 +89,8 @@ def test_a_two_unit_release_over_many_pairs_reads_past_the_limit(spark, tmp_path
         analysis = analyze_request("SELECT COUNT(*) FROM items", md)
         plan = compile_plan(backend, plan_execution(analysis, md))
         want = read_truncated(backend, plan, [], analysis.unit)
-        assert want[0][-1] == 200 * 60  # the top level: every pair whole
-        with max_result_size(spark, "16k"):
+        assert want[0][-1] == 100 * 40  # the top level: every pair whole
+        with max_result_size(spark, "8k"):
             _plain_collect_fails(backend, plan.fallback[0])
             got = read_truncated(backend, plan, [], analysis.unit)
         assert [g.tolist() for g in got] == [w.tolist() for w in want]
