@@ -233,7 +233,7 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
     post_sql = (None if fast is not None
                 else build_post(analysis, query).sql(dialect=DIALECT, copy=False))
     exact_sql, fallback_sql = exact.bins_sql, None
-    flat = guarded_flat(exact_sql, analysis.unit)
+    flat = guarded_flat(exact_sql, analysis.unit, ctx.sum_exponents)
     if flat is not None:
         exact_sql, fallback_sql = flat
     elif (one_row := one_row_levels(exact_sql, analysis.unit)) is not None:

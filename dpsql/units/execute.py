@@ -48,8 +48,8 @@ from dpsql.units.rewrite import counts_only
 class Truncated:
     """Per R2T part: ``levels[i]``, the truncated levels R2T releases, and ``no_unit[i]``,
     the rows of no unit's c_NULL the release adds after the noise (0 when the levels hold it:
-    the counts' histogram, exact integers; two units, whose flow holds its rows of no unit:
-    dpsql.units.multi_execute.pair_codes)."""
+    the counts' histogram, exact integers; over two units, the rows of neither unit:
+    dpsql.units.multi_execute.neither_in_full)."""
 
     levels: list[np.ndarray]
     no_unit: list[float]
@@ -65,8 +65,7 @@ def read_truncated_parts(backend: Backend, compiled: CompiledPlan, params: Seque
     if release.more:  # two units: the flow truncation (dpsql.units.multi)
         from dpsql.units.multi_execute import read_pair_truncated
 
-        levels = read_pair_truncated(backend, compiled, params, release)
-        return Truncated(levels, [0.0] * len(levels))
+        return Truncated(*read_pair_truncated(backend, compiled, params, release))
     bindings = compiled.plan.exact_bindings(params)
     if counts_only(release):
         rows, _ = backend.execute(compiled.exact, bindings)

@@ -7,10 +7,11 @@ that table) and each R2T part's psi ``__p<i>`` (NULL, a SUM over no value, is 0)
 at most FLAT_ROWS of them, else the same rows grouped in the database with the same
 capacities per level (dpsql.units.multi_rewrite).
 :func:`read_pair_truncated` codes the ids densely (:func:`pair_codes`: a result NULL on one
-side a node of its own there, never a real unit's; the results NULL on both sides one shared
-node a side), and returns per part the flow truncation Q(tau_j) over the part's levels
-(dpsql.noise.r2t_flow, in value units tau_j * b): what :func:`dpsql.units.execute.r2t_bins`
-releases with R2T, exactly as a one-unit query's truncated sums.
+side a node of its own there, never a real unit's), and returns per part the flow truncation
+Q(tau_j) over the part's levels (dpsql.noise.r2t_flow, in value units tau_j * b): what
+:func:`dpsql.units.execute.r2t_bins` releases with R2T, exactly as a one-unit query's
+truncated sums -- and c_NULL, the results NULL on both sides (of neither unit) in full, which
+it adds after the noise (:func:`neither_in_full`).
 """
 
 from __future__ import annotations
@@ -52,9 +53,8 @@ def pair_codes(ids_a: Any, ids_b: Any) -> tuple[np.ndarray, np.ndarray]:
     "Several privacy units"). A node of one result never binds (its capacity
     floor(min(psi, tau) / delta) is at most T), and no unit's removal removes it, so the
     flow's contract holds unchanged. The results NULL on both sides keep one shared node on
-    each side: together one result, capped at each level like a unit, as the grouped fallback
-    (dpsql.units.multi_rewrite.regrouped: one pair) caps them -- so the flat and grouped reads
-    give the same levels."""
+    each side: together one result, capped at each level like a unit (the reads leave them
+    out of the flow and count them in full: :func:`neither_in_full`)."""
     (a, null_a), (b, null_b) = two_threads.both(
         lambda: _coded(ids_a), lambda: _coded(ids_b), two_threads.worth_it(len(ids_a)))
     only_a = null_a if null_b is None or null_a is None else null_a & ~null_b
@@ -124,9 +124,10 @@ def _values(column: Any, integer: bool) -> np.ndarray:
 
 
 def read_pair_truncated(backend: Backend, compiled: CompiledPlan, params: Sequence[Any],
-                        release: UnitRelease) -> list[np.ndarray]:
-    """Per R2T part, Q(tau_j) at every level by the flow truncation (exact: reads private
-    data; module docstring)."""
+                        release: UnitRelease) -> tuple[list[np.ndarray], list[float]]:
+    """Per R2T part, Q(tau_j) at every level by the flow truncation over the results of some
+    unit, and c_NULL, the results of neither unit in full (exact: reads private data; module
+    docstring)."""
     bindings = compiled.plan.exact_bindings(params)
     # a flat read only from a backend that fetches columns natively (Spark would collect a
     # Python tuple per row), and only up to its guard: past it, or on Spark, the plan's
@@ -135,13 +136,71 @@ def read_pair_truncated(backend: Backend, compiled: CompiledPlan, params: Sequen
         columns, _ = backend.execute_flat_columns(compiled.exact, bindings)
         if (compiled.fallback is None
                 or columns[0].shape[0] <= flat_guard(len(columns), FLAT_ROWS)):
-            return pair_levels(columns, release)
+            return pair_levels(columns, release), neither_in_full(columns, release)
         del columns  # thrown away before the fallback reads
     # the fallback's ids read as the flat read reads them (DuckDB: Arrow, every id type exact;
     # fetchnumpy gave DECIMAL / HUGEINT ids as doubles, merging ids past 2^53 in one read only:
     # a removal across FLAT_ROWS could then raise a level, the red team's break)
-    return fallback_levels(
-        (backend.execute_flat_columns(sql, bindings)[0] for sql in compiled.fallback), release)
+    *grouped, totals = compiled.fallback  # multi_rewrite.guarded_flat: then neither_totals
+    levels = fallback_levels(
+        (backend.execute_flat_columns(sql, bindings)[0] for sql in grouped), release)
+    rows, _ = backend.execute(totals, bindings)
+    if len(rows) != 1 or len(rows[0]) != len(release.parts):
+        raise ProgrammingError("the exact result of a query over two privacy units is "
+                               "malformed")
+    return levels, [float(0 if v is None else v) for v in rows[0]]
+
+
+def _null_mask(ids: Any) -> np.ndarray | None:
+    """Which of a column of unit ids are NULL (masked, or None among objects); None when none
+    is."""
+    arr = np.ma.asarray(ids)
+    mask = np.ma.getmaskarray(arr) if np.ma.is_masked(arr) else None
+    data = np.ma.getdata(arr)
+    if data.dtype == object:
+        nones = np.fromiter((v is None for v in data), dtype=bool, count=data.size)
+        mask = nones if mask is None else mask | nones
+    return mask if mask is not None and mask.any() else None
+
+
+def _neither(columns: Sequence[Any]) -> np.ndarray | None:
+    """Which results are of neither unit (both ids NULL); None when none is."""
+    null_a = _null_mask(columns[0])
+    if null_a is None:
+        return None
+    null_b = _null_mask(columns[1])
+    both = None if null_b is None else null_a & null_b
+    return both if both is not None and both.any() else None
+
+
+def _of_some_unit(columns: Sequence[Any]) -> Sequence[Any]:
+    """``columns`` without the results of neither unit (what the flow truncates)."""
+    both = _neither(columns)
+    return columns if both is None else [np.ma.asarray(c)[~both] for c in columns]
+
+
+def neither_in_full(columns: Sequence[Any], release: UnitRelease) -> list[float]:
+    """Per R2T part, c_NULL: the psi of the results of neither unit (both ids NULL), in full,
+    from the columns :func:`pair_levels` reads (per pair or flat). They are in every
+    neighbour (no unit's removal removes them), so, as under one unit, they are added after
+    the noise rather than truncated (dpsql.units.noise). A SUM part's total is math.fsum of
+    the values: the correctly rounded exact sum, the same double as the grouped read's psi
+    of their one pair and the fallback's dpsql.units.multi_rewrite.neither_totals."""
+    parts = release.parts
+    both = _neither(columns)
+    if both is None:
+        return [0.0] * len(parts)
+    per_part = len(columns) == 2 + len(parts)
+    rest = iter(columns[2:])
+    out = []
+    for part in parts:
+        if not per_part and part.integer:  # a flat COUNT(*): one per row
+            out.append(float(np.count_nonzero(both)))
+        elif part.integer:
+            out.append(float(sum(int(v) for v in _values(next(rest), True)[both])))
+        else:
+            out.append(math.fsum(_values(next(rest), False)[both].tolist()))
+    return out
 
 
 def pair_levels(columns: Sequence[Any], release: UnitRelease,
@@ -157,6 +216,7 @@ def pair_levels(columns: Sequence[Any], release: UnitRelease,
     if not per_part and len(columns) != 2 + sums:
         raise ProgrammingError("the exact result of a query over two privacy units is "
                                "malformed")
+    columns = _of_some_unit(columns)  # neither unit's: in full (:func:`neither_in_full`)
     a, b = pair_codes(columns[0], columns[1])
     # psi 1 for every flat row: a read-only broadcast, no 6M-entry array to allocate
     ones = None if per_part else np.broadcast_to(np.int64(1), a.shape)
@@ -215,6 +275,7 @@ def fallback_levels(results: Iterable[Sequence[Any]], release: UnitRelease
         if len(columns) != 2 + len(chunk):
             raise ProgrammingError("the exact result of a query over two privacy units is "
                                    "malformed")
+        columns = _of_some_unit(columns)  # their pair: in full, from neither_totals
         a, b = pair_codes(columns[0], columns[1])
         for (i, j), column in zip(chunk, columns[2:], strict=True):
             taus = value_levels(parts[i], release)

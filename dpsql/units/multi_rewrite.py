@@ -40,9 +40,11 @@ depends on the data (the number of rows), so both must give the same levels: the
 
 A row whose path to one unit does not resolve (NULL or orphan keys) has that id NULL: it
 belongs to no unit of that table (it stays in every neighbour that keeps its other unit); the
-truncation gives such a result a node of its own on that side (only its other unit binds it),
-and the results NULL on both sides one shared node a side: one result, capped like a unit
-(dpsql.units.multi_execute.pair_codes). No unit's removal removes those nodes.
+truncation gives such a result a node of its own on that side (only its other unit binds it,
+dpsql.units.multi_execute.pair_codes). No unit's removal removes those nodes. A row NULL on
+both sides belongs to no unit at all: it is in every neighbour, so, as under one unit, its psi
+is left out of the flow and added in full after the noise (c_NULL, dpsql.units.noise); the
+fallback reads it with one more query (:func:`neither_totals`).
 """
 
 from __future__ import annotations
@@ -150,15 +152,17 @@ def is_flat(exact_sql: str) -> bool:
             and all(n.startswith("__v") for n in names[2:]))
 
 
-def guarded_flat(exact_sql: str, release: UnitRelease | None
+def guarded_flat(exact_sql: str, release: UnitRelease | None, exponents: dict[int, int]
                  ) -> tuple[str, tuple[str, ...]] | None:
     """For an executed query in the flat form (its final DuckDB text): the query returning at
     most FLAT_ROWS + 1 of its rows (:func:`limited`) and the grouped fallback's queries
-    (:func:`regrouped`), all run with the same parameters; None for any other query. Both
-    texts are the plan's, compiled while preparing (dpsql.rewrite.plan.ExecutionPlan)."""
+    (:func:`regrouped`, then :func:`neither_totals`), all run with the same parameters; None
+    for any other query. All are the plan's, compiled while preparing
+    (dpsql.rewrite.plan.ExecutionPlan). ``exponents``: the clamps pass's k per SUM."""
     if release is None or not release.more or not is_flat(exact_sql):
         return None
-    return limited(exact_sql), regrouped(exact_sql, release)
+    return limited(exact_sql), (*regrouped(exact_sql, release),
+                                neither_totals(exact_sql, release, exponents))
 
 
 def limited(flat_sql: str) -> str:
@@ -211,6 +215,29 @@ def regrouped(flat_sql: str, release: UnitRelease) -> tuple[str, ...]:
             outer.select(exp.alias_(level_capacity(value, tau), f"__p{i}_{j}"), copy=False)
         out.append(outer.group_by(*[k.copy() for k in keys], copy=False).sql("duckdb"))
     return tuple(out)
+
+
+def neither_totals(flat_sql: str, release: UnitRelease, exponents: dict[int, int]) -> str:
+    """The flat query's (DuckDB text) rows of neither unit (``__u0`` and ``__u1`` NULL) in
+    full, one row: per part ``__z<i>``, a COUNT(*) part's row count or a SUM part's total,
+    its exact sum of steps 2^-k (``exponents``) converted once -- the same double as the
+    grouped query's psi of their pair and math.fsum of their flat values (a correctly rounded
+    exact sum each). What the fallback reads for c_NULL (module docstring)."""
+    sub = exp.alias_(exp.Subquery(this=sqlglot.parse_one(flat_sql, read="duckdb")), "__f",
+                     table=True)
+    outer = exp.select().from_(sub)
+    for i, part in enumerate(release.parts):
+        if part.integer:
+            total: exp.Expression = exp.Count(this=exp.Star())
+        else:
+            k = exponents[part.index]
+            value = exp.Coalesce(this=exp.column(f"__v{i}", "__f"),
+                                 expressions=[exp.Literal.number(0)])
+            total = fixed_point.to_value(fixed_point.exact_sum(fixed_point.scaled(value, k)), k)
+        outer.select(exp.alias_(total, f"__z{i}"), copy=False)
+    neither = exp.and_(*[exp.Is(this=exp.column(u, "__f"), expression=exp.Null())
+                         for u in ("__u0", "__u1")])
+    return outer.where(neither, copy=False).sql("duckdb")
 
 
 def level_capacity(value: exp.Expression, tau: float) -> exp.Expression:

@@ -214,9 +214,11 @@ def lp_levels(pairs: Mapping[tuple[Any, Any], float], taus: Sequence[float], *,
         def floored(v: float, t: float = float(t), delta: float = delta) -> float:
             return math.floor(min(v, t) / delta) * delta if delta else v
 
+        # the results of neither unit are in every neighbour: in full, outside the LP
         results = [(floored(v), _nodes(c, s)) for (c, s), v in pairs.items()
-                   if floored(v) > 0]
-        out.append(lp_truncated(results, floored(float(t))) if results else 0.0)
+                   if floored(v) > 0 and (c, s) != (None, None)]
+        out.append((lp_truncated(results, floored(float(t))) if results else 0.0)
+                   + pairs.get((None, None), 0))
     return out
 
 
@@ -252,10 +254,13 @@ class Engine:
         for sql, release, compiled in self.plans:
             got = read_truncated(self.backend, compiled, (), release)
             if check_fallback and compiled.fallback is not None:
-                # the grouped fallback (what a read past FLAT_ROWS runs): the same levels
+                # the grouped fallback (what a read past FLAT_ROWS runs): the same levels,
+                # and the same rows of neither unit in full
+                *queries, totals = compiled.fallback
                 grouped = fallback_levels(
-                    (self.backend.execute_columns(q, ())[0] for q in compiled.fallback),
-                    release)
+                    (self.backend.execute_columns(q, ())[0] for q in queries), release)
+                (row,), _ = self.backend.execute(totals, ())
+                grouped = [g + float(z or 0) for g, z in zip(grouped, row, strict=True)]
                 assert [g.tolist() for g in got] == [w.tolist() for w in grouped], sql
             out.append(got)
         return out
@@ -521,13 +526,13 @@ def test_the_flat_read_equals_the_fallback_past_flat_rows(tmp_path, monkeypatch)
             compiled = compile_plan(backend, select_plan)
             assert compiled.fallback is not None, sql
             ran = tiny_multi.recorded(backend, monkeypatch)
-            first = multi_execute.read_pair_truncated(backend, compiled, [], release)
+            first, _ = multi_execute.read_pair_truncated(backend, compiled, [], release)
             assert len(ran) == 1
             with monkeypatch.context() as m:
                 m.setattr(multi_execute, "FLAT_ROWS", 8)
                 m.setattr(multi_rewrite, "FLAT_ROWS", 8)
-                again = multi_execute.read_pair_truncated(backend, compiled, [], release)
-            assert len(ran) == 2 + len(compiled.fallback) and "GROUP BY" in ran[-1].upper()
+                again, _ = multi_execute.read_pair_truncated(backend, compiled, [], release)
+            assert len(ran) == 2 + len(compiled.fallback) and "GROUP BY" in ran[-2].upper()
             assert [x.tolist() for x in again] == [x.tolist() for x in first], sql
             # and the count's levels are R2T's real ones (some not whole rows)
             if release.parts[0].integer:
@@ -601,6 +606,8 @@ def test_a_fine_count_through_a_session_with_a_ledger(shop_file, tmp_path):
     assert [Fraction(t) for t in plan.levels] == ref_fine_levels(gs, base)
     # the levels of the Python join, by the LP and by the flow in steps of 2^-k
     pairs = python_pairs(db, lambda q: 1)
+    neither = int(pairs.pop((None, None), 0))  # rows of neither unit: in full, after the noise
+    assert neither  # the shop has some
     keys = list(pairs)
     codes_a, codes_b = pair_codes(np.array([c for c, _ in keys], dtype=object),
                                   np.array([s for _, s in keys], dtype=object))
@@ -622,13 +629,14 @@ def test_a_fine_count_through_a_session_with_a_ledger(shop_file, tmp_path):
     g = np.array(plan.granularities)
     noisy = g * np.floor(q / g + 0.5)
     (n,) = result.rows[0]
-    assert isinstance(n, int) and n == round(max(0.0, float(max(noisy - plan.shifts))))
+    assert isinstance(n, int)
+    assert n == round(max(0.0, float(max(noisy - plan.shifts))) + neither)
     col = result.release.columns[0]
     lower, upper = col.interval_95
     want_lower = math.floor(max(0.0, float(max(noisy - plan.half_widths))))
-    assert lower == want_lower
-    assert upper == math.ceil(max(float(noisy[-1] + plan.half_widths[-1]), want_lower))
-    assert lower <= q[-1] <= upper
+    assert lower == want_lower + neither
+    assert upper == math.ceil(max(float(noisy[-1] + plan.half_widths[-1]), want_lower)) + neither
+    assert lower <= q[-1] + neither <= upper
     assert col.level_scales == plan.scales
     # the real sampler: a whole count and a whole-row interval
     (m,) = real.rows[0]

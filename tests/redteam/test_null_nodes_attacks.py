@@ -202,7 +202,9 @@ def reference_levels(rows: Sequence[tuple[Any, Any, int]], value: Callable[[int]
                      taus: Sequence[float], integer: bool) -> list[float]:
     """HiGHS's LP over the flat rows at each level, each row's psi floored at the flow's step
     (dpsql.noise.r2t_flow's contract: 1 for whole count levels, none for fine ones -- the flow
-    scales them -- about tau 2^-30 for a SUM part)."""
+    scales them -- about tau 2^-30 for a SUM part); the rows of neither unit (both ids NULL)
+    outside the LP, in full: they are in every neighbour."""
+    neither = math.fsum(value(q) for c, s, q in rows if c is None and s is None)
     out = []
     for t in taus:
         t = float(t)
@@ -212,8 +214,8 @@ def reference_levels(rows: Sequence[tuple[Any, Any, int]], value: Callable[[int]
             return math.floor(min(v, t) / delta) * delta if delta else min(v, t)
 
         results = [(floor(value(q)), lp_nodes(i, c, s)) for i, (c, s, q) in enumerate(rows)
-                   if floor(value(q)) > 0]
-        out.append(lp_truncated(results, floor(t)) if results else 0.0)
+                   if floor(value(q)) > 0 and not (c is None and s is None)]
+        out.append((lp_truncated(results, floor(t)) if results else 0.0) + neither)
     return out
 
 
@@ -324,11 +326,12 @@ def _int_engine(sqls: Sequence[str], gs: int = 8, base: float = 2.0) -> Engine:
     return Engine(sqls, loads_metadata(yaml("INTEGER", gs, base), "<shop>"), "INTEGER", "int")
 
 
-def test_customer_null_rows_are_truncated_per_supplier_and_both_null_together():
+def test_customer_null_rows_are_truncated_per_supplier_and_neither_unit_rows_in_full():
     """Three suppliers of 100 rows of no customer each (NULL order key, orphan order 99, an
-    order of NULL customer: the three ways to be customer-NULL, coded alike), and n rows of
-    neither unit: each level is 3 min(100, tau) + min(n, tau), flat and grouped, and a
-    supplier's removal moves it by exactly min(100, tau)."""
+    order of NULL customer: the three ways to be customer-NULL, coded alike), and 3n rows of
+    neither unit: each level is 3 min(100, tau) + 3n, flat and grouped (the rows of neither
+    unit are in every neighbour: in full, as under one unit), and a supplier's removal moves
+    it by exactly min(100, tau)."""
     engine = _int_engine(["SELECT COUNT(*) FROM items"], gs=256)
     try:
         for n in (0, 5, 1000):
@@ -341,7 +344,7 @@ def test_customer_null_rows_are_truncated_per_supplier_and_both_null_together():
             (got,), = engine.levels(world)
             assert engine.levels(world, fallback=True) == [[got]]
             taus = [2, 4, 8, 16, 32, 64, 128, 256]
-            assert got == [3 * min(100, t) + min(3 * n, t) for t in taus], n
+            assert got == [3 * min(100, t) + 3 * n for t in taus], n
             for what, other in neighbours(world):
                 (after,), = engine.levels(other)
                 if what.startswith("supplier"):

@@ -40,7 +40,7 @@ from dpsql.noise.r2t_flow import flow_truncated, level_step
 from dpsql.rewrite.plan import plan_execution
 from dpsql.units import multi_execute, multi_rewrite
 from dpsql.units.grid import part_grid, part_levels
-from dpsql.units.multi_execute import pair_levels
+from dpsql.units.multi_execute import neither_in_full, pair_levels
 from dpsql.units.multi_rewrite import is_flat
 from tests.db_files import writing
 from tests.units import tiny_multi
@@ -294,18 +294,19 @@ def test_a_higher_level_saturates_one_side_then_the_other():
 
 
 def test_null_unit_nodes_are_ordinary_nodes():
-    """The NULL id of each table is one more code: a NULL node carrying many results is capped
-    like any unit (pair_levels's coding, masked ids)."""
+    """A result NULL on one side is a node of its own there (pair_levels's coding, masked
+    ids); a result NULL on both sides is of neither unit: out of the flow, in full."""
     release, _ = _plan("SELECT COUNT(*) FROM items")
     u0 = np.ma.masked_array([1, 1, 1, 2, 0], mask=[True, True, False, False, True])
     u1 = np.ma.masked_array([5, 6, 6, 6, 0], mask=[False, False, False, False, True])
     (got,) = pair_levels([u0, u1], release)
-    # codes: u0 NULL -> node N, u1 NULL -> node M
-    a = [9, 9, 1, 2, 9]
-    b = [5, 6, 6, 6, 99]
+    # codes: each u0 NULL a node of its own (8, 9); the last row is of neither unit
+    a = [8, 9, 1, 2]
+    b = [5, 6, 6, 6]
     taus = [t * part_grid(release.parts[0], release.unit)[0]
             for t in part_levels(release.parts[0], release.unit)]
-    assert got.tolist() == ref_levels(*arrays(a, b, [1] * 5, True), taus, True)
+    assert got.tolist() == ref_levels(*arrays(a, b, [1] * 4, True), taus, True)
+    assert neither_in_full([u0, u1], release) == [1.0]
 
 
 def test_subset_prefix_boundaries():
@@ -479,14 +480,14 @@ def test_flat_reading_equals_the_grouped_one_and_the_reference(sql, params, tmp_
                 taus = [t * bound for t in part_levels(part, release.unit)]
                 psi = np.asarray(columns[2 + k]).tolist()
                 want.append(ref_levels(*arrays(a, b, psi, True), taus, True))
-            got = multi_execute.read_pair_truncated(backend, grouped, params, release)
+            got, _ = multi_execute.read_pair_truncated(backend, grouped, params, release)
             assert [g.tolist() for g in got] == want, [c.tolist() for c in columns]
             rows = sum(np.asarray(columns[2]).tolist())
             flat = compile_plan(backend, flat_plan)
             for guard in (GUARD, rows, max(rows - 1, 0), 1, 0):
                 monkeypatch.setattr(multi_execute, "FLAT_ROWS", guard)
                 monkeypatch.setattr(multi_rewrite, "FLAT_ROWS", guard)
-                got = multi_execute.read_pair_truncated(backend, flat, params, release)
+                got, _ = multi_execute.read_pair_truncated(backend, flat, params, release)
                 assert [g.tolist() for g in got] == want, (sql, db, guard)
             monkeypatch.undo()
         finally:
@@ -524,7 +525,10 @@ def test_flat_and_grouped_columns_code_the_same_units(rows, kind0, kind1):
                np.array([counts[k] for k in keys], np.int64)]
     part = release.parts[0]
     taus = [t * part_grid(part, release.unit)[0] for t in part_levels(part, release.unit)]
+    neither = float(counts.pop((None, None), 0))  # in full, out of the flow
+    keys = list(counts)
     a, b = _reference_nodes([k[0] for k in keys], [k[1] for k in keys])
     want = ref_levels(*arrays(a, b, [counts[k] for k in keys], True), taus, True)
     assert pair_levels(flat, release)[0].tolist() == want
     assert pair_levels(grouped, release)[0].tolist() == want
+    assert neither_in_full(flat, release) == neither_in_full(grouped, release) == [neither]

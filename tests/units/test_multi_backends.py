@@ -21,7 +21,8 @@ DB: tiny_multi.Database = {
     "supplier": [(s, 1 + s % 2) for s in range(1, 4)],
     "orders": [(o, 1 + o % 6 if o < 12 else 9) for o in range(1, 15)],  # customer 9: no row
     # orders 15..17: orphans (no customer); supplier 8: no row; supplier 1 sells the most
-    "items": [(1 + i % 17, 1 if i % 3 else 2 + i % 2 * 6, i % 6 - 2) for i in range(40)],
+    "items": [(1 + i % 17, 1 if i % 3 else 2 + i % 2 * 6, i % 6 - 2) for i in range(40)]
+    + [(16, None, 3), (17, None, 4)],  # of neither unit: an orphan order, no supplier
     "stock": [(1, 2)],
     "nations": [(1,), (2,)],
 }
@@ -51,7 +52,9 @@ def test_flow_levels_equal_the_lp_of_the_pairs(backend):
         sums[key] = sums.get(key, 0.0) + max(min(qty, 4), 0)
 
     def lp(values: dict[tuple[object, int], float], tau: float) -> float:
-        return lp_truncated([(v, (("c", c), ("s", s))) for (c, s), v in values.items()], tau)
+        """The LP over the pairs of some unit; the rows of neither unit in full."""
+        return lp_truncated([(v, (("c", c), ("s", s))) for (c, s), v in values.items()
+                             if (c, s) != (None, None)], tau) + values[None, None]
 
     assert list(got[0]) == [round(lp(counts, t)) for t in levels(8)]
     value_taus = levels(32)  # a SUM part's levels: value units up to GS * 4

@@ -73,8 +73,8 @@ def test_a_result_null_on_one_side_is_a_node_of_its_own_there():
 
 def test_rows_of_one_unit_and_no_other_are_truncated_by_their_unit_alone():
     # fourth units QA: 300 visits of no person at 3 stores (100 each), and 10 of neither.
-    # Each store caps its own rows at tau; only the 10 rows of neither unit are one result
-    # (capped at tau like a unit, as the grouped fallback caps their one pair).
+    # Each store caps its own rows at tau; pair_codes makes the 10 rows of neither unit one
+    # result (the reads leave them out of the flow and add them in full: neither_in_full).
     person = np.ma.masked_array(np.zeros(310, np.int64), mask=np.ones(310, bool))
     store = np.ma.masked_array(np.r_[np.repeat([1, 2, 3], 100), np.zeros(10, np.int64)],
                                mask=np.r_[np.zeros(300, bool), np.ones(10, bool)])

@@ -17,7 +17,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.execute.exact import compile_plan
 from dpsql.rewrite.plan import ExecutionPlan, plan_execution
 from dpsql.units import multi_execute, multi_rewrite
-from dpsql.units.multi_execute import fallback_levels, pair_levels
+from dpsql.units.multi_execute import fallback_levels, neither_in_full, pair_levels
 from dpsql.units.multi_rewrite import is_flat
 from tests.db_files import writing
 from tests.units import tiny_multi
@@ -55,10 +55,13 @@ def test_only_plain_counts_below_2_31_and_sums_are_flat():
         assert guard == (multi_rewrite.FLAT_ROWS if columns <= 3
                          else multi_rewrite.FLAT_ROWS * 3 // columns)
         assert plan.exact_sql.endswith(f") AS __f LIMIT {guard + 1}")
-        assert all("GROUP BY" in q for q in plan.fallback_sql)
+        # the grouped queries, then the rows of neither unit's totals
+        *grouped, totals = plan.fallback_sql
+        assert all("GROUP BY" in q for q in grouped)
+        assert "GROUP BY" not in totals and "__u0 IS NULL AND __f.__u1 IS NULL" in totals
         # at most FALLBACK_COLUMNS capacity columns a query, every (part, level) once
         layout = multi_rewrite.fallback_layout(release)
-        assert len(plan.fallback_sql) == len(layout)
+        assert len(grouped) == len(layout)
         assert all(0 < len(c) <= multi_rewrite.FALLBACK_COLUMNS for c in layout)
     for sql in ("SELECT COUNT(qty) FROM items", "SELECT COUNT(qty), SUM(qty) FROM items"):
         try:
@@ -79,13 +82,18 @@ def test_flat_rows_give_the_grouped_levels_on_random_databases(sql, grid):
     sums = [p for p in release.parts if not p.integer]
     rng = random.Random(sum(map(ord, sql)))
     con = duckdb.connect()
-    floored = 0
+    floored = neither = 0
     for _ in range(5):
         db = tiny_multi.random_database(rng)
         db["items"] = db["items"] * rng.randint(1, 3)  # several rows per pair
+        # and rows of neither unit (no supplier; an orphan order, or an order of no customer)
+        db["orders"] += [(98, None)]
+        db["items"] += [(rng.choice([98, 99]), None, rng.randint(-3, 5))
+                        for _ in range(rng.randint(0, 2))]
         tiny_multi.load(db, con)
         flat = list(con.execute(plan.exact_sql).fetchnumpy().values())
-        grouped = [list(con.execute(q).fetchnumpy().values()) for q in plan.fallback_sql]
+        *queries, totals = plan.fallback_sql
+        grouped = [list(con.execute(q).fetchnumpy().values()) for q in queries]
         assert len(flat) == 2 + len(sums)
         assert sum(len(g) - 2 for g in grouped) == sum(
             len(multi_rewrite.value_levels(p, release)) if not p.integer else 1
@@ -93,6 +101,10 @@ def test_flat_rows_give_the_grouped_levels_on_random_databases(sql, grid):
         want = fallback_levels(grouped, release)
         got = pair_levels(flat, release)
         assert [g.tolist() for g in got] == [w.tolist() for w in want]
+        # the rows of neither unit in full: the same numbers from both reads
+        (row,) = con.execute(totals).fetchall()
+        assert neither_in_full(flat, release) == [float(v or 0) for v in row]
+        neither += any(row)
         # the exact sums of the parts' values: a level reaching every unit floors them
         for k, part in enumerate(release.parts):
             if not part.integer:
@@ -100,13 +112,14 @@ def test_flat_rows_give_the_grouped_levels_on_random_databases(sql, grid):
                 floored += got[k][-1] < values.sum()
     if grid == "wide" and sums and "0.37" in sql:
         assert floored  # the test reached the floors it is about
+    assert neither  # the test reached rows of neither unit
 
 
 def test_more_rows_than_the_guard_are_grouped_in_the_database(tmp_path, monkeypatch):
     path = tmp_path / "flat.duckdb"
     with writing(path) as con:
         db = tiny_multi.random_database(random.Random(3))
-        db["items"] = [(1, 1, 2)] * 6 + [(2, 2, 1)] * 3
+        db["items"] = [(1, 1, 2)] * 6 + [(2, 2, 1)] * 3 + [(99, None, 1)] * 2
         db["orders"] = [(1, 1), (2, 2)]
         db["customer"] = [(1, 1), (2, 2)]
         db["supplier"] = [(1, 1), (2, 2)]
@@ -117,15 +130,19 @@ def test_more_rows_than_the_guard_are_grouped_in_the_database(tmp_path, monkeypa
         analysis = analyze_request("SELECT COUNT(*) FROM items", md)
         compiled = compile_plan(backend, plan_execution(analysis, md))
         ran = tiny_multi.recorded(backend, monkeypatch)
-        first = multi_execute.read_pair_truncated(backend, compiled, [], analysis.unit)
+        first, first_neither = multi_execute.read_pair_truncated(
+            backend, compiled, [], analysis.unit)
         assert len(ran) == 1 and "LIMIT" in ran[0].upper()
         monkeypatch.setattr(multi_execute, "FLAT_ROWS", 4)
         monkeypatch.setattr(multi_rewrite, "FLAT_ROWS", 4)
-        again = multi_execute.read_pair_truncated(backend, compiled, [], analysis.unit)
-        assert len(ran) == 3 and "GROUP BY" in ran[2].upper()
+        again, again_neither = multi_execute.read_pair_truncated(
+            backend, compiled, [], analysis.unit)
+        assert len(ran) == 4 and "GROUP BY" in ran[2].upper() and "IS NULL" in ran[3]
         assert [x.tolist() for x in again] == [x.tolist() for x in first]
-        # customer 1 / supplier 1: 6 rows, customer 2 / supplier 2: 3 rows
+        # customer 1 / supplier 1: 6 rows, customer 2 / supplier 2: 3 rows; the 2 rows of
+        # neither unit in full, apart
         assert first[0].tolist() == [min(6, t) + min(3, t) for t in (2, 4, 8)]
+        assert first_neither == again_neither == [2.0]
     finally:
         backend.close()
 

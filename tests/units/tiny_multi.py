@@ -118,20 +118,22 @@ def load(db: Mapping[str, Sequence[tuple[int, ...]]],
         script.append(f"CREATE OR REPLACE TABLE {table} "
                       f"({', '.join(c + ' INTEGER' for c in columns)})")
         if rows:
-            values = ", ".join("(" + ", ".join(str(v) for v in r) + ")" for r in rows)
+            values = ", ".join("(" + ", ".join("NULL" if v is None else str(v) for v in r)
+                               + ")" for r in rows)
             script.append(f"INSERT INTO {table} VALUES {values}")
     con.execute("; ".join(script))
     return con
 
 
 def recorded(backend: Any, monkeypatch: Any) -> list[str]:
-    """The SQL texts ``backend.execute_columns`` and ``execute_flat_columns`` run from now on,
+    """The SQL texts ``backend.execute``, ``execute_columns`` and ``execute_flat_columns`` run
+    from now on,
     in order (the backend still runs them: ``monkeypatch`` wraps the methods for the test's
     duration). A call made inside another (Spark's flat read is its execute_columns) is the
     same query: recorded once."""
     ran: list[str] = []
     depth = [0]
-    for name in ("execute_columns", "execute_flat_columns"):
+    for name in ("execute", "execute_columns", "execute_flat_columns"):
         execute = getattr(backend, name)
 
         def recording(sql: str, params: Any = None, execute: Any = execute) -> Any:
