@@ -41,6 +41,7 @@ from dpsql.rewrite.ordered import order_inner_aggregates
 from dpsql.rewrite.parameters import bind_params, number_parameters, used_params
 from dpsql.rewrite.post import NOISY_TABLE, OutputSpec, build_post, fast_order, fast_path
 from dpsql.rewrite.totality import make_total_pass
+from dpsql.units.flat_counts import flat_unit_ids
 from dpsql.units.multi_rewrite import guarded_flat
 from dpsql.units.rewrite import one_row_levels, unit_contributions
 
@@ -111,7 +112,9 @@ class ExecutionPlan:
     #: rows than its guard allows: plain counts and SUMs over two privacy units read their
     #: rows flat, and past dpsql.units.multi_rewrite.FLAT_ROWS group them in the database; a
     #: SUM under one unit read per unit is read as one row of levels by a backend that is not
-    #: columnar (dpsql.units.rewrite.one_row_levels). Compiled while preparing, like every
+    #: columnar (dpsql.units.rewrite.one_row_levels); a COUNT(*) under one unit over many
+    #: units is read as one id per row by one that is (dpsql.units.flat_counts, up to its
+    #: guard: the same levels). Compiled while preparing, like every
     #: query a plan may run, so reaching it (which depends on the data) can never meet a
     #: compile error.
     fallback_sql: tuple[str, ...] | None = None
@@ -238,6 +241,8 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
         exact_sql, fallback_sql = flat
     elif (one_row := one_row_levels(exact_sql, analysis.unit)) is not None:
         fallback_sql = (one_row,)  # a backend that is not columnar reads the levels as one row
+    elif (flat_ids := flat_unit_ids(exact_sql, analysis.unit)) is not None:
+        fallback_sql = (flat_ids,)  # over many units a columnar backend counts the ids flat
     return ExecutionPlan(
         exact_sql=exact_sql,
         exact_params=used_params(exact_sql),

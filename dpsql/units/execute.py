@@ -12,7 +12,8 @@ in full:
   ``__z<i>``);
 - when every part is a COUNT (dpsql.units.rewrite.counts_only), the histogram of the units'
   contributions, from which :func:`levels_from_histogram` computes U(tau_j) + c_NULL in exact
-  integers.
+  integers (over many units of a columnar backend, that histogram is counted in numpy from
+  one unit id per row: dpsql.units.flat_counts).
 :func:`read_truncated_parts` returns the levels and c_NULL (:class:`Truncated`);
 :func:`r2t_bins` reads them, calls ``drawn`` before any noise, releases the levels with R2T
 and adds c_NULL after (dpsql.units.noise: in exact integers a count's c_NULL may as well sit
@@ -39,7 +40,9 @@ from dpsql.execute.layout import Bins
 from dpsql.noise.mechanisms import Sampler
 from dpsql.noise.plan import NoisePlan
 from dpsql.units.analysis import UnitRelease
+from dpsql.units.flat_counts import histogram_of_ids, many_units
 from dpsql.units.grid import part_grid, part_levels
+from dpsql.units.multi_rewrite import FLAT_ROWS
 from dpsql.units.noise import R2TOutcome, release_r2t_measurements
 from dpsql.units.rewrite import counts_only
 
@@ -68,6 +71,14 @@ def read_truncated_parts(backend: Backend, compiled: CompiledPlan, params: Seque
         return Truncated(*read_pair_truncated(backend, compiled, params, release))
     bindings = compiled.plan.exact_bindings(params)
     if counts_only(release):
+        if compiled.fallback is not None and backend.columnar and many_units(backend, release):
+            # one id per row, counted in numpy: cheaper than grouping many units in the
+            # database, and the same histogram (dpsql.units.flat_counts); past its guard the
+            # histogram query runs
+            (ids,), _ = backend.execute_flat_columns(compiled.fallback[0], bindings)
+            if ids.shape[0] <= FLAT_ROWS:
+                return truncated_parts(histogram_of_ids(ids), release)
+            del ids
         rows, _ = backend.execute(compiled.exact, bindings)
         return truncated_parts(rows, release)
     if compiled.fallback is not None and not backend.columnar:

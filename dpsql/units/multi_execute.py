@@ -42,7 +42,7 @@ def unit_codes(ids: Any) -> np.ndarray:
     codes); other numbers densely by sorting; Python objects (strings, Decimals, dates, bytes)
     by equality alone (a dict: no order needed, so a DATE past year 9999, which Arrow gives as
     an int among dates, is one more id, not a TypeError)."""
-    return _coded(ids)[0]
+    return coded_ids(ids)[0]
 
 
 def pair_codes(ids_a: Any, ids_b: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -56,7 +56,7 @@ def pair_codes(ids_a: Any, ids_b: Any) -> tuple[np.ndarray, np.ndarray]:
     each side: together one result, capped at each level like a unit (the reads leave them
     out of the flow and count them in full: :func:`neither_in_full`)."""
     (a, null_a), (b, null_b) = two_threads.both(
-        lambda: _coded(ids_a), lambda: _coded(ids_b), two_threads.worth_it(len(ids_a)))
+        lambda: coded_ids(ids_a), lambda: coded_ids(ids_b), two_threads.worth_it(len(ids_a)))
     only_a = null_a if null_b is None or null_a is None else null_a & ~null_b
     only_b = null_b if null_a is None or null_b is None else null_b & ~null_a
     return _own_nodes(a, only_a), _own_nodes(b, only_b)
@@ -71,7 +71,7 @@ def _own_nodes(codes: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
     return out
 
 
-def _coded(ids: Any) -> tuple[np.ndarray, np.ndarray | None]:
+def coded_ids(ids: Any) -> tuple[np.ndarray, np.ndarray | None]:
     """:func:`unit_codes`, and the mask of the NULL ids (None when there is none)."""
     data = np.ma.getdata(ids)
     if data.dtype.kind == "i" and not np.ma.is_masked(ids) and data.size:

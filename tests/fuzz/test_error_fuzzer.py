@@ -251,6 +251,23 @@ def test_outcomes_under_a_privacy_unit_never_tell_neighbours_apart(unit_engines,
     _check(unit_engines, query, epsilon=1.0)
 
 
+@settings(max_examples=max(FUZZ_EXAMPLES // 12, 6), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(query=two_unit_queries())
+def test_unit_counts_read_flat_never_tell_neighbours_apart(unit_engines, query):
+    """A COUNT(*) the one-unit world releases (t alone, joined to u, or with an EXISTS over
+    u; the grammar's predicates) with its unit ids read one per row, as over many units
+    (dpsql.units.flat_counts: the guarded flat read, the ids' coding and counting), may not
+    fail on one neighbour only."""
+    from dpsql.units import execute as unit_execute
+
+    count = Query("SELECT COUNT(*)" + query.sql[query.sql.index(" FROM "):], query.params,
+                  query.mechanism)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(unit_execute, "many_units", lambda backend, release: True)
+        _check(unit_engines, count, epsilon=1.0)
+
+
 @settings(max_examples=max(FUZZ_EXAMPLES // 8, 6), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(query=queries())
