@@ -106,6 +106,8 @@ class DuckDBBackend:
         #: (table, column) -> its registered domain table (:meth:`domain_table`)
         self._domains: dict[tuple[str, str], str] = {}
         self._domain_lock = threading.Lock()
+        #: value_range's answers: the values cannot change while the backend is open
+        self._ranges: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     def _lock_down(self, metadata: Metadata | None) -> None:
         sources = [t for t in (metadata.tables.values() if metadata else ()) if t.source]
@@ -355,8 +357,11 @@ class DuckDBBackend:
 
     def value_range(self, table: str, column: str) -> tuple[Any, Any] | None:
         """(least, greatest) non-NULL value of ``column`` in a base table of the database file
-        ((None, None) if it has none), held while this backend is open (:meth:`_unchanging`);
-        None for anything else or if anything fails."""
+        ((None, None) if it has none), held while this backend is open (:meth:`_unchanging`),
+        so read once; None for anything else or if anything fails."""
+        key = (table.lower(), column.lower())
+        if key in self._ranges:
+            return self._ranges[key]
         try:
             if not self._unchanging(table):
                 return None
@@ -365,7 +370,10 @@ class DuckDBBackend:
                 f"SELECT MIN({quoted}), MAX({quoted}) FROM {quote_ident(table)}").fetchone()
         except duckdb.Error:
             return None
-        return (row[0], row[1]) if row else None
+        if not row:
+            return None
+        self._ranges[key] = (row[0], row[1])
+        return self._ranges[key]
 
     def domain_table(self, table: str, column: str) -> str | None:
         """The name of a temporary table of this connection holding ``(__v, __o)``: every
