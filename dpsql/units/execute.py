@@ -13,7 +13,7 @@ in full:
 - when every part is a COUNT (dpsql.units.rewrite.counts_only), the histogram of the units'
   contributions, from which :func:`levels_from_histogram` computes U(tau_j) + c_NULL in exact
   integers (over many units of a columnar backend, that histogram is counted in numpy from
-  one unit id per row: dpsql.units.flat_counts).
+  one unit id per row: dpsql.units.flat_counts, :func:`histogram_of_ids`).
 :func:`read_truncated_parts` returns the levels and c_NULL (:class:`Truncated`);
 :func:`r2t_bins` reads them, calls ``drawn`` before any noise, releases the levels with R2T
 and adds c_NULL after (dpsql.units.noise: in exact integers a count's c_NULL may as well sit
@@ -40,8 +40,9 @@ from dpsql.execute.layout import Bins
 from dpsql.noise.mechanisms import Sampler
 from dpsql.noise.plan import NoisePlan
 from dpsql.units.analysis import UnitRelease
-from dpsql.units.flat_counts import histogram_of_ids, many_units
+from dpsql.units.flat_counts import MANY_UNITS
 from dpsql.units.grid import part_grid, part_levels
+from dpsql.units.multi_execute import coded_ids
 from dpsql.units.multi_rewrite import FLAT_ROWS
 from dpsql.units.noise import R2TOutcome, release_r2t_measurements
 from dpsql.units.rewrite import counts_only
@@ -293,3 +294,30 @@ def r2t_bins(backend: Backend, compiled: CompiledPlan, params: Sequence[Any],
             noisy.append(np.array([value], dtype=np.float64))
     bins = Bins([], [np.zeros(1) for _ in plans], 1, [], 1)
     return bins, noisy, outcomes
+
+
+def many_units(backend: Backend, release: UnitRelease) -> bool:
+    """Whether the unit's id column spans more than dpsql.units.flat_counts.MANY_UNITS
+    integers (the backend's :meth:`~dpsql.backends.base.Backend.value_range`, read once per
+    connection; False when it cannot say)."""
+    span = backend.value_range(release.unit.table, release.unit.column)
+    if span is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in span):
+        return False
+    return span[1] - span[0] >= MANY_UNITS
+
+
+def histogram_of_ids(ids: Any) -> list[tuple[int, int, int]]:
+    """The histogram query's rows ``(c, n, z)`` (dpsql.units.rewrite._r2t_histogram: n units
+    contribute c rows, z = 1 when the rows of no unit, the NULL ids, number c) from one unit
+    id per row (a NULL masked or None), counted exactly (ids coded as the two-unit reads code
+    them: dpsql.units.multi_execute.unit_codes)."""
+    codes, nulls = coded_ids(ids)
+    if nulls is not None:
+        codes = codes[~nulls]
+    per_unit = np.bincount(codes) if codes.size else np.zeros(0, np.int64)
+    per_unit = per_unit[per_unit > 0]  # offset codes leave gaps: no unit there
+    values, units = np.unique(per_unit, return_counts=True)
+    rows = {int(c): [int(n), 0] for c, n in zip(values, units, strict=True)}
+    if nulls is not None:
+        rows.setdefault(int(np.count_nonzero(nulls)), [0, 0])[1] = 1
+    return [(c, n, z) for c, (n, z) in rows.items()]

@@ -1,7 +1,7 @@
-"""dpsql.units.flat_counts: a COUNT(*) under one unit over many units read as one unit id per
-row and counted in numpy -- which queries may, the same histogram rows (so the same levels)
-as the GROUP BY on random databases with NULL ids and orphans, and the read's choice and
-guard through the real DuckDB backend."""
+"""dpsql.units.flat_counts and its read in dpsql.units.execute: a COUNT(*) under one unit over
+many units read as one unit id per row and counted in numpy -- which queries may, the same
+histogram rows (so the same levels) as the GROUP BY on random databases with NULL ids and
+orphans, and the read's choice and guard through the real DuckDB backend."""
 
 from __future__ import annotations
 
@@ -15,8 +15,13 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.execute.exact import compile_plan
 from dpsql.rewrite.plan import plan_execution
 from dpsql.units import execute as unit_execute
-from dpsql.units.execute import read_truncated_parts, truncated_parts
-from dpsql.units.flat_counts import MANY_UNITS, flat_unit_ids, histogram_of_ids, many_units
+from dpsql.units.execute import (
+    histogram_of_ids,
+    many_units,
+    read_truncated_parts,
+    truncated_parts,
+)
+from dpsql.units.flat_counts import MANY_UNITS, flat_unit_ids
 from tests.units import tiny
 
 FLAT = [
