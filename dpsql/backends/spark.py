@@ -352,6 +352,10 @@ class SparkBackend:
                 f"Spark could not run the query ({type(err).__name__}); check parameter types "
                 "and the metadata's declared column types"
             ) from None
+        if self._cancelled:
+            # cancelJobGroup stops the jobs that run; one that came between the read's jobs
+            # (a read in parts runs several, with Python work between them) stopped none
+            raise QueryCancelledError("the query was cancelled before anything was released")
         return rows, types
 
     def interrupt(self) -> None:

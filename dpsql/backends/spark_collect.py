@@ -54,7 +54,9 @@ def collect_rows(frame: DataFrame) -> list[tuple[Any, ...]]:
     from pyspark.sql.functions import monotonically_increasing_id
 
     n = frame.count()
-    numbered = frame.withColumn(_ORDINAL, monotonically_increasing_id())
+    # appended, never withColumn: that replaces a column of the same name (any case), and
+    # row[-1] must be the number whatever the result's own names
+    numbered = frame.select("*", monotonically_increasing_id().alias(_ORDINAL))
     parts = max(2, -(-n // ROWS_PER_PART))
     while True:
         try:

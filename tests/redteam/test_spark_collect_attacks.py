@@ -14,7 +14,8 @@ Claims attacked (each test names its claim):
 3. a read that fits runs exactly a plain collect's jobs, and a cancel during a read in parts
    gives QueryCancelledError with nothing charged.
 
-What broke (strict xfails, each with its counterexample in its docstring):
+What broke (strict xfails in the red team's first commit, each with its counterexample in its
+docstring; the second and third are fixed by the commit after it, the first is not):
 
 * claim 2 -- the groups query of a partition selection ends in ``ORDER BY``; on Spark a global
   sort over more than one shuffle partition first samples its keys to the driver (the range
@@ -244,7 +245,7 @@ def test_claim1_at_the_exact_boundary_the_rows_are_the_same(mixed, spark, sql):
         assert _same(got, want), limit
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: withColumn replaces a column named __dpsql_row")
+# Broke on c6fb1ca (a strict xfail on the red team's branch); fixed in the commit after
 def test_a_column_named_like_the_row_number_is_kept(mixed, spark):
     """Claim 1 at the backend's level. ``collect_rows`` adds the row number with
     ``withColumn('__dpsql_row', ...)``, which *replaces* an existing column of that name
@@ -256,8 +257,8 @@ def test_a_column_named_like_the_row_number_is_kept(mixed, spark):
     dpsql's own generated SQL names its columns ``__k<i>``, ``__m<j>``, ``__n``, so an
     analyst does not reach this through a Session (the owner's metadata builder runs ``SELECT
     DISTINCT <owner's column>``); any other caller of ``SparkBackend.execute`` does. Fix:
-    ``frame.select('*', monotonically_increasing_id().alias(_ORDINAL))`` (a
-    duplicate name is fine: the number is always the last field)."""
+    ``frame.select('*', monotonically_increasing_id().alias(_ORDINAL))`` (a duplicate name is
+    fine: the number is always the last field), the commit after the red team's."""
     _check_in_parts(mixed, spark, "SELECT i, h AS __dpsql_row, s AS __DPSQL_ROW FROM m", "96k")
 
 
@@ -503,7 +504,7 @@ def _after_count(action: Any) -> Iterator[list[int]]:
         DataFrame.count = real  # type: ignore[method-assign]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a cancel between the jobs of a read is lost")
+# Broke on c6fb1ca (a strict xfail on the red team's branch); fixed in the commit after
 def test_a_cancel_between_the_jobs_of_a_read_in_parts_is_not_lost(events, spark, tmp_path):
     """Claim 3. ``Session.cancel`` -> ``SparkBackend.interrupt`` sets ``_cancelled`` and
     ``cancelJobGroup``, which cancels the group's *running* jobs only; the read in parts runs
@@ -519,7 +520,7 @@ def test_a_cancel_between_the_jobs_of_a_read_in_parts_is_not_lost(events, spark,
     server is not affected: its CancellableBackend checks its flag after every read.)
 
     Fix: ``SparkBackend.execute`` raises QueryCancelledError when ``_cancelled`` is set after
-    the read too (a separate commit on this branch)."""
+    the read too (the commit after the red team's)."""
     session = _session(events, spark, tmp_path, "gap")
     try:
         with max_result_size(spark, "48k"), _after_count(session.cancel) as seen, \
@@ -536,8 +537,8 @@ def test_a_cancel_between_the_jobs_of_a_read_in_parts_is_not_lost(events, spark,
 def test_claim3_a_cancel_while_the_parts_are_read_is_refunded(events, spark, tmp_path):
     """Cancels every few ms from the moment the count returns until the read ends (they land
     on the part jobs, which are cancelled): QueryCancelledError, nothing charged, and the
-    session goes on -- the next query is answered and charged once. (Without the fix of the
-    xfail above a cancel could in principle fall in every gap and none in a job.)"""
+    session goes on -- the next query is answered and charged once. (Before the fix of the
+    test above a cancel could in principle fall in every gap and none in a job.)"""
     session = _session(events, spark, tmp_path, "cancel")
     done = threading.Event()
 
