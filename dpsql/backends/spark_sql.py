@@ -121,20 +121,50 @@ def _exact_sums(tree: exp.Expression, schema: MappingSchema) -> exp.Expression:
     return tree
 
 
+def _sorted_on_one_partition(tree: exp.Expression) -> exp.Expression:
+    """A SELECT ordered by its own output columns (the groups query of a partition selection,
+    dpsql.execute.layout.write_selected), sorted on one partition: ``SELECT /*+
+    REPARTITION(1) */ * FROM (..) AS __sorted ORDER BY ..``. Spark's global sort otherwise
+    range-partitions, and its range partitioner first collects a sample of the keys to the
+    driver: a job result under ``spark.driver.maxResultSize`` whose size grows with the rows,
+    so the read could fail on the number of groups (a refunded, data-dependent error; the red
+    team's break, tests/redteam/test_spark_collect_attacks.py). One partition needs no sample
+    and gives the same rows in the same order. Anything else is left as it is."""
+    order = tree.args.get("order")
+    if order is None or not isinstance(tree, exp.Select):
+        return tree
+    outputs = {e.alias_or_name for e in tree.expressions}
+    if not all(isinstance(o, exp.Ordered) and isinstance(o.this, exp.Column)
+               and not o.this.table and o.this.name in outputs for o in order.expressions):
+        return tree
+    ctes = tree.args.get("with")
+    tree.set("order", None)
+    tree.set("with", None)
+    wrapper = exp.select("*").from_(exp.alias_(exp.Subquery(this=tree), "__sorted", table=True))
+    wrapper.set("hint", exp.Hint(expressions=[
+        exp.Anonymous(this="REPARTITION", expressions=[exp.Literal.number(1)])]))
+    wrapper.set("order", order)
+    wrapper.set("with", ctes)
+    return wrapper
+
+
 def to_spark_sql(sql: str, schema: MappingSchema | Mapping[str, Mapping[str, str]]) -> str:
     """``sql`` (DuckDB dialect, as dpsql.rewrite generates it) as Spark SQL, given the
     {table: {column: DuckDB type}} ``schema`` of the tables it reads.
 
     Guarantees: the same result set on Spark with :data:`SESSION_CONF` as on DuckDB, NULL
     wherever DuckDB's ``TRY`` gives NULL, sums exact (module docstring); named parameters
-    ``$p`` become ``:p``; comments are dropped. A construct that cannot be expressed faithfully
-    raises NotSupportedError (fail closed) rather than running a different query.
+    ``$p`` become ``:p``; comments are dropped; a result ordered by its output columns is
+    sorted on one partition (:func:`_sorted_on_one_partition`). A construct that cannot be
+    expressed faithfully raises NotSupportedError (fail closed) rather than running a
+    different query.
     """
     if not isinstance(schema, MappingSchema):
         schema = MappingSchema(dict(schema), dialect=SOURCE_DIALECT)
     try:
         tree = sqlglot.parse_one(sql, read=SOURCE_DIALECT)
         tree = translate_quantiles(_exact_sums(translate_ordered(_translate_try(tree)), schema))
+        tree = _sorted_on_one_partition(tree)
         return tree.sql(dialect=TARGET_DIALECT, comments=False,
                         unsupported_level=ErrorLevel.RAISE)
     except SqlglotError as err:

@@ -101,6 +101,20 @@ def test_a_sum_of_unknown_type_fails_closed():
         to_spark_sql("SELECT SUM(t.s) FROM t", SCHEMA)
 
 
+def test_a_result_ordered_by_its_outputs_is_sorted_on_one_partition():
+    """A global sort would range-partition, whose key sample is a driver result that grows
+    with the rows (dpsql.backends.spark_sql._sorted_on_one_partition)."""
+    from dpsql.backends.spark_sql import to_spark_sql
+
+    sql = to_spark_sql("WITH e AS (SELECT t.a AS x FROM t) SELECT e.x AS __k0, COUNT(*) AS __n "
+                       "FROM e GROUP BY e.x ORDER BY __k0 NULLS LAST", SCHEMA)
+    assert sql.startswith("WITH e AS (") and "SELECT /*+ REPARTITION(1) */ * FROM (SELECT" in sql
+    assert sql.endswith(") AS __sorted ORDER BY __k0 NULLS LAST"), sql
+    # ordered by anything but its own outputs: left as it is
+    for other in ("SELECT t.a FROM t ORDER BY t.b", "SELECT t.a FROM t ORDER BY t.a + 1"):
+        assert "REPARTITION" not in to_spark_sql(other, SCHEMA)
+
+
 def test_named_parameters_comments_and_hints():
     from dpsql.backends.spark_sql import to_spark_sql
 

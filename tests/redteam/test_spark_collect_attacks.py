@@ -15,7 +15,8 @@ Claims attacked (each test names its claim):
    gives QueryCancelledError with nothing charged.
 
 What broke (strict xfails in the red team's first commit, each with its counterexample in its
-docstring; the second and third are fixed by the commit after it, the first is not):
+docstring; the second and third are fixed by the commit after it, the first by sorting such
+reads on one partition, dpsql.backends.spark_sql._sorted_on_one_partition):
 
 * claim 2 -- the groups query of a partition selection ends in ``ORDER BY``; on Spark a global
   sort over more than one shuffle partition first samples its keys to the driver (the range
@@ -354,7 +355,9 @@ def test_claim1_a_partition_selection_read_in_parts_releases_the_same_rows(
         session.ledger.close()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the global sort's key sketch is a driver result too")
+# Broke on c6fb1ca (a strict xfail on the red team's branch); fixed since: the Spark
+# translation sorts a result ordered by its output columns on one partition
+# (dpsql.backends.spark_sql._sorted_on_one_partition), which needs no key sample.
 def test_a_partition_selection_over_many_groups_reads_as_over_few(events, spark, tmp_path):
     """Claim 2. The groups query (``dpsql.execute.layout.write_selected``) ends in ``ORDER BY
     __k0 NULLS LAST``. Over more than one shuffle partition Spark sorts by range
