@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from dpsql.analysis.blocks import analyze_request
+from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.execute.exact import compile_plan
 from dpsql.rewrite.plan import plan_execution
 from dpsql.units.execute import read_truncated
@@ -71,7 +72,7 @@ def test_an_unsorted_result_and_a_lower_limit_read_the_same_rows(wide, spark):
 def test_a_two_unit_release_over_many_pairs_reads_past_the_limit(spark, tmp_path):
     """The grouped fallback of two units (Spark's only two-unit read) returns a row per
     (customer, supplier) pair: 100 x 40 pairs here. Under an 8 KiB limit its levels are
-    those read without one."""
+    DuckDB's."""
     db: tiny_multi.Database = {
         "customer": [(c, 1) for c in range(100)],
         "supplier": [(s, 1) for s in range(40)],
@@ -83,13 +84,18 @@ def test_a_two_unit_release_over_many_pairs_reads_past_the_limit(spark, tmp_path
     with writing(path) as con:
         tiny_multi.load(db, con)
     md = tiny_multi.metadata(max_contribution=2**10, level_base=1024.0)
+    analysis = analyze_request("SELECT COUNT(*) FROM items", md)
+    duck = DuckDBBackend(str(path), md)  # the same levels, read by DuckDB
+    try:
+        want = read_truncated(duck, compile_plan(duck, plan_execution(analysis, md)), [],
+                              analysis.unit)
+    finally:
+        duck.close()
+    assert want[0][-1] == 100 * 40  # the top level: every pair whole
     backend = spark_backend_class(False)(
         with_sources(md, export_parquet(path, tmp_path / "parquet")), spark)
     try:
-        analysis = analyze_request("SELECT COUNT(*) FROM items", md)
         plan = compile_plan(backend, plan_execution(analysis, md))
-        want = read_truncated(backend, plan, [], analysis.unit)
-        assert want[0][-1] == 100 * 40  # the top level: every pair whole
         with max_result_size(spark, "8k"):
             _plain_collect_fails(backend, plan.fallback[0])
             got = read_truncated(backend, plan, [], analysis.unit)

@@ -438,8 +438,8 @@ EXTRA = [
 # ------------------------------------------------ attacks on the release: the bounds hold
 
 #: random worlds per query (the suite's 3-minute budget; DPSQL_REDTEAM_DBS=<n> for a deeper run)
-_SHOP_DBS = int(os.environ.get("DPSQL_REDTEAM_DBS", "4"))
-_DEEP_DBS = int(os.environ.get("DPSQL_REDTEAM_DBS", "4"))
+_SHOP_DBS = int(os.environ.get("DPSQL_REDTEAM_DBS", "2"))
+_DEEP_DBS = int(os.environ.get("DPSQL_REDTEAM_DBS", "2"))
 
 
 def _shop_dbs(seed: int = 23) -> list[Db]:
