@@ -23,6 +23,7 @@ as the two-stage at kappa = C = 1 and stays within w (FIXED, pinned below).
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 from collections.abc import Sequence
 
@@ -73,6 +74,11 @@ def remove(db: Db, unit: int) -> Db:
 def units(db: Db) -> list[int]:
     return sorted({c for c, _ in db["customer"] if c is not None}
                   | {c for _, c, _ in db["orders"] if c is not None})
+
+
+#: random NULL-rich databases per accepted query (the suite's budget; DPSQL_REDTEAM_DBS=24 ran
+#: before, and deeper runs found nothing)
+DBS = int(os.environ.get("DPSQL_REDTEAM_DBS", "12"))
 
 
 def databases(seed: int, n: int) -> list[Db]:
@@ -193,7 +199,7 @@ HOLDS_SELECTED = [
 @pytest.mark.parametrize("sql", HOLDS)
 def test_accepted_one_row_queries_keep_w_on_null_rich_data(sql):
     assert excess(sql, tiny.metadata(max_contribution=8, max_groups=3,
-                                     max_rows_per_group=4), databases(41, 24)) == []
+                                     max_rows_per_group=4), databases(41, DBS)) == []
 
 
 @pytest.mark.parametrize("sql", HOLDS_SELECTED)
@@ -201,7 +207,7 @@ def test_partition_selected_one_row_queries_move_one_unit(sql):
     md = selected_md()
     analysis = analyze_request(sql, md)
     assert analysis.selection_stability == 1.0
-    assert excess(sql, md, databases(43, 24)) == []
+    assert excess(sql, md, databases(43, DBS)) == []
 
 
 def test_the_databases_reach_the_bound_and_hold_nulls():
@@ -211,7 +217,7 @@ def test_the_databases_reach_the_bound_and_hold_nulls():
     sql = "SELECT COUNT(*) FROM customer c WHERE c.c_id NOT IN (SELECT o.o_cust FROM orders o)"
     analysis = analyze_request(sql, md)
     plan = plan_execution(analysis, md)
-    dbs = databases(41, 24)
+    dbs = databases(41, DBS)
     assert any(r[0] is None for db in dbs for r in db["customer"])
     assert any(r[0] is None for db in dbs for r in db["orders"])
     assert any(r[1] == 9 for db in dbs for r in db["orders"])
