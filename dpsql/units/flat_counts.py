@@ -20,6 +20,8 @@ outside the model, docs/privacy.md section 2).
 
 from __future__ import annotations
 
+import functools
+
 import sqlglot
 from sqlglot import exp
 
@@ -33,10 +35,11 @@ from dpsql.units.rewrite import counts_only
 MANY_UNITS = 1 << 18
 
 
+@functools.lru_cache(maxsize=256)
 def flat_unit_ids(histogram_sql: str, release: UnitRelease | None) -> str | None:
     """The guarded flat read (DuckDB text) of a one-unit release whose one part is a
     ``COUNT(*)`` (module docstring); None for any other query. From the SQL and the metadata
-    only."""
+    only (so memoised: a query prepared again parses nothing here)."""
     from dpsql.units.multi_rewrite import limited
 
     if release is None or release.more or not counts_only(release) or len(release.parts) != 1:

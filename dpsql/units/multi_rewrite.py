@@ -161,8 +161,16 @@ def guarded_flat(exact_sql: str, release: UnitRelease | None, exponents: dict[in
     (dpsql.rewrite.plan.ExecutionPlan). ``exponents``: the clamps pass's k per SUM."""
     if release is None or not release.more or not is_flat(exact_sql):
         return None
+    return _guarded_flat(exact_sql, release, tuple(sorted(exponents.items())))
+
+
+@functools.lru_cache(maxsize=256)
+def _guarded_flat(exact_sql: str, release: UnitRelease, exponents: tuple[tuple[int, int], ...]
+                  ) -> tuple[str, tuple[str, ...]]:
+    """:func:`guarded_flat`'s texts, memoised (from the SQL and the metadata only: a query
+    prepared again parses nothing here)."""
     return limited(exact_sql), (*regrouped(exact_sql, release),
-                                neither_totals(exact_sql, release, exponents))
+                                neither_totals(exact_sql, release, dict(exponents)))
 
 
 def limited(flat_sql: str) -> str:

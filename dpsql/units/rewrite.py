@@ -50,6 +50,7 @@ total over units and c_NULL is at most the sum over all aggregated rows.
 
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
 
 import sqlglot
@@ -242,6 +243,7 @@ def _r2t_per_unit(per_unit: exp.Expression, release: UnitRelease, exponents: dic
     return outer.from_(per_unit, copy=False)
 
 
+@functools.lru_cache(maxsize=256)
 def one_row_levels(per_unit_sql: str, release: UnitRelease | None) -> str | None:
     """For a per-unit R2T query (:func:`_r2t_per_unit`'s, its DuckDB text): the same levels as
     ONE row, ``__r<i>_<j>`` = the exact sum over units of min(c_u, tau_j b) converted once,
