@@ -14,8 +14,11 @@ partition a job (``toLocalIterator``), quadrupling the partitions while a part i
 large; then it puts the rows back in their numbered order. Round robin needs no sample of the
 data (a range partitioning's sample grows with its partitions and is itself a job's result).
 So the caller sees the same rows in the same order however they were read; only the time
-differs (timing is outside the model, docs/privacy.md section 2). What is left is a limit so low
-that one row, or the query's own shuffles, do not fit it: no real setting comes near.
+differs (timing is outside the model, docs/privacy.md section 2). Jobs of the query's own can
+send data to the driver too: a global sort samples its keys there (so the Spark translation
+sorts a result ordered by its own columns on one partition, dpsql.backends.spark_sql), and a
+broadcast join collects its build side (bounded by the owner's broadcast threshold). What is
+left is a limit so low that one row does not fit it: no real setting comes near.
 """
 
 from __future__ import annotations
