@@ -185,7 +185,8 @@ def neither_in_full(columns: Sequence[Any], release: UnitRelease) -> list[float]
     neighbour (no unit's removal removes them), so, as under one unit, they are added after
     the noise rather than truncated (dpsql.units.noise). A SUM part's total is math.fsum of
     the values: the correctly rounded exact sum, the same double as the grouped read's psi
-    of their one pair and the fallback's dpsql.units.multi_rewrite.neither_totals."""
+    of their one pair and the fallback's dpsql.units.multi_rewrite.neither_totals (inf past
+    the largest double in all three: :func:`_correctly_rounded_sum`)."""
     parts = release.parts
     both = _neither(columns)
     if both is None:
@@ -199,8 +200,24 @@ def neither_in_full(columns: Sequence[Any], release: UnitRelease) -> list[float]
         elif part.integer:
             out.append(float(sum(int(v) for v in _values(next(rest), True)[both])))
         else:
-            out.append(math.fsum(_values(next(rest), False)[both].tolist()))
+            out.append(_correctly_rounded_sum(_values(next(rest), False)[both].tolist()))
     return out
+
+
+def _correctly_rounded_sum(values: list[float]) -> float:
+    """math.fsum of ``values``, and past the largest double what DuckDB's exact sums cast to
+    DOUBLE give there (the fallback's neither_totals, the grouped query's psi): the exact sum
+    correctly rounded, +-inf when it overflows. fsum raises OverflowError instead (an error of
+    the flat read only, where the fallback past FLAT_ROWS releases inf: the red team's break,
+    tests/redteam/test_neither_flat_attacks.py)."""
+    try:
+        return math.fsum(values)
+    except OverflowError:
+        total = sum(map(Fraction, values), Fraction(0))
+        try:
+            return float(total)
+        except OverflowError:
+            return math.inf if total > 0 else -math.inf
 
 
 def pair_levels(columns: Sequence[Any], release: UnitRelease,

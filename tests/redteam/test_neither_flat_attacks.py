@@ -226,15 +226,14 @@ def test_a_row_null_on_one_side_is_truncated_by_its_other_unit_and_neither_in_fu
         reader.close()
 
 
-# BROKE on d8ee268 (claims b and c): the flat read's c_NULL of a SUM part is math.fsum of the
-# values of neither unit, which raises OverflowError when their exact sum passes the largest
-# double; the grouped fallback (neither_totals: DECIMAL steps cast to DOUBLE) and the per-pair
-# grouped query of a non-flat twin give inf for the same rows. Through dpsql.connect the flat
-# read is an InternalError ("unexpected OverflowError ... a dpsql bug") where the fallback
-# releases inf: which one runs is the row count against FLAT_ROWS, so a removal across the
-# guard turns an answer into an error (an oracle), as the red team's earlier guard breaks.
-@pytest.mark.xfail(strict=True, raises=OverflowError,
-                   reason="neither_in_full: math.fsum overflows where DuckDB's sums give inf")
+# Broke on d8ee268 (claims b and c; a strict xfail on the red team's branch, passing since
+# dpsql.units.multi_execute._correctly_rounded_sum): the flat read's c_NULL of a SUM part was
+# math.fsum of the values of neither unit, which raises OverflowError when their exact sum
+# passes the largest double; the grouped fallback (neither_totals: DECIMAL steps cast to
+# DOUBLE) and the per-pair grouped query of a non-flat twin give inf for the same rows.
+# Through dpsql.connect the flat read was an InternalError ("unexpected OverflowError ... a
+# dpsql bug") where the fallback releases inf: which one runs is the row count against
+# FLAT_ROWS, so a removal across the guard turned an answer into an error (an oracle).
 def test_neither_units_sum_past_the_largest_double_reads_alike():
     """Counterexample: bounds [0, 4e307] (finite, accepted with max_sum 1000, GS 2), one row
     of customer 1 and supplier 1, and five rows of neither unit at the bound (exact sum 2e308):
@@ -249,7 +248,7 @@ def test_neither_units_sum_past_the_largest_double_reads_alike():
         fallback = reader.read(flat, multi_FLAT_ROWS=0)
         assert fallback.no_unit == [float("inf")]
         assert reader.read(twin).no_unit[0] == float("inf")
-        got = reader.read(flat)  # OverflowError: intermediate overflow in fsum
+        got = reader.read(flat)  # was OverflowError: intermediate overflow in fsum
         assert _same(got, fallback), (_show(got), _show(fallback))
     finally:
         reader.close()
