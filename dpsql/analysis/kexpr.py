@@ -58,6 +58,12 @@ class Const(KExpr):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "value", float(self.value))
+        if self.value == math.inf:  # bounds near the largest double, scaled: the metadata's
+            from dpsql.errors import NotSupportedError
+
+            raise NotSupportedError(
+                "a sensitivity bound passes the largest double (a column's bounds near "
+                "1.8e308, times the rows one change or one unit may move): narrow the bounds")
         if not (math.isfinite(self.value) and self.value >= 0):
             raise ValueError(f"a sensitivity constant must be finite and >= 0, got {self.value}")
 

@@ -34,13 +34,14 @@ Refused under a unit (clear errors, before anything runs): COUNT(DISTINCT ..) an
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from sqlglot import exp
 
 from dpsql.analysis.elastic import Measurement, QueryAnalysis, analyze_query
 from dpsql.analysis.kexpr import Const
-from dpsql.errors import UnsupportedConstructError
+from dpsql.errors import NotSupportedError, UnsupportedConstructError
 from dpsql.metadata import Column, Metadata, PrivacyUnit, Table
 from dpsql.noise.plan import is_public
 from dpsql.units.paths import UnitSource, unit_source
@@ -155,10 +156,10 @@ def analyze_units(query: exp.Query, metadata: Metadata) -> QueryAnalysis:
         if not grouped:
             parts += r2t_parts(m)
         if grouped:
-            bound = unit.max_groups * unit.max_rows_per_group * width
+            bound = nominal_bound(unit.max_groups * unit.max_rows_per_group, width)
         else:
-            bound = unit.max_contribution * width  # nominal: R2T plans its own scales
-        measurements.append(dataclasses.replace(m, sensitivity=Const(float(bound))))
+            bound = nominal_bound(unit.max_contribution, width)  # R2T plans its own scales
+        measurements.append(dataclasses.replace(m, sensitivity=Const(bound)))
     release = UnitRelease(unit, source, tuple(parts))
     # partition selection under the unit (dpsql.noise.unit_partition): one unit is in at most
     # max_groups of the two-stage's groups, whatever the joins
@@ -210,6 +211,18 @@ def r2t_parts(m: Measurement) -> list[R2TPart]:
     lo, hi = m.bounds
     return ([R2TPart(m.index, 1, float(hi), False)] if hi > 0 else []) + (
         [R2TPart(m.index, -1, float(-lo), False)] if lo < 0 else [])
+
+
+def nominal_bound(rows: int, width: float) -> float:
+    """``rows * width``, a measurement's nominal bound under a unit; NotSupportedError (from
+    the metadata alone) when it passes the largest double, which no noise scale can hold."""
+    bound = float(rows) * width
+    if not math.isfinite(bound):
+        raise NotSupportedError(
+            f"a unit's bound on this aggregate ({rows} rows of up to {width:g} each) passes "
+            "the largest double: narrow the column's bounds or lower the unit's "
+            "max_contribution / max_groups / max_rows_per_group")
+    return bound
 
 
 def row_width(m: Measurement) -> float:

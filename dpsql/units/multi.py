@@ -43,6 +43,7 @@ from dpsql.units.analysis import (
     R2TPart,
     UnitRelease,
     analyze_unit_request,
+    nominal_bound,
     r2t_parts,
     row_width,
     structural_metadata,
@@ -95,8 +96,8 @@ def analyze_multi(sql: str, query: exp.Query, metadata: Metadata,
     first = reached[0]
     for m, width in zip(analysis.measurements, widths, strict=True):
         parts += r2t_parts(m)
-        bound = first.max_contribution * width  # nominal: R2T plans its own scales
-        measurements.append(dataclasses.replace(m, sensitivity=Const(float(bound))))
+        bound = nominal_bound(first.max_contribution, width)  # R2T plans its own scales
+        measurements.append(dataclasses.replace(m, sensitivity=Const(bound)))
     release = UnitRelease(first, sources[0], tuple(parts),
                           more=((reached[1], sources[1]),))
     return dataclasses.replace(analysis, measurements=tuple(measurements), unit=release)

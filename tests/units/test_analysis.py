@@ -61,3 +61,36 @@ def test_each_unit_chooses_its_own_groups_so_the_groups_share_the_truncation():
     assert len(rows) == 3 and sum(rows.values()) == n, rows  # one kind per customer
     spread = 6 * (n * (1 / 3) * (2 / 3)) ** 0.5
     assert all(abs(kept - n / 3) <= spread for kept in rows.values()), rows
+
+
+HUGE = """
+privacy_unit: {units}
+tables:
+  people: {{columns: {{pid: {{type: INTEGER}}}}}}
+  stores: {{{stores}columns: {{sid: {{type: INTEGER}}}}}}
+  visits:
+    unit: {path}
+    columns: {{v_pid: {{type: INTEGER}}, v_sid: {{type: INTEGER}},
+              region: {{type: INTEGER, releasable: true, domain: {{values: [1, 2]}}}},
+              v: {{type: DOUBLE, bounds: [0, 1.0e+308]}}}}
+"""
+
+
+@pytest.mark.parametrize(("units", "path", "stores"), [
+    ("{table: people, column: pid, max_contribution: 4}", "v_pid", "public: true, "),
+    ("[{table: people, column: pid, max_contribution: 4}, {table: stores, column: sid}]",
+     "{people: v_pid, stores: v_sid}", ""),
+])
+@pytest.mark.parametrize("sql", ["SELECT SUM(v) FROM visits",
+                                 "SELECT region, SUM(v) FROM visits GROUP BY region"])
+def test_a_unit_bound_past_the_largest_double_is_refused_by_the_metadata(units, path, stores,
+                                                                          sql):
+    """max_contribution (or max_groups x max_rows_per_group) times a SUM's bound past the
+    largest double: a clear refusal naming the fix, not a ValueError (the red team's note)."""
+    from dpsql.errors import NotSupportedError
+    from dpsql.metadata import loads_metadata
+
+    md = loads_metadata(HUGE.format(units=units, path=path, stores=stores), "<huge bounds>")
+    with pytest.raises(NotSupportedError) as err:
+        analyze_request(sql, md)
+    assert "largest double" in str(err.value) and "bounds" in str(err.value)
