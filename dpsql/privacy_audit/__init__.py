@@ -120,11 +120,15 @@ def _exact_vector(session: Session, sql: str, params: Sequence[Any], epsilon: fl
     unit = prepared.analysis.unit
     if unit is not None and (unit.r2t or unit.more):  # R2T: the levels, as Session.run reads
         # them (one unit: the truncated sums, or for counts the histogram of contributions
-        # evaluated in Python; two units: the flow-truncated levels, units.multi)
-        from dpsql.units.execute import read_truncated
+        # evaluated in Python; two units: the flow-truncated levels, units.multi), then each
+        # part's rows of no unit, c_NULL, apart: added to a level in float64 a huge c_NULL
+        # would round the level's move past tau_j, which the release never does (it adds
+        # c_NULL after the noise)
+        from dpsql.units.execute import read_truncated_parts
 
-        levels = read_truncated(session.backend, prepared.compiled, params, unit)
-        return np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in levels])
+        parts = read_truncated_parts(session.backend, prepared.compiled, params, unit)
+        return np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in parts.levels]
+                              + [np.asarray(parts.no_unit, dtype=np.float64)])
     bins = read_exact(session.backend, prepared.compiled, params)
     return np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in bins.exact])
 
