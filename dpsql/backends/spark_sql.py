@@ -131,8 +131,9 @@ def _sorted_on_one_partition(tree: exp.Expression) -> exp.Expression:
     team's break, tests/redteam/test_spark_collect_attacks.py). One partition needs no sample
     and gives the same rows in the same order. Anything else is left as it is."""
     order = tree.args.get("order")
-    if order is None or not isinstance(tree, exp.Select):
-        return tree
+    if (order is None or not isinstance(tree, exp.Select)
+            or any(tree.args.get(k) for k in ("limit", "offset", "fetch"))):
+        return tree  # a LIMIT applies after the ORDER BY: not moved apart
     outputs = {e.alias_or_name for e in tree.expressions}
     if not all(isinstance(o, exp.Ordered) and isinstance(o.this, exp.Column)
                and not o.this.table and o.this.name in outputs for o in order.expressions):

@@ -111,7 +111,8 @@ def test_a_result_ordered_by_its_outputs_is_sorted_on_one_partition():
     assert sql.startswith("WITH e AS (") and "SELECT /*+ REPARTITION(1) */ * FROM (SELECT" in sql
     assert sql.endswith(") AS __sorted ORDER BY __k0 NULLS LAST"), sql
     # ordered by anything but its own outputs: left as it is
-    for other in ("SELECT t.a FROM t ORDER BY t.b", "SELECT t.a FROM t ORDER BY t.a + 1"):
+    for other in ("SELECT t.a FROM t ORDER BY t.b", "SELECT t.a FROM t ORDER BY t.a + 1",
+                  "SELECT t.a AS x FROM t ORDER BY x LIMIT 3"):
         assert "REPARTITION" not in to_spark_sql(other, SCHEMA)
 
 
