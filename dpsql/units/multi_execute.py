@@ -136,7 +136,9 @@ def read_pair_truncated(backend: Backend, compiled: CompiledPlan, params: Sequen
         columns, _ = backend.execute_flat_columns(compiled.exact, bindings)
         if (compiled.fallback is None
                 or columns[0].shape[0] <= flat_guard(len(columns), FLAT_ROWS)):
-            return pair_levels(columns, release), neither_in_full(columns, release)
+            both = _neither(columns)  # once: the flow reads the rest, c_NULL these
+            kept = columns if both is None else [np.ma.asarray(c)[~both] for c in columns]
+            return pair_levels(kept, release), _in_full(columns, release, both)
         del columns  # thrown away before the fallback reads
     # the fallback's ids read as the flat read reads them (DuckDB: Arrow, every id type exact;
     # fetchnumpy gave DECIMAL / HUGEINT ids as doubles, merging ids past 2^53 in one read only:
@@ -187,8 +189,13 @@ def neither_in_full(columns: Sequence[Any], release: UnitRelease) -> list[float]
     the values: the correctly rounded exact sum, the same double as the grouped read's psi
     of their one pair and the fallback's dpsql.units.multi_rewrite.neither_totals (inf past
     the largest double in all three: :func:`_correctly_rounded_sum`)."""
+    return _in_full(columns, release, _neither(columns))
+
+
+def _in_full(columns: Sequence[Any], release: UnitRelease, both: np.ndarray | None
+             ) -> list[float]:
+    """:func:`neither_in_full` given ``both``, the rows of neither unit (None: none)."""
     parts = release.parts
-    both = _neither(columns)
     if both is None:
         return [0.0] * len(parts)
     per_part = len(columns) == 2 + len(parts)
