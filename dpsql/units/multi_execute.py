@@ -137,8 +137,8 @@ def read_pair_truncated(backend: Backend, compiled: CompiledPlan, params: Sequen
         if (compiled.fallback is None
                 or columns[0].shape[0] <= flat_guard(len(columns), FLAT_ROWS)):
             both = _neither(columns)  # once: the flow reads the rest, c_NULL these
-            kept = columns if both is None else [np.ma.asarray(c)[~both] for c in columns]
-            return pair_levels(kept, release), _in_full(columns, release, both)
+            return (pair_levels(_without(columns, both), release),
+                    _in_full(columns, release, both))
         del columns  # thrown away before the fallback reads
     # the fallback's ids read as the flat read reads them (DuckDB: Arrow, every id type exact;
     # fetchnumpy gave DECIMAL / HUGEINT ids as doubles, merging ids past 2^53 in one read only:
@@ -177,8 +177,12 @@ def _neither(columns: Sequence[Any]) -> np.ndarray | None:
 
 def _of_some_unit(columns: Sequence[Any]) -> Sequence[Any]:
     """``columns`` without the results of neither unit (what the flow truncates)."""
-    both = _neither(columns)
-    return columns if both is None else [np.ma.asarray(c)[~both] for c in columns]
+    return _without(columns, _neither(columns))
+
+
+def _without(columns: Sequence[Any], rows: np.ndarray | None) -> Sequence[Any]:
+    """``columns`` without ``rows`` (a mask; None: none)."""
+    return columns if rows is None else [np.ma.asarray(c)[~rows] for c in columns]
 
 
 def neither_in_full(columns: Sequence[Any], release: UnitRelease) -> list[float]:
