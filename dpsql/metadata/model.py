@@ -28,6 +28,13 @@ class Domain:
     column: str | None = None
 
 
+#: the largest max frequency metadata may declare: more rows than a table can hold (DuckDB and
+#: Spark count rows in 64 bits), and small enough that every sensitivity built from it is a
+#: finite double or a refusal read from the bounds (a larger one was an OverflowError in the
+#: analysis: an error that depended on a private max frequency)
+MAX_FREQ = 2**63
+
+
 @dataclass(frozen=True)
 class Column:
     """One column. ``max_freq`` is mf(a): the most rows sharing one value (None: unknown).
@@ -51,6 +58,12 @@ class Column:
     type: str | None = None
     date_bounds: tuple[datetime.date, datetime.date] | None = None
     partition_selection: bool = False
+
+    def __post_init__(self) -> None:
+        mf = self.max_freq
+        if mf is not None and not (isinstance(mf, int) and 1 <= mf <= MAX_FREQ):
+            raise ValueError(f"column {self.name!r}: max_freq must be an integer in "
+                             f"[1, 2^63], got {mf!r}")
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from typing import NoReturn
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import sample_aggregate
 from dpsql.metadata.model import (
+    MAX_FREQ,
     Column,
     Domain,
     Metadata,
@@ -183,11 +184,12 @@ class _Reader:
         value = node.get(key)
         if value is None:
             return None
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_FREQ:
             self.fail(
                 where,
                 f"{key} must be a positive integer (the largest number of rows sharing one "
-                f"value of this column), got {_short(value)}; remove it if unknown",
+                f"value of this column) of at most 2^63, got {_short(value)}; remove it if "
+                "unknown",
                 node,
                 key,
             )

@@ -280,16 +280,20 @@ def sum_granularity(scale: float) -> float:
     rounding slack ``g / scale`` stays below 2^-19 — and is zero whenever ``g`` divides the
     sensitivity, e.g. any integer sensitivity with ``scale <= 2^20``.
     """
+    if scale == math.inf:  # bounds near the largest double, doubled or divided by epsilon
+        raise ScaleOutOfRange(_SCALE_OUT_OF_RANGE)
     scale = _check_scale(scale)
     mant, exp = math.frexp(scale)                  # scale = mant * 2^exp, 0.5 <= mant < 1
     ceil_log2 = exp - 1 if mant == 0.5 else exp
     lo, hi = _SUM_SCALE_EXP_RANGE
     if not lo <= ceil_log2 <= hi:
-        raise ScaleOutOfRange(
-            "the noise scale of a sum (from its bounds and epsilon) must lie in [2^-1000, "
-            "2^1000]: declare bounds of a usual magnitude (rescale the column) or use another "
-            "epsilon")
+        raise ScaleOutOfRange(_SCALE_OUT_OF_RANGE)
     return math.ldexp(1.0, ceil_log2 - SUM_GRID_BITS)
+
+
+_SCALE_OUT_OF_RANGE = (
+    "the noise scale of a sum (from its bounds and epsilon) must lie in [2^-1000, 2^1000]: "
+    "declare bounds of a usual magnitude (rescale the column) or use another epsilon")
 
 
 class ScaleOutOfRange(NotSupportedError, ValueError):

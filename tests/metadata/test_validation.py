@@ -44,6 +44,10 @@ INVALID = {
         "tables:\n  t:\n    columns:\n      c: {max_freq: 1.5}\n",
         ["column 'c'", "positive integer", "1.5"],
     ),
+    "max_freq past 2^63": (  # more rows than a table holds; past the doubles, an analysis error
+        "tables:\n  t:\n    columns:\n      c: {max_freq: 9223372036854775809}\n",
+        ["column 'c'", "at most 2^63", "9223372036854775809"],
+    ),
     "max_freq bool": (
         "tables:\n  t:\n    columns:\n      c: {max_freq: true}\n",
         ["column 'c'", "positive integer", "True"],

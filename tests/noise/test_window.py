@@ -53,3 +53,56 @@ def test_the_window_clamps_the_exact_count(database):
     assert (kind, rows) == ("ok", [(16384,)])
     kind, rows = outcome(database, _metadata(100), JOIN, epsilon=1.0, delta=1e-6)
     assert (kind, rows) == ("ok", [(30000,)])  # far inside the window: untouched
+
+
+# ------------------------------------------------- refusals near the largest double (row level)
+
+BIG_SCHEMA = ["CREATE TABLE a (k INTEGER, v DOUBLE)", "CREATE TABLE b (k INTEGER)",
+              "CREATE TABLE p (k INTEGER, w DOUBLE)"]
+BIG_ROWS = {"a": [(i % 3, 1.0) for i in range(30)], "b": [(i % 3,) for i in range(30)],
+            "p": [(i % 3, 2.0) for i in range(30)]}
+BIG_QUERIES = ["SELECT SUM(a.v) FROM a", "SELECT k, SUM(v) FROM a GROUP BY k",
+               "SELECT SUM(a.v) FROM a JOIN b ON a.k = b.k",
+               "SELECT b.k, SUM(a.v) FROM a JOIN b ON a.k = b.k GROUP BY b.k",
+               "SELECT SUM(a.v) FROM a JOIN p ON a.k = p.k",
+               "SELECT COUNT(*) FROM a JOIN b ON a.k = b.k JOIN b AS c ON b.k = c.k"]
+
+
+def _big_metadata(mf: int, upper: float):
+    return loads_metadata(f"""
+tables:
+  a:
+    columns:
+      k: {{max_freq: {mf}, type: INTEGER, releasable: true, domain: {{values: [0, 1, 2]}}}}
+      v: {{type: DOUBLE, bounds: [0, {upper:.1e}]}}
+  b:
+    columns:
+      k: {{max_freq: {mf}, type: INTEGER, releasable: true, domain: {{values: [0, 1, 2]}}}}
+  p:
+    public: true
+    columns:
+      k: {{max_freq: 10, type: INTEGER}}
+      w: {{type: DOUBLE, bounds: [0, {upper:.1e}]}}
+""")
+
+
+@pytest.fixture(scope="module")
+def big_database(tmp_path_factory):
+    return write_database(tmp_path_factory.mktemp("big") / "b.duckdb", BIG_SCHEMA, BIG_ROWS)
+
+
+@pytest.mark.parametrize("upper", [1e3, 1e300, 1e307, 1.7e308])
+@pytest.mark.parametrize("sql", BIG_QUERIES)
+def test_a_refusal_near_the_largest_double_reads_no_private_max_frequency(
+        big_database, sql, upper):
+    # A private max frequency enters ES(k) as mf + k, never as a constant, so the constant
+    # bounds that pass the largest double (a refusal naming the bounds: kexpr.Const) are
+    # built from the bounds, epsilon and public tables alone; an infinite smoothed S is
+    # clamped by the public window. The same outcome for every declarable max frequency
+    # (up to 2^63, metadata's cap), and at 1.7e308 the widths themselves overflow.
+    outcomes = {mf: outcome(big_database, _big_metadata(mf, upper), sql, epsilon=1.0,
+                            delta=1e-6) for mf in (1, 30, 10**12, 2**63)}
+    kinds = {(o[0], None if o[0] == "ok" else o[1]) for o in outcomes.values()}
+    assert len(kinds) == 1, outcomes
+    if upper == 1.7e308 and "GROUP BY" in sql:  # 2 x width per bin: past the largest double
+        assert next(iter(kinds))[0] in ("NotSupportedError", "ScaleOutOfRange"), outcomes
