@@ -25,6 +25,7 @@ _BY_SQLSTATE: dict[str, type[errors.Error]] = {
     "42000": errors.ProgrammingError, "0A000": errors.NotSupportedError,
     "53400": errors.BudgetExhaustedError, "57014": errors.QueryCancelledError,
     "28P01": errors.OperationalError, "22000": errors.DataError, "22P02": errors.DataError,
+    "22007": errors.DataError,
 }
 
 

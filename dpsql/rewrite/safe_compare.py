@@ -186,6 +186,8 @@ def _pair_is_total(a: Kind, b: Kind, a_node: exp.Expression, b_node: exp.Express
 
 
 ColumnKind = Callable[[exp.Column], "Kind | None"]
+#: a column's declared type text (metadata ``type``), or None when unknown
+ColumnType = Callable[[exp.Column], "str | None"]
 
 
 def _operand_kind(node: exp.Expression, column_kind: ColumnKind) -> Kind | None:
@@ -223,7 +225,7 @@ def comparison_is_total(node: exp.Expression, column_kind: ColumnKind) -> bool:
     return True
 
 
-def _scope_nodes(node: exp.Expression):
+def scope_nodes(node: exp.Expression):
     """``node`` and its descendants, not entering subqueries (they are their own scope)."""
     stack = [node]
     while stack:
@@ -246,7 +248,7 @@ def fold_date_intervals(node: exp.Expression, column_kind: ColumnKind) -> None:
     if node.find(exp.Interval) is None:
         return
     comparisons = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)
-    for shift in list(_scope_nodes(node)):
+    for shift in list(scope_nodes(node)):
         if not _is_date_shift(shift):
             continue
         parent = shift.parent
@@ -309,10 +311,10 @@ def enclosing_select(select: exp.Select) -> exp.Select | None:
         node = parent
 
 
-def column_kinds(select: exp.Select, metadata: Metadata | None,
-                 cte_names: frozenset[str]) -> ColumnKind:
-    """Kinds, from the metadata, of the columns of the base tables ``select`` reads (FROM and
-    JOINs) and of those of the SELECTs it is a correlated subquery of
+def column_types(select: exp.Select, metadata: Metadata | None,
+                 cte_names: frozenset[str]) -> ColumnType:
+    """Declared types, from the metadata, of the columns of the base tables ``select`` reads
+    (FROM and JOINs) and of those of the SELECTs it is a correlated subquery of
     (:func:`enclosing_select`), each alias resolved to the innermost scope naming it, as SQL
     resolves it (the query is qualified, so every column names its scope's alias).
 
@@ -328,11 +330,23 @@ def column_kinds(select: exp.Select, metadata: Metadata | None,
                                _base_table(source, metadata, cte_names))
         scope = enclosing_select(scope)
 
-    def kind(column: exp.Column) -> Kind | None:
+    def declared_type(column: exp.Column) -> str | None:
         table = aliases.get(column.table)
         if table is None:
             return None
         declared = table.columns.get(column.name.lower())
-        return declared_kind(declared.type) if declared is not None else None
+        return declared.type if declared is not None else None
+
+    return declared_type
+
+
+def column_kinds(select: exp.Select, metadata: Metadata | None,
+                 cte_names: frozenset[str]) -> ColumnKind:
+    """The Kinds of :func:`column_types` (None: unknown, or a type no rule here reads)."""
+    declared_type = column_types(select, metadata, cte_names)
+
+    def kind(column: exp.Column) -> Kind | None:
+        text = declared_type(column)
+        return declared_kind(text) if text is not None else None
 
     return kind

@@ -1,0 +1,91 @@
+"""A string literal compared with a typed column must be a value of that type: refused before
+any charge, rather than answered as if no row matched.
+
+DuckDB casts a string literal compared with a DATE, TIMESTAMP, number or BOOLEAN column to the
+column's type (``visit_date >= '2023-13-01'`` casts '2023-13-01' to DATE). When that cast
+fails, the database raises, but only once a row reaches the comparison, so the rewrite wraps
+such a comparison in TRY (dpsql.rewrite.totality): it becomes NULL on every row, and the query
+was answered -- and charged -- as if no row matched (the QA round's finding: month 13 gave a
+noisy 0). :func:`check_literal_casts` refuses it instead, with DataError naming the literal,
+the column and an example of the type (SQLSTATE 22007 for a date or time, 22P02 else, as
+PostgreSQL: dpsql.server.sqlstates).
+
+Contract: the refusal reads the SQL text and the declared column types (public metadata)
+alone, and its test is DuckDB's own cast of the literal, ``TRY_CAST(literal AS type)``, on a
+private in-memory connection that holds no data. A literal that casts is left to the totality
+rules as before (nothing new is proved total here). Columns of unknown type (undeclared, or of
+a CTE or derived table) and parameters (typed by the caller) are not checked.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import lru_cache
+
+import duckdb
+from sqlglot import exp
+
+from dpsql.analysis.keytypes import normalise
+from dpsql.errors import DataError
+from dpsql.rewrite.safe_compare import ColumnType, scope_nodes
+
+T = exp.DataType.Type
+
+#: column types whose comparison with a string literal casts the literal (family -> example)
+_EXAMPLES = {
+    **dict.fromkeys(exp.DataType.TEMPORAL_TYPES, "'2024-01-31 12:00:00'"),  # timestamps
+    **dict.fromkeys((T.DATE, T.DATE32), "'2024-01-31'"),
+    **dict.fromkeys((T.TIME, T.TIMETZ, T.TIME_NS), "'12:00:00'"),
+    T.BOOLEAN: "'true'",
+    **dict.fromkeys(exp.DataType.NUMERIC_TYPES, "'42'"),
+}
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
+                exp.NullSafeNEQ)
+
+_lock = threading.Lock()
+_connection: duckdb.DuckDBPyConnection | None = None
+
+
+@lru_cache(maxsize=4096)
+def casts(text: str, type_sql: str) -> bool:
+    """Whether DuckDB casts the string ``text`` to ``type_sql`` (one data-free query per
+    literal and type, remembered)."""
+    global _connection
+    with _lock:
+        if _connection is None:
+            _connection = duckdb.connect(":memory:")
+        row = _connection.execute(f"SELECT TRY_CAST($1 AS {type_sql}) IS NOT NULL",
+                                  [text]).fetchone()
+    return bool(row and row[0])
+
+
+def _pairs(node: exp.Expression) -> list[tuple[exp.Expression, exp.Expression]]:
+    """The operand pairs a comparison ``node`` compares (none for other nodes)."""
+    if isinstance(node, exp.Between):
+        return [(node.this, node.args["low"]), (node.this, node.args["high"])]
+    if isinstance(node, exp.In):
+        return [(node.this, e) for e in node.expressions]
+    if isinstance(node, _COMPARISONS):
+        return [(node.this, node.expression), (node.expression, node.this)]
+    return []
+
+
+def check_literal_casts(node: exp.Expression, column_type: ColumnType) -> None:
+    """Refuse (DataError) a comparison in ``node`` of a typed column with a string literal
+    its type does not take (module contract); subqueries are their own scope."""
+    for inner in scope_nodes(node):
+        for column, literal in _pairs(inner):
+            column, literal = column.unnest(), literal.unnest()
+            if not (isinstance(column, exp.Column) and isinstance(literal, exp.Literal)
+                    and literal.is_string):
+                continue
+            dtype = normalise(column_type(column))
+            if dtype is None or dtype.this not in _EXAMPLES:
+                continue
+            type_sql = dtype.sql(dialect="duckdb")
+            if not casts(literal.this, type_sql):
+                raise DataError(
+                    f"{literal.sql(dialect='duckdb')} cannot be read as type {type_sql}, so "
+                    f"its comparison with {column.sql(dialect='duckdb')} (of type {type_sql}) "
+                    f"would be NULL on every row: write a value of type {type_sql} such as "
+                    f"{_EXAMPLES[dtype.this]}")

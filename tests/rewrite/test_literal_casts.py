@@ -1,0 +1,94 @@
+"""dpsql.rewrite.literal_casts: a string literal that a compared column's type cannot read is
+refused before any charge (it was TRY-wrapped into NULL and answered as if no row matched: QA
+round 5), on every database alike; literals DuckDB reads are answered as before."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpsql.errors import DataError
+from dpsql.metadata import loads_metadata
+from dpsql.rewrite.literal_casts import casts
+from dpsql.server.sqlstates import sqlstate
+from tests.ledgers import charged, charging_session
+from tests.neighbours import outcome, write_database
+from tests.shop_fixture import ZeroNoise
+
+SCHEMA = ["CREATE TABLE v (d DATE, n INTEGER, s VARCHAR, x DECIMAL(10, 2), t TIMESTAMP)"]
+ROWS = {"v": [(f"2023-01-{1 + i % 28:02d}", i, "a", 1.5, f"2023-01-01 0{i % 10}:00:00")
+              for i in range(30)]}
+METADATA = loads_metadata("""
+tables:
+  v:
+    columns:
+      d: {type: DATE}
+      n: {type: INTEGER, max_freq: 1}
+      s: {type: VARCHAR}
+      x: {type: "DECIMAL(10,2)"}
+      t: {type: TIMESTAMP}
+""")
+
+REFUSED = {
+    "SELECT COUNT(*) FROM v WHERE d >= '2023-13-01'": ("'2023-13-01'", "v.d", "22007"),
+    "SELECT COUNT(*) FROM v WHERE '2023-13-01' < d": ("'2023-13-01'", "v.d", "22007"),
+    "SELECT COUNT(*) FROM v WHERE d IN ('2023-01-01', 'x')": ("'x'", "v.d", "22007"),
+    "SELECT COUNT(*) FROM v WHERE d BETWEEN '2023-01-01' AND 'yesterday'":
+        ("'yesterday'", "v.d", "22007"),
+    "SELECT COUNT(*) FROM v WHERE t > 'noon'": ("'noon'", "v.t", "22007"),
+    "SELECT COUNT(*) FROM v WHERE n = '12x'": ("'12x'", "v.n", "22P02"),
+    "SELECT COUNT(*) FROM v WHERE x <> 'abc'": ("'abc'", "v.x", "22P02"),
+    "SELECT COUNT(*) FROM v WHERE CASE WHEN d = 'bad' THEN TRUE ELSE FALSE END":
+        ("'bad'", "v.d", "22007"),
+    "SELECT COUNT(*) FROM v WHERE n IN (SELECT w.n FROM v AS w WHERE w.d = 'bad')":
+        ("'bad'", "w.d", "22007"),
+}
+
+ANSWERED = {  # DuckDB reads these literals (its own cast decides), or nothing is cast
+    "SELECT COUNT(*) FROM v WHERE d >= '2023-1-5'": 24,
+    "SELECT COUNT(*) FROM v WHERE d >= '2023/01/05'": 24,
+    "SELECT COUNT(*) FROM v WHERE t >= '2023-01-01 05:00'": 15,
+    "SELECT COUNT(*) FROM v WHERE n = ' 12 '": 1,
+    "SELECT COUNT(*) FROM v WHERE s = '12x'": 0,
+}
+
+
+@pytest.fixture(scope="module")
+def databases(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("literals")
+    return (write_database(folder / "rows.duckdb", SCHEMA, ROWS),
+            write_database(folder / "empty.duckdb", SCHEMA, {}))
+
+
+def test_casts_is_duckdbs_own_cast():
+    assert casts("2023-12-31", "DATE") and casts("2023-1-5", "DATE")
+    assert not casts("2023-13-01", "DATE") and not casts("yesterday", "DATE")
+    assert casts(" 12 ", "INT") and not casts("12x", "INT") and not casts("70000", "SMALLINT")
+
+
+@pytest.mark.parametrize("sql", list(REFUSED))
+def test_an_unreadable_literal_is_refused_alike_on_every_database(databases, sql):
+    literal, column, code = REFUSED[sql]
+    outcomes = [outcome(path, METADATA, sql) for path in databases]
+    assert outcomes[0] == outcomes[1], outcomes
+    kind, message = outcomes[0]
+    assert kind == "DataError", outcomes
+    assert f"{literal} cannot be read as type" in message and f"with {column} " in message
+    assert "such as" in message  # the fix: an example of the type
+    assert sqlstate(DataError(message)) == code
+
+
+@pytest.mark.parametrize("sql", list(ANSWERED))
+def test_a_literal_duckdb_reads_is_answered(databases, sql):
+    rows_db, empty_db = databases
+    assert outcome(rows_db, METADATA, sql) == ("ok", [(ANSWERED[sql],)])
+    assert outcome(empty_db, METADATA, sql) == ("ok", [(0,)])
+
+
+def test_the_refusal_is_not_charged(databases, tmp_path):
+    with charging_session(databases[0], METADATA, tmp_path / "ledger.sqlite",
+                          sampler=ZeroNoise()) as session:
+        with pytest.raises(DataError):
+            session.run("SELECT COUNT(*) FROM v WHERE d >= '2023-13-01'", [], epsilon=0.5)
+        assert charged(session) == []
+        session.run("SELECT COUNT(*) FROM v WHERE d >= '2023-12-01'", [], epsilon=0.5)
+        assert len(charged(session)) == 1
