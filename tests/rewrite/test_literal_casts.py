@@ -4,6 +4,8 @@ round 5), on every database alike; literals DuckDB reads are answered as before.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from dpsql.errors import DataError
@@ -13,6 +15,7 @@ from dpsql.server.sqlstates import sqlstate
 from tests.ledgers import charged, charging_session
 from tests.neighbours import outcome, write_database
 from tests.shop_fixture import ZeroNoise
+from tests.units import tiny
 
 SCHEMA = ["CREATE TABLE v (d DATE, n INTEGER, s VARCHAR, x DECIMAL(10, 2), t TIMESTAMP)"]
 ROWS = {"v": [(f"2023-01-{1 + i % 28:02d}", i, "a", 1.5, f"2023-01-01 0{i % 10}:00:00")
@@ -92,3 +95,11 @@ def test_the_refusal_is_not_charged(databases, tmp_path):
         assert charged(session) == []
         session.run("SELECT COUNT(*) FROM v WHERE d >= '2023-12-01'", [], epsilon=0.5)
         assert len(charged(session)) == 1
+
+
+@pytest.mark.parametrize("sql", ["SELECT COUNT(*) FROM orders WHERE amount = '12x'",
+                                 "SELECT SUM(amount) FROM orders WHERE amount <> 'x'"])
+def test_under_a_privacy_unit_too(tmp_path, sql):
+    path = tiny.write_file(tmp_path / "shop.duckdb", tiny.random_database(random.Random(5)))
+    kind, message = outcome(path, tiny.metadata(), sql)
+    assert kind == "DataError" and "cannot be read as type INT" in message, message
