@@ -321,19 +321,20 @@ def _sum_bounds(agg: exp.Expression, arg: exp.Expression, rel: Relation) -> tupl
         # (LEAST(COUNT(...), n) in the subquery has the bounds [0, n]: keyed_groups)
         raise UnboundedAggregateValue(f"{fn}({sql_text(arg)})", arg.table, arg.name,
                                       summed=True)
+    if facts is not None and not numeric_or_unknown(facts.type):
+        # DuckDB would cast each stored value to a number: one unparsable row would make the
+        # whole query fail, an error that depends on the data (the rewrite also uses TRY_CAST
+        # for columns of unknown type). Checked before the bounds: declaring bounds on a text
+        # column is no fix, so the message must not suggest it.
+        raise UnsupportedConstructError(
+            f"{fn}({sql_text(arg)}) needs a numeric column, and {arg.name!r} is "
+            f"{facts.type}: sum a numeric column, or store this one as a number"
+        )
     if facts is None or facts.bounds is None:
         raise MissingMetricError(
             f"{fn}({sql_text(arg)}) needs bounds: declare bounds: [lower, upper] for column "
             f"{arg.name!r} in the metadata, or clamp it in SQL with "
             f"LEAST(GREATEST({sql_text(arg)}, lower), upper)"
-        )
-    if not numeric_or_unknown(facts.type):
-        # DuckDB would cast each stored value to a number: one unparsable row would make the
-        # whole query fail, an error that depends on the data (the rewrite also uses TRY_CAST
-        # for columns of unknown type).
-        raise UnsupportedConstructError(
-            f"{fn}({sql_text(arg)}) needs a numeric column, and {arg.name!r} is "
-            f"{facts.type}: sum a numeric column, or store this one as a number"
         )
     return facts.bounds
 

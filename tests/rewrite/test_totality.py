@@ -278,6 +278,19 @@ def test_sum_of_a_known_text_column_is_rejected(sql):
         analyze(sql, loads_metadata(TEXT_BOUNDS % ", type: VARCHAR"))
 
 
+@pytest.mark.parametrize("sql", ["SELECT SUM(code) FROM accounts",
+                                 "SELECT AVG(code) FROM accounts"])
+def test_sum_of_a_text_column_without_bounds_names_the_type_not_bounds(sql):
+    # Without bounds, the refusal used to ask for bounds on the VARCHAR column (no fix: a
+    # text column with bounds is refused anyway); it names the type instead.
+    from dpsql.analysis.elastic import analyze
+    from dpsql.errors import UnsupportedConstructError
+    metadata = loads_metadata(TEXT_BOUNDS.replace(", bounds: [0, 1000]", "") % ", type: VARCHAR")
+    with pytest.raises(UnsupportedConstructError, match="needs a numeric column") as err:
+        analyze(sql, metadata)
+    assert "bounds" not in str(err.value)
+
+
 def test_sum_of_a_column_of_unknown_type_cannot_fail(plain):
     # Without a type (no database to fill it from), the clamp casts with TRY_CAST: the
     # unparsable row counts as NULL instead of failing, on both databases.
