@@ -32,7 +32,9 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
               help="PEM private key of --tls-cert.")
 @click.option("--backend", type=click.Choice(["duckdb", "spark"]), default="duckdb",
               show_default=True)
-@click.option("--spark", "spark_master", default=None, help="Spark master URL (--backend spark).")
+@click.option("--spark-master", "--spark", "spark_master", default=None, metavar="URL",
+              help="Spark master for --backend spark: local[2], spark://host:7077, yarn, ... "
+                   "(default local[2]; --spark is the old spelling).")
 @click.option("--workers", default=8, show_default=True, type=click.IntRange(1, 256),
               help="Threads answering queries.")
 @click.option("--max-failed-logins", default=10, show_default=True, type=click.IntRange(1),

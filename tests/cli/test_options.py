@@ -154,3 +154,15 @@ def test_execute_is_a_deprecated_spelling_of_c(tmp_path) -> None:
     assert runner.invoke(cli, [*base, "-c", "\\tables"]).exit_code == 0
     both = runner.invoke(cli, [*base, "--execute", "\\q", "-c", "\\q"])
     assert both.exit_code == 2 and "pass one" in both.output
+
+
+def test_every_spark_master_option_is_spelled_spark_master():
+    # `dpsql serve` spelled it --spark while query, shell, explain and metadata build (and the
+    # README) say --spark-master: a new user's `serve --spark-master` was a usage error.
+    found = []
+    for path, command in COMMANDS.items():
+        for param in command.params:
+            if param.name == "spark_master":
+                found.append(path)
+                assert "--spark-master" in param.opts, (path, param.opts)
+    assert "serve" in found
