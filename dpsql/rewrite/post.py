@@ -77,6 +77,25 @@ def _avg_parts(analysis: QueryAnalysis, avg: exp.Avg) -> tuple[int, int, tuple[f
     return total.index, count.index, total.bounds
 
 
+def avg_only_sums(analysis: QueryAnalysis) -> dict[int, int]:
+    """The SUM measurements the query reads only through AVGs, each with the COUNT measurement
+    of the same AVG (index -> index): the two-stage scales such a SUM with its unit's count
+    (dpsql.units.rewrite). A SUM the query also reads bare (``SUM(x)``, ``HAVING SUM(x) >
+    ..``) is not in it."""
+    query = analysis.query.transform(unfilter)  # a copy: FILTERs read as they were measured
+    parts = {}
+    bare = set()
+    for node in query.find_all(exp.Avg, exp.Sum):
+        if isinstance(node, exp.Avg):
+            total, count, _ = _avg_parts(analysis, node)
+            parts[total] = count
+        elif node.find_ancestor(exp.Avg) is None:
+            m = _by_label(analysis).get(_label(node))
+            if m is not None:
+                bare.add(m.index)
+    return {total: count for total, count in parts.items() if total not in bare}
+
+
 def _variance_expression(analysis: QueryAnalysis, node: exp.Expression) -> exp.Expression:
     """A variance-family aggregate from its noisy COUNT, centred SUM and SUM of squares
     (:func:`dpsql.analysis.aggregates.variance_sql`)."""

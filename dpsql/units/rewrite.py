@@ -59,6 +59,7 @@ from sqlglot import exp
 from dpsql.analysis.trees import copy_tree
 from dpsql.rewrite import fixed_point
 from dpsql.rewrite.context import RewriteContext
+from dpsql.rewrite.post import avg_only_sums
 from dpsql.units.analysis import R2TPart, UnitRelease, per_group_clamp
 from dpsql.units.grid import part_grid, part_levels
 from dpsql.units.paths import UnitSource
@@ -338,6 +339,7 @@ def _two_stage(select: exp.Select, release: UnitRelease, ctx: RewriteContext) ->
     outer = exp.Select()
     for i in range(n_keys):
         outer.select(exp.alias_(_col(f"__k{i}", "__r"), f"__k{i}"), copy=False)
+    avg_counts = avg_only_sums(analysis)
     for m in analysis.measurements:
         lo, hi = per_group_clamp(m, unit)
         contribution = _col(f"__m{m.index}", "__r")
@@ -348,7 +350,11 @@ def _two_stage(select: exp.Select, release: UnitRelease, ctx: RewriteContext) ->
                                           _least(contribution, hi)))
         else:  # in steps 2^-k, the interval rounded inwards: it stays within [lo, hi]
             k = ctx.sum_exponents[m.index]
-            value = _least(contribution, _steps(hi, k))
+            kept = contribution  # an AVG's SUM: C rows' worth, as its COUNT is
+            if m.index in avg_counts:
+                kept = _rows_worth(contribution, _col(f"__m{avg_counts[m.index]}", "__r"),
+                                   unit.max_rows_per_group)
+            value = _least(kept, _steps(hi, k))
             value = _greatest(value, _steps(lo, k, up=True))
             total = _steps_total(_by_unit("__r", _in_full(contribution), value), k)
         outer.select(exp.alias_(total, f"__m{m.index}"), copy=False)
@@ -361,6 +367,23 @@ def _two_stage(select: exp.Select, release: UnitRelease, ctx: RewriteContext) ->
     if n_keys:
         outer = outer.group_by(*[_col(f"__k{i}", "__r") for i in range(n_keys)], copy=False)
     return outer
+
+
+def _rows_worth(total: exp.Expression, count: exp.Expression, rows: int) -> exp.Expression:
+    """A unit's sum in a group over its ``count`` rows scaled to ``rows`` rows' worth when it
+    has more: ``FLOOR(total * rows / count)`` steps, its mean times ``rows`` (the expectation
+    of keeping ``rows`` of them at random). For an AVG's SUM only (:func:`avg_only_sums`): its
+    COUNT keeps min(count, rows), so the AVG is a mean of the units' own means, where
+    clamping the sum to ``rows`` times the bound raised it (a unit's 5 rows of 2,500 at C = 1
+    and bounds [0, 5,000] gave 5,000 over one row: QA rounds 4 and 5). Privacy: a function of
+    the unit's own rows in the group, clamped into per_group_clamp after, as any sum is."""
+    scaled = exp.Floor(this=exp.Div(
+        this=exp.Mul(this=exp.Cast(this=copy_tree(total), to=exp.DataType.build("DOUBLE")),
+                     expression=exp.Literal.number(rows)),
+        expression=copy_tree(count)))
+    return exp.Case(ifs=[exp.If(this=exp.GT(this=copy_tree(count),
+                                            expression=exp.Literal.number(rows)),
+                                true=scaled)], default=total)
 
 
 def _selection_count() -> exp.Expression:

@@ -16,11 +16,13 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.analysis.blocks import analyze_request
+from dpsql.metadata import loads_metadata
 from dpsql.noise.r2t import levels, truncated_sums
 from dpsql.rewrite.clamps import sum_exponent
 from dpsql.rewrite.plan import plan_execution
 from dpsql.units.execute import levels_from_histogram, truncated_levels
 from dpsql.units.grid import part_grid
+from tests.neighbours import outcome, write_database
 from tests.units import tiny
 
 QUERIES = [
@@ -108,3 +110,66 @@ def _dirty(db: dict, rng: random.Random) -> None:
     db["orders"].append((7, None, None))  # a NULL path
     db["items"] += [(None, 1, None), (7, 2, None)]  # a NULL path; a NULL kind of no unit
 
+
+
+# ------------------------------------------------------------ two-stage: an AVG's SUM
+
+
+def _visits(tmp_path, rows_per_group: int):
+    """Person p (one dept, p % 3) with 1 + p % 5 visits costing 100 p + 10 j: the units'
+    means differ, their row counts too."""
+    visits = [(p, p % 3, 100.0 * p + 10.0 * j) for p in range(1, 40) for j in range(1 + p % 5)]
+    path = write_database(tmp_path / "v.duckdb", [
+        "CREATE TABLE people (pid INTEGER)",
+        "CREATE TABLE visits (pid INTEGER, dept INTEGER, cost DOUBLE)"],
+        {"people": [(p,) for p in range(1, 40)], "visits": visits})
+    md = loads_metadata(f"""
+privacy_unit: {{table: people, column: pid, max_groups: 1,
+               max_rows_per_group: {rows_per_group}}}
+tables:
+  people: {{columns: {{pid: {{type: INTEGER}}}}}}
+  visits:
+    unit: pid
+    columns:
+      pid: {{type: INTEGER}}
+      dept: {{type: INTEGER, releasable: true, domain: {{values: [0, 1, 2]}}}}
+      cost: {{type: DOUBLE, bounds: [0, 5000]}}
+""")
+    return path, md, visits
+
+
+@pytest.mark.parametrize("rows_per_group", [1, 2, 8])
+def test_a_two_stage_avg_is_a_mean_of_the_units_means(tmp_path, rows_per_group):
+    # its SUM is each unit's mean times the rows its COUNT keeps (min(n, C)), not its sum
+    # clamped to C times the bound: with C = 1 a unit's 5 visits of ~2,500 made one row of
+    # 5,000 (QA rounds 4 and 5)
+    path, md, visits = _visits(tmp_path, rows_per_group)
+    kind, rows = outcome(path, md, "SELECT dept, COUNT(*), AVG(cost) FROM visits "
+                         "GROUP BY dept", epsilon=1e9)
+    assert kind == "ok"
+    for dept, count, avg in rows:
+        units = {}
+        for p, d, cost in visits:
+            if d == dept:
+                units.setdefault(p, []).append(cost)
+        kept = {p: min(len(c), rows_per_group) for p, c in units.items()}
+        expected = (sum(kept[p] * sum(c) / len(c) for p, c in units.items())
+                    / sum(kept.values()))
+        assert count == sum(kept.values())
+        assert avg == pytest.approx(expected, rel=1e-9), (dept, avg, expected)
+
+
+def test_a_sum_the_query_reads_bare_keeps_its_clamp(tmp_path):
+    # SUM(cost) beside AVG(cost) is one measurement: the SUM's per-unit clamp (C times the
+    # bound) is kept for both (README, "Privacy units": such an AVG can lie above the mean)
+    path, md, visits = _visits(tmp_path, 1)
+    kind, rows = outcome(path, md, "SELECT dept, SUM(cost), COUNT(*) FROM visits "
+                         "GROUP BY dept", epsilon=1e9)
+    assert kind == "ok"
+    for dept, total, count in rows:
+        per_unit = {}
+        for p, d, cost in visits:
+            if d == dept:
+                per_unit[p] = per_unit.get(p, 0.0) + cost
+        assert total == pytest.approx(sum(min(t, 5000.0) for t in per_unit.values()))
+        assert count == len(per_unit)
