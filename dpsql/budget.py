@@ -36,6 +36,11 @@ class Budget:
 
     def __post_init__(self) -> None:
         eps, dlt = self.epsilon, self.delta
+        # an int past the largest double (10**400) made math.isfinite raise OverflowError
+        if isinstance(eps, int) and not isinstance(eps, bool) and abs(eps) > 2**1023:
+            eps = math.inf
+        if isinstance(dlt, int) and not isinstance(dlt, bool) and abs(dlt) > 2**1023:
+            dlt = math.inf
         # bool is an int: True is not an epsilon
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (
             math.isfinite(eps) and eps > 0

@@ -102,6 +102,10 @@ def plan_noise(
         )
     eps_each = epsilon / len(private) if private else 0.0
     delta_each = delta / len(smoothed_ms) if smoothed_ms else 0.0
+    if private and not eps_each > 0.0:  # epsilon near 5e-324, split: underflows to 0
+        raise NotSupportedError(
+            f"epsilon {epsilon:g} is too small to split over this query's {len(private)} "
+            "noisy aggregates: raise epsilon")
     plans = []
     memo = ScanMemo()  # the measurements' scans share their grid and common parts
     for m in analysis.measurements:
@@ -203,7 +207,8 @@ def _scale_out_of_range(m: Measurement) -> mechanisms.ScaleOutOfRange:
 def count_window(epsilon: float) -> float:
     """The public window [0, W] every smoothed count is clamped into: the largest whole W with
     2W/epsilon <= MAX_DISCRETE_SCALE (0 when epsilon < 2^-31). Depends on epsilon alone."""
-    return float(math.floor(epsilon * mechanisms.MAX_DISCRETE_SCALE / 2.0))
+    # at most 2^1000: epsilon * 2^31 passes the largest double from epsilon ~8e298 on
+    return float(math.floor(min(epsilon * mechanisms.MAX_DISCRETE_SCALE / 2.0, _MAX_WINDOW)))
 
 
 def _smoothed_plan(
@@ -247,7 +252,11 @@ def _smoothed_plan(
     # 2 (S' + g0)/epsilon <= MAX_DISCRETE_SCALE g0 for every S' <= width; at most 2^1000, so
     # it stays finite for huge bounds and epsilon (an infinite window let an infinite S through
     # to a release that raised: an error that depended on max frequencies, red team)
-    width = min(max(epsilon * mechanisms.MAX_DISCRETE_SCALE * g0 / 2.0 - g0, 0.0), _MAX_WINDOW)
+    # (2^31 g0 first: epsilon * 2^32 passed the largest double from epsilon ~8e298 on, and the
+    # window became 2^1000, which only a large, capped S reached: release_sums then raised,
+    # an error read from max frequencies; powers of two, so the same value otherwise)
+    width = min(max(epsilon * (mechanisms.MAX_DISCRETE_SCALE / 2.0 * g0) - g0, 0.0),
+                _MAX_WINDOW)
     if not math.isfinite(2.0 * (width + g0) / epsilon):  # the largest scale: public
         raise _scale_out_of_range(m)
     scale = 2.0 * (_capped(raw, width) + g0) / epsilon

@@ -52,12 +52,13 @@ def smooth(es: KExpr, epsilon: float, delta: float, *, memo: ScanMemo | None = N
     the result does not depend on it."""
     beta = beta_for(epsilon, delta)
     degree = es.degree
-    k_scan = math.ceil(degree / beta)
-    if k_scan > _MAX_SCAN:
+    # beta 0 (a delta whose 2 / delta is inf, or an epsilon that underflows): no scan ends
+    if not beta > 0.0 or degree / beta > _MAX_SCAN:
         raise NotSupportedError(
             "epsilon/delta are too small for this join query to be smoothed: raise epsilon "
             "or delta"
         )
+    k_scan = math.ceil(degree / beta)
     # No early stopping: FLEX stops at the first decrease, which is wrong for sums of terms.
     best, best_k = _scan(es, beta, k_scan, memo)
     # No refusal for a non-finite S here: S depends on max frequencies, so refusing would

@@ -7,7 +7,8 @@ The rules checked: a refusal reads only the SQL, the public metadata and epsilon
 same outcome for neighbouring databases, one row apart, and for max frequencies 1 and 2^63);
 a user mistake is a PEP 249 error (dpsql.errors), never a traceback.
 
-BROKE (a failing test marked xfail, strict; each with its counterexample):
+BROKE (each a strict xfail at first, with its counterexample; fixed in the next commit, which
+turned them into the plain tests of the section "breaks"):
 
 * **epsilon 5e-324 split over two measurements** (AVG, STDDEV): ``epsilon / n`` underflows
   to 0 and ``gridded_sum_scale`` divides by it: ``ZeroDivisionError`` (not PEP 249).
@@ -147,41 +148,24 @@ JOIN_COUNT = "SELECT COUNT(*) FROM t JOIN u ON t.k = u.k"
 JOIN_SUM = "SELECT SUM(t.v) FROM t JOIN u ON t.k = u.k"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "epsilon 5e-324 over AVG(v) (two measurements): epsilon / 2 underflows to 0 and "
-    "dpsql.noise.mechanisms.gridded_sum_scale divides by it: ZeroDivisionError, not PEP 249"))
 def test_a_tiny_epsilon_split_over_measurements_is_a_pep249_refusal(pairs):
     for sql in ("SELECT AVG(v) FROM t", "SELECT STDDEV(v) FROM t"):
         assert_public_outcome(across(pairs, ("plain",), sql, epsilon=5e-324))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "delta 5e-324 on a join (epsilon 1e-12 .. 1e6): 2 / delta is inf, beta_for = log1p(eps / "
-    "inf) = 0 and dpsql.noise.smooth.smooth divides by beta: ZeroDivisionError, not PEP 249"))
 def test_a_subnormal_delta_on_a_join_is_a_pep249_refusal(pairs):
     for sql in (JOIN_COUNT, JOIN_SUM):
         assert_public_outcome(across(pairs, ("plain",), sql, epsilon=1.0, delta=5e-324))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "epsilon 1e300 on a smoothed COUNT (a join): dpsql.noise.plan.count_window floors "
-    "epsilon * 2^32 / 2 = inf: OverflowError, not PEP 249"))
 def test_a_huge_epsilon_smoothed_count_is_a_pep249_outcome(pairs):
     assert_public_outcome(across(pairs, ("plain",), JOIN_COUNT, epsilon=1e300, delta=1e-6))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "epsilon 1e300, delta 1e-300, SUM(t.v) over t JOIN u, bounds [0, 10]: max_freq 1 -> ok, "
-    "max_freq 2^63 -> ValueError 'scale / granularity exceeds MAX_DISCRETE_SCALE = 2^32' "
-    "(the window's largest scale rounds past 2^32 grid steps): an outcome read from a max "
-    "frequency, and not PEP 249"))
 def test_a_huge_epsilon_smoothed_sum_reads_no_max_frequency(pairs):
     assert_public_outcome(across(pairs, ("plain",), JOIN_SUM, epsilon=1e300, delta=1e-300))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "epsilon=10**400 (a Python int): dpsql.budget.Budget calls math.isfinite on it, which "
-    "raises OverflowError 'int too large to convert to float', not PEP 249"))
 def test_a_huge_integer_epsilon_is_a_programming_error(pairs):
     found = kinds(across(pairs, ("plain",), "SELECT COUNT(*) FROM t", epsilon=10**400))
     assert {k for k, _ in found} == {"ProgrammingError"}, found
