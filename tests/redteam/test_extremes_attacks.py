@@ -16,6 +16,11 @@ turned them into the plain tests of the section "breaks"):
   and ``smooth`` divides by beta: ``ZeroDivisionError`` (not PEP 249).
 * **epsilon >= ~1e299 on a smoothed COUNT** (a join): ``count_window`` floors
   ``epsilon * 2^32 / 2`` = inf: ``OverflowError`` (not PEP 249).
+* **two units at epsilon 5e-324** (customer AND supplier; the flat read and the fallback
+  alike): ``SUM(qty)`` -> ``ValueError: epsilon must be a finite number > 0`` (the split over
+  the parts underflows to 0 in dpsql.units.noise); ``COUNT(*)`` at max_contribution 2^62 ->
+  ``ZeroDivisionError`` (R2T's per-level share underflows in dpsql.noise.r2t_plans). Not PEP
+  249.
 * **epsilon=10**400 (a Python int)**: ``Budget`` calls ``math.isfinite`` on it:
   ``OverflowError`` (not PEP 249).
 * **epsilon 1e300, delta 1e-300, a smoothed SUM over a join**: with max_freq 1 the release
@@ -34,6 +39,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import random
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +47,10 @@ import pytest
 
 from dpsql.errors import Error
 from dpsql.metadata import Metadata, loads_metadata
+from dpsql.units import multi_execute
+from tests.db_files import insert_many, writing
 from tests.neighbours import engine, neighbour_pair
+from tests.units import tiny_multi
 
 DEEP = os.environ.get("DPSQL_REDTEAM_DEEP") == "1"
 
@@ -244,3 +253,50 @@ _PARAM_ALL = list(itertools.product(PARAM_QUERIES, PARAMS, [False, True]))
 def test_extreme_parameters_give_one_public_outcome(pairs, sql, param, selection):
     assert_public_outcome(across(pairs, ("huge",), sql, [param],
                                  partition_selection=selection))
+
+
+# --------------------------------------------------------------------------- privacy units
+
+
+def _write_multi(path: Path, db: dict[str, list[tuple[Any, ...]]]) -> Path:
+    with writing(path) as con:
+        for table, columns in tiny_multi.COLUMNS.items():
+            con.execute(f"CREATE TABLE {table} ({', '.join(c + ' INTEGER' for c in columns)})")
+            if db[table]:
+                insert_many(con, table, db[table])
+    return path
+
+
+@pytest.fixture(scope="module")
+def multi_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """A two-unit shop (customer AND supplier) and its neighbour without one customer."""
+    root = tmp_path_factory.mktemp("extremes_multi")
+    db = tiny_multi.random_database(random.Random(3))
+    customer = db["customer"][0][0]
+    return (_write_multi(root / "with.duckdb", db),
+            _write_multi(root / "without.duckdb", tiny_multi.remove_customer(db, customer)))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "two units (customer, supplier), epsilon 5e-324: SUM(qty) FROM items -> ValueError "
+    "'epsilon must be a finite number > 0' (dpsql.units.noise splits epsilon over the parts "
+    "to 0); COUNT(*) FROM items at max_contribution 2^62 -> ZeroDivisionError (R2T's "
+    "per-level share underflows): not PEP 249, flat read and fallback alike"))
+@pytest.mark.parametrize("flat_rows", [None, 0])
+def test_two_units_at_a_subnormal_epsilon_refuse_with_pep249(multi_pair, monkeypatch, flat_rows):
+    if flat_rows is not None:
+        monkeypatch.setattr(multi_execute, "FLAT_ROWS", flat_rows)
+    for md, sql in ((tiny_multi.metadata(), "SELECT SUM(qty) FROM items"),
+                    (tiny_multi.metadata(max_contribution=2**62), "SELECT COUNT(*) FROM items")):
+        found = {i: outcome(p, md, sql, epsilon=5e-324, delta=1e-6)
+                 for i, p in enumerate(multi_pair)}
+        assert_public_outcome(found)
+
+
+@pytest.mark.parametrize("max_contribution", [2, 2**62])
+def test_two_units_at_usual_and_huge_epsilon_agree_on_neighbours(multi_pair, max_contribution):
+    md = tiny_multi.metadata(max_contribution=max_contribution)
+    for sql, epsilon in itertools.product(
+            ("SELECT SUM(qty) FROM items", "SELECT COUNT(*) FROM items"), (1.0, 1e300)):
+        assert_public_outcome({i: outcome(p, md, sql, epsilon=epsilon, delta=1e-6)
+                               for i, p in enumerate(multi_pair)})
