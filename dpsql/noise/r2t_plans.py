@@ -249,6 +249,10 @@ def plan_r2t(*, unit_bound: float, max_contribution: int, epsilon: float, beta: 
     taus = fine_levels(max_contribution, base) if fine else levels(max_contribution, base)
     if integer and not all(float(t).is_integer() for t in taus):
         raise ValueError("a count's fine levels are not whole rows here: use integer=False")
+    if not eps / len(taus) > 0.0:  # epsilon near 5e-324: each level's share underflows
+        raise NotSupportedError(
+            f"epsilon {eps:g} is too small to split over R2T's {len(taus)} truncation levels: "
+            "raise epsilon")
     chosen = level_plan(taus, b, eps, beta_f, integer)
     use_increments = False
     if increments and len(taus) > 1:

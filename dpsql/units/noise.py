@@ -93,6 +93,10 @@ def plan_r2t(analysis: QueryAnalysis, budget: Budget | None) -> tuple[NoisePlan,
             plans.append(NoisePlan(m, 0.0, 0.0, 0.0, None, 0.0))
             continue
         eps_part = eps_each / len(parts)
+        if not eps_part > 0.0:  # epsilon near 5e-324, split over the parts: underflows
+            raise NotSupportedError(
+                f"epsilon {budget.epsilon:g} is too small to split over this query's noisy "
+                "aggregates: raise epsilon")
         part_plans = []
         for p in parts:
             bound, gs = part_grid(p, release.unit)
