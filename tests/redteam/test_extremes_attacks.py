@@ -21,6 +21,8 @@ turned them into the plain tests of the section "breaks"):
   the parts underflows to 0 in dpsql.units.noise); ``COUNT(*)`` at max_contribution 2^62 ->
   ``ZeroDivisionError`` (R2T's per-level share underflows in dpsql.noise.r2t_plans). Not PEP
   249.
+* **the Gaussian at epsilon >= ~710** (1e6, 1e300, 1.7e308): ``discrete_delta`` computes
+  ``math.expm1(epsilon)``: ``OverflowError`` (not PEP 249).
 * **epsilon=10**400 (a Python int)**: ``Budget`` calls ``math.isfinite`` on it:
   ``OverflowError`` (not PEP 249).
 * **epsilon 1e300, delta 1e-300, a smoothed SUM over a join**: with max_freq 1 the release
@@ -295,3 +297,29 @@ def test_two_units_at_a_huge_epsilon_agree_on_neighbours(multi_pair):
             (1e300,) + ((1.0, 1e-12) if DEEP else ())):
         assert_public_outcome({i: outcome(p, md, sql, epsilon=epsilon, delta=1e-6)
                                for i, p in enumerate(multi_pair)})
+
+
+# --------------------------------------------------------------------------- the Gaussian
+
+
+def gaussian_outcome(path: Path, md: Metadata, sql: str, epsilon: float,
+                     delta: float) -> tuple[str, Any]:
+    try:
+        result = engine(path, md).run(sql, [], epsilon=epsilon, delta=delta,
+                                      mechanism="gaussian")
+    except Error as err:
+        return type(err).__name__, str(err)
+    except Exception as err:  # the attack: anything not PEP 249
+        return f"NOT PEP 249: {type(err).__name__}", str(err)
+    return "ok", result.rows
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "mechanism='gaussian', SELECT COUNT(*) FROM t at epsilon 1e6 (delta 1e-6), or 1e300: "
+    "dpsql.noise.gaussian.discrete_delta computes math.expm1(epsilon): OverflowError 'math "
+    "range error' from epsilon ~710 on (and at 1.7e308 math.floor(inf)), not PEP 249"))
+@pytest.mark.parametrize(("epsilon", "delta"), [(1e6, 1e-6), (1e300, 1e-300), (1.7e308, 0.5)])
+def test_a_huge_epsilon_gaussian_is_a_pep249_outcome(pairs, epsilon, delta):
+    for sql in ("SELECT COUNT(*) FROM t", "SELECT SUM(v) FROM t"):
+        assert_public_outcome({(mf, i): gaussian_outcome(p, metadata(mf), sql, epsilon, delta)
+                               for mf in MAX_FREQS for i, p in enumerate(pairs["plain"])})
