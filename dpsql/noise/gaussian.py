@@ -213,7 +213,12 @@ def zcdp_delta(rho: float, epsilon: float) -> float:
             hi = alpha
     log_delta = ((alpha - 1.0) * (alpha * rho - epsilon) + alpha * math.log1p(-1.0 / alpha)
                  - math.log(alpha - 1.0))
-    return min(1.0, math.exp(log_delta))
+    # min(1, e^x) without e^x: an OverflowError at huge epsilon (x far above 0)
+    return 1.0 if log_delta >= 0.0 else math.exp(log_delta)
+
+
+#: the largest epsilon whose e^epsilon (math.expm1) is a finite double, with margin
+_EXACT_DELTA_MAX_EPSILON = 700.0
 
 
 def certified_delta(sigma: float, l2_squared: int, linf: int, epsilon: float) -> float:
@@ -228,7 +233,9 @@ def certified_delta(sigma: float, l2_squared: int, linf: int, epsilon: float) ->
     """
     sigma = positive_real(sigma, "sigma")
     zcdp = zcdp_delta(l2_squared / (2.0 * sigma * sigma), epsilon)
-    if l2_squared == linf * linf:
+    # the exact 1-D delta needs e^epsilon and epsilon sigma^2 as doubles (an OverflowError from
+    # epsilon ~710 on); past that the zCDP bound alone is still an upper bound
+    if l2_squared == linf * linf and epsilon <= _EXACT_DELTA_MAX_EPSILON:
         return min(zcdp, discrete_delta(sigma, linf, epsilon))
     return zcdp
 
