@@ -206,7 +206,8 @@ def _scale_out_of_range(m: Measurement) -> mechanisms.ScaleOutOfRange:
 
 def count_window(epsilon: float) -> float:
     """The public window [0, W] every smoothed count is clamped into: the largest whole W with
-    2W/epsilon <= MAX_DISCRETE_SCALE (0 when epsilon < 2^-31). Depends on epsilon alone."""
+    2W/epsilon <= MAX_DISCRETE_SCALE (0 when epsilon < 2^-31), at most 2^1000 (finite at any
+    epsilon). Depends on epsilon alone."""
     # at most 2^1000: epsilon * 2^31 passes the largest double from epsilon ~8e298 on
     return float(math.floor(min(epsilon * mechanisms.MAX_DISCRETE_SCALE / 2.0, _MAX_WINDOW)))
 
