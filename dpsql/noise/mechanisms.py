@@ -308,13 +308,36 @@ class EpsilonTooSmallForSum(ScaleOutOfRange):
     :class:`ScaleOutOfRange`, refusing depends on public numbers alone."""
 
 
+class EpsilonTooLargeForSum(ScaleOutOfRange):
+    """An epsilon per draw above :data:`MAX_SUM_EPSILON`: a sum's grid, about its scale times
+    2^-20, shrinks with 1/epsilon, and :func:`release_sums` saturates sums at g 2^1000, about
+    2^980 / epsilon times the bound's width, so a larger epsilon silently clipped ordinary
+    sums (145 released as 2^-13 at epsilon 1e300: the red team). Public: epsilon alone."""
+
+
+#: the largest epsilon per draw a sum is released at: sums then saturate no lower than about
+#: 2^80 times the bound's width (the sum of 2^80 rows at the bound)
+MAX_SUM_EPSILON = 2.0**900
+
+
+def check_sum_epsilon(epsilon: float) -> None:
+    """Refuse (:class:`EpsilonTooLargeForSum`) a sum's epsilon per draw above
+    :data:`MAX_SUM_EPSILON`."""
+    if epsilon > MAX_SUM_EPSILON:
+        raise EpsilonTooLargeForSum(
+            f"epsilon {epsilon:g} (per noise draw) is too large for a sum: its noise grid "
+            "would clip ordinary sums; use an epsilon of at most 2^900 (about 8e270)")
+
+
 def gridded_sum_scale(sensitivity: float, epsilon: float) -> tuple[float, float]:
     """``(scale, g)`` for a sum of the given sensitivity released on its grid: a neighbour moves
     the snapped value by at most ``sensitivity + g``, so ``scale = (sensitivity + g) / epsilon``
     with ``g = sum_granularity(scale)`` (g grows with the scale; three steps settle it). Public:
     a function of the sensitivity and epsilon alone. ``ValueError`` as :func:`sum_granularity`
     for a scale outside its range; :class:`EpsilonTooSmallForSum` (a ValueError) when epsilon
-    is so small that no scale settles (about 2^-19 or less)."""
+    is so small that no scale settles (about 2^-19 or less), :class:`EpsilonTooLargeForSum`
+    above :data:`MAX_SUM_EPSILON`."""
+    check_sum_epsilon(epsilon)
     scale = sensitivity / epsilon
     for _ in range(3):
         scale = (sensitivity + sum_granularity(scale)) / epsilon

@@ -188,8 +188,8 @@ def _pure_plan(m: Measurement, epsilon: float, es_at: float) -> NoisePlan:
         return NoisePlan(m, epsilon, 0.0, es_at, None, scale)
     try:
         scale, g = mechanisms.gridded_sum_scale(es, epsilon)
-    except mechanisms.EpsilonTooSmallForSum as e:  # epsilon alone
-        raise mechanisms.EpsilonTooSmallForSum(f"{m.label or 'a SUM'}: {e}") from None
+    except (mechanisms.EpsilonTooSmallForSum, mechanisms.EpsilonTooLargeForSum) as e:
+        raise type(e)(f"{m.label or 'a SUM'}: {e}") from None
     except ValueError:  # the scale leaves [2^-1000, 2^1000]: bounds and epsilon alone
         raise _scale_out_of_range(m) from None
     return NoisePlan(m, epsilon, 0.0, es_at, None, scale, g)
@@ -243,6 +243,10 @@ def _smoothed_plan(
         scale = 2.0 * _capped(raw, width) / epsilon
         return NoisePlan(m, epsilon, delta, es_at, sm, scale, window=(0.0, width))
     assert m.bounds is not None
+    try:
+        mechanisms.check_sum_epsilon(epsilon)
+    except mechanisms.EpsilonTooLargeForSum as e:
+        raise mechanisms.EpsilonTooLargeForSum(f"{m.label or 'a SUM'}: {e}") from None
     bound_width = max(m.bounds[1], 0.0) - min(m.bounds[0], 0.0)
     # 2^12 above the finest grid: joins whose S is up to 2^24 times the smallest possible
     # scale still fit the discrete sampler, at a snapping error below 1% of any noise scale.

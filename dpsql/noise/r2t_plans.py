@@ -98,6 +98,8 @@ def _draw_scale(sensitivity: float, eps_level: float, integer: bool) -> tuple[fl
         return mechanisms.gridded_sum_scale(sensitivity, eps_level)
     except mechanisms.EpsilonTooSmallForSum as e:
         raise NotSupportedError(f"R2T's levels of a SUM split epsilon too thin: {e}") from None
+    except mechanisms.EpsilonTooLargeForSum as e:
+        raise NotSupportedError(str(e)) from None
     except ValueError:
         raise _too_noisy() from None
 

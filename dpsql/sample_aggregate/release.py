@@ -105,6 +105,7 @@ def plan_release(plan: SamplePlan, budget: Budget | None,
     if budget.mechanism == "gaussian":
         return _plan_gaussian(plan, budget, fingerprint)
     epsilon = budget.epsilon / len(plan.names)
+    mechanisms.check_sum_epsilon(epsilon)  # its sums' grid, as every sum's
     outputs = []
     for name, (lower, upper) in zip(plan.names, plan.bounds, strict=True):
         sensitivity = 2.0 * (upper - lower)

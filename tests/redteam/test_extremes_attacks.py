@@ -31,7 +31,7 @@ turned them into the plain tests of the section "breaks"):
   window rounds one ulp past 2^32 grid steps. An outcome that depends on a max frequency
   (owner-only), and not PEP 249.
 
-OPEN (a strict xfail, no fix proposed): **a SUM at epsilon >= ~1e299 is silently saturated**:
+FIXED after the report (was a strict xfail): **a SUM at epsilon >= ~1e299 is silently saturated**:
 at bounds [0, 10] its grid g is ~2^-1013 and release_sums clamps every sum into
 [-g 2^1000, g 2^1000] = +-2^-13, so SUM(v) = 145 is released as 0.000122 without an error.
 Public (no privacy issue), but a wrong answer with no warning.
@@ -344,15 +344,15 @@ def test_a_huge_epsilon_gaussian_is_a_pep249_outcome(pairs, epsilon, delta):
 # --------------------------------------------------------------------------- silent saturation
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "SELECT SUM(v) FROM t (20 rows, bounds [0, 10], exact 145) at epsilon 1e300, delta 0, "
-    "noise off: released as 0.0001220703125 = 2^-13 (1e299: 0.001953125), no error. "
-    "release_sums saturates every sum into [-g 2^1000, g 2^1000] and the grid g = "
-    "sum_granularity(2 * 10 / 1e300) is ~2^-1013. Public (bounds and epsilon only), so "
-    "private, but a silently wrong answer: refuse when g 2^1000 is below the bounds' width, or "
-    "say so"))
+# was a strict xfail: 145 released as 2^-13 at epsilon 1e300. Now every sum's epsilon per draw
+# is at most 2^900 (mechanisms.MAX_SUM_EPSILON), where sums saturate no lower than ~2^80 times
+# the bound: above it, a refusal naming the limit (public: epsilon alone)
 def test_a_huge_epsilon_sum_is_not_silently_saturated(pairs):
     for epsilon in (1e299, 1e300):
         kind, rows = outcome(pairs["plain"][0], metadata(1), "SELECT SUM(v) FROM t",
                              epsilon=epsilon, delta=0.0)
         assert kind != "ok" or rows == [(145.0,)], (epsilon, kind, rows)
+        assert kind == "EpsilonTooLargeForSum" and "at most 2^900" in rows, (epsilon, rows)
+    for sql in ("SELECT AVG(v) FROM t", "SELECT SUM(v) FROM t"):  # at 1e270, released whole
+        kind, rows = outcome(pairs["plain"][0], metadata(1), sql, epsilon=1e270, delta=0.0)
+        assert kind == "ok" and rows == [(145.0 if "SUM" in sql else 7.25,)], (sql, rows)
