@@ -14,6 +14,7 @@ from sqlglot import exp
 
 from dpsql.analysis import rules
 from dpsql.analysis.aggregates import (
+    CENTRED_SQUARES,
     VARIANCE_TYPES,
     filter_condition,
     moment_bounds,
@@ -82,10 +83,12 @@ def build_analysis(query: exp.Select, rel: Relation, analyzer: Analyzer,
             if not all(math.isfinite(b) for b in bounds) or not math.isfinite(
                     max(bounds[1], 0.0) - min(bounds[0], 0.0)):
                 # e.g. VARIANCE's squared deviations over bounds near 1e300 (metadata alone)
+                squared = key.startswith(("SUM_CENTRED(", CENTRED_SQUARES))
+                why = ("VARIANCE and STDDEV square the declared range" if squared
+                       else "their width, upper minus lower, is past it")
                 raise UnsupportedConstructError(
                     f"the bounds derived for {key[:60]}, {bounds!r}, overflow a double "
-                    "(VARIANCE and STDDEV square the declared range): declare bounds of a "
-                    "usual magnitude (rescale the column)")
+                    f"({why}): declare bounds of a usual magnitude (rescale the column)")
             es = rules.sum_sensitivity(rel.stability, grouped, bounds)
         m = Measurement(len(measurements), function, node, es, bounds, key)
         measurements.append(m)

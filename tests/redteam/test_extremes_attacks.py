@@ -68,7 +68,7 @@ from dpsql.errors import Error
 from dpsql.metadata import Metadata, loads_metadata
 from dpsql.units import multi_execute
 from tests.db_files import insert_many, writing
-from tests.neighbours import engine, neighbour_pair
+from tests.neighbours import engine, neighbour_pair, write_database
 from tests.units import tiny_multi
 
 DEEP = os.environ.get("DPSQL_REDTEAM_DEEP") == "1"
@@ -356,3 +356,14 @@ def test_a_huge_epsilon_sum_is_not_silently_saturated(pairs):
     for sql in ("SELECT AVG(v) FROM t", "SELECT SUM(v) FROM t"):  # at 1e270, released whole
         kind, rows = outcome(pairs["plain"][0], metadata(1), sql, epsilon=1e270, delta=0.0)
         assert kind == "ok" and rows == [(145.0 if "SUM" in sql else 7.25,)], (sql, rows)
+
+
+def test_a_sums_overflowing_bounds_are_named_without_variance(tmp_path):
+    # the refusal of SUM over [-1.7e308, 1.7e308] said "VARIANCE and STDDEV square the
+    # declared range" (the report's message 1): a SUM's width itself overflows
+    path = write_database(tmp_path / "w.duckdb", ["CREATE TABLE t (v DOUBLE)"], {"t": [(1.0,)]})
+    md = loads_metadata("tables:\n  t: {columns: {v: {type: DOUBLE, "
+                        "bounds: [-1.7e+308, 1.7e+308]}}}\n")
+    kind, message = outcome(path, md, "SELECT SUM(v) FROM t", epsilon=1.0, delta=0.0)
+    assert kind == "UnsupportedConstructError" and "VARIANCE" not in message
+    assert "upper minus lower" in message and "rescale the column" in message
