@@ -126,9 +126,9 @@ for the sums' snapping error, ``|E_j| <= sum g_i / 2`` over its draws.
   parts have b = 1 value unit and levels below 2^62, the ledger caps epsilon at 10^6, and a
   level (or increment) of n < 2^63 units is at most n epsilon / L of its own noise scales (below
   2^83, where ``g_j 2^1000`` is at least 2^980 of them) and below 2^125 in value (against
-  2^1020). A direct call with absurd magnitudes
-  (values near 2^1020, or epsilon near 1e300) is outside these claims
-  (tests/redteam/test_r2t_shift_attacks.py shows both).
+  2^1020). A direct call with values near 2^1020 is outside these claims
+  (tests/redteam/test_r2t_shift_attacks.py shows it); an epsilon per draw above 2^900 is
+  refused (:data:`~dpsql.noise.mechanisms.MAX_SUM_EPSILON`).
 * The published 95% interval: ``half_width_j`` bounds level j's error with ``P(|noisy_j -
   Q(tau_j)| > half_width_j) <= 0.05 / L`` (per level: the smallest such whole number of steps
   under the exact discrete law; increments: twice :func:`~dpsql.noise.r2t_tail.tail_steps`'s

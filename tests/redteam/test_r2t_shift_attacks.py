@@ -54,6 +54,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from dpsql.errors import NotSupportedError
 from dpsql.noise.r2t import plan_r2t, release_r2t_many, truncated_sums
 
 ALPHA = 1e-6
@@ -248,9 +249,16 @@ def _saturation_limit(g: float) -> float:
     return 2.0**1020 if g >= 2.0**20 else math.ldexp(g, 1000)
 
 
+def test_a_huge_epsilon_sum_is_refused_before_it_saturates():
+    """The second case below was (b) b = 1, epsilon 1e300: every value 2^-15 against 2. Every
+    sum's epsilon per draw is now at most 2^900 (dpsql.noise.mechanisms.MAX_SUM_EPSILON, the
+    extremes red team: the engine released SUM = 145 as 2^-13 there), so R2T refuses it."""
+    with pytest.raises(NotSupportedError, match="at most 2"):
+        plan_r2t(unit_bound=1.0, max_contribution=2, epsilon=1e300, beta=0.1, integer=False)
+
+
 @pytest.mark.parametrize(("b", "epsilon", "units"), [
     pytest.param(2.0**998, 1.0, 2**22, id="huge-bound-Q-2^1021"),
-    pytest.param(1.0, 1e300, 1, id="huge-epsilon-Q/g-above-2^1000"),
 ])
 def test_sum_beyond_the_saturation_limit_is_outside_the_claim(b, epsilon, units):
     """Found at 8c51aa6: release_sums (each sum level's draw) saturates a value into [-V, V],
