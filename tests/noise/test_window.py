@@ -91,7 +91,7 @@ def big_database(tmp_path_factory):
     return write_database(tmp_path_factory.mktemp("big") / "b.duckdb", BIG_SCHEMA, BIG_ROWS)
 
 
-@pytest.mark.parametrize("upper", [1e3, 1e300, 1e307, 1.7e308])
+@pytest.mark.parametrize("upper", [1e3, 1e307, 1.7e308])
 @pytest.mark.parametrize("sql", BIG_QUERIES)
 def test_a_refusal_near_the_largest_double_reads_no_private_max_frequency(
         big_database, sql, upper):
@@ -101,7 +101,7 @@ def test_a_refusal_near_the_largest_double_reads_no_private_max_frequency(
     # clamped by the public window. The same outcome for every declarable max frequency
     # (up to 2^63, metadata's cap), and at 1.7e308 the widths themselves overflow.
     outcomes = {mf: outcome(big_database, _big_metadata(mf, upper), sql, epsilon=1.0,
-                            delta=1e-6) for mf in (1, 30, 10**12, 2**63)}
+                            delta=1e-6) for mf in (1, 10**12, 2**63)}
     kinds = {(o[0], None if o[0] == "ok" else o[1]) for o in outcomes.values()}
     assert len(kinds) == 1, outcomes
     if upper == 1.7e308 and "GROUP BY" in sql:  # 2 x width per bin: past the largest double
