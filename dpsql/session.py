@@ -78,7 +78,7 @@ from dpsql.sample_aggregate.analysis import mentions_wrapper
 from dpsql.sample_aggregate.prepared import PreparedSampleAggregate, prepare_sample_aggregate
 from dpsql.session_kinds import OtherReleases
 from dpsql.units.execute import r2t_bins
-from dpsql.units.record import with_intervals
+from dpsql.units.record import with_intervals, with_two_stage_note
 
 
 @dataclass(frozen=True)
@@ -277,10 +277,10 @@ class Session(OtherReleases):
         The rows are typed and finished after the noise (dpsql.execute.typed; ``raw_counts``)
         and the record says how."""
         unit = prepared.analysis.unit
-        record = annotate(
+        record = with_two_stage_note(annotate(
             release_record(prepared.columns, plans, prepared.fingerprint, domains.n_bins,
                            selection, unit=unit.label if unit is not None else None),
-            release_notes(prepared.analysis, prepared.outputs, raw_counts=raw_counts))
+            release_notes(prepared.analysis, prepared.outputs, raw_counts=raw_counts)), unit)
         plan = prepared.plan
         finish: list[Callable[[Release], Release]] = []
 

@@ -15,8 +15,34 @@ from collections.abc import Sequence
 
 from dpsql.noise.plan import NoisePlan
 from dpsql.release.record import ColumnSource, Release
+from dpsql.units.analysis import UnitRelease
 from dpsql.units.avg import ratio_interval
 from dpsql.units.noise import R2TOutcome
+
+
+def two_stage_note(release: UnitRelease | None) -> str | None:
+    """The words for a GROUP BY's noisy columns under a privacy unit (the two-stage, whose
+    kappa and C truncate a unit that reaches more), or None for every other release (R2T has
+    its own; a derived table grouped by the unit and the unit table alone keep every unit whole,
+    dpsql.units.analysis). Public: the owner's bounds alone."""
+    if release is None or release.r2t or release.derived or release.alone:
+        return None
+    u = release.unit
+    return (f"of what each unit keeps: at most {u.max_groups} group(s) and "
+            f"{u.max_rows_per_group} row(s)' worth per group, so low where a unit reaches more; "
+            "the 95% interval covers the noise, not this truncation")
+
+
+def with_two_stage_note(record: Release, release: UnitRelease | None) -> Release:
+    """``record`` with :func:`two_stage_note` as the accuracy note of every noisy column that
+    has none (QA round 5: a count per group read as all rows, its half-width as the accuracy)."""
+    note = two_stage_note(release)
+    if note is None:
+        return record
+    columns = tuple(
+        c if c.mechanism is None or c.accuracy_note or c.half_width_95 == 0.0
+        else dataclasses.replace(c, accuracy_note=note) for c in record.columns)
+    return dataclasses.replace(record, columns=columns)
 
 
 def with_intervals(record: Release, columns: Sequence[ColumnSource],

@@ -147,3 +147,26 @@ def test_the_smoothed_note_keeps_its_footer_words():
                         accuracy_note=NOT_PUBLISHABLE)
     line = release_line(Release(1.0, 1e-6, "smoothed_snapped_laplace", (col,), "f"))
     assert line.endswith("s: accuracy not publishable (data-dependent noise)")
+
+
+def test_a_grouped_release_says_its_values_are_of_what_the_units_keep(tmp_path):
+    # QA round 5: a count per group under kappa = C = 1 read as all rows, and its half-width
+    # as its accuracy; the record, the footer and the NOTICE now say what it is of
+    md = tiny.metadata(max_groups=1, max_rows_per_group=1)
+    db = tiny.random_database(random.Random(3))
+    result = _session_run(tmp_path, md, db, _write_tiny,
+                          "SELECT kind, COUNT(*) AS n, SUM(qty) AS s, AVG(qty) AS a FROM items "
+                          "GROUP BY kind")
+    key, *values = result.release.columns
+    assert key.accuracy_note is None
+    note = "of what each unit keeps: at most 1 group(s) and 1 row(s)' worth per group"
+    assert all(c.accuracy_note.startswith(note) for c in values), values
+    assert "the 95% interval covers the noise, not this truncation" in values[0].accuracy_note
+    assert values[0].half_width_95 is not None  # the noise's interval stays
+    assert f"n, s, a: {note}" in release_line(result.release)
+    _, detail = release_notice(result.release)
+    assert json.loads(detail)["columns"][1]["accuracy_note"].startswith(note)
+    # R2T (no GROUP BY) keeps its own words: a bare COUNT has none
+    (tmp_path / "r2t").mkdir()
+    plain = _session_run(tmp_path / "r2t", md, db, _write_tiny, "SELECT COUNT(*) FROM items")
+    assert plain.release.columns[0].accuracy_note is None
