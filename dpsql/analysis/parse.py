@@ -9,7 +9,9 @@ syntax errors and undeclared names as ``ProgrammingError``, non-queries as
 
 from __future__ import annotations
 
+import difflib
 import logging
+import re
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -169,6 +171,21 @@ def _schema(metadata: Metadata) -> MappingSchema:
 _POSITION_KEYS = ("line", "col", "start", "end")
 
 
+_UNRESOLVED = re.compile(r"Column '([^']+)' could not be resolved|Unknown column: (\S+)")
+
+
+def _column_hint(message: str, metadata: Metadata) -> str:
+    """"; did you mean 'x'?" for an unresolved column close to a declared one (QA round 5:
+    table and keyword typos had a hint, column typos none), else ""."""
+    found = _UNRESOLVED.search(message)
+    if found is None:
+        return ""
+    name = (found.group(1) or found.group(2)).lower()
+    declared = sorted({c for t in metadata.tables.values() for c in t.columns})
+    close = difflib.get_close_matches(name, declared, n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def _drop_annotations(nodes: Iterable[exp.Expression]) -> None:
     """Drop the parser's source positions from every node's meta, and empty meta dicts and
     comment lists, in place. Nothing reads the positions after parsing (syntax errors take
@@ -224,7 +241,7 @@ def parse_query(sql: str, metadata: Metadata, *, allow_top_star: bool = False,
     except OptimizeError as err:
         # sqlglot's sentence ends with a full stop ("... could not be resolved.")
         raise ProgrammingError(f"{str(err).rstrip('.')}: use columns declared in the metadata"
-                               ) from None
+                               f"{_column_hint(str(err), metadata)}") from None
     except SqlglotError as err:
         raise ProgrammingError(str(err)) from None
     except (OverflowError, RecursionError) as err:  # e.g. ORDER BY 9223372036854775807

@@ -25,6 +25,8 @@ from dpsql.errors import (
     UnsupportedQueryError,
 )
 from dpsql.metadata import load_metadata
+from dpsql.server.sqlstates import sqlstate
+from tests.units import tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 MD = load_metadata(ROOT / "schemas" / "flex_test.yaml")
@@ -381,3 +383,16 @@ def test_the_memoised_schema_answers_as_sqlglot_mapping_schema_does():
                 assert got == plain.column_names(table, only_visible), text
                 got.append("changed")  # a caller's list is its own
     assert memo.column_names("orders") == plain.column_names("orders")
+
+
+@pytest.mark.parametrize("sql", ["SELECT COUNT(*) FROM orders WHERE amout > 1",
+                                 "SELECT COUNT(*) FROM orders o WHERE o.amout > 1"])
+def test_a_mistyped_column_gets_a_hint_naming_a_declared_one(sql):
+    # QA round 5: table and keyword typos had a "did you mean", column typos none
+    with pytest.raises(ProgrammingError) as info:
+        parse_query(sql, tiny.metadata())
+    assert str(info.value).endswith("; did you mean 'amount'?")
+    assert sqlstate(info.value) == "42703"
+    with pytest.raises(ProgrammingError) as info:
+        parse_query("SELECT SUM(zzz) FROM orders", tiny.metadata())
+    assert "did you mean" not in str(info.value)
