@@ -219,6 +219,13 @@ def check(ctx: click.Context, path: Path | None, metadata: Path | None,
             click.echo(f"privacy unit: {extra.table}.{extra.column} (the same bounds)")
     for t in md.tables.values():
         click.echo(_summary(t, Path.cwd(), md))
+        if unit is not None and t.sample_aggregate is not None and (
+                t.unit is None or not t.unit.direct or t.sample_aggregate.by != t.unit.column):
+            # what every SAMPLE_AGGREGATE over it refuses (dpsql.sample_aggregate.analysis)
+            click.echo(f"warning: table {t.name!r}: under the privacy unit, SAMPLE_AGGREGATE "
+                       "needs 'sample_aggregate: {by: ...}' naming the table's own unit column "
+                       "(a direct 'unit:' path); every such query over it is refused",
+                       err=True)
     if database is None:
         return
     if unit is None:

@@ -73,3 +73,25 @@ def test_build_with_a_hop_conflict_warns_and_writes_no_analyst_schema(tmp_path, 
             "public: true" in err)
     assert f"not written: {schema}" in err and not schema.exists()
     assert "  lineitem:\n    # CONFLICT between the proposed paths" in out.read_text()
+
+
+def test_check_warns_of_a_sample_aggregate_by_another_column_than_the_unit(tmp_path, capsys):
+    # QA round 5: check accepted it, and every SAMPLE_AGGREGATE over the table was then refused
+    text = """
+privacy_unit: {table: people, column: pid}
+tables:
+  people: {columns: {pid: {type: INTEGER}}}
+  visits:
+    unit: pid
+    sample_aggregate: {blocks: 4, by: %s}
+    columns:
+      pid: {type: INTEGER}
+      dept: {type: INTEGER}
+"""
+    wrong = write(tmp_path, text % "dept", "wrong.yaml")
+    assert main(["metadata", "check", "-m", str(wrong)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: table 'visits'" in err and "naming the table's own unit column" in err
+    right = write(tmp_path, text % "pid", "right.yaml")
+    assert main(["metadata", "check", "-m", str(right)]) == 0
+    assert "warning" not in capsys.readouterr().err
