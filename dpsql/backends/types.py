@@ -60,10 +60,14 @@ def fill_column_types(metadata: Metadata, backend: Backend) -> Metadata:
                 columns[cname] = dataclasses.replace(col, type=db_type)
                 changed = True
             else:
+                # a declared source file is typed by DuckDB's reader (whole numbers in a CSV
+                # read as BIGINT): name the file, not a database (QA round 5)
+                where = (f"DuckDB reads it from {table.source} as" if table.source
+                         else "the database stores it as")
                 raise ProgrammingError(
-                    f"metadata declares {table.name}.{col.name} as type {col.type}, but the "
-                    f"database stores it as {db_type}: correct type: in the metadata (or remove "
-                    "it to use the database's type)"
+                    f"metadata declares {table.name}.{col.name} as type {col.type}, but "
+                    f"{where} {db_type}: correct type: in the metadata (or remove it to use "
+                    f"{'the file' if table.source else 'the database'}'s type)"
                 )
         tables[key] = dataclasses.replace(table, columns=columns)
     if not changed:

@@ -207,3 +207,20 @@ def test_explain_without_a_database_lists_unchecked_key_types():
     ]
     single = explain("SELECT COUNT(*) FROM orders", md, epsilon=0.1, delta=1e-8)
     assert single["unchecked_key_types"] == []
+
+
+def test_a_declared_type_a_csv_source_contradicts_names_the_file(tmp_path):
+    # QA round 5: whole numbers in a CSV read as BIGINT; the error spoke of a database
+    csv = tmp_path / "patients.csv"
+    csv.write_text("pid,age\n1,30\n2,41\n", encoding="utf-8")
+    md = loads_metadata(f"tables:\n  patients:\n    source: {csv}\n    columns:\n"
+                        "      pid: {type: INTEGER}\n")
+    backend = DuckDBBackend(":memory:", md)
+    try:
+        with pytest.raises(ProgrammingError) as info:
+            Session(md, backend)
+    finally:
+        backend.close()
+    message = str(info.value)
+    assert f"DuckDB reads it from {csv} as BIGINT" in message
+    assert "the file's type" in message and "database" not in message
