@@ -125,7 +125,8 @@ def connect(
     Preconditions: ``database`` is a DuckDB file path, or None/":memory:" (tables backed by the
     CSV/Parquet sources the metadata declares); ``metadata`` is a metadata file path, a loaded
     :class:`~dpsql.metadata.Metadata` or a parsed mapping; ``analyst`` is the non-empty name
-    charged in the ledger; ``ledger`` is the path of an existing ledger file (create it with
+    charged in the ledger (with ``ledger=None`` it may be omitted: "owner", as the CLI's
+    ``--no-ledger``); ``ledger`` is the path of an existing ledger file (create it with
     ``dpsql budget set``), or None to run uncharged as the data owner (omitted: the
     metadata's ledger); ``epsilon``/``delta`` are the default per-query budget
     (``Cursor.execute`` may override them; delta defaults to 0); ``mechanism`` is the default
@@ -164,6 +165,8 @@ def connect(
         return RemoteConnection(str(database), epsilon=epsilon, delta=delta,  # type: ignore[return-value]
                                 mechanism=mechanism, calibration=calibration,
                                 raw_counts=raw_counts)
+    if analyst is None and ledger is None:  # uncharged, as the owner (the CLI's --no-ledger)
+        analyst = "owner"
     if metadata is None or analyst is None:
         raise ProgrammingError(
             "dpsql.connect(database, metadata, analyst=...) needs the metadata file and the "

@@ -720,3 +720,12 @@ def test_budget_and_composition_report(world):
     assert (report.kov_bound.epsilon, report.kov_bound.delta) == kov_bound(charges, 1e-6)
     assert report.kov_optimal.epsilon <= report.basic.epsilon
     assert c.closed
+
+
+def test_without_a_ledger_no_analyst_name_is_needed(world: World):
+    # QA round 5: the CLI's --no-ledger needs no -a, dpsql.connect(..., ledger=None) did
+    with dpsql.connect(world.db, world.plain_metadata, ledger=None, epsilon=EXACT) as c:
+        assert c.analyst == "owner"
+        c.cursor().execute("SELECT COUNT(*) FROM visits")
+    with pytest.raises(ProgrammingError, match="analyst's name"):
+        dpsql.connect(world.db, world.plain_metadata)  # a ledger is charged: name the analyst
