@@ -14,7 +14,9 @@ Contract: the refusal reads the SQL text and the declared column types (public m
 alone, and its test is DuckDB's own cast of the literal, ``TRY_CAST(literal AS type)``, on a
 private in-memory connection that holds no data. A literal that casts is left to the totality
 rules as before (nothing new is proved total here). Columns of unknown type (undeclared, or of
-a CTE or derived table) and parameters (typed by the caller) are not checked.
+a CTE or derived table), parameters (typed by the caller), and a literal of an IN list or
+BETWEEN beside a typed constant (compared in their common type) are not checked: they stay
+TRY-wrapped, answered as no match where they cannot be cast.
 """
 
 from __future__ import annotations
@@ -59,6 +61,21 @@ def casts(text: str, type_sql: str) -> bool:
     return bool(row and row[0])
 
 
+def _checked(node: exp.Expression, literal: exp.Expression) -> bool:
+    """Whether DuckDB casts ``literal`` to the compared column's own type in ``node``: always
+    for a binary comparison; for an IN list or BETWEEN only when its other operands are string
+    literals or NULLs. Otherwise DuckDB compares in the common type of every operand (``s IN
+    (100000, '70000')`` of a SMALLINT ``s`` as INTEGER, where '70000' casts: the rules red
+    team), so the literal is left to TRY unchecked rather than refused on the column's type."""
+    if not isinstance(node, (exp.In, exp.Between)):
+        return True
+    others = ([node.args["low"], node.args["high"]] if isinstance(node, exp.Between)
+              else list(node.expressions))
+    return all(isinstance(o.unnest(), exp.Null)
+               or (isinstance(o.unnest(), exp.Literal) and o.unnest().is_string)
+               for o in others if o is not literal)
+
+
 def _pairs(node: exp.Expression) -> list[tuple[exp.Expression, exp.Expression]]:
     """The operand pairs a comparison ``node`` compares (none for other nodes)."""
     if isinstance(node, exp.Between):
@@ -74,10 +91,10 @@ def check_literal_casts(node: exp.Expression, column_type: ColumnType) -> None:
     """Refuse (DataError) a comparison in ``node`` of a typed column with a string literal
     its type does not take (module contract); subqueries are their own scope."""
     for inner in scope_nodes(node):
-        for column, literal in _pairs(inner):
-            column, literal = column.unnest(), literal.unnest()
+        for column, operand in _pairs(inner):
+            column, literal = column.unnest(), operand.unnest()
             if not (isinstance(column, exp.Column) and isinstance(literal, exp.Literal)
-                    and literal.is_string):
+                    and literal.is_string and _checked(inner, operand)):
                 continue
             dtype = normalise(column_type(column))
             if dtype is None or dtype.this not in _EXAMPLES:
