@@ -51,13 +51,16 @@ _connection: duckdb.DuckDBPyConnection | None = None
 @lru_cache(maxsize=4096)
 def casts(text: str, type_sql: str) -> bool:
     """Whether DuckDB casts the string ``text`` to ``type_sql`` (one data-free query per
-    literal and type, remembered)."""
+    literal and type, remembered); True when DuckDB cannot name the type (nothing refused)."""
     global _connection
     with _lock:
         if _connection is None:
             _connection = duckdb.connect(":memory:")
-        row = _connection.execute(f"SELECT TRY_CAST($1 AS {type_sql}) IS NOT NULL",
-                                  [text]).fetchone()
+        try:
+            row = _connection.execute(f"SELECT TRY_CAST($1 AS {type_sql}) IS NOT NULL",
+                                      [text]).fetchone()
+        except duckdb.Error:  # a type name DuckDB does not take here: unknown, not refused
+            return True
     return bool(row and row[0])
 
 

@@ -103,3 +103,8 @@ def test_under_a_privacy_unit_too(tmp_path, sql):
     path = tiny.write_file(tmp_path / "shop.duckdb", tiny.random_database(random.Random(5)))
     kind, message = outcome(path, tiny.metadata(), sql)
     assert kind == "DataError" and "cannot be read as type INT" in message, message
+
+
+def test_a_type_duckdb_cannot_name_refuses_nothing():
+    # the rules red team's note: an unusual declared type made casts raise a raw duckdb error
+    assert casts("anything", "NO_SUCH_TYPE_XYZ") is True
