@@ -15,6 +15,10 @@ orphans included) and every accepted query below, this runs dpsql's EXACT plan o
   sensitivity the analysis claims and the Laplace scale uses.
 
 A failure prints the database, the unit and both results: a privacy bug.
+
+Each database (and each neighbour) is written once per process into a schema of its own, and
+each executed plan's rows on it are read once (:func:`fetch`): the Gaussian test's plans are
+the two-stage test's (the same metadata), so those bins are computed once for both.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable, Sequence
+from typing import Any
 
+import duckdb
 import pytest
 
 from dpsql.analysis.blocks import analyze_request
@@ -30,8 +36,49 @@ from dpsql.analysis.model import QueryAnalysis
 from dpsql.errors import UnsupportedConstructError
 from dpsql.metadata import Metadata
 from dpsql.rewrite.plan import plan_execution
+from dpsql.units.analysis import UnitRelease
+from dpsql.units.execute import truncated_levels
 from dpsql.units.grid import part_grid, part_levels
 from tests.units import tiny
+
+_WORLDS: dict[tuple, str] = {}  # a database's rows -> the schema holding them
+_ROWS: dict[tuple[str, str], list[tuple[Any, ...]]] = {}  # (plan, schema) -> its rows
+_CON: list[duckdb.DuckDBPyConnection] = []
+
+
+def fetch(sql: str, db: tiny.Database) -> list[tuple[Any, ...]]:
+    """``sql``'s rows on ``db``, as tiny.load's connection reads them: each distinct database
+    written once, into a schema of its own, and each (plan, database) run once (the tests
+    below share both)."""
+    if not _CON:
+        _CON.append(duckdb.connect(config={"threads": 1}))
+    con = _CON[0]
+    key = tuple((t, tuple(db[t])) for t in tiny.COLUMNS)
+    schema = _WORLDS.get(key)
+    if schema is None:
+        schema = _WORLDS[key] = f"w{len(_WORLDS)}"
+        con.execute(f"CREATE SCHEMA {schema}")
+        for table, columns in tiny.COLUMNS.items():
+            con.execute(f"CREATE TABLE {schema}.{table} "
+                        f"({', '.join(c + ' INTEGER' for c in columns)})")
+            if db[table]:  # None is NULL
+                values = ", ".join(
+                    "(" + ", ".join("NULL" if v is None else str(v) for v in r) + ")"
+                    for r in db[table])
+                con.execute(f"INSERT INTO {schema}.{table} VALUES {values}")
+    rows = _ROWS.get((sql, schema))
+    if rows is None:
+        con.execute(f"SET schema = '{schema}'")
+        rows = _ROWS[(sql, schema)] = con.execute(sql).fetchall()
+    return rows
+
+
+def r2t_row(db: tiny.Database, exact_sql: str, release: UnitRelease
+            ) -> tuple[int | float, ...]:
+    """tiny.r2t_row over :func:`fetch`."""
+    parts = truncated_levels(fetch(exact_sql, db), release)
+    return tuple(v for part in parts for v in part.tolist())
+
 
 R2T_QUERIES = [
     "SELECT COUNT(*) FROM items",
@@ -151,10 +198,10 @@ def bruteforce_r2t(sql: str, md: Metadata, databases: Sequence[tiny.Database]) -
     # (dpsql.units.grid), laid out part after part
     grids = [(part_grid(p, unit)[0], part_levels(p, unit)) for p in release.parts]
     for db in databases:
-        base = tiny.r2t_row(tiny.load(db), plan.exact_sql, release)
+        base = r2t_row(db, plan.exact_sql, release)
         assert len(base) == sum(len(t) for _, t in grids)
         for u in tiny.units(db):
-            other = tiny.r2t_row(tiny.load(tiny.remove_unit(db, u)), plan.exact_sql, release)
+            other = r2t_row(tiny.remove_unit(db, u), plan.exact_sql, release)
             start = 0
             for part, (bound, taus) in zip(release.parts, grids, strict=True):
                 for j, tau in enumerate(taus):
@@ -181,7 +228,7 @@ def _bins_of(analysis: QueryAnalysis, md: Metadata
     plan = plan_execution(analysis, md)
 
     def bins(db: tiny.Database) -> dict[int, tuple[float, ...]]:
-        rows = tiny.load(db).execute(plan.exact_sql).fetchall()
+        rows = fetch(plan.exact_sql, db)
         if not analysis.group_keys:
             return {0: tuple(float(v or 0) for v in rows[0])}
         return {r[0]: tuple(float(v or 0) for v in r[1:]) for r in rows}
@@ -229,7 +276,7 @@ def bruteforce_one_row(sql: str, md: Metadata, databases: Sequence[tiny.Database
     plan = plan_execution(analysis, md)
 
     def row(db: tiny.Database) -> tuple[float, ...]:
-        (values,) = tiny.load(db).execute(plan.exact_sql).fetchall()
+        (values,) = fetch(plan.exact_sql, db)
         return tuple(float(v or 0) for v in values)
 
     for db in databases:
@@ -264,7 +311,7 @@ def test_gaussian_two_stage_covers_every_units_l2_move(sql, kappa, c):
     n = len(analysis.measurements)
 
     def bins(db: tiny.Database) -> dict[int, tuple[float, ...]]:
-        rows = tiny.load(db).execute(plan.exact_sql).fetchall()
+        rows = fetch(plan.exact_sql, db)
         return {r[0]: tuple(float(v or 0) for v in r[1:]) for r in rows}
 
     for db in _databases():
@@ -329,9 +376,9 @@ def test_r2t_adds_the_rows_of_no_unit_in_full_at_every_level(sql):
              for p in release.parts]
     beyond = False
     for db in _null_heavy():
-        whole = tiny.r2t_row(tiny.load(db), plan.exact_sql, release)
-        units = tiny.r2t_row(tiny.load(tiny.only_units(db)), plan.exact_sql, release)
-        rest = tiny.r2t_row(tiny.load(tiny.without_units(db)), plan.exact_sql, release)
+        whole = r2t_row(db, plan.exact_sql, release)
+        units = r2t_row(tiny.only_units(db), plan.exact_sql, release)
+        rest = r2t_row(tiny.without_units(db), plan.exact_sql, release)
         assert all(abs(float(a) - float(b) - float(c)) <= 1e-9 * max(1.0, abs(float(a)))
                    for a, b, c in zip(whole, units, rest, strict=True)), (sql, db)
         start = 0
