@@ -16,9 +16,10 @@ orphans included) and every accepted query below, this runs dpsql's EXACT plan o
 
 A failure prints the database, the unit and both results: a privacy bug.
 
-Each database (and each neighbour) is written once per process into a schema of its own, and
-each executed plan's rows on it are read once (:func:`fetch`): the Gaussian test's plans are
-the two-stage test's (the same metadata), so those bins are computed once for both.
+Each database (and each neighbour) is written once per process into a schema of its own
+(tiny.world), and each executed plan's rows on it are read once (:func:`fetch`): the Gaussian
+test's plans are the two-stage test's (the same metadata), so those bins are computed once for
+both.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import duckdb
 import pytest
 
 from dpsql.analysis.blocks import analyze_request
@@ -41,35 +41,17 @@ from dpsql.units.execute import truncated_levels
 from dpsql.units.grid import part_grid, part_levels
 from tests.units import tiny
 
-_WORLDS: dict[tuple, str] = {}  # a database's rows -> the schema holding them
-_ROWS: dict[tuple[str, str], list[tuple[Any, ...]]] = {}  # (plan, schema) -> its rows
-_CON: list[duckdb.DuckDBPyConnection] = []
+_ROWS: dict[tuple[str, tuple], list[tuple[Any, ...]]] = {}  # (plan, database) -> its rows
 
 
 def fetch(sql: str, db: tiny.Database) -> list[tuple[Any, ...]]:
-    """``sql``'s rows on ``db``, as tiny.load's connection reads them: each distinct database
-    written once, into a schema of its own, and each (plan, database) run once (the tests
-    below share both)."""
-    if not _CON:
-        _CON.append(duckdb.connect(config={"threads": 1}))
-    con = _CON[0]
-    key = tuple((t, tuple(db[t])) for t in tiny.COLUMNS)
-    schema = _WORLDS.get(key)
-    if schema is None:
-        schema = _WORLDS[key] = f"w{len(_WORLDS)}"
-        con.execute(f"CREATE SCHEMA {schema}")
-        for table, columns in tiny.COLUMNS.items():
-            con.execute(f"CREATE TABLE {schema}.{table} "
-                        f"({', '.join(c + ' INTEGER' for c in columns)})")
-            if db[table]:  # None is NULL
-                values = ", ".join(
-                    "(" + ", ".join("NULL" if v is None else str(v) for v in r) + ")"
-                    for r in db[table])
-                con.execute(f"INSERT INTO {schema}.{table} VALUES {values}")
-    rows = _ROWS.get((sql, schema))
+    """``sql``'s rows on ``db``, as ``tiny.load(db)`` would read them: each distinct database
+    written once (tiny.world), and each (plan, database) run once (the tests below share
+    both)."""
+    key = (sql, tuple((t, tuple(db[t])) for t in tiny.COLUMNS))
+    rows = _ROWS.get(key)
     if rows is None:
-        con.execute(f"SET schema = '{schema}'")
-        rows = _ROWS[(sql, schema)] = con.execute(sql).fetchall()
+        rows = _ROWS[key] = tiny.world(db).execute(sql).fetchall()
     return rows
 
 
