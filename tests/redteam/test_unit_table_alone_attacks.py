@@ -107,7 +107,7 @@ def results(plan, analysis, con) -> dict[tuple, tuple[float, ...]]:
     return {(): (0.0, *(float(v or 0) for v in r))}
 
 
-def excess(sql: str, md: Metadata, dbs: Sequence[Db], load=tiny.load, neighbours=None
+def excess(sql: str, md: Metadata, dbs: Sequence[Db], load=tiny.world, neighbours=None
            ) -> list[str]:
     """Every (database, unit) whose removal moves a measurement by more than its claim (L1
     over groups) or a selection's ``__n`` by more than one unit; asserts the one-row path."""
@@ -221,8 +221,8 @@ def test_the_databases_reach_the_bound_and_hold_nulls():
     assert any(r[0] is None for db in dbs for r in db["customer"])
     assert any(r[0] is None for db in dbs for r in db["orders"])
     assert any(r[1] == 9 for db in dbs for r in db["orders"])
-    moved = {abs(results(plan, analysis, tiny.load(db))[()][1]
-                 - results(plan, analysis, tiny.load(remove(db, u)))[()][1])
+    moved = {abs(results(plan, analysis, tiny.world(db))[()][1]
+                 - results(plan, analysis, tiny.world(remove(db, u)))[()][1])
              for db in dbs for u in units(db)}
     assert moved == {0.0, 1.0}
 
@@ -239,11 +239,11 @@ def test_not_in_with_null_ids_is_run_with_not_exists_semantics():
           "items": [], "regions": [(1,), (2,)]}
     plan = plan_execution(analyze_request(sql, md), md)
     assert "IS NULL OR" in plan.exact_sql
-    assert tiny.load(db).execute(plan.exact_sql).fetchall() == [(3,)]
-    assert tiny.load(remove(db, 1)).execute(plan.exact_sql).fetchall() == [(3,)]
+    assert tiny.world(db).execute(plan.exact_sql).fetchall() == [(3,)]
+    assert tiny.world(remove(db, 1)).execute(plan.exact_sql).fetchall() == [(3,)]
     # plain SQL would have moved by 3
-    assert tiny.load(db).execute(sql).fetchall() == [(0,)]
-    assert tiny.load(remove(db, 1)).execute(sql).fetchall() == [(3,)]
+    assert tiny.world(db).execute(sql).fetchall() == [(0,)]
+    assert tiny.world(remove(db, 1)).execute(sql).fetchall() == [(3,)]
 
 
 def test_a_seeded_mix_of_bodies_keeps_w():
@@ -483,8 +483,8 @@ def test_duplicate_ids_are_reported_by_metadata_check_and_still_bounded(tmp_path
     analysis = analyze_request(sql, md)
     assert analysis.measurements[0].sensitivity.at(0) == 1
     plan = plan_execution(analysis, md)
-    before = tiny.load(db).execute(plan.exact_sql).fetchall()[0][0]
-    after = tiny.load(remove(db, 1)).execute(plan.exact_sql).fetchall()[0][0]
+    before = tiny.world(db).execute(plan.exact_sql).fetchall()[0][0]
+    after = tiny.world(remove(db, 1)).execute(plan.exact_sql).fetchall()[0][0]
     assert before - after == 1  # <= w: unit 1's two rows are clamped to one
 
 
