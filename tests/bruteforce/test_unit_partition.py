@@ -104,7 +104,7 @@ def test_n_is_the_kept_units_plus_the_rows_of_no_unit():
           "items": [(1, 0, 1), (1, 0, 1), (3, 0, 1), (3, 0, 1), (99, 0, 1), (None, 0, 1),
                     (2, 0, 2), (99, 0, 2), (3, 0, 3), (None, 0, 3), (None, 0, 3)],
           "regions": [(1,), (2,)]}
-    got = {r[0]: (r[1], r[2]) for r in tiny.load(db).execute(plan.exact_sql).fetchall()}
+    got = {r[0]: (r[1], r[2]) for r in tiny.world(db).execute(plan.exact_sql).fetchall()}
     assert got == {1: (5, 5), 2: (2, 2), 3: (3, 3)}
 
 
@@ -125,7 +125,7 @@ def check_selection(sql: str, relation: str, md: Metadata,
     shared = shared_count(analysis)
 
     def groups(db: tiny.Database) -> dict[tuple, tuple[int, tuple[float, ...]]]:
-        rows = tiny.load(db).execute(plan.exact_sql).fetchall()
+        rows = tiny.world(db).execute(plan.exact_sql).fetchall()
         out = {}
         for r in rows:
             key, n, ms = r[:n_keys], r[n_keys], r[n_keys + 1:]
@@ -135,7 +135,7 @@ def check_selection(sql: str, relation: str, md: Metadata,
 
     for db in databases:
         big = groups(db)
-        keys_in_data = set(tiny.load(db).execute(relation).fetchall())
+        keys_in_data = set(tiny.world(db).execute(relation).fetchall())
         assert set(big) <= keys_in_data, f"{sql}\ndb={db}: {set(big) - keys_in_data}"
         assert all(n >= 1 for n, _ in big.values())
         if shared is not None:
@@ -161,9 +161,9 @@ def test_the_tiny_databases_reach_the_bounds():
     plan = plan_execution(analysis, md)
     created = moved_two = False
     for db in _databases():
-        big = dict((r[0], r[1]) for r in tiny.load(db).execute(plan.exact_sql).fetchall())
+        big = dict((r[0], r[1]) for r in tiny.world(db).execute(plan.exact_sql).fetchall())
         for u in tiny.units(db):
-            small = dict((r[0], r[1]) for r in tiny.load(tiny.remove_unit(db, u)).execute(
+            small = dict((r[0], r[1]) for r in tiny.world(tiny.remove_unit(db, u)).execute(
                 plan.exact_sql).fetchall())
             created |= bool(set(big) - set(small))
             moved_two |= sum(big[g] - small.get(g, 0) for g in big) == 2
