@@ -68,30 +68,34 @@ class Refused(Exception):
 @dataclass
 class World:
     """A family of tiny databases: its tables' columns, its neighbouring relation (one unit
-    and its FK cascade) and one DuckDB connection whose tables are replaced per database."""
+    and its FK cascade) and one DuckDB connection holding each database written once, in a
+    schema of its own that :meth:`load` makes the connection's default (``SET schema``): the
+    same databases and neighbours, read by many queries, are not rewritten per query."""
 
     columns: dict[str, tuple[str, ...]]
     remove: Callable[[Db, int], Db]
     units: Callable[[Db], list[int]]
     con: list[duckdb.DuckDBPyConnection] = field(default_factory=list)
-    loaded: dict[str, list[tuple]] = field(default_factory=dict)
+    schemas: dict[tuple, str] = field(default_factory=dict)
 
     def load(self, db: Mapping[str, Sequence[tuple]]) -> duckdb.DuckDBPyConnection:
         if not self.con:
             self.con.append(duckdb.connect(config={"threads": 1}))
         con = self.con[0]
-        for table, cols in self.columns.items():
-            rows = list(db[table])
-            if self.loaded.get(table) == rows:
-                continue
-            con.execute(f"CREATE OR REPLACE TABLE {table} "
-                        f"({', '.join(c + ' INTEGER' for c in cols)})")
-            if rows:
-                values = ", ".join(
-                    "(" + ", ".join("NULL" if v is None else str(v) for v in r) + ")"
-                    for r in rows)
-                con.execute(f"INSERT INTO {table} VALUES {values}")
-            self.loaded[table] = rows
+        key = tuple((t, tuple(db[t])) for t in self.columns)
+        schema = self.schemas.get(key)
+        if schema is None:
+            schema = self.schemas[key] = f"w{len(self.schemas)}"
+            con.execute(f"CREATE SCHEMA {schema}")
+            for table, cols in self.columns.items():
+                con.execute(f"CREATE TABLE {schema}.{table} "
+                            f"({', '.join(c + ' INTEGER' for c in cols)})")
+                if db[table]:
+                    values = ", ".join(
+                        "(" + ", ".join("NULL" if v is None else str(v) for v in r) + ")"
+                        for r in db[table])
+                    con.execute(f"INSERT INTO {schema}.{table} VALUES {values}")
+        con.execute(f"SET schema = '{schema}'")
         return con
 
 
