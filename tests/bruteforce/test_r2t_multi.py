@@ -76,7 +76,7 @@ def truncated_levels(release: UnitRelease, exact_sql: str, db: tiny_multi.Databa
                      check_fallback: bool = True) -> list[tuple[float, list[float]]]:
     """Per part: (its bound b, Q(tau_j) for every level), as the engine computes them; for a
     flat query, checked first against the guard's fallback (``check_fallback``)."""
-    con = tiny_multi.load(db)
+    con = tiny_multi.world(db)
     grids = [(part_grid(p, release.unit)[0], part_levels(p, release.unit, fine_grid(release)))
              for p in release.parts]
     out = []

@@ -511,7 +511,7 @@ def test_either_unit_table_alone_is_one_row_under_two_units(sql):
     assert not analysis.unit.more
     rng = random.Random(11)
     dbs = [tiny_multi.random_database(rng) for _ in range(12)]
-    assert excess(sql, md, dbs, load=tiny_multi.load, neighbours=tiny_multi.neighbours) == []
+    assert excess(sql, md, dbs, load=tiny_multi.world, neighbours=tiny_multi.neighbours) == []
 
 
 @pytest.mark.parametrize("sql", [
