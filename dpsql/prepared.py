@@ -19,6 +19,7 @@ from dpsql.execute.exact import CompiledPlan
 from dpsql.execute.selection import PreparedSelection
 from dpsql.noise.plan import is_public_query
 from dpsql.release.record import ColumnSource
+from dpsql.rewrite.literal_casts import ParameterType
 from dpsql.rewrite.plan import ExecutionPlan
 from dpsql.sample_aggregate.prepared import PreparedSampleAggregate
 
@@ -35,6 +36,8 @@ class Prepared:
     columns: tuple[ColumnSource, ...] = field(default=())
     #: how each output column is typed and finished after the noise (dpsql.execute.typed)
     outputs: tuple[OutputRule, ...] = field(default=())
+    #: each ``?`` compared with a typed column, and that type (dpsql.rewrite.literal_casts)
+    param_types: tuple[ParameterType, ...] = field(default=())
 
     @property
     def plan(self) -> ExecutionPlan:

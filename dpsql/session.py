@@ -72,6 +72,7 @@ from dpsql.release.record import (
     Result,
     release_record,
 )
+from dpsql.rewrite.literal_casts import check_parameter_casts, parameter_types
 from dpsql.rewrite.plan import plan_execution
 from dpsql.rewrite.post import post_processing_sql
 from dpsql.sample_aggregate.analysis import mentions_wrapper
@@ -164,7 +165,7 @@ class Session(OtherReleases):
         prepared = Prepared(
             analysis, compile_plan(self.backend, plan),
             fingerprint(f"{plan.normal_form}\n{plan.post_sql or ''}"), column_sources(analysis),
-            output_rules(analysis, self.metadata))
+            output_rules(analysis, self.metadata), parameter_types(analysis.query, self.metadata))
         return self._remember(sql, prepared)
 
     def _remember(self, sql: str, prepared: AnyPrepared) -> AnyPrepared:
@@ -193,6 +194,7 @@ class Session(OtherReleases):
         if isinstance(prepared, PreparedSampleAggregate):
             return self._run_sample_aggregate(prepared, sql, params, budget)
         values = checked_params(prepared.plan, params)
+        check_parameter_casts(prepared.param_types, values)
         if prepared.public:
             return self._release(prepared, values, plan_noise(prepared.analysis, None),
                                  read_domains(self.backend, prepared.compiled, values,

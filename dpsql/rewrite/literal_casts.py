@@ -14,9 +14,12 @@ Contract: the refusal reads the SQL text and the declared column types (public m
 alone, and its test is DuckDB's own cast of the literal, ``TRY_CAST(literal AS type)``, on a
 private in-memory connection that holds no data. A literal that casts is left to the totality
 rules as before (nothing new is proved total here). Columns of unknown type (undeclared, or of
-a CTE or derived table), parameters (typed by the caller), and a literal of an IN list or
+a CTE or derived table), and a literal of an IN list or
 BETWEEN beside a typed constant (compared in their common type) are not checked: they stay
-TRY-wrapped, answered as no match where they cannot be cast.
+TRY-wrapped, answered as no match where they cannot be cast. A string bound to a ``?`` that a
+binary comparison sets against a typed column is checked the same way before the charge
+(:func:`parameter_types`, :func:`check_parameter_casts`; the session's main path: blocks,
+selections and sample-and-aggregate leave their parameters to TRY).
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from sqlglot import exp
 
 from dpsql.analysis.keytypes import normalise
 from dpsql.errors import DataError
-from dpsql.rewrite.safe_compare import ColumnType, scope_nodes
+from dpsql.metadata import Metadata
+from dpsql.rewrite.parameters import PARAM_PREFIX, number_parameters
+from dpsql.rewrite.safe_compare import ColumnType, column_types, scope_nodes
 
 T = exp.DataType.Type
 
@@ -109,3 +114,47 @@ def check_literal_casts(node: exp.Expression, column_type: ColumnType) -> None:
                     f"its comparison with {column.sql(dialect='duckdb')} (of type {type_sql}) "
                     f"would be NULL on every row: write a value of type {type_sql} such as "
                     f"{_EXAMPLES[dtype.this]}")
+
+
+#: one parameter compared with a typed column: (its position among the ``?``, the type's SQL)
+ParameterType = tuple[int, str]
+
+
+def parameter_types(query: exp.Expression, metadata: Metadata) -> tuple[ParameterType, ...]:
+    """The ``?`` a binary comparison sets against a typed column (``d >= ?`` of a DATE ``d``):
+    a string bound there is cast to the column's type once a row reaches it, so
+    :func:`check_parameter_casts` checks it before any charge, as a literal is. The analysed
+    query and the metadata alone (memoised with the prepared query)."""
+    if query.find(exp.Placeholder) is None:
+        return ()
+    numbered = number_parameters(query)
+    ctes = frozenset(cte.alias_or_name.lower() for cte in numbered.find_all(exp.CTE))
+    out = []
+    for select in numbered.find_all(exp.Select):
+        column_type = column_types(select, metadata, ctes)
+        for inner in scope_nodes(select):
+            if not isinstance(inner, _COMPARISONS):
+                continue
+            for column, marker in ((inner.this, inner.expression),
+                                   (inner.expression, inner.this)):
+                column, marker = column.unnest(), marker.unnest()
+                if not (isinstance(column, exp.Column) and isinstance(marker, exp.Placeholder)
+                        and str(marker.this).startswith(PARAM_PREFIX)):
+                    continue
+                dtype = normalise(column_type(column))
+                if dtype is not None and dtype.this in _EXAMPLES:
+                    out.append((int(str(marker.this)[len(PARAM_PREFIX):]),
+                                dtype.sql(dialect="duckdb")))
+    return tuple(out)
+
+
+def check_parameter_casts(types: tuple[ParameterType, ...], values: list[object]) -> None:
+    """Refuse (DataError) a string parameter its compared column's type cannot read
+    (:func:`parameter_types`), before any charge: the analyst's own value, public."""
+    for position, type_sql in types:
+        value = values[position] if position < len(values) else None
+        if isinstance(value, str) and not casts(value, type_sql):
+            raise DataError(
+                f"parameter {position + 1} ({value[:40]!r}) cannot be read as type {type_sql}, "
+                f"so its comparison would be NULL on every row: bind a value of type "
+                f"{type_sql} such as {_EXAMPLES[normalise(type_sql).this]}")  # type: ignore[union-attr]

@@ -4,6 +4,7 @@ round 5), on every database alike; literals DuckDB reads are answered as before.
 
 from __future__ import annotations
 
+import datetime
 import random
 
 import pytest
@@ -108,3 +109,28 @@ def test_under_a_privacy_unit_too(tmp_path, sql):
 def test_a_type_duckdb_cannot_name_refuses_nothing():
     # the rules red team's note: an unusual declared type made casts raise a raw duckdb error
     assert casts("anything", "NO_SUCH_TYPE_XYZ") is True
+
+
+@pytest.mark.parametrize(("sql", "params", "expected"), [
+    ("SELECT COUNT(*) FROM v WHERE d >= ?", ["2023-13-01"], "parameter 1 ('2023-13-01')"),
+    ("SELECT COUNT(*) FROM v WHERE s = ? AND ? < n", ["x", "12x"], "parameter 2 ('12x')"),
+])
+def test_a_string_parameter_the_columns_type_cannot_read_is_refused(databases, tmp_path, sql,
+                                                                     params, expected):
+    # the same user error through the DB-API (a '?' bound to a string: psycopg through the
+    # server binds text), checked before the charge as a literal is
+    outcomes = [outcome(path, METADATA, sql, params) for path in databases]
+    assert outcomes[0] == outcomes[1] and outcomes[0][0] == "DataError", outcomes
+    assert outcomes[0][1].startswith(expected) and "such as" in outcomes[0][1]
+    with charging_session(databases[0], METADATA, tmp_path / "ledger.sqlite",
+                          sampler=ZeroNoise()) as session:
+        with pytest.raises(DataError):
+            session.run(sql, params, epsilon=0.5)
+        assert charged(session) == []
+
+
+def test_a_readable_or_typed_parameter_is_answered(databases):
+    rows_db, _ = databases
+    sql = "SELECT COUNT(*) FROM v WHERE d >= ?"
+    assert outcome(rows_db, METADATA, sql, ["2023-1-5"]) == ("ok", [(24,)])
+    assert outcome(rows_db, METADATA, sql, [datetime.date(2023, 1, 5)]) == ("ok", [(24,)])

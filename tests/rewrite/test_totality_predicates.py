@@ -159,4 +159,6 @@ def test_a_parameter_is_cast_only_when_a_row_reaches_it(tmp_path, sql):
     assert _plain_fails(pair[0], sql, ("",)) != _plain_fails(pair[1], sql, ("",)) or \
         "COALESCE" in sql  # COALESCE happens to short-circuit on a non-NULL id
     a, b = same_outcome(pair, METADATA, sql, ("",))
-    assert a[0] == b[0] == "ok"
+    # a '?' a comparison sets against a typed column is checked before the charge since
+    # dpsql.rewrite.literal_casts.check_parameter_casts: refused alike on both
+    assert a[0] == b[0] == ("DataError" if sql.endswith("u.id = ?") else "ok"), (a, b)

@@ -36,6 +36,7 @@ from dpsql.accounting import Ledger, advanced_composition, database_identity, ko
 from dpsql.errors import (
     BudgetExhaustedError,
     DatabaseError,
+    DataError,
     Error,
     InterfaceError,
     NotSupportedError,
@@ -437,9 +438,10 @@ def test_budget_exhausted_before_execution_spends_nothing(tmp_path):
             cur.execute(OLDER, [30], epsilon=0.5)
         assert isinstance(info.value, OperationalError)
         assert cur.description is None and cur.release is None
-        # The refusal comes before the database runs anything: this query fails in DuckDB
-        # (age > 'abc' is a conversion error), yet the analyst sees the budget refusal.
-        with pytest.raises(BudgetExhaustedError):
+        # Refusals come before the database runs anything: age > 'abc' fails in DuckDB (a
+        # conversion error once a row reaches it), and the analyst sees 'abc' refused as a
+        # value age cannot read (dpsql.rewrite.literal_casts), charged nothing either
+        with pytest.raises(DataError, match="parameter 1"):
             cur.execute(OLDER, ["abc"], epsilon=0.5)
         status = c.budget
         assert status.epsilon_spent == 0.75 and len(status.history) == 1
