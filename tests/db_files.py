@@ -61,3 +61,41 @@ def create_tables(con: Any, schema: Mapping[str, Sequence[str]],
         rows = db.get(table, [])
         if rows:
             insert_many(con, table, rows)
+
+
+class SchemaWorlds:
+    """Tiny INTEGER databases over ``columns`` (table -> its columns), each distinct one written
+    once per process into a schema of its own on one in-memory connection, which
+    :meth:`connection` then reads by default (``SET schema``): a harness running many queries
+    over the same databases and neighbours writes each once, not once per query. The
+    connection is shared (callers only read it, and use it before the next call); past
+    ``most`` schemas it is dropped and started afresh."""
+
+    def __init__(self, columns: Mapping[str, Sequence[str]], most: int = 4000) -> None:
+        self.columns = columns
+        self.most = most
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._schemas: dict[tuple, str] = {}
+
+    def connection(self, db: Mapping[str, Sequence[tuple]]) -> duckdb.DuckDBPyConnection:
+        if self._con is None or len(self._schemas) >= self.most:
+            if self._con is not None:
+                self._con.close()
+            self._con = duckdb.connect(config={"threads": 1})
+            self._schemas.clear()
+        con = self._con
+        key = tuple((t, tuple(db[t])) for t in self.columns)
+        schema = self._schemas.get(key)
+        if schema is None:
+            schema = self._schemas[key] = f"w{len(self._schemas)}"
+            script = [f"CREATE SCHEMA {schema}"]
+            for table, columns in self.columns.items():
+                script.append(f"CREATE TABLE {schema}.{table} "
+                              f"({', '.join(c + ' INTEGER' for c in columns)})")
+                if db[table]:  # None is NULL
+                    values = ", ".join("(" + ", ".join("NULL" if v is None else str(v)
+                                                       for v in r) + ")" for r in db[table])
+                    script.append(f"INSERT INTO {schema}.{table} VALUES {values}")
+            con.execute("; ".join(script))
+        con.execute(f"SET schema = '{schema}'")
+        return con

@@ -40,7 +40,7 @@ import dataclasses
 import os
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import duckdb
 import pytest
@@ -53,6 +53,7 @@ from dpsql.noise.plan import plan_noise
 from dpsql.rewrite.plan import plan_execution
 from dpsql.units.execute import truncated_levels
 from dpsql.units.grid import part_grid, part_levels
+from tests.db_files import SchemaWorlds
 from tests.units import tiny
 
 Db = dict[str, list[tuple]]
@@ -75,28 +76,12 @@ class World:
     columns: dict[str, tuple[str, ...]]
     remove: Callable[[Db, int], Db]
     units: Callable[[Db], list[int]]
-    con: list[duckdb.DuckDBPyConnection] = field(default_factory=list)
-    schemas: dict[tuple, str] = field(default_factory=dict)
+    worlds: SchemaWorlds | None = None
 
     def load(self, db: Mapping[str, Sequence[tuple]]) -> duckdb.DuckDBPyConnection:
-        if not self.con:
-            self.con.append(duckdb.connect(config={"threads": 1}))
-        con = self.con[0]
-        key = tuple((t, tuple(db[t])) for t in self.columns)
-        schema = self.schemas.get(key)
-        if schema is None:
-            schema = self.schemas[key] = f"w{len(self.schemas)}"
-            con.execute(f"CREATE SCHEMA {schema}")
-            for table, cols in self.columns.items():
-                con.execute(f"CREATE TABLE {schema}.{table} "
-                            f"({', '.join(c + ' INTEGER' for c in cols)})")
-                if db[table]:
-                    values = ", ".join(
-                        "(" + ", ".join("NULL" if v is None else str(v) for v in r) + ")"
-                        for r in db[table])
-                    con.execute(f"INSERT INTO {schema}.{table} VALUES {values}")
-        con.execute(f"SET schema = '{schema}'")
-        return con
+        if self.worlds is None:
+            self.worlds = SchemaWorlds(self.columns)
+        return self.worlds.connection(db)
 
 
 def _shop_remove(db: Db, unit: int) -> Db:

@@ -17,7 +17,7 @@ import duckdb
 from dpsql.metadata import Column, Domain, Metadata, PrivacyUnit, Table, UnitPath
 from dpsql.units.analysis import UnitRelease
 from dpsql.units.execute import truncated_levels
-from tests.db_files import insert_many, writing
+from tests.db_files import SchemaWorlds, insert_many, writing
 
 Database = dict[str, list[tuple[int, ...]]]
 
@@ -158,40 +158,13 @@ def load(db: Mapping[str, Sequence[tuple[int, ...]]]) -> duckdb.DuckDBPyConnecti
     return con
 
 
-_WORLD_CONNECTION: list[duckdb.DuckDBPyConnection] = []
-#: a database's rows -> the schema of the world connection holding them
-_WORLDS: dict[tuple, str] = {}
-#: schemas kept before the world connection is dropped and started afresh
-MAX_WORLDS = 4000
+_WORLDS = SchemaWorlds(COLUMNS)
 
 
 def world(db: Mapping[str, Sequence[tuple[int, ...]]]) -> duckdb.DuckDBPyConnection:
-    """:func:`load`, but each distinct database is written once per process, into a schema of
-    its own that the returned connection then reads by default (``SET schema``): a harness
-    running many queries over the same databases and neighbours writes each one once, not
-    once per query. The connection is shared (callers only read it, and use it before the
-    next call)."""
-    if not _WORLD_CONNECTION or len(_WORLDS) >= MAX_WORLDS:
-        for con in _WORLD_CONNECTION:
-            con.close()
-        _WORLD_CONNECTION[:] = [duckdb.connect(config={"threads": 1})]
-        _WORLDS.clear()
-    con = _WORLD_CONNECTION[0]
-    key = tuple((t, tuple(db[t])) for t in COLUMNS)
-    schema = _WORLDS.get(key)
-    if schema is None:
-        schema = _WORLDS[key] = f"w{len(_WORLDS)}"
-        con.execute(f"CREATE SCHEMA {schema}")
-        for table, columns in COLUMNS.items():
-            con.execute(f"CREATE TABLE {schema}.{table} "
-                        f"({', '.join(c + ' INTEGER' for c in columns)})")
-            if db[table]:  # None is NULL
-                values = ", ".join(
-                    "(" + ", ".join("NULL" if v is None else str(v) for v in r) + ")"
-                    for r in db[table])
-                con.execute(f"INSERT INTO {schema}.{table} VALUES {values}")
-    con.execute(f"SET schema = '{schema}'")
-    return con
+    """:func:`load`, each distinct database written once per process
+    (tests.db_files.SchemaWorlds)."""
+    return _WORLDS.connection(db)
 
 
 def write_file(path: Path, db: Mapping[str, Sequence[tuple[int, ...]]]) -> Path:

@@ -18,6 +18,7 @@ from typing import Any
 import duckdb
 
 from dpsql.metadata import Metadata, loads_metadata
+from tests.db_files import SchemaWorlds
 
 Database = dict[str, list[tuple[int, ...]]]
 
@@ -125,39 +126,13 @@ def load(db: Mapping[str, Sequence[tuple[int, ...]]],
     return con
 
 
-_WORLD_CONNECTION: list[duckdb.DuckDBPyConnection] = []
-#: a database's rows -> the schema of the world connection holding them
-_WORLDS: dict[tuple, str] = {}
-#: schemas kept before the world connection is dropped and started afresh
-MAX_WORLDS = 4000
+_WORLDS = SchemaWorlds(COLUMNS)
 
 
 def world(db: Mapping[str, Sequence[tuple[int, ...]]]) -> duckdb.DuckDBPyConnection:
-    """:func:`load` (in memory), but each distinct database is written once per process, into
-    a schema of its own that the returned connection then reads by default (``SET schema``):
-    a harness running many queries over the same databases and neighbours writes each once.
-    The connection is shared (callers only read it, and use it before the next call)."""
-    if not _WORLD_CONNECTION or len(_WORLDS) >= MAX_WORLDS:
-        for con in _WORLD_CONNECTION:
-            con.close()
-        _WORLD_CONNECTION[:] = [duckdb.connect(config={"threads": 1})]
-        _WORLDS.clear()
-    con = _WORLD_CONNECTION[0]
-    key = tuple((t, tuple(db[t])) for t in COLUMNS)
-    schema = _WORLDS.get(key)
-    if schema is None:
-        schema = _WORLDS[key] = f"w{len(_WORLDS)}"
-        script = [f"CREATE SCHEMA {schema}"]
-        for table, columns in COLUMNS.items():
-            script.append(f"CREATE TABLE {schema}.{table} "
-                          f"({', '.join(c + ' INTEGER' for c in columns)})")
-            if db[table]:  # None is NULL
-                values = ", ".join("(" + ", ".join("NULL" if v is None else str(v) for v in r)
-                                   + ")" for r in db[table])
-                script.append(f"INSERT INTO {schema}.{table} VALUES {values}")
-        con.execute("; ".join(script))
-    con.execute(f"SET schema = '{schema}'")
-    return con
+    """:func:`load` (in memory), each distinct database written once per process
+    (tests.db_files.SchemaWorlds)."""
+    return _WORLDS.connection(db)
 
 
 def recorded(backend: Any, monkeypatch: Any) -> list[str]:
