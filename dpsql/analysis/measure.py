@@ -382,7 +382,8 @@ def _group_keys(keys: list[exp.Expression], rel: Relation, metadata: Metadata,
         if not (table.public or column.releasable):
             raise ProtectedBinError(
                 f"GROUP BY {origin[0]}.{origin[1]}: the column is not releasable; the owner must "
-                "declare it releasable with a domain (or group by a public table's column)"
+                "declare it releasable with a domain, or with partition_selection: true (groups "
+                "released when enough rows share them), or group by a public table's column"
             )
         if collation(column.type) is not None:
             raise ProtectedBinError(

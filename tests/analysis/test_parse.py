@@ -396,3 +396,12 @@ def test_a_mistyped_column_gets_a_hint_naming_a_declared_one(sql):
     with pytest.raises(ProgrammingError) as info:
         parse_query("SELECT SUM(zzz) FROM orders", tiny.metadata())
     assert "did you mean" not in str(info.value)
+
+
+def test_a_key_that_is_not_releasable_names_every_fix():
+    # QA round 5: partition selection was left out of the fixes
+    err = rejects("SELECT customer_id, COUNT(*) FROM orders GROUP BY customer_id",
+                  ProtectedBinError, "not releasable")
+    text = str(err)
+    assert "with a domain" in text and "partition_selection: true" in text
+    assert "a public table's column" in text
