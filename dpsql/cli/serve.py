@@ -67,3 +67,4 @@ def command(metadata: Path, database: str | None, ledger: str | None, listen: tu
         asyncio.run(server.serve_forever(*listen, ready=ready))
     finally:
         server.close()
+    click.echo("dpsql: stopped (SIGTERM or Ctrl-C); the ledger is closed", err=True)

@@ -1,8 +1,13 @@
-"""dpsql.server.app.Server in process (the protocol is tested on a real process elsewhere)."""
+"""dpsql.server.app.Server in process (the protocol is tested on a real process elsewhere), and
+`dpsql serve`'s exit on SIGTERM."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -38,3 +43,24 @@ def test_runners_opened_at_the_same_moment_all_open(tmp_path: Path) -> None:
             assert not failures, failures
     finally:
         server.close()
+
+
+def test_sigterm_stops_the_server_and_says_so(tmp_path: Path) -> None:
+    # QA round 5: `dpsql serve` exited on SIGTERM without a word
+    db, md, ledger, _ = prepare(tmp_path)
+    log = tmp_path / "serve.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "dpsql.cli.main", "serve", "-m", str(md),
+                                 "-d", str(db), "--ledger", str(ledger), "--listen",
+                                 "127.0.0.1:0"], stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 60
+        while "serving" not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "dpsql: stopped" in log.read_text()
