@@ -18,8 +18,8 @@ a CTE or derived table), and a literal of an IN list or
 BETWEEN beside a typed constant (compared in their common type) are not checked: they stay
 TRY-wrapped, answered as no match where they cannot be cast. A string bound to a ``?`` that a
 binary comparison sets against a typed column is checked the same way before the charge
-(:func:`parameter_types`, :func:`check_parameter_casts`; the session's main path: blocks,
-selections and sample-and-aggregate leave their parameters to TRY).
+(:func:`parameter_types`, :func:`check_parameter_casts`; for release blocks, selections and
+sample-and-aggregate from the analyst's own query, :func:`parameter_types_of`).
 """
 
 from __future__ import annotations
@@ -158,3 +158,20 @@ def check_parameter_casts(types: tuple[ParameterType, ...], values: list[object]
                 f"parameter {position + 1} ({value[:40]!r}) cannot be read as type {type_sql}, "
                 f"so its comparison would be NULL on every row: bind a value of type "
                 f"{type_sql} such as {_EXAMPLES[normalise(type_sql).this]}")  # type: ignore[union-attr]
+
+
+def parameter_types_of(sql: str, metadata: Metadata) -> tuple[ParameterType, ...]:
+    """:func:`parameter_types` of the analyst's ``sql`` itself, for the requests whose prepared
+    form keeps no single analysed query (release blocks, selections, sample-and-aggregate):
+    parsed and qualified with every aggregate and the SAMPLE_AGGREGATE wrapper allowed (the
+    request's own analysis already judged them); () when it does not parse."""
+    from dpsql.analysis.parse import parse_query
+    from dpsql.errors import Error
+    from dpsql.sample_aggregate.analysis import WRAPPER
+
+    try:
+        query = parse_query(sql, metadata, allow_top_star=True, extra_funcs=(exp.AggFunc,),
+                            extra_anonymous=frozenset({WRAPPER}))
+    except Error:
+        return ()
+    return parameter_types(query, metadata)

@@ -134,3 +134,34 @@ def test_a_readable_or_typed_parameter_is_answered(databases):
     sql = "SELECT COUNT(*) FROM v WHERE d >= ?"
     assert outcome(rows_db, METADATA, sql, ["2023-1-5"]) == ("ok", [(24,)])
     assert outcome(rows_db, METADATA, sql, [datetime.date(2023, 1, 5)]) == ("ok", [(24,)])
+
+
+SELECTION_METADATA = loads_metadata("""
+tables:
+  v:
+    sample_aggregate: {blocks: 4}
+    columns:
+      d: {type: DATE}
+      n: {type: INTEGER, max_freq: 1, bounds: [0, 100]}
+      s: {type: VARCHAR}
+      x: {type: "DECIMAL(10,2)"}
+      t: {type: TIMESTAMP}
+""")
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT MEDIAN(n) FROM v WHERE d >= ?",  # a selection (the exponential mechanism)
+    "WITH c AS (SELECT COUNT(*) AS k FROM v WHERE d >= ?) SELECT k FROM c",  # release blocks
+    "SELECT SAMPLE_AGGREGATE(AVG(n), 0, 100) FROM v WHERE d >= ?",  # sample-and-aggregate
+])
+def test_every_request_kind_checks_its_string_parameters(databases, tmp_path, sql):
+    outcomes = [outcome(path, SELECTION_METADATA, sql, ["2023-13-01"]) for path in databases]
+    assert outcomes[0] == outcomes[1] and outcomes[0][0] == "DataError", outcomes
+    assert outcomes[0][1].startswith("parameter 1 ('2023-13-01') cannot be read as type DATE")
+    with charging_session(databases[0], SELECTION_METADATA, tmp_path / "ledger.sqlite",
+                          sampler=ZeroNoise()) as session:
+        with pytest.raises(DataError):
+            session.run(sql, ["2023-13-01"], epsilon=0.5)
+        assert charged(session) == []
+        session.run(sql, ["2023-01-05"], epsilon=0.5)  # a date it reads: released, charged
+        assert len(charged(session)) == 1
