@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dpsql.accounting import Ledger
 from dpsql.backends import ledger_identity
@@ -96,11 +97,20 @@ def launch(db: Path | None, md: Path, ledger: Path, database_id: str, *extra: st
             # keep draining stderr so the server never blocks on a full pipe
             import threading
 
-            threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
+            # (and close it at its end: an unclosed pipe was a ResourceWarning wherever the
+            # garbage collector happened to run, e.g. in tests/test_cursor_arrow.py)
+            threading.Thread(target=_drain, args=(proc.stderr,), daemon=True).start()
             return ServerProcess(proc, m.group(1), int(m.group(2)), db, md, ledger,
                                  database_id, list(extra))
     proc.kill()
     raise RuntimeError(f"dpsql serve did not start listening within {timeout:g} s")
+
+
+def _drain(stream: Any) -> None:
+    """Read ``stream`` to its end, then close it."""
+    with stream:
+        for _ in stream:
+            pass
 
 
 def start_server(tmp: Path, *extra: str) -> ServerProcess:
