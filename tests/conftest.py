@@ -138,6 +138,17 @@ def make_backend(request, backend_name, tmp_path_factory):
     return spark_backend
 
 
+@pytest.fixture(scope="session")
+def tiny_tpch(tmp_path_factory) -> Path:
+    """A TPC-H database at scale 0.01 from the built-in generator (~0.5 s, once per worker):
+    the TPC-H schema and keys, for tests that need real TPC-H tables rather than the
+    benchmarks' generated data (which a fresh clone does not have)."""
+    from benchmarks.tpch_data import ensure_dataset
+
+    folder = tmp_path_factory.mktemp("tiny_tpch")
+    return Path(ensure_dataset(0.01, folder, "builtin", log=lambda *_: None).db_path)
+
+
 @pytest.fixture(scope="module")
 def shop(request, tmp_path_factory):
     """The shop database (tests/shop_fixture.py), one file per test module: DuckDB shares

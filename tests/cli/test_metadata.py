@@ -153,10 +153,8 @@ def test_check_names_the_file_once(tmp_path, capsys, args):
     assert "name the metadata file once" in capsys.readouterr().err
 
 
-def test_tpch_units_schema_checks_on_tpch(capsys):
-    db = ROOT / "benchmarks" / "data" / "sf0.01-builtin" / "tpch.duckdb"
-    if not db.is_file():
-        pytest.skip("no TPC-H SF 0.01 database (python -m benchmarks generates it)")
+def test_tpch_units_schema_checks_on_tpch(capsys, tiny_tpch):
+    db = tiny_tpch
     assert main(["metadata", "check", "-m", str(ROOT / "schemas" / "tpch-units.yaml"), "-d",
                  str(db)]) == 0
     out, err = capsys.readouterr()

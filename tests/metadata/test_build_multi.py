@@ -251,12 +251,10 @@ def test_hop_conflicts_agree_with_the_loader():
     assert verdicts == {True, False}
 
 
-def test_tpch_units_are_r2ts(tmp_path):
+def test_tpch_units_are_r2ts(tiny_tpch):
     # on TPC-H itself: customer + supplier (Q5, Q7, Q8) and orders + supplier (Q21) give the
     # paths benchmarks/units_queries.py declares for R2T's private relations
-    db = ROOT / "benchmarks" / "data" / "sf0.01-builtin" / "tpch.duckdb"
-    if not db.is_file():
-        pytest.skip("no TPC-H SF 0.01 database (python -m benchmarks generates it)")
+    db = tiny_tpch
     from benchmarks.units_queries import units_metadata
     from dpsql.metadata import load_metadata
 
