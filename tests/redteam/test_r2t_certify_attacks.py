@@ -389,7 +389,9 @@ def test_count_loads_beyond_int64_wrap():
 
 @pytest.mark.xfail(strict=True, raises=OverflowError, reason="a count level at 2^63 or "
                    "above: level_caps's np.minimum(values, int(tau)) raises OverflowError "
-                   "(not a dpsql error) instead of flooring by delta")
+                   "(not a dpsql error) instead of flooring by delta. Unreachable from the "
+                   "engine: metadata refuses max_contribution above 2^62 "
+                   "(unit_paths.MAX_CONTRIBUTION_LIMIT), so every count level is below 2^63")
 def test_count_levels_beyond_int64():
     got = flow_truncated(np.array([0, 0]), np.array([0, 1]), np.array([5, 7]),
                          [2.0**70, 4.0], integer=True)
