@@ -81,17 +81,7 @@ SCHEMA: dict[str, list[str]] = {
               "amt DECIMAL(18, 4)", "w DOUBLE"],
 }
 
-YAML = """
-privacy_unit:
-  - {{table: customer, column: c_id, max_contribution: {gs}{extra}}}
-  - {{table: supplier, column: s_id}}
-tables:
-  customer: {{columns: {{c_id: {{type: INTEGER}}}}}}
-  supplier: {{columns: {{s_id: {{type: INTEGER}}}}}}
-  orders: {{unit: {{customer: o_cust}}, columns: {{o_id: {{type: INTEGER}},
-            o_cust: {{type: INTEGER}}}}}}
-  items:
-    unit: {{customer: {{via: i_order, to: orders.o_id}}, supplier: i_supp}}
+YAML = tiny_multi.TWO_UNIT_HEAD + """\
     columns:
       i_order: {{type: INTEGER}}
       i_supp: {{type: INTEGER}}
@@ -112,7 +102,7 @@ def metadata(gs: int = 8, base: float | None = None, max_sum: int | None = None,
         extra += f", levels: {{base: {base}}}"
     if max_sum is not None:
         extra += f", max_sum: {max_sum}"
-    return loads_metadata(YAML.format(gs=gs, extra=extra, plo=plo, phi=phi, alo=alo, ahi=ahi,
+    return loads_metadata(YAML.format(gs=gs, grid=extra, plo=plo, phi=phi, alo=alo, ahi=ahi,
                                       wlo=wlo, whi=whi), "<red team: flat sums>")
 
 

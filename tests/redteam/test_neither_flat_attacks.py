@@ -44,6 +44,7 @@ from dpsql.units.execute import Truncated, histogram_of_ids, read_truncated_part
 from dpsql.units.flat_counts import flat_unit_ids
 from dpsql.units.multi_rewrite import is_flat, value_levels
 from tests.db_files import create_tables
+from tests.units import tiny_multi
 
 DBS = int(os.environ.get("DPSQL_REDTEAM_DBS", "1"))
 
@@ -51,17 +52,7 @@ World = dict[str, list[tuple[Any, ...]]]
 
 # ------------------------------------------------------------------ 1. neither unit in full
 
-TWO_YAML = """
-privacy_unit:
-  - {{table: customer, column: c_id, max_contribution: {gs}{grid}}}
-  - {{table: supplier, column: s_id}}
-tables:
-  customer: {{columns: {{c_id: {{type: INTEGER}}}}}}
-  supplier: {{columns: {{s_id: {{type: INTEGER}}}}}}
-  orders: {{unit: {{customer: o_cust}}, columns: {{o_id: {{type: INTEGER}},
-            o_cust: {{type: INTEGER}}}}}}
-  items:
-    unit: {{customer: {{via: i_order, to: orders.o_id}}, supplier: i_supp}}
+TWO_YAML = tiny_multi.TWO_UNIT_HEAD + """\
     columns: {{i_order: {{type: INTEGER}}, i_supp: {{type: INTEGER}},
               qty: {{type: DOUBLE, bounds: [{lo}, {hi}]}}}}
 """

@@ -51,6 +51,22 @@ tables:
   nations: {{public: true, columns: {{n: {{type: INTEGER}}}}}}
 """
 
+#: the two units and the tables the red teams' two-unit shops share (customer and supplier,
+#: orders by customer, items by both), for ``str.format`` with ``gs`` and ``grid``; each shop
+#: appends its ``items`` columns
+TWO_UNIT_HEAD = """
+privacy_unit:
+  - {{table: customer, column: c_id, max_contribution: {gs}{grid}}}
+  - {{table: supplier, column: s_id}}
+tables:
+  customer: {{columns: {{c_id: {{type: INTEGER}}}}}}
+  supplier: {{columns: {{s_id: {{type: INTEGER}}}}}}
+  orders: {{unit: {{customer: o_cust}}, columns: {{o_id: {{type: INTEGER}},
+            o_cust: {{type: INTEGER}}}}}}
+  items:
+    unit: {{customer: {{via: i_order, to: orders.o_id}}, supplier: i_supp}}
+"""
+
 
 def metadata(*, max_contribution: int = 8, level_base: float = 2.0) -> Metadata:
     grid = "" if level_base == 2.0 else f", levels: {{base: {level_base}}}"
