@@ -148,10 +148,7 @@ def test_a_two_stage_avg_is_a_mean_of_the_units_means(tmp_path, rows_per_group):
                          "GROUP BY dept", epsilon=1e9)
     assert kind == "ok"
     for dept, count, avg in rows:
-        units = {}
-        for p, d, cost in visits:
-            if d == dept:
-                units.setdefault(p, []).append(cost)
+        units = _costs_by_unit(visits, dept)
         kept = {p: min(len(c), rows_per_group) for p, c in units.items()}
         expected = (sum(kept[p] * sum(c) / len(c) for p, c in units.items())
                     / sum(kept.values()))
@@ -163,13 +160,21 @@ def test_a_sum_the_query_reads_bare_keeps_its_clamp(tmp_path):
     # SUM(cost) beside AVG(cost) is one measurement: the SUM's per-unit clamp (C times the
     # bound) is kept for both (README, "Privacy units": such an AVG can lie above the mean)
     path, md, visits = _visits(tmp_path, 1)
-    kind, rows = outcome(path, md, "SELECT dept, SUM(cost), COUNT(*) FROM visits "
+    kind, rows = outcome(path, md, "SELECT dept, SUM(cost), COUNT(*), AVG(cost) FROM visits "
                          "GROUP BY dept", epsilon=1e9)
     assert kind == "ok"
-    for dept, total, count in rows:
-        per_unit = {}
-        for p, d, cost in visits:
-            if d == dept:
-                per_unit[p] = per_unit.get(p, 0.0) + cost
-        assert total == pytest.approx(sum(min(t, 5000.0) for t in per_unit.values()))
-        assert count == len(per_unit)
+    for dept, total, count, avg in rows:
+        units = _costs_by_unit(visits, dept)
+        clamped = sum(min(sum(c), 5000.0) for c in units.values())
+        assert total == pytest.approx(clamped)
+        assert count == len(units)
+        assert avg == pytest.approx(clamped / len(units))  # the clamped sum, not the means
+
+
+def _costs_by_unit(visits, dept: int) -> dict[int, list[float]]:
+    """Each person's visit costs in ``dept``."""
+    units: dict[int, list[float]] = {}
+    for p, d, cost in visits:
+        if d == dept:
+            units.setdefault(p, []).append(cost)
+    return units
