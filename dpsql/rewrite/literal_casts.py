@@ -25,16 +25,19 @@ sample-and-aggregate from the analyst's own query, :func:`parameter_types_of`).
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from functools import lru_cache
 
 import duckdb
 from sqlglot import exp
 
 from dpsql.analysis.keytypes import normalise
-from dpsql.errors import DataError
+from dpsql.analysis.parse import parse_query
+from dpsql.errors import DataError, Error
 from dpsql.metadata import Metadata
 from dpsql.rewrite.parameters import PARAM_PREFIX, number_parameters
 from dpsql.rewrite.safe_compare import ColumnType, column_types, scope_nodes
+from dpsql.sample_aggregate.analysis import WRAPPER
 
 T = exp.DataType.Type
 
@@ -84,40 +87,53 @@ def _checked(node: exp.Expression, literal: exp.Expression) -> bool:
                for o in others if o is not literal)
 
 
-def _pairs(node: exp.Expression) -> list[tuple[exp.Expression, exp.Expression]]:
-    """The operand pairs a comparison ``node`` compares (none for other nodes)."""
-    if isinstance(node, exp.Between):
-        return [(node.this, node.args["low"]), (node.this, node.args["high"])]
-    if isinstance(node, exp.In):
-        return [(node.this, e) for e in node.expressions]
-    if isinstance(node, _COMPARISONS):
-        return [(node.this, node.expression), (node.expression, node.this)]
-    return []
+def _typed_comparisons(node: exp.Expression, column_type: ColumnType, *, lists: bool
+                       ) -> Iterator[tuple[exp.Expression, exp.Column, exp.Expression, str, str]]:
+    """``(comparison, column, other operand, the column type's SQL, an example of it)`` for
+    every comparison in ``node``'s
+    scope that sets a bare column whose declared type casts a string (:data:`_EXAMPLES`)
+    against another operand: binary comparisons either way round, and with ``lists`` each
+    value of an IN list or BETWEEN as well."""
+    for inner in scope_nodes(node):
+        if isinstance(inner, _COMPARISONS):
+            pairs = [(inner.this, inner.expression), (inner.expression, inner.this)]
+        elif lists and isinstance(inner, exp.Between):
+            pairs = [(inner.this, inner.args["low"]), (inner.this, inner.args["high"])]
+        elif lists and isinstance(inner, exp.In):
+            pairs = [(inner.this, e) for e in inner.expressions]
+        else:
+            continue
+        for operand, other in pairs:
+            column = operand.unnest()
+            if not isinstance(column, exp.Column):
+                continue
+            dtype = normalise(column_type(column))
+            if dtype is not None and dtype.this in _EXAMPLES:
+                yield inner, column, other, dtype.sql(dialect="duckdb"), _EXAMPLES[dtype.this]
+
+
+def _refusal(what: str, comparison: str, type_sql: str, example: str, verb: str) -> DataError:
+    """The DataError naming ``what`` cannot be read, the comparison and a value to use."""
+    return DataError(f"{what} cannot be read as type {type_sql}, so {comparison} would be "
+                     f"NULL on every row: {verb} a value of type {type_sql} such as {example}")
 
 
 def check_literal_casts(node: exp.Expression, column_type: ColumnType) -> None:
     """Refuse (DataError) a comparison in ``node`` of a typed column with a string literal
     its type does not take (module contract); subqueries are their own scope."""
-    for inner in scope_nodes(node):
-        for column, operand in _pairs(inner):
-            column, literal = column.unnest(), operand.unnest()
-            if not (isinstance(column, exp.Column) and isinstance(literal, exp.Literal)
-                    and literal.is_string and _checked(inner, operand)):
-                continue
-            dtype = normalise(column_type(column))
-            if dtype is None or dtype.this not in _EXAMPLES:
-                continue
-            type_sql = dtype.sql(dialect="duckdb")
-            if not casts(literal.this, type_sql):
-                raise DataError(
-                    f"{literal.sql(dialect='duckdb')} cannot be read as type {type_sql}, so "
-                    f"its comparison with {column.sql(dialect='duckdb')} (of type {type_sql}) "
-                    f"would be NULL on every row: write a value of type {type_sql} such as "
-                    f"{_EXAMPLES[dtype.this]}")
+    for inner, column, operand, type_sql, example in _typed_comparisons(node, column_type,
+                                                                        lists=True):
+        literal = operand.unnest()
+        if (isinstance(literal, exp.Literal) and literal.is_string
+                and _checked(inner, operand) and not casts(literal.this, type_sql)):
+            raise _refusal(literal.sql(dialect="duckdb"),
+                           f"its comparison with {column.sql(dialect='duckdb')} (of type "
+                           f"{type_sql})", type_sql, example, "write")
 
 
-#: one parameter compared with a typed column: (its position among the ``?``, the type's SQL)
-ParameterType = tuple[int, str]
+#: one parameter compared with a typed column: (its position among the ``?``, the type's SQL,
+#: an example of the type)
+ParameterType = tuple[int, str, str]
 
 
 def parameter_types(query: exp.Expression, metadata: Metadata) -> tuple[ParameterType, ...]:
@@ -132,32 +148,22 @@ def parameter_types(query: exp.Expression, metadata: Metadata) -> tuple[Paramete
     out = []
     for select in numbered.find_all(exp.Select):
         column_type = column_types(select, metadata, ctes)
-        for inner in scope_nodes(select):
-            if not isinstance(inner, _COMPARISONS):
-                continue
-            for column, marker in ((inner.this, inner.expression),
-                                   (inner.expression, inner.this)):
-                column, marker = column.unnest(), marker.unnest()
-                if not (isinstance(column, exp.Column) and isinstance(marker, exp.Placeholder)
-                        and str(marker.this).startswith(PARAM_PREFIX)):
-                    continue
-                dtype = normalise(column_type(column))
-                if dtype is not None and dtype.this in _EXAMPLES:
-                    out.append((int(str(marker.this)[len(PARAM_PREFIX):]),
-                                dtype.sql(dialect="duckdb")))
+        for _, _, other, type_sql, example in _typed_comparisons(select, column_type,
+                                                                 lists=False):
+            marker = other.unnest()
+            if isinstance(marker, exp.Placeholder) and str(marker.this).startswith(PARAM_PREFIX):
+                out.append((int(str(marker.this)[len(PARAM_PREFIX):]), type_sql, example))
     return tuple(out)
 
 
 def check_parameter_casts(types: tuple[ParameterType, ...], values: list[object]) -> None:
     """Refuse (DataError) a string parameter its compared column's type cannot read
     (:func:`parameter_types`), before any charge: the analyst's own value, public."""
-    for position, type_sql in types:
+    for position, type_sql, example in types:
         value = values[position] if position < len(values) else None
         if isinstance(value, str) and not casts(value, type_sql):
-            raise DataError(
-                f"parameter {position + 1} ({value[:40]!r}) cannot be read as type {type_sql}, "
-                f"so its comparison would be NULL on every row: bind a value of type "
-                f"{type_sql} such as {_EXAMPLES[normalise(type_sql).this]}")  # type: ignore[union-attr]
+            raise _refusal(f"parameter {position + 1} ({value[:40]!r})", "its comparison",
+                           type_sql, example, "bind")
 
 
 def parameter_types_of(sql: str, metadata: Metadata) -> tuple[ParameterType, ...]:
@@ -165,10 +171,6 @@ def parameter_types_of(sql: str, metadata: Metadata) -> tuple[ParameterType, ...
     form keeps no single analysed query (release blocks, selections, sample-and-aggregate):
     parsed and qualified with every aggregate and the SAMPLE_AGGREGATE wrapper allowed (the
     request's own analysis already judged them); () when it does not parse."""
-    from dpsql.analysis.parse import parse_query
-    from dpsql.errors import Error
-    from dpsql.sample_aggregate.analysis import WRAPPER
-
     try:
         query = parse_query(sql, metadata, allow_top_star=True, extra_funcs=(exp.AggFunc,),
                             extra_anonymous=frozenset({WRAPPER}))
