@@ -85,12 +85,13 @@ def avg_only_sums(analysis: QueryAnalysis) -> dict[int, int]:
     query = analysis.query.transform(unfilter)  # a copy: FILTERs read as they were measured
     parts = {}
     bare = set()
+    by_label = _by_label(analysis)
     for node in query.find_all(exp.Avg, exp.Sum):
         if isinstance(node, exp.Avg):
             total, count, _ = _avg_parts(analysis, node)
             parts[total] = count
         elif node.find_ancestor(exp.Avg) is None:
-            m = _by_label(analysis).get(_label(node))
+            m = by_label.get(_label(node))
             if m is not None:
                 bare.add(m.index)
     return {total: count for total, count in parts.items() if total not in bare}
