@@ -10,13 +10,17 @@ noisy 0). :func:`check_literal_casts` refuses it instead, with DataError naming 
 the column and an example of the type (SQLSTATE 22007 for a date or time, 22P02 else, as
 PostgreSQL: dpsql.server.sqlstates).
 
-Contract: the refusal reads the SQL text and the declared column types (public metadata)
-alone, and its test is DuckDB's own cast of the literal, ``TRY_CAST(literal AS type)``, on a
-private in-memory connection that holds no data. A literal that casts is left to the totality
-rules as before (nothing new is proved total here). Columns of unknown type (undeclared, or of
-a CTE or derived table), and a literal of an IN list or
-BETWEEN beside a typed constant (compared in their common type) are not checked: they stay
-TRY-wrapped, answered as no match where they cannot be cast. A string bound to a ``?`` that a
+The compared operand's type is read from the SQL and the metadata alone (:func:`operand_types`):
+a declared column; a CAST or TRY_CAST (its target type); or a column of a CTE or derived table
+whose projection is one of those, followed through nested CTEs. Contract: the refusal reads the
+SQL text and the declared column types (public metadata) alone, and its test is DuckDB's own
+cast of the literal, ``TRY_CAST(literal AS type)``, on a private in-memory connection that holds
+no data. A literal that casts is left to the totality rules as before (nothing new is proved
+total here: these types serve this check only, never a totality rule). Operands of unknown type
+(undeclared columns, other expressions such as ``d + 1``, a CTE column computed or read through
+a set operation), and a literal of an IN list or BETWEEN beside a typed constant (compared in
+their common type) are not checked: they stay TRY-wrapped, answered as no match where they
+cannot be cast. A string bound to a ``?`` that a
 binary comparison sets against a typed column is checked the same way before the charge
 (:func:`parameter_types`, :func:`check_parameter_casts`; for release blocks, selections and
 sample-and-aggregate from the analyst's own query, :func:`parameter_types_of`).
@@ -25,7 +29,7 @@ sample-and-aggregate from the analyst's own query, :func:`parameter_types_of`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 
 import duckdb
@@ -36,7 +40,7 @@ from dpsql.analysis.parse import parse_query
 from dpsql.errors import DataError, Error
 from dpsql.metadata import Metadata
 from dpsql.rewrite.parameters import PARAM_PREFIX, number_parameters
-from dpsql.rewrite.safe_compare import ColumnType, column_types, scope_nodes
+from dpsql.rewrite.safe_compare import column_types, enclosing_select, scope_nodes, scope_sources
 from dpsql.sample_aggregate.analysis import WRAPPER
 
 T = exp.DataType.Type
@@ -87,13 +91,95 @@ def _checked(node: exp.Expression, literal: exp.Expression) -> bool:
                for o in others if o is not literal)
 
 
-def _typed_comparisons(node: exp.Expression, column_type: ColumnType, *, lists: bool
-                       ) -> Iterator[tuple[exp.Expression, exp.Column, exp.Expression, str, str]]:
-    """``(comparison, column, other operand, the column type's SQL, an example of it)`` for
-    every comparison in ``node``'s
-    scope that sets a bare column whose declared type casts a string (:data:`_EXAMPLES`)
-    against another operand: binary comparisons either way round, and with ``lists`` each
-    value of an IN list or BETWEEN as well."""
+#: the declared type (SQL text) of a compared operand, or None when unknown
+OperandType = Callable[[exp.Expression], "str | None"]
+
+#: how many CTE or derived-table projections :func:`operand_types` follows from one operand
+_MAX_HOPS = 16
+
+
+def operand_types(select: exp.Select, metadata: Metadata | None,
+                  ctes: frozenset[str]) -> OperandType:
+    """The type of an operand in ``select``'s scope, for this check only (module contract): a
+    declared column (:func:`column_types`), a CAST's target type, or a CTE's or derived
+    table's column whose projection is one of those, followed from the scope that projects
+    it. None for anything else (unknown: not checked)."""
+    return lambda operand: _operand_type(operand, select, metadata, ctes, 0)
+
+
+def _operand_type(operand: exp.Expression, select: exp.Select, metadata: Metadata | None,
+                  ctes: frozenset[str], hops: int) -> str | None:
+    """:func:`operand_types` of ``operand`` in ``select``, ``hops`` projections followed."""
+    node = operand.unnest()
+    if isinstance(node, exp.Cast):  # TRY_CAST too: its value is of the target type
+        return node.to.sql(dialect="duckdb")
+    if not isinstance(node, exp.Column) or hops > _MAX_HOPS:
+        return None
+    declared = column_types(select, metadata, ctes)(node)
+    if declared is not None:
+        return declared
+    projected = _projection(select, node)
+    if projected is None:
+        return None
+    body, projection = projected
+    return _operand_type(projection, body, metadata, ctes, hops + 1)
+
+
+def _projection(scope: exp.Select, column: exp.Column
+                ) -> tuple[exp.Select, exp.Expression] | None:
+    """(the body, its projection) that a CTE or derived table ``scope`` (or a SELECT it is a
+    subquery of) reads under ``column``'s table alias projects as ``column``; None when the
+    alias names anything else, or the body is not one SELECT (a set operation types its
+    columns by every branch)."""
+    body = _aliased_body(scope, column.table)
+    if not isinstance(body, exp.Select):
+        return None
+    for projection in body.expressions:
+        if projection.alias_or_name.lower() == column.name.lower():
+            return body, projection.unalias()
+    return None
+
+
+def _aliased_body(scope: exp.Select, alias: str) -> exp.Expression | None:
+    """The query behind ``alias`` in the innermost scope naming it, from ``scope`` outwards
+    (as :func:`column_types` resolves aliases): a derived table's own query, or the CTE the
+    name refers to (the nearest WITH defining it); None for a base table or anything else."""
+    select: exp.Select | None = scope
+    while select is not None:
+        for source in scope_sources(select):
+            if source.alias_or_name != alias:
+                continue
+            if isinstance(source, exp.Subquery):
+                return source.this
+            if isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier):
+                return _cte_body(select, source.name)
+            return None
+        select = enclosing_select(select)
+    return None
+
+
+def _cte_body(node: exp.Expression, name: str) -> exp.Expression | None:
+    """The body of the CTE ``name`` visible from ``node``: the nearest enclosing WITH that
+    defines it; None when none does (a base table)."""
+    ancestor: exp.Expression | None = node
+    while ancestor is not None:
+        with_ = ancestor.args.get("with_") if isinstance(ancestor, exp.Query) else None
+        if with_ is not None:
+            for cte in with_.expressions:
+                if cte.alias_or_name.lower() == name.lower():
+                    return cte.this
+        ancestor = ancestor.parent
+    return None
+
+
+def _typed_comparisons(node: exp.Expression, operand_type: OperandType, *, lists: bool
+                       ) -> Iterator[tuple[exp.Expression, exp.Expression, exp.Expression, str,
+                                           str]]:
+    """``(comparison, operand, other operand, the operand type's SQL, an example of it)`` for
+    every comparison in ``node``'s scope that sets an operand whose type
+    (:func:`operand_types`) casts a string (:data:`_EXAMPLES`) against another operand:
+    binary comparisons either way round, and with ``lists`` each value of an IN list or
+    BETWEEN as well."""
     for inner in scope_nodes(node):
         if isinstance(inner, _COMPARISONS):
             pairs = [(inner.this, inner.expression), (inner.expression, inner.this)]
@@ -104,12 +190,12 @@ def _typed_comparisons(node: exp.Expression, column_type: ColumnType, *, lists: 
         else:
             continue
         for operand, other in pairs:
-            column = operand.unnest()
-            if not isinstance(column, exp.Column):
+            if isinstance(operand.unnest(), (exp.Literal, exp.Placeholder)):
                 continue
-            dtype = normalise(column_type(column))
+            dtype = normalise(operand_type(operand))
             if dtype is not None and dtype.this in _EXAMPLES:
-                yield inner, column, other, dtype.sql(dialect="duckdb"), _EXAMPLES[dtype.this]
+                yield (inner, operand.unnest(), other, dtype.sql(dialect="duckdb"),
+                       _EXAMPLES[dtype.this])
 
 
 def _refusal(what: str, comparison: str, type_sql: str, example: str, verb: str) -> DataError:
@@ -118,10 +204,11 @@ def _refusal(what: str, comparison: str, type_sql: str, example: str, verb: str)
                      f"NULL on every row: {verb} a value of type {type_sql} such as {example}")
 
 
-def check_literal_casts(node: exp.Expression, column_type: ColumnType) -> None:
-    """Refuse (DataError) a comparison in ``node`` of a typed column with a string literal
-    its type does not take (module contract); subqueries are their own scope."""
-    for inner, column, operand, type_sql, example in _typed_comparisons(node, column_type,
+def check_literal_casts(node: exp.Expression, operand_type: OperandType) -> None:
+    """Refuse (DataError) a comparison in ``node`` of a typed operand (:func:`operand_types`)
+    with a string literal its type does not take (module contract); subqueries are their own
+    scope."""
+    for inner, column, operand, type_sql, example in _typed_comparisons(node, operand_type,
                                                                         lists=True):
         literal = operand.unnest()
         if (isinstance(literal, exp.Literal) and literal.is_string
@@ -147,9 +234,8 @@ def parameter_types(query: exp.Expression, metadata: Metadata) -> tuple[Paramete
     ctes = frozenset(cte.alias_or_name.lower() for cte in numbered.find_all(exp.CTE))
     out = []
     for select in numbered.find_all(exp.Select):
-        column_type = column_types(select, metadata, ctes)
-        for _, _, other, type_sql, example in _typed_comparisons(select, column_type,
-                                                                 lists=False):
+        for _, _, other, type_sql, example in _typed_comparisons(
+                select, operand_types(select, metadata, ctes), lists=False):
             marker = other.unnest()
             if isinstance(marker, exp.Placeholder) and str(marker.this).startswith(PARAM_PREFIX):
                 out.append((int(str(marker.this)[len(PARAM_PREFIX):]), type_sql, example))

@@ -263,7 +263,7 @@ def fold_date_intervals(node: exp.Expression, column_kind: ColumnKind) -> None:
             shift.replace(exp.Cast(this=copy_tree(shift), to=exp.DataType.build(T.DATE)))
 
 
-def _sources(select: exp.Select) -> list[exp.Expression]:
+def scope_sources(select: exp.Select) -> list[exp.Expression]:
     """The relations ``select``'s FROM and JOINs name (tables, derived tables, ...)."""
     from_ = select.args.get("from_")
     sources = [from_.this] if from_ is not None else []
@@ -287,7 +287,7 @@ def base_tables(select: exp.Select, metadata: Metadata | None,
     out: dict[str, tuple[exp.Table, Table]] = {}
     if metadata is None:
         return out
-    for source in _sources(select):
+    for source in scope_sources(select):
         table = _base_table(source, metadata, cte_names)
         if table is not None:
             assert isinstance(source, exp.Table)
@@ -324,7 +324,7 @@ def column_types(select: exp.Select, metadata: Metadata | None,
     aliases: dict[str, Table | None] = {}
     scope: exp.Select | None = select
     while scope is not None and metadata is not None:
-        for source in _sources(scope):
+        for source in scope_sources(scope):
             # an inner alias hides an outer one, whatever the inner source is
             aliases.setdefault(source.alias_or_name,
                                _base_table(source, metadata, cte_names))

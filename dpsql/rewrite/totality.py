@@ -35,13 +35,12 @@ from dpsql.analysis.keytypes import is_marked_comparable
 from dpsql.analysis.trees import copy_tree
 from dpsql.metadata import Metadata
 from dpsql.rewrite.context import RewriteContext
-from dpsql.rewrite.literal_casts import check_literal_casts
+from dpsql.rewrite.literal_casts import check_literal_casts, operand_types
 from dpsql.rewrite.safe_compare import (
     BOOL,
     ColumnKind,
     Kind,
     column_kinds,
-    column_types,
     comparison_is_total,
     constant_kind,
     fold_date_intervals,
@@ -194,7 +193,7 @@ def total_query(query: exp.Expression, metadata: Metadata | None = None,
     ctes = cte_names(query) if ctes is None else ctes
     for select in list(query.find_all(exp.Select)):
         kind = column_kinds(select, metadata, ctes)
-        check_literal_casts(select, column_types(select, metadata, ctes))
+        check_literal_casts(select, operand_types(select, metadata, ctes))
         for join in select.args.get("joins") or []:
             if join.args.get("on") is not None:
                 fold_date_intervals(join.args["on"], kind)
