@@ -91,6 +91,9 @@ def exact_sums(codes: np.ndarray, values: np.ndarray, n: int, top: float | None 
     return out
 
 
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
 def level_caps(values: np.ndarray, tau: float, delta: float, integer: bool,
                out: np.ndarray | None = None, top: float | None = None
                ) -> tuple[np.ndarray, int]:
@@ -101,7 +104,8 @@ def level_caps(values: np.ndarray, tau: float, delta: float, integer: bool,
     psi, when known (at most tau: the ``min`` is the identity and is skipped)."""
     if integer:
         step = int(delta)
-        s = np.minimum(values, int(tau), out=out)
+        # a level at or past 2^63 caps no int64 psi (and would not fit the comparison)
+        s = np.minimum(values, min(int(tau), _INT64_MAX), out=out)
         if step != 1:
             np.floor_divide(s, step, out=s)
         return s, int(tau) // step
