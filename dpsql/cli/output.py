@@ -66,9 +66,25 @@ def render_rows(names: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, *
                     tablefmt="simple", floatfmt="g", disable_numparse=True)
 
 
+def _public_scales(columns: Any) -> list[str]:
+    """Each column's public noise scale, as the record carries it (only for pure releases: a
+    smoothed scale is data-dependent and never recorded): the Laplace b or Gaussian sigma of
+    one measurement, or the range of R2T's per-level scales."""
+    out = []
+    for c in columns:
+        levels = getattr(c, "level_scales", None)
+        scale = getattr(c, "noise_scale", None)
+        if levels:
+            out.append(f"{c.name} {c.mechanism} {min(levels):.4g} to {max(levels):.4g} over "
+                       f"{len(levels)} levels")
+        elif scale:
+            out.append(f"{c.name} {c.mechanism} {scale:.4g}")
+    return out
+
+
 def release_line(release: Any, remaining: tuple[float, float] | None = None) -> str:
-    """One line: what the query spent, the budget left, publishable 95% intervals, and why a
-    column has none when the record says (its ``accuracy_note``)."""
+    """One line: what the query spent, the budget left, publishable 95% intervals, the public
+    noise scales, and why a column has none when the record says (its ``accuracy_note``)."""
     parts = [f"spent epsilon={release.epsilon:g} delta={release.delta:g}"]
     if getattr(release, "cached", False):
         parts[0] = "cached answer, spent nothing"
@@ -83,6 +99,9 @@ def release_line(release: Any, remaining: tuple[float, float] | None = None) -> 
                for c in release.columns if getattr(c, "interval_95", None) is not None]
     if widths:
         parts.append("95% interval: " + ", ".join(widths))
+    scales = _public_scales(release.columns)
+    if scales:
+        parts.append("noise scale: " + ", ".join(scales))
     from dpsql.release.record import NOT_PUBLISHABLE
 
     # why a column has no interval (smoothed noise, arithmetic of R2T releases), or what an R2T

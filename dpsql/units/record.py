@@ -20,28 +20,36 @@ from dpsql.units.avg import ratio_interval
 from dpsql.units.noise import R2TOutcome
 
 
-def two_stage_note(release: UnitRelease | None) -> str | None:
+def two_stage_note(release: UnitRelease | None, interval: bool = True) -> str | None:
     """The words for a GROUP BY's noisy columns under a privacy unit (the two-stage, whose
     kappa and C truncate a unit that reaches more), or None for every other release (R2T has
     its own; a derived table grouped by the unit and the unit table alone keep every unit whole,
-    dpsql.units.analysis). Public: the owner's bounds alone."""
+    dpsql.units.analysis). ``interval``: whether the column has a 95% half-width to qualify;
+    a column computed from several measurements (an AVG: noisy SUM / noisy COUNT per group,
+    whose error varies by group) has none, and the words say so and where to find one.
+    Public: the owner's bounds alone."""
     if release is None or release.r2t or release.derived or release.alone:
         return None
     u = release.unit
-    return (f"of what each unit keeps: at most {u.max_groups} group(s) and "
-            f"{u.max_rows_per_group} row(s)' worth per group, so low where a unit reaches more; "
-            "the 95% interval covers the noise, not this truncation")
+    kept = (f"of what each unit keeps: at most {u.max_groups} group(s) and "
+            f"{u.max_rows_per_group} row(s)' worth per group, so low where a unit reaches more")
+    if interval:
+        return kept + "; the 95% interval covers the noise, not this truncation"
+    return kept + ("; no interval: computed from several noisy measurements per group (an "
+                   "AVG is noisy SUM / noisy COUNT: select those for their 95% intervals)")
 
 
 def with_two_stage_note(record: Release, release: UnitRelease | None) -> Release:
     """``record`` with :func:`two_stage_note` as the accuracy note of every noisy column that
-    has none (QA round 5: a count per group read as all rows, its half-width as the accuracy)."""
-    note = two_stage_note(release)
-    if note is None:
+    has none (QA round 5: a count per group read as all rows, its half-width as the accuracy;
+    the audit of #17: a column without a half-width is told it has none, not of an interval)."""
+    if two_stage_note(release) is None:
         return record
     columns = tuple(
         c if c.mechanism is None or c.accuracy_note or c.half_width_95 == 0.0
-        else dataclasses.replace(c, accuracy_note=note) for c in record.columns)
+        else dataclasses.replace(c, accuracy_note=two_stage_note(
+            release, interval=c.half_width_95 is not None))
+        for c in record.columns)
     return dataclasses.replace(record, columns=columns)
 
 

@@ -70,7 +70,14 @@ def test_the_footer_says_accuracy_is_not_publishable_for_a_smoothed_column():
     record, _ = _record(JOIN, FLEX, Budget(0.1, 1e-8))
     line = release_line(record)
     assert "n: accuracy not publishable (data-dependent noise)" in line
-    assert "±" not in line
+    assert "±" not in line and "scale" not in line  # the smoothed scale is the owner's
+
+
+def test_the_footer_shows_a_pure_columns_public_scale():
+    from dpsql.cli.output import release_line
+
+    record, (plan,) = _record("SELECT COUNT(*) AS n FROM orders", FLEX, Budget(0.5))
+    assert f"noise scale: n discrete_laplace {plan.scale:.4g}" in release_line(record)
 
 
 def test_a_public_release_is_exact_and_free():

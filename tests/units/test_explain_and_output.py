@@ -163,10 +163,28 @@ def test_a_grouped_release_says_its_values_are_of_what_the_units_keep(tmp_path):
     assert all(c.accuracy_note.startswith(note) for c in values), values
     assert "the 95% interval covers the noise, not this truncation" in values[0].accuracy_note
     assert values[0].half_width_95 is not None  # the noise's interval stays
-    assert f"n, s, a: {note}" in release_line(result.release)
+    # the AVG (noisy SUM / noisy COUNT per group) has no half-width, and its note says so
+    # rather than speak of an interval it lacks (the audit of #17)
+    avg = values[2]
+    assert avg.half_width_95 is None and avg.interval_95 is None
+    assert "95% interval covers" not in avg.accuracy_note
+    assert "no interval: computed from several noisy measurements" in avg.accuracy_note
+    line = release_line(result.release)
+    assert f"n, s: {note}" in line and f"a: {note}" in line
+    # the footer shows the public noise scales the record carries (issue #17: the shell shows
+    # the unit and the public noise scale), the COUNT's and SUM's, not the AVG's
+    assert values[0].noise_scale and values[1].noise_scale and avg.noise_scale is None
+    n, total = values[0], values[1]
+    assert (f"noise scale: n {n.mechanism} {n.noise_scale:.4g}, "
+            f"s {total.mechanism} {total.noise_scale:.4g};") in line
     _, detail = release_notice(result.release)
     assert json.loads(detail)["columns"][1]["accuracy_note"].startswith(note)
     # R2T (no GROUP BY) keeps its own words: a bare COUNT has none
     (tmp_path / "r2t").mkdir()
     plain = _session_run(tmp_path / "r2t", md, db, _write_tiny, "SELECT COUNT(*) FROM items")
     assert plain.release.columns[0].accuracy_note is None
+    # and its footer the range of its per-level scales
+    levels = plain.release.columns[0].level_scales
+    assert levels and (f"noise scale: {plain.release.columns[0].name} r2t {min(levels):.4g} "
+                       f"to {max(levels):.4g} over {len(levels)} levels") \
+        in release_line(plain.release)
