@@ -228,7 +228,8 @@ class Ledger(AnalystBook, AuditBook):
                     f"privacy budget exhausted for analyst '{analyst}' on database {key[0]}: "
                     f"this query needs epsilon={_eps_float(eps)!r}, delta={_delta_float(dlt)!r} "
                     f"but only epsilon={_eps_float(max(0, eps_total - eps_spent))!r}, "
-                    f"delta={_delta_float(max(0, dlt_total - dlt_spent))!r} remain. "
+                    f"delta={_delta_float(max(0, dlt_total - dlt_spent))!r} remain"
+                    f"{_overspent(eps_total, dlt_total, eps_spent, dlt_spent)}. "
                     "Nothing was charged; ask for a smaller epsilon/delta or a larger budget."
                 )
             cursor = conn.execute(
@@ -389,3 +390,19 @@ class Ledger(AnalystBook, AuditBook):
 
     def __repr__(self) -> str:
         return f"Ledger({self.path!r})"
+
+
+def _overspent(eps_total: int, dlt_total: int, eps_spent: int, dlt_spent: int) -> str:
+    """Words for a total set below what was already spent (``dpsql budget set`` allows it and
+    blocks every further charge of that kind), so the refusal of a query that needs none of
+    it says why; '' otherwise. Amounts in the ledger's whole units."""
+    over = [f"{name} spent so far ({spent!r}) is above its total ({total!r})"
+            for name, spent, total in (
+                ("epsilon", _eps_float(eps_spent), _eps_float(eps_total)),
+                ("delta", _delta_float(dlt_spent), _delta_float(dlt_total)))
+            if spent > total]
+    if not over:
+        return ""
+    return (" (the " + " and the ".join(over) + ": the budget was set below the spending, "
+            "so no query is charged until the data owner raises it or resets the spending)")
+

@@ -120,6 +120,10 @@ def set_budget(ledger: str | None, analyst: str, database: str | None, metadata:
         f"delta {status.delta_total!r}, {_filter_name(status)} (spent so far: epsilon "
         f"{status.epsilon_spent!r}, delta {status.delta_spent!r})"
     )
+    if status.epsilon_spent > status.epsilon_total or status.delta_spent > status.delta_total:
+        click.echo("warning: the total is below what was already spent, so every query is "
+                   "refused until the total is raised or the spending reset ('dpsql budget "
+                   "reset')", err=True)
 
 
 def _filter_name(status: BudgetStatus) -> str:

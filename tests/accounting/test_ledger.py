@@ -162,6 +162,19 @@ def test_set_budget_keeps_spending_and_may_lower_below_it(ledger):
         spend(ledger, 1e-12)
 
 
+def test_a_total_lowered_below_the_spending_says_so_when_it_refuses(ledger):
+    # a delta total set below the delta already spent refuses a pure query too: the refusal
+    # says why, rather than "needs delta=0.0 but only delta=0.0 remain" alone
+    ledger.set_budget(DB, "alice", 10.0, 1e-6)
+    spend(ledger, 1.0, 1e-7)
+    ledger.set_budget(DB, "alice", 10.0, 0.0)
+    with pytest.raises(BudgetExhaustedError) as info:
+        spend(ledger, 1.0)
+    assert "the delta spent so far (1e-07) is above its total (0.0)" in str(info.value)
+    assert "epsilon spent" not in str(info.value)
+    assert ledger.status(DB, "alice").epsilon_spent == 1.0  # nothing charged
+
+
 def test_reset_forgets_charges_keeps_budget_and_ids(ledger):
     ledger.set_budget(DB, "alice", 1.0, 0.0)
     ledger.set_budget(DB, "bob", 1.0, 0.0)

@@ -88,6 +88,19 @@ def test_an_explicit_memory_database_is_allowed(ledger):
     assert done.exit_code == 0 and "on :memory:" in done.output
 
 
+def test_setting_a_total_below_the_spending_warns(ledger):
+    args = ["budget", "set", "--ledger", ledger, "--analyst", "alice", "--database",
+            "shop.duckdb"]
+    run(*args, "--epsilon", "1")
+    with Ledger(ledger) as book:
+        book.charge("shop.duckdb", "alice", fingerprint="q", epsilon=0.5, delta=0.0,
+                    mechanism="laplace", sql="SELECT COUNT(*) FROM orders")
+    assert "warning" not in run(*args, "--epsilon", "2").output
+    lowered = run(*args, "--epsilon", "0.25")
+    assert lowered.exit_code == 0
+    assert "warning: the total is below what was already spent" in lowered.output
+
+
 def test_reset_keeps_the_history(ledger):
     run("budget", "set", "--ledger", ledger, "--analyst", "alice", "--database", "shop.duckdb",
         "--epsilon", "1")
