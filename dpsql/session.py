@@ -64,7 +64,7 @@ from dpsql.metadata.digest import metadata_digest
 from dpsql.noise import mechanisms
 from dpsql.noise.apply import noisy_values
 from dpsql.noise.partition import SelectionPlan, plan_with_selection, select_noisy
-from dpsql.noise.plan import NoisePlan, plan_noise
+from dpsql.noise.plan import NoisePlan, draws_with_delta, plan_noise
 from dpsql.prepared import AnyPrepared, Prepared, checked_params, column_sources, fingerprint
 from dpsql.release.cache import cache_entry, cache_key, load_payload
 from dpsql.release.record import (
@@ -203,7 +203,9 @@ class Session(OtherReleases):
         if budget is None:
             raise missing_epsilon()
         key, cached = (None, None) if self.ledger is None else self._lookup(
-            prepared.qualified_sql, sql, values, budget, raw_counts)  # text made on demand
+            prepared.qualified_sql, sql, values, budget, raw_counts,  # text made on demand
+            with_delta=draws_with_delta(prepared.analysis, budget,
+                                        selected=prepared.plan.selected))
         if cached is not None:
             return cached
         selection = None
@@ -362,12 +364,18 @@ class Session(OtherReleases):
     # -- steps 5 and 10 -------------------------------------------------------------------
 
     def _lookup(self, qualified_sql: str, sql: str, values: list[Any], budget: Budget,
-                raw_counts: bool = False) -> tuple[str | None, Result | None]:
+                raw_counts: bool = False, *, with_delta: bool = True
+                ) -> tuple[str | None, Result | None]:
         """Step 5: (the answer-cache key, the cached answer or None); (None, None) without a
-        ledger (nothing is cached then). A raw answer is cached apart from a clamped one."""
+        ledger (nothing is cached then). A raw answer is cached apart from a clamped one.
+        ``with_delta`` False (the caller's release provably never reads ``budget.delta``:
+        dpsql.noise.plan.draws_with_delta) keys the request by delta 0, so it shares its entry
+        with every other delta: the release drawn under any of them is the same mechanism with
+        the same parameters. True (the safe default) keys it by the requested delta."""
         if self.ledger is None:
             return None, None
-        key = cache_key(qualified_sql, values, budget.epsilon, budget.delta,
+        key = cache_key(qualified_sql, values, budget.epsilon,
+                        budget.delta if with_delta else 0.0,
                         scope=self._scope(budget) + (":raw" if raw_counts else ""))
         return key, self._cached(key, sql, values, budget)
 

@@ -27,7 +27,7 @@ from dpsql.execute.selection import compute as compute_selection
 from dpsql.execute.selection import release_record as selection_record
 from dpsql.execute.typed import annotate, final_rules
 from dpsql.execute.typed import finish as finish_rows
-from dpsql.noise.plan import plan_noise, split_budget
+from dpsql.noise.plan import draws_with_delta, plan_noise, split_budget
 from dpsql.prepared import checked_params
 from dpsql.release.record import Release, Result, combined_record
 from dpsql.rewrite.literal_casts import check_parameter_casts, parameter_types_of
@@ -57,7 +57,8 @@ class OtherReleases:
         _domain_memo: DomainMemo
 
         def _lookup(self, qualified_sql: str, sql: str, values: list[Any], budget: Budget,
-                    raw_counts: bool = False) -> tuple[str | None, Result | None]: ...
+                    raw_counts: bool = False, *, with_delta: bool = True
+                    ) -> tuple[str | None, Result | None]: ...
 
         def _check_binds(self, compiled: CompiledPlan, values: list[Any]) -> None: ...
 
@@ -88,7 +89,12 @@ class OtherReleases:
         key = None
         if not prepared.public:
             assert budget is not None
-            key, cached = self._lookup(prepared.qualified_sql, sql, values, budget, raw_counts)
+            # split_budget gives delta only to parts that draw with it (Gaussian, smoothed)
+            key, cached = self._lookup(
+                prepared.qualified_sql, sql, values, budget, raw_counts,
+                with_delta=any(draws_with_delta(p.analysis, budget,
+                                                selected=bool(p.analysis.partition_selection))
+                               for p in parts))
             if cached is not None:
                 return cached
         shares = split_budget([p.analysis for p in parts], budget)
@@ -137,7 +143,9 @@ class OtherReleases:
         self._check_parameter_casts(sql, values)
         outputs, record = plan_release(prepared.plan, budget, prepared.fingerprint)
         assert budget is not None  # plan_release refuses a missing epsilon
-        key, cached = self._lookup(prepared.qualified_sql, sql, values, budget)
+        # Laplace reads epsilon alone (record delta 0); the Gaussian is calibrated at delta
+        key, cached = self._lookup(prepared.qualified_sql, sql, values, budget,
+                                   with_delta=budget.mechanism != "laplace")
         if cached is not None:
             return cached
         if self.ledger is not None:
@@ -158,7 +166,9 @@ class OtherReleases:
         if budget is None:
             raise missing_epsilon()
         check_selection_budget(budget)
-        key, cached = self._lookup(prepared.qualified_sql, sql, values, budget)
+        # pure: dpsql.execute.selection reads epsilon alone (check_budget refused the rest)
+        key, cached = self._lookup(prepared.qualified_sql, sql, values, budget,
+                                   with_delta=False)
         if cached is not None:
             return cached
         domains = read_domains(self.backend, prepared.compiled, values, self._domain_memo)

@@ -73,6 +73,31 @@ def is_public_query(analysis: QueryAnalysis) -> bool:
             and not analysis.partition_selection)
 
 
+def draws_with_delta(analysis: QueryAnalysis, budget: Budget, *, selected: bool) -> bool:
+    """Whether the release of ``analysis`` at ``budget`` may depend on ``budget.delta`` (a
+    partition-selected key when ``selected``); the answer cache keys a release that does not by
+    delta 0 (dpsql.release.cache), so a repeat asked with another, unused, delta is served the
+    same paid-for draw.
+
+    Guarantee: False only when neither :func:`plan_noise` nor :func:`split_budget` (a release
+    block's share) reads ``budget.delta`` for this analysis: a Laplace release without a
+    smoothed measurement (every private measurement gets delta 0 and its scale from epsilon and
+    the public sensitivity), or R2T under a privacy unit (dpsql.units.noise.plan_r2t reads
+    epsilon and the mechanism only). Then the plans, the refusals, the record (delta 0) and the
+    noise are one function of the rest of the request, whatever delta was asked. True for the
+    Gaussian mechanism (sigma is calibrated at delta), a partition-selected key (its threshold
+    and share are), and a smoothed measurement (beta is). Decided by the SQL, the public
+    metadata and the budget's mechanism alone: ``depends_on_k`` says whether the elastic
+    sensitivity varies with the distance, a property of the query's joins, never of max
+    frequencies' values or of a smoothed scale. Keep it in step with :func:`plan_noise`.
+    """
+    if budget.mechanism != "laplace" or selected:
+        return True
+    if analysis.unit is not None and analysis.unit.r2t:
+        return False  # plan_r2t, or no private measurement (nothing reads delta either way)
+    return any(m.sensitivity.depends_on_k for m in analysis.measurements)
+
+
 def plan_noise(
     analysis: QueryAnalysis, budget: Budget | None, *, distance: int = 0
 ) -> tuple[NoisePlan, ...]:

@@ -13,6 +13,19 @@ more, never towards a free fresh answer. Because the scope is in the key, a chan
 metadata (a bound, a domain, ...) never serves an answer computed before the change: the repeat
 is a miss, charged again; a changed epsilon asks afresh.
 
+The delta keyed is the requested one for a release whose draw reads it (the Gaussian
+mechanism, partition selection, a smoothed join, Gaussian sample-and-aggregate), and 0 for one
+that never does (a pure Laplace release without a smoothed measurement, R2T under a privacy
+unit, Laplace sample-and-aggregate, MIN / MAX / quantiles / top-k): the session decides which
+before any read, from the SQL, the metadata and the budget's mechanism alone
+(:func:`dpsql.noise.plan.draws_with_delta`; ``Session._lookup``). A pure release asked with
+delta 1e-6 and again with delta 0 would be drawn from the very same distribution (same
+mechanism, epsilon, scales; delta 0 spent), so the stored draw is one draw of what a fresh
+request would make, and serving it costs nothing; a delta-reading release asked with another
+delta is a miss, drawn and charged again. Entries written before this rule need no new version
+tag: an old entry under delta 0 was drawn with delta unread (a delta-reading release refuses
+delta 0), and one under another delta is looked up only by a release that reads that delta.
+
 Payload: JSON {names, types, rows, release}, every value tagged with its type so it comes back
 equal and of the same type.
 """
@@ -110,6 +123,7 @@ def cache_key(normalised_sql: str, params: Sequence[Any], epsilon: float, delta:
     Precondition: ``normalised_sql`` is the session's qualified text of the query
     (``Session.prepare(sql).qualified_sql``); ``scope`` names the data version and the
     metadata the answer is computed from (``Session.cache_scope``).
+    ``delta``: the requested delta when the release reads it, else 0.0 (module docstring).
     Guarantee: deterministic across processes and Python versions; distinct requests
     (scope, text, typed parameters, epsilon, delta) give distinct keys except with probability
     ~2^-256.

@@ -624,7 +624,7 @@ def test_cache_survives_reconnect_and_a_new_process(world):
     assert len(status.history) == 2 and status.epsilon_spent == 0.02
 
 
-def test_cache_key_normalises_text_but_not_parameters_or_budget(world):
+def test_cache_key_normalises_text_and_an_unused_delta_but_not_parameters_or_epsilon(world):
     with dpsql.connect(world.db, world.metadata, analyst="alice", epsilon=0.01) as c:
         base = c.execute(COUNT).fetchall()
         # same query after qualification: same entry, no charge
@@ -636,13 +636,14 @@ def test_cache_key_normalises_text_but_not_parameters_or_budget(world):
         assert len(c.budget.history) == 1
         # anything that changes the release is a new, charged entry
         assert not c.execute(COUNT, epsilon=0.02).release.cached
-        assert not c.execute(COUNT, epsilon=0.01, delta=1e-9).release.cached
+        # ... but a delta this pure count never reads does not (tests/release/test_cache_delta)
+        assert c.execute(COUNT, epsilon=0.01, delta=1e-9).release.cached
         assert not c.execute(OLDER, [30]).release.cached
         assert not c.execute(OLDER, [31]).release.cached
         assert not c.execute(OLDER, [30.0]).release.cached  # typed: 30 and 30.0 differ
         assert c.execute(OLDER, [30]).release.cached
         assert c.execute(OLDER, (30,)).release.cached  # list or tuple: same parameters
-        assert len(c.budget.history) == 6
+        assert len(c.budget.history) == 5
 
 
 def test_cache_is_per_analyst(world):
