@@ -42,6 +42,32 @@ def test_psycopg_private_query_with_parameters_is_noisy_charged_once_and_cached(
     assert _charges(server, "alice") == before + 1
 
 
+def test_psycopg_repeat_with_another_unused_delta_is_the_cached_answer(
+        server: ServerProcess) -> None:
+    # psql's session default (delta 0) and the shell's 1e-6 share a pure Laplace count's entry
+    # (audit of #17, bug 3); a Gaussian count, which reads delta, is drawn again under another
+    before = _charges(server, "alice")
+    details: list[str | None] = []
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: details.append(d.message_detail))
+        cur = conn.cursor()
+        cur.execute("SET dpsql.epsilon = 0.35")
+        cur.execute("SELECT COUNT(*) AS n FROM orders WHERE status = 'shipped'")
+        first = cur.fetchone()
+        assert '"cached": false' in (details[-1] or "")
+        cur.execute("SET dpsql.delta = 1e-6")
+        cur.execute("SELECT COUNT(*) AS n FROM orders WHERE status = 'shipped'")
+        assert cur.fetchone() == first and '"cached": true' in (details[-1] or "")
+        assert _charges(server, "alice") == before + 1
+        cur.execute("SET dpsql.mechanism = 'gaussian'")
+        cur.execute("SELECT COUNT(*) AS n FROM orders WHERE status = 'shipped'")
+        assert '"cached": false' in (details[-1] or "")
+        cur.execute("SET dpsql.delta = 1e-7")
+        cur.execute("SELECT COUNT(*) AS n FROM orders WHERE status = 'shipped'")
+        assert '"cached": false' in (details[-1] or "")
+    assert _charges(server, "alice") == before + 3
+
+
 def test_psycopg_query_of_several_releases_is_charged_once(server: ServerProcess) -> None:
     before = _charges(server, "alice")
     with psycopg.connect(server.dsn(), autocommit=True) as conn:
