@@ -79,8 +79,9 @@ class Cursor:
         an epsilon comes from this call or from :func:`connect`; ``mechanism`` ('laplace' or
         'gaussian') and ``calibration`` ('analytic' or 'classical') override the connection's.
         Guarantees: with a ledger, either the cached answer of an identical earlier request on
-        the same data version and metadata is returned (``release.cached``; nothing charged),
-        or exactly the release's (epsilon,
+        the same data version and metadata is returned (``release.cached``; nothing charged;
+        a delta the release never reads does not count: dpsql.release.cache), or exactly the
+        release's (epsilon,
         delta) is charged, durably, before the database reads private data, and the answer is
         cached. A rejected, failed or cancelled query, bad parameters, or BudgetExhaustedError
         spend nothing and leave the cursor without a result; so does a query on public tables
