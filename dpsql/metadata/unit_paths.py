@@ -39,6 +39,16 @@ if TYPE_CHECKING:
 
 _UNIT_KEYS = ("table", "column", "max_contribution", "max_groups", "max_rows_per_group",
               "levels", "max_sum")
+#: other systems' names for dpsql's unit keys: a refusal names dpsql's key (before any fuzzy
+#: match, which would pick a wrong one: max_groups_per_unit looks most like max_rows_per_group);
+#: never accepted in its place, so one file has one spelling
+_UNIT_KEY_ALIASES = {
+    "max_groups_per_unit": "max_groups",            # issue #17's name for kappa
+    "max_groups_contributed": "max_groups",         # BigQuery / ZetaSQL
+    "max_partitions_contributed": "max_groups",     # PipelineDP
+    "max_contributions_per_partition": "max_rows_per_group",  # PipelineDP
+    "max_contributions": "max_contribution",        # PipelineDP
+}
 _LEVELS_KEYS = ("base",)
 _PATH_KEYS = ("via", "to")
 #: the largest max_contribution: the truncation levels (2^j, or floor(B^j)) stay exact in BIGINT
@@ -77,7 +87,7 @@ def read_privacy_unit(reader: _Reader, doc: Mapping) -> _UnitSpec | None:
     where = "privacy_unit"
     spec = reader.mapping(value, where, "privacy_unit (write {table: T, column: C})", doc,
                           "privacy_unit")
-    reader.check_keys(spec, _UNIT_KEYS, where, {})
+    _check_unit_keys(reader, spec, where)
     if "table" not in spec or "column" not in spec:
         reader.fail(where, "needs 'table' and 'column': the table whose rows are the protected "
                     "units (e.g. customer) and its id column (e.g. c_custkey)", doc,
@@ -108,6 +118,17 @@ def read_privacy_unit(reader: _Reader, doc: Mapping) -> _UnitSpec | None:
     unit = PrivacyUnit(table=_table_key(table), column=column.lower(), level_base=base,
                        max_sum=max_sum, **bounds)
     return _UnitSpec(unit=unit, node=spec)
+
+
+def _check_unit_keys(reader: _Reader, spec: Mapping, where: str) -> None:
+    """Refuse unknown keys of ``privacy_unit``; another system's name for one of dpsql's keys
+    (:data:`_UNIT_KEY_ALIASES`) is refused naming dpsql's key."""
+    for key in spec:
+        ours = _UNIT_KEY_ALIASES.get(key.lower()) if isinstance(key, str) else None
+        if ours is not None:
+            reader.fail(where, f"unknown key {key!r}; did you mean {ours!r}? (dpsql's name "
+                        f"for that bound; known keys: {', '.join(_UNIT_KEYS)})", spec, key)
+    reader.check_keys(spec, _UNIT_KEYS, where, {})
 
 
 def _read_levels(reader: _Reader, spec: Mapping, where: str, gs: int) -> float:

@@ -256,6 +256,30 @@ def test_refusals_name_the_problem_and_the_line(tmp_path, old, new, message, lin
     assert _line(text) == line
 
 
+@pytest.mark.parametrize("other, ours", [
+    ("max_groups_per_unit", "max_groups"),          # issue #17's own name
+    ("max_partitions_contributed", "max_groups"),
+    ("max_contributions_per_partition", "max_rows_per_group"),
+    ("Max_Contributions", "max_contribution"),
+])
+def test_another_systems_key_name_is_refused_naming_ours(tmp_path, other, ours):
+    # refused, never read as an alias; the hint is dpsql's key, not the fuzzy match (which
+    # offered 'max_rows_per_group' for 'max_groups_per_unit')
+    text = _error(tmp_path, BASE.replace(
+        "{table: customer, column: c_custkey}",
+        f"{{table: customer, column: c_custkey, {other}: 2}}", 1))
+    assert f"privacy_unit: unknown key {other!r}; did you mean {ours!r}?" in text
+    assert text.count("did you mean") == 1
+    assert _line(text) == 1
+
+
+def test_a_misspelt_unit_key_still_gets_the_close_match(tmp_path):
+    text = _error(tmp_path, BASE.replace(
+        "{table: customer, column: c_custkey}",
+        "{table: customer, column: c_custkey, max_group: 2}", 1))
+    assert "unknown key 'max_group'; did you mean 'max_groups'?" in text
+
+
 def test_unit_without_privacy_unit_is_refused(tmp_path):
     text = _error(tmp_path, BASE.split("\n", 1)[1])
     assert "table 'orders': 'unit' needs a top-level privacy_unit: {table: T, column: C}" in text
