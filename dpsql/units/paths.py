@@ -49,7 +49,7 @@ from dpsql.analysis.checks import conjuncts
 from dpsql.analysis.keytypes import comparable
 from dpsql.metadata import Metadata, Table
 from dpsql.units.identity import check_path_types
-from dpsql.units.refusals import NoCountedUnitError, Refusals
+from dpsql.units.refusals import NoCountedUnitError, Refusals, path_joins
 
 Token = tuple[str, ...]  # ("unit", class) | ("key", table, column, class); class as str(int)
 
@@ -112,7 +112,7 @@ class _Prover:
         self.unit = metadata.privacy_unit
         # refusals name the unit only among several (on its view: dpsql.units.multi)
         self.refuse = Refusals(f"{self.unit.table}.{self.unit.column}" if among else None,
-                               among)
+                               among, path_joins(metadata))
         #: (id of the cluster head the equality belongs to, column, column)
         self.pairs: list[tuple[int, tuple[int, str, str], tuple[int, str, str]]] = []
         self.refs: list[_Ref] = []
@@ -227,8 +227,7 @@ class _Prover:
             for node in extended:
                 for table in node.find_all(exp.Table):
                     if not self._table(table).public:
-                        raise self.refuse(
-                            f"{side} JOIN null-extends the private table {table.name}")
+                        raise self.refuse.outer_join(side, self._table(table).name)
 
     # -- classes --------------------------------------------------------------------------
 
@@ -349,7 +348,8 @@ class _Prover:
         if outside:
             r = outside[0]
             raise self.refuse(f"a row of {r.table.name} ({r.alias}) may belong to another unit "
-                               "than the rows counted (a result row would belong to two units)")
+                               "than the rows counted (a result row would belong to two units)",
+                               table=r.table.name)
         return tokens
 
     def source(self) -> UnitSource:

@@ -16,7 +16,8 @@ from dpsql.analysis.blocks import analyze_request
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import UnsupportedConstructError
 from dpsql.metadata import loads_metadata
-from dpsql.units.refusals import refusal_text
+from dpsql.metadata.unit_multi import unit_view
+from dpsql.units.refusals import fix_text, path_joins, refusal_text
 from tests.db_files import writing
 from tests.ledgers import charged, ledger_session, open_ledger
 from tests.shop_fixture import ZeroNoise
@@ -94,6 +95,8 @@ def test_a_refusal_on_a_units_view_is_worded_once_naming_that_unit(tmp_path):
     assert str(err.value) == (
         f"under the privacy unit supplier.s_id (one of customer and supplier), {what}: every "
         "private table the query reads must belong to the same unit as the rows it counts "
-        "(join the tables along their unit paths, e.g. l_orderkey = o_orderkey)")
+        "(join the tables along their unit paths, e.g. items.i_supp = supplier.s_id)")
     assert type(err.value) is UnsupportedConstructError
-    assert str(err.value) == refusal_text(what, "supplier.s_id", ("customer", "supplier"))
+    assert str(err.value) == refusal_text(
+        what, "supplier.s_id", ("customer", "supplier"),
+        fix_text(path_joins(unit_view(md, "supplier")), "items"))
