@@ -4,8 +4,9 @@
 The draft declares ``privacy_unit`` as the list of the unit tables, in the order given (the
 first entry carries the bounds, :mod:`dpsql.metadata.unit_multi`), and maps each private table
 onto its path to each unit table it links to. Each unit's paths are proposed exactly as one
-unit's are (:func:`dpsql.metadata.build_units.find_paths`: a column named like a key, all of its
-values found there, never the data alone), one unit at a time over every private table.
+unit's are (:func:`dpsql.metadata.build_units.find_paths`: a column named like a key, at least
+99% of its non-NULL values found there, never the data alone), one unit at a time over every
+private table; a written path with orphans gets the same ``ORPHANS`` note as under one unit.
 
 Precondition: ``md`` is the profiled draft (types and max frequencies), the ``units`` are
 distinct tables being described, none public.
@@ -22,7 +23,7 @@ linking rows to a unit, or not, is a privacy decision the draft never makes.
 
 A private table linked to some units but not all would load without the others' paths, i.e.
 outside their cascades. So when a name match to a missing unit was refuted by orphans only
-(some of the column's values found there, not all: a link with dirty data), its paths are not
+(some of the column's values found there, under 99%: a link with dirty data), its paths are not
 written either (``UNDECIDED``; the draft does not load until the owner declares the path, or
 the proposed ones alone). With no such match it gets a note naming the units it does not link
 to (to review; it loads): a match none of whose values occur is a coincidence of names.
@@ -43,9 +44,11 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dpsql.errors import ProgrammingError
 from dpsql.metadata.build_units import (
     Candidate,
+    Orphaned,
     Refuted,
     candidates,
     find_paths,
+    orphans_note,
     unit_target,
     wrap,
 )
@@ -73,7 +76,7 @@ def with_units(md: Metadata, units: Sequence[str], table_sql: Mapping[str, str],
     seeds: dict[str, dict[str, UnitPath]] = {}  # unit -> unit table -> its orphaned path
     kept: list[tuple[str, str]] = []  # (unit table, note)
     while True:
-        linked, refuted = _propose(tables, targets, cached, seeds)
+        linked, refuted, orphaned = _propose(tables, targets, cached, seeds)
         more = [(u, name, refs) for name in ids
                 for u, refs in _partly(linked.get(name, {}), refuted.get(name, {})).items()]
         if not more:
@@ -103,6 +106,10 @@ def with_units(md: Metadata, units: Sequence[str], table_sql: Mapping[str, str],
             paths = linked.get(name, {})
             t = dataclasses.replace(t, unit=paths.get(targets[0][0]), unit_paths=paths)
         out[name] = t
+    for name, by_unit in orphaned.items():  # the written paths' orphans (dpsql.build_units)
+        for unit, o in by_unit.items():
+            if unit in linked.get(name, {}):
+                notes.setdefault(name, []).append(orphans_note(o, unit))
     for name, note in notes.items():
         if name in proposed and name not in ids and not linked.get(name):
             note.append("Proposed: unit: " + _flow(_mapping(proposed[name])))
@@ -114,19 +121,24 @@ def with_units(md: Metadata, units: Sequence[str], table_sql: Mapping[str, str],
 
 def _propose(tables: list[Candidate], targets: Sequence[tuple[str, str]],
              fetch: Callable[[str], list[tuple]], seeds: Mapping[str, Mapping[str, UnitPath]]
-             ) -> tuple[dict[str, dict[str, UnitPath]], dict[str, dict[str, list[Refuted]]]]:
-    """Each table's proposed path per unit table, and the refuted name matches per table and
-    unit table it got no path to (``seeds``: paths taken as found, per unit table)."""
+             ) -> tuple[dict[str, dict[str, UnitPath]], dict[str, dict[str, list[Refuted]]],
+                        dict[str, dict[str, Orphaned]]]:
+    """Each table's proposed path per unit table, the refuted name matches per table and
+    unit table it got no path to, and the proposed paths with orphans per table and unit
+    table (``seeds``: paths taken as found, per unit table)."""
     linked: dict[str, dict[str, UnitPath]] = {}
     refuted: dict[str, dict[str, list[Refuted]]] = {}
+    orphaned: dict[str, dict[str, Orphaned]] = {}
     for table, column in targets:
-        paths, refutes = find_paths(tables, table, column, fetch, seeds.get(table))
+        paths, refutes, orphans = find_paths(tables, table, column, fetch, seeds.get(table))
         for name, path in paths.items():
             linked.setdefault(name, {})[table] = path
         for name, lines in refutes.items():
             if lines:
                 refuted.setdefault(name, {})[table] = lines
-    return linked, refuted
+        for name, o in orphans.items():
+            orphaned.setdefault(name, {})[table] = o
+    return linked, refuted, orphaned
 
 
 def _partly(paths: Mapping[str, UnitPath],
@@ -226,15 +238,15 @@ def _missing_note(missing: list[str], units: list[str], some: bool,
     if some:
         names = ", ".join(missing)
         note = [f"Not linked to the unit{'s' if len(missing) > 1 else ''} {names} (no column "
-                "named like a key of a table with a path to it has all its values there): if "
-                f"its rows belong to one, add {missing[0]}: <column> or {missing[0]}: {{via: "
-                "<column>, to: <table>.<key>} to its unit mapping."]
+                "named like a key of a table with a path to it has at least 99% of its "
+                f"non-NULL values there): if its rows belong to one, add {missing[0]}: <column> or "
+                f"{missing[0]}: {{via: <column>, to: <table>.<key>}} to its unit mapping."]
     else:
         note = [f"NO PATH to any privacy unit ({', '.join(units)}) found (no column named like "
-                "a key of a table with a path has all its values there). Declare unit: "
-                f"{{{units[0]}: <column>}} or unit: {{{units[0]}: {{via: <column>, to: "
-                "<table>.<key>}}, one entry per unit table its rows belong to, or public: "
-                "true if its rows are not private: the file does not load until then."]
+                "a key of a table with a path has at least 99% of its non-NULL values there). "
+                f"Declare unit: {{{units[0]}: <column>}} or unit: {{{units[0]}: {{via: "
+                "<column>, to: <table>.<key>}}, one entry per unit table its rows belong to, or "
+                "public: true if its rows are not private: the file does not load until then."]
     lines = list(dict.fromkeys(r.text for u in missing for r in refuted.get(u, ())))
     if lines:
         note.append("Name matches the data refuted: " + "; ".join(lines) + ".")

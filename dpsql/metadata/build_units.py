@@ -7,8 +7,13 @@ in c_custkey, and mean nothing of the kind):
 * the column's name matches the key's: the same name or the same stem after a short table
   prefix (``o_custkey`` / ``c_custkey``), or the key's table and a generic key name
   (``customer_id`` for ``customers.id``); the types are of one kind (integers, strings, ...);
-* every non-NULL value of the column occurs in the key (:func:`dpsql.metadata.unit_check.
-  orphan_sql`), and there is at least one.
+* the column has a non-NULL value, and at least :data:`MIN_RESOLVED_PERCENT` (99) percent of
+  its rows with one find it in the key (:func:`dpsql.metadata.unit_check.orphan_sql`). Real
+  data has a few orphans, and they are legal (rows of no unit, or a direct path's units of
+  their own: docs/privacy.md "Privacy units"); a proposal with orphans carries an ``ORPHANS``
+  comment counting them and saying what they are (:func:`orphans_note`), which ``dpsql
+  metadata check -d`` reports too. More orphans than that refute the match: a coincidence of
+  names, or a link the owner must look at.
 
 Direct paths (the column holds the unit's id) are tried first, for every table; then, in
 rounds, paths via a key column (unique: max frequency 1) of a table that already has one, until
@@ -33,6 +38,9 @@ _GENERIC = {"id", "key", "pk", "uuid"}
 _INTEGERS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
              "UINTEGER", "UBIGINT", "UHUGEINT", "INT", "LONG", "SHORT", "BYTE"}
 _STRINGS = {"VARCHAR", "STRING", "TEXT", "CHAR"}
+#: a name match is proposed when at least this percentage of its rows with a non-NULL value
+#: find it in the key (module docstring); the rest are its orphans
+MIN_RESOLVED_PERCENT = 99
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,45 @@ class Refuted(NamedTuple):
     text: str
     partly: bool
     path: UnitPath
+
+
+class Orphaned(NamedTuple):
+    """A proposed path with orphans: ``orphans`` of the ``rows`` with a non-NULL ``column``
+    find no ``target`` (``table.key``); ``direct``: the key is the unit's id."""
+
+    column: str
+    target: str
+    orphans: int
+    rows: int
+    direct: bool
+
+
+class Found(NamedTuple):
+    """What :func:`find_paths` found: the path per table that got one, the name matches the
+    data refuted per table, and the proposed paths with orphans per table."""
+
+    paths: dict[str, UnitPath]
+    refuted: dict[str, list[Refuted]]
+    orphaned: dict[str, Orphaned]
+
+
+def resolved_enough(rows: int, orphans: int) -> bool:
+    """Whether a name match whose ``rows`` rows with a non-NULL value have ``orphans`` orphans
+    among them is proposed: some rows, at least MIN_RESOLVED_PERCENT percent found (exact)."""
+    return rows > 0 and 100 * (rows - orphans) >= MIN_RESOLVED_PERCENT * rows
+
+
+def orphans_note(o: Orphaned, unit_table: str) -> str:
+    """The ``ORPHANS`` comment of a proposed path with orphans (module docstring)."""
+    what = (f"each belongs to the unit whose id it holds (a direct path's value is the unit "
+            f"id), a unit with no row in {unit_table}" if o.direct else
+            "they belong to no unit: no neighbour removes them, so they are as unprotected "
+            "as a public table's rows, and every release counts them in full")
+    return (f"ORPHANS on its path to {unit_table}: {o.orphans} of the {o.rows} rows with a "
+            f"non-NULL {o.column} find no {o.target} (at most {100 - MIN_RESOLVED_PERCENT}%: "
+            f"the path is proposed all the same); {what}. `dpsql metadata check -m FILE -d "
+            "DATABASE` reports them; fix the data, or give such rows a unit, if they must be "
+            "protected.")
 
 
 def _stem(name: str) -> str:
@@ -82,15 +129,17 @@ def names_match(column: str, key: str, key_table: str) -> bool:
 def propose_paths(tables: list[Candidate], unit_table: str, unit_column: str,
                   fetch: Callable[[str], list[tuple]]
                   ) -> tuple[dict[str, UnitPath], dict[str, list[str]]]:
-    """(path per table that got one, notes per table that did not) for the private ``tables``
-    (the unit's table among them; its path is its id column)."""
-    paths, refuted = find_paths(tables, unit_table, unit_column, fetch)
-    notes = {}
+    """(path per table that got one, notes per table) for the private ``tables`` (the unit's
+    table among them; its path is its id column): ``NO PATH`` for a table without one,
+    ``ORPHANS`` for a proposed path with orphans."""
+    paths, refuted, orphaned = find_paths(tables, unit_table, unit_column, fetch)
+    notes = {name: wrap(orphans_note(o, unit_table)) for name, o in orphaned.items()}
     for t in tables:
         if t.name in paths:
             continue
         text = (f"NO PATH to the privacy unit {unit_table!r} found (no column named like a "
-                "key of a table with a path has all its values there). Declare unit: <column> "
+                f"key of a table with a path has at least {MIN_RESOLVED_PERCENT}% of its non-NULL "
+                "values there). Declare unit: <column> "
                 "or unit: {via: <column>, to: <table>.<key>}, or public: true if its rows are "
                 "not private: the file does not load until then.")
         if refuted[t.name]:
@@ -107,15 +156,17 @@ def wrap(text: str) -> list[str]:
 
 def find_paths(tables: list[Candidate], unit_table: str, unit_column: str,
                fetch: Callable[[str], list[tuple]], seed: Mapping[str, UnitPath] | None = None
-               ) -> tuple[dict[str, UnitPath], dict[str, list[Refuted]]]:
-    """(path per table that got one, the name matches the data refuted per table) for the
-    private ``tables`` (the unit's table among them; its path is its id column); ``seed``:
-    paths taken as found before the first round (dpsql.metadata.build_multi)."""
+               ) -> Found:
+    """The paths proposed for the private ``tables`` (the unit's table among them; its path is
+    its id column), the name matches the data refuted, and the proposed paths with orphans
+    (:class:`Found`); ``seed``: paths taken as found before the first round, never counted
+    as orphaned here (dpsql.metadata.build_multi)."""
     by_name = {t.name: t for t in tables}
     unit = by_name[unit_table]
     paths: dict[str, UnitPath] = {unit_table: UnitPath(unit_column), **(seed or {})}
     refuted: dict[str, list[Refuted]] = {t.name: [] for t in tables}
     tried: dict[tuple[str, str, str, str], bool] = {}
+    counts: dict[tuple[str, str, str, str], tuple[int, int]] = {}  # (orphans, non-NULL rows)
 
     def resolves(t: Candidate, column: str, target: Candidate, key: str) -> bool:
         if _kind(t.types[column]) != _kind(target.types[key]):
@@ -124,7 +175,8 @@ def find_paths(tables: list[Candidate], unit_table: str, unit_column: str,
         if seen is not None:  # tried in an earlier round
             return seen
         ((rows, nulls, orphans),) = fetch(orphan_sql(t.sql, column, target.sql, key))
-        ok = tried[(t.name, column, target.name, key)] = rows - nulls > 0 and orphans == 0
+        counts[(t.name, column, target.name, key)] = (orphans, rows - nulls)
+        ok = tried[(t.name, column, target.name, key)] = resolved_enough(rows - nulls, orphans)
         if not ok:
             refuted[t.name].append(Refuted(
                 f"{column} -> {target.name}.{key} (" + (
@@ -153,7 +205,17 @@ def find_paths(tables: list[Candidate], unit_table: str, unit_column: str,
             if found is not None:
                 paths[t.name] = found
                 grown = True
-    return paths, refuted
+    orphaned = {}
+    for name, path in paths.items():
+        if path.to_table is None or path.to_column is None:
+            key = (name, path.column, unit_table, unit_column)
+        else:
+            key = (name, path.column, path.to_table, path.to_column)
+        orphans, rows = counts.get(key, (0, 0))  # the unit table's own and seeds: untried
+        if orphans:
+            orphaned[name] = Orphaned(path.column, f"{key[2]}.{key[3]}", orphans, rows,
+                                      path.direct)
+    return Found(paths, refuted, orphaned)
 
 
 def _via(t: Candidate, reached: list[Candidate], unit_table: str, unit_column: str,

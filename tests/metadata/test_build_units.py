@@ -8,7 +8,7 @@ import pytest
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import UnitPath, loads_metadata
 from dpsql.metadata.build import build_metadata
-from dpsql.metadata.build_units import names_match
+from dpsql.metadata.build_units import names_match, resolved_enough
 from tests.db_files import writing
 from tests.metadata.unit_db import make_db
 
@@ -63,14 +63,68 @@ def test_values_alone_propose_nothing(tmp_path):
 
 
 def test_orphans_refute_a_name_match(tmp_path):
-    # the unclean database: o_custkey 9 is in no customer, so orders gets no path, and then
-    # neither does lineitem (its key table has none)
+    # the unclean database: o_custkey 9 is in no customer (1 of 4 rows: over 1%), so orders
+    # gets no path, and then neither does lineitem (its key table has none)
     db = make_db(tmp_path)
     text = build_metadata(db, public=["supplier", "nation"], unit="customer.c_custkey")
     orders = " ".join(line.strip("# ") for line in
                       text.split("  orders:\n", 1)[1].split("    rows:", 1)[0].splitlines())
     assert "o_custkey -> customer.c_custkey (1 of 4 values not found)" in orders
     assert "  lineitem:\n    # NO PATH" in text
+
+
+@pytest.mark.parametrize("rows, orphans, proposed", [
+    (100, 1, True), (99, 1, False), (1000, 10, True), (1000, 11, False), (5, 0, True),
+    (0, 0, False), (1, 1, False),
+])
+def test_at_least_99_percent_of_the_non_null_rows_must_resolve(rows, orphans, proposed):
+    assert resolved_enough(rows, orphans) is proposed
+
+
+def _block(text: str, table: str) -> str:
+    body = text.split(f"  {table}:\n", 1)[1].split("    rows:", 1)[0]
+    return " ".join(line.strip().removeprefix("# ") for line in body.splitlines())
+
+
+# the unclean database made larger with clean rows: orders has 100 rows with a non-NULL
+# o_custkey, one of them the orphan 9 (exactly 99% resolve); lineitem 200, one the orphan 99
+A_FEW_ORPHANS = ("INSERT INTO orders SELECT 100 + i, 1 + i % 4, 'F' FROM range(96) t(i);"
+                 "INSERT INTO lineitem SELECT 10 + i % 3, 1, 1 FROM range(195) t(i);")
+
+
+def test_a_few_orphans_are_proposed_with_a_comment_counting_them(tmp_path):
+    # the audit's bug 6: one orphan in a real table made build propose nothing
+    db = make_db(tmp_path, A_FEW_ORPHANS)
+    text = build_metadata(db, public=["supplier", "nation"], unit="customer.c_custkey")
+    md = loads_metadata(text)
+    assert md.table("orders").unit == UnitPath("o_custkey")
+    assert md.table("lineitem").unit == UnitPath("l_orderkey", "orders", "o_orderkey")
+    assert _block(text, "orders") == (
+        "ORPHANS on its path to customer: 1 of the 100 rows with a non-NULL o_custkey find no "
+        "customer.c_custkey (at most 1%: the path is proposed all the same); each belongs to "
+        "the unit whose id it holds (a direct path's value is the unit id), a unit with no "
+        "row in customer. `dpsql metadata check -m FILE -d DATABASE` reports them; fix the "
+        "data, or give such rows a unit, if they must be protected.")
+    assert _block(text, "lineitem").startswith(
+        "ORPHANS on its path to customer: 1 of the 200 rows with a non-NULL l_orderkey find "
+        "no orders.o_orderkey (at most 1%: the path is proposed all the same); they belong to "
+        "no unit: no neighbour removes them, so they are as unprotected as a public table's "
+        "rows, and every release counts them in full.")
+    assert _block(text, "customer") == ""
+    assert "at least 99% of its non-NULL" in text  # the header says the rule
+
+
+def test_one_orphan_too_many_refutes_the_match(tmp_path):
+    # 99 rows with a non-NULL o_custkey, one an orphan: 98/99 resolve, under 99%
+    db = make_db(tmp_path, A_FEW_ORPHANS + "DELETE FROM orders WHERE o_orderkey = 100;")
+    text = build_metadata(db, public=["supplier", "nation"], unit="customer.c_custkey")
+    orders = _block(text, "orders")
+    assert orders.startswith("NO PATH to the privacy unit 'customer' found")
+    assert "o_custkey -> customer.c_custkey (1 of 99 values not found)" in orders
+    assert "\n    unit:" not in text.split("  orders:\n", 1)[1].split("\n  lineitem:", 1)[0]
+    assert _block(text, "lineitem").startswith("NO PATH")  # its key table has none
+    with pytest.raises(ProgrammingError, match="has no path to the privacy unit 'customer'"):
+        loads_metadata(text)
 
 
 def test_generic_names_and_the_demo_layout(tmp_path):
