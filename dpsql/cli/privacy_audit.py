@@ -37,7 +37,9 @@ def _text(report: AuditReport) -> str:
     renyi = ", ".join(f"order {order:g}: {value:.3f}" for order, value in b.renyi.items())
     return "\n".join([
         f"query:      {report.sql}",
-        f"claimed:    epsilon {report.epsilon:g}, delta {report.delta:g}",
+        f"claimed:    epsilon {report.epsilon:g}, delta {report.delta:g}"
+        + (f" (what the release plan spends; {report.requested_delta:g} allowed)"
+           if report.delta != report.requested_delta else ""),
         f"neighbour:  {report.neighbour.describe()} (the largest of {report.neighbours_tried} "
         f"tried; exact measurements move by {report.exact_change:g} in L1)",
         f"releases:   {report.runs} on each database; statistic over {report.cells} output "
@@ -65,7 +67,8 @@ def _relation(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @database_option(required=True, help="DuckDB database file (copied once per neighbour tried: "
                  "use a test database or a sample).")
 @epsilon_option(help="The epsilon each release claims.")
-@delta_option(help="The delta each release claims (only joins of private tables use it).")
+@delta_option(help="The delta each release may spend; the report claims the delta the "
+              "release plan does spend (0 for a pure release, such as R2T's).")
 @click.option("--neighbours", "relation", default=None, callback=_relation,
               help="The neighbouring relation: change (one row replaced by another's values, "
                    "dpsql's own), remove (one row deleted), or unit (one privacy unit removed "
@@ -95,6 +98,7 @@ def privacy(metadata: Path, database: str, epsilon: float, delta: float, relatio
         b = report.bounds
         click.echo(json.dumps({
             "sql": report.sql, "epsilon": report.epsilon, "delta": report.delta,
+            "requested_delta": report.requested_delta,
             "neighbour": report.neighbour.describe(), "relation": report.neighbour.relation,
             "neighbours_tried": report.neighbours_tried,
             "exact_change": report.exact_change, "runs": report.runs, "cells": report.cells,

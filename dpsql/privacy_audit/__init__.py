@@ -10,7 +10,9 @@ cells, with centres ``m``, ``m'`` and scales ``b`` estimated from separate pilot
 most telling single statistic (the privacy loss itself when the estimates are right); a fixed
 function of the output, so the bound stays valid whatever the estimates. The verdict is
 ``fail`` when the samples *prove*, at the stated confidence, a loss above the claimed epsilon;
-``pass`` only means they do not contradict it.
+``pass`` only means they do not contradict it. The claim is what the release records: the
+epsilon asked for and the delta the release plan spends (a pure release, such as R2T, spends
+none of the delta allowed, and is audited, and reported, as pure).
 
 Neighbours are built by changing one row (dpsql's relation) or, with ``relation='remove'``,
 removing one (:mod:`.neighbours`), or, with ``relation='unit'`` under a declared privacy unit,
@@ -66,7 +68,9 @@ PILOT_RUNS = 100
 
 @dataclass(frozen=True)
 class AuditReport:
-    """The audit's findings for one query (owner-only: names rows and exact changes)."""
+    """The audit's findings for one query (owner-only: names rows and exact changes).
+    ``delta`` is what the releases spend (their records' delta: the claim audited),
+    ``requested_delta`` the delta they were allowed."""
 
     sql: str
     epsilon: float
@@ -79,6 +83,7 @@ class AuditReport:
     cells: int  # numeric output cells the statistic combines
     runs: int
     bounds: LossBounds
+    requested_delta: float = 0.0
 
     @property
     def verdict(self) -> str:
@@ -142,10 +147,14 @@ def _rows_by_key(session: Session, sql: str, rows: list[tuple]) -> dict[tuple, t
 
 
 def _draw(session: Session, sql: str, params: Sequence[Any], epsilon: float, delta: float,
-          runs: int) -> list[dict[tuple, tuple]]:
-    return [_rows_by_key(session, sql, session.run(sql, params, epsilon=epsilon,
-                                                     delta=delta).rows)
-            for _ in range(runs)]
+          runs: int, spent: set[float]) -> list[dict[tuple, tuple]]:
+    """``runs`` releases' rows by key; each release's recorded delta is added to ``spent``."""
+    out = []
+    for _ in range(runs):
+        result = session.run(sql, params, epsilon=epsilon, delta=delta)
+        spent.add(result.release.delta)
+        out.append(_rows_by_key(session, sql, result.rows))
+    return out
 
 
 def _cells(draws: list[dict[tuple, tuple]], *, complete: bool = True) -> dict[tuple, np.ndarray]:
@@ -275,17 +284,20 @@ def audit(database: str | Path, metadata: Metadata, sql: str, params: Sequence[A
         change, neighbour = best
         backends = [DuckDBBackend(path, metadata) for path in (base, neighbour.path)]
         sessions = [Session(metadata, ReplayBackend(b), sampler=sampler) for b in backends]
+        spent: set[float] = set()  # the plan's delta: one value (SQL, metadata, budget)
         try:
-            pilot = [_cells(_draw(s, sql, params, epsilon, delta, PILOT_RUNS)) for s in sessions]
+            pilot = [_cells(_draw(s, sql, params, epsilon, delta, PILOT_RUNS, spent))
+                     for s in sessions]
             statistic = LikelihoodRatio.fit(*pilot)
             if statistic is None:
                 raise ProgrammingError("the query's output has no noisy numeric cell present in "
                                        "every release on both databases: nothing to audit")
-            samples = [statistic(_cells(_draw(s, sql, params, epsilon, delta, runs),
+            samples = [statistic(_cells(_draw(s, sql, params, epsilon, delta, runs, spent),
                                         complete=False), runs) for s in sessions]
         finally:
             for backend in backends:
                 backend.close()
-    bounds = loss_lower_bounds(samples[0], samples[1], delta=delta, confidence=confidence)
-    return AuditReport(sql, epsilon, delta, neighbour, change, tried, len(statistic.cells),
-                       runs, bounds)
+    claimed = max(spent)  # what the releases spend, at most the delta allowed
+    bounds = loss_lower_bounds(samples[0], samples[1], delta=claimed, confidence=confidence)
+    return AuditReport(sql, epsilon, claimed, neighbour, change, tried, len(statistic.cells),
+                       runs, bounds, requested_delta=delta)

@@ -110,6 +110,33 @@ def test_unit_neighbours(tmp_path, capsys, flag):
                                    "(rows removed: customer 1, orders 3)")
 
 
+def test_a_pure_r2t_release_is_claimed_with_delta_0(tmp_path, capsys):
+    """The audit's bug 8: an R2T release spends no delta, so the claim printed is delta 0
+    (it printed the --delta allowed), the allowance beside it; JSON carries both."""
+    with writing(tmp_path / "u.duckdb") as con:
+        con.execute("CREATE TABLE customer AS SELECT range::INTEGER AS c_id FROM range(1, 11)")
+        con.execute("CREATE TABLE orders AS SELECT range::INTEGER AS o_id, "
+                    "(range % 10 + 1)::INTEGER AS o_cust FROM range(0, 12)")
+    (tmp_path / "u.yaml").write_text(UNIT_METADATA)
+    args = ["audit", "-m", str(tmp_path / "u.yaml"), "-d", str(tmp_path / "u.duckdb"),
+            "-e", "1", "--delta", "1e-8", "--tries", "1", "--runs", "60",
+            "--confidence", "0.999999", "SELECT COUNT(*) FROM orders"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert ("claimed:    epsilon 1, delta 0 (what the release plan spends; 1e-08 allowed)\n"
+            in out)
+    assert main([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["delta"] == 0.0 and report["requested_delta"] == 1e-8
+
+
+def test_a_claim_spending_the_delta_allowed_says_nothing_more(files, capsys):
+    code = main(["audit", *files, "-e", "1", "--delta", "0", "--runs", "60", "--tries", "1",
+                 "--confidence", "0.999999", "SELECT SUM(v) FROM t"])
+    out = capsys.readouterr().out
+    assert code == 0 and "claimed:    epsilon 1, delta 0\n" in out
+
+
 def test_unit_neighbours_without_a_unit_are_refused(files, capsys):
     assert main(["audit", *files, "--neighbours", "unit", "SELECT SUM(v) FROM t"]) == 1
     assert "needs a privacy unit" in capsys.readouterr().err

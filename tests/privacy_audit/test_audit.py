@@ -125,6 +125,18 @@ def test_a_query_of_several_releases_is_audited_as_one_mechanism(world, sampler)
     assert report.verdict == ("pass" if sampler is None else "fail")
 
 
+@pytest.mark.parametrize("sql, spent", [
+    ("SELECT SUM(v) FROM t", 0.0),  # Laplace: pure, whatever delta is allowed
+    ("SELECT COUNT(*) FROM t a JOIN t b ON a.id = b.id", 1e-6),  # a smoothed join spends it
+])
+def test_the_claimed_delta_is_what_the_release_plan_spends(world, sql, spent):
+    database, metadata = world
+    report = audit(database, metadata, sql, epsilon=1.0, delta=1e-6, neighbours=1, runs=100,
+                   confidence=CONFIDENCE)
+    assert report.delta == spent and report.requested_delta == 1e-6
+    assert report.verdict == "pass"
+
+
 def test_decimal_sums_are_audited_cells() -> None:
     """A DECIMAL column's sum is released as a Decimal (dpsql.execute.typed): still a cell."""
     from decimal import Decimal
