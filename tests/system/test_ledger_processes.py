@@ -110,6 +110,18 @@ def spawn(source: str, *args: str) -> subprocess.Popen:
     )
 
 
+def reap(children) -> None:
+    """Kill what still runs, wait for it, and close every pipe (left to the garbage
+    collector, an unclosed pipe is a ResourceWarning in whichever test runs then)."""
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+        child.wait(timeout=30)
+        for pipe in (child.stdin, child.stdout, child.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
 def test_eight_processes_never_overspend(tmp_path):
     path = str(tmp_path / "ledger.sqlite")
     with Ledger(path) as ledger:
@@ -129,9 +141,7 @@ def test_eight_processes_never_overspend(tmp_path):
             assert child.wait(timeout=60) == 0, child.stderr.read()
             reports.append(json.loads(out))
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
+        reap(children)
     assert sum(len(r["ids"]) for r in reports) == 300
     assert sum(r["refused"] for r in reports) == 100
     reported_eps = sum(Decimal(r["epsilon"]) for r in reports)
@@ -163,9 +173,7 @@ def test_processes_releasing_and_refunding_keep_budget_and_audit_log_consistent(
             assert child.wait(timeout=60) == 0, child.stderr.read()
             reports.append(json.loads(out))
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
+        reap(children)
     released = {int(k): v for r in reports for k, v in r["released"].items()}
     refunded = {i for r in reports for i in r["refunded"]}
     assert sum(r["refused"] for r in reports) > 0  # the budget ran out under contention
@@ -208,9 +216,7 @@ def test_sigkill_loses_no_reported_charge(tmp_path):
                               if x.startswith("charged ")]
             assert child.wait(timeout=30) == -signal.SIGKILL
     finally:
-        for child in children.values():
-            if child.poll() is None:
-                child.kill()
+        reap(children.values())
     with Ledger(path) as ledger:  # opens cleanly: quick_check passed, schema intact
         status = ledger.status(DB, "alice")  # running totals agree with the charges
     in_ledger = {c.id for c in status.history}
@@ -307,6 +313,7 @@ def test_lock_held_by_another_process_fails_closed(tmp_path):
     finally:
         locker.stdin.close()
         locker.wait(timeout=10)
+        reap([locker])
     with Ledger(path) as ledger:
         status = ledger.status(DB, "alice")
         assert status.history == () and status.epsilon_total == 1.0  # nothing happened
