@@ -6,6 +6,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -23,14 +25,22 @@ def _charges(server: ServerProcess, analyst: str) -> int:
         return len(ledger.status(server.database_id, analyst).history)
 
 
-def test_psycopg_private_query_with_parameters_is_noisy_charged_once_and_cached(
-        server: ServerProcess) -> None:
-    before = _charges(server, "alice")
+@contextmanager
+def _noticed(server: ServerProcess, epsilon: float
+             ) -> Iterator[tuple[psycopg.Cursor, list[str | None]]]:
+    """A psycopg cursor at ``epsilon`` and the DETAIL of every NOTICE it gets, in order."""
     details: list[str | None] = []
     with psycopg.connect(server.dsn(), autocommit=True) as conn:
         conn.add_notice_handler(lambda d: details.append(d.message_detail))
         cur = conn.cursor()
-        cur.execute("SET dpsql.epsilon = 0.25")
+        cur.execute(f"SET dpsql.epsilon = {epsilon}")
+        yield cur, details
+
+
+def test_psycopg_private_query_with_parameters_is_noisy_charged_once_and_cached(
+        server: ServerProcess) -> None:
+    before = _charges(server, "alice")
+    with _noticed(server, 0.25) as (cur, details):
         cur.execute("SELECT COUNT(*) AS n FROM orders WHERE status = %s", ["returned"])
         assert [d.name for d in cur.description] == ["n"]
         (n,) = cur.fetchone()
@@ -47,11 +57,7 @@ def test_psycopg_repeat_with_another_unused_delta_is_the_cached_answer(
     # psql's session default (delta 0) and the shell's 1e-6 share a pure Laplace count's entry
     # (audit of #17, bug 3); a Gaussian count, which reads delta, is drawn again under another
     before = _charges(server, "alice")
-    details: list[str | None] = []
-    with psycopg.connect(server.dsn(), autocommit=True) as conn:
-        conn.add_notice_handler(lambda d: details.append(d.message_detail))
-        cur = conn.cursor()
-        cur.execute("SET dpsql.epsilon = 0.35")
+    with _noticed(server, 0.35) as (cur, details):
         cur.execute("SELECT COUNT(*) AS n FROM orders WHERE status = 'shipped'")
         first = cur.fetchone()
         assert '"cached": false' in (details[-1] or "")
