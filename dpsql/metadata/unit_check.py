@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dpsql.errors import Error, OperationalError
+from dpsql.errors import Error, OperationalError, ProgrammingError
 from dpsql.metadata.model import Metadata
+from dpsql.metadata.unit_multi import all_units, unit_view
 from dpsql.sql import quote_ident
 
 Fetch = Callable[[str], list[tuple]]
@@ -132,9 +133,10 @@ class UnitReport:
         return all(k.unique for k in self.keys)
 
 
-def check_units(md: Metadata, fetch: Fetch) -> UnitReport:
-    """Run the checks on the tables of ``md`` (precondition: ``md.privacy_unit`` is declared;
-    ``fetch`` runs one DuckDB-dialect query over the tables, named as in the metadata)."""
+def key_checks(md: Metadata, fetch: Fetch) -> tuple[KeyCheck, ...]:
+    """The key checks alone (one query per key: the unit's id, then every ``to`` column), the
+    part of :func:`check_units` that decides :attr:`UnitReport.ok`; ``dpsql serve`` runs it
+    before it serves (precondition as :func:`check_units`'s)."""
     unit = md.privacy_unit
     assert unit is not None
     targets = [(unit.table, unit.column)]
@@ -149,6 +151,38 @@ def check_units(md: Metadata, fetch: Fetch) -> UnitReport:
         values, repeated, nulls = _counts(fetch, key_sql(quote_ident(table), column),
                                           f"key {table}.{column}")
         keys.append(KeyCheck(table, column, values, repeated, nulls))
+    return tuple(keys)
+
+
+def refuse_repeated_keys(md: Metadata, fetch: Fetch) -> None:
+    """Raise ProgrammingError when a key some unit's paths lead to repeats a value on the
+    data (:func:`key_checks`, for each declared unit on its own view), naming the key and the
+    fix; nothing without a unit. The relation every unit release assumes needs those keys
+    unique, and loading metadata reads no data, so ``dpsql serve`` checks them once before it
+    accepts a connection (owner-side: the message counts private values, and only the owner
+    starting the server sees it). Nothing else of ``metadata check``'s report is an error."""
+    for unit in all_units(md):
+        for k in key_checks(unit_view(md, unit.table), fetch):
+            if k.unique:
+                continue
+            if (k.table, k.column) == (unit.table, unit.column):
+                what, why = "id", "two rows of the unit table would be one unit"
+            else:
+                what, why = "path key", ("a row referencing a repeated value would belong to "
+                                         "several units")
+            raise ProgrammingError(
+                f"the privacy unit's {what} {k.table}.{k.column} is not unique on the data "
+                f"({k.repeated} values repeat): {why}, which every release under the unit "
+                "assumes never happens; run 'dpsql metadata check -m METADATA -d DATABASE' "
+                "and deduplicate it or point the paths at a key")
+
+
+def check_units(md: Metadata, fetch: Fetch) -> UnitReport:
+    """Run the checks on the tables of ``md`` (precondition: ``md.privacy_unit`` is declared;
+    ``fetch`` runs one DuckDB-dialect query over the tables, named as in the metadata)."""
+    unit = md.privacy_unit
+    assert unit is not None
+    keys = key_checks(md, fetch)
     paths = []
     for t in md.tables.values():
         p = t.unit
@@ -165,7 +199,7 @@ def check_units(md: Metadata, fetch: Fetch) -> UnitReport:
             fetch, f"SELECT count(*) FROM ({reaching_sql(md, t.name, p.column)}) AS r", what)
         paths.append(PathCheck(t.name, p.column, to_table, to_column, rows, nulls, orphans,
                                rows - reached))
-    return UnitReport(tuple(keys), tuple(paths))
+    return UnitReport(keys, tuple(paths))
 
 
 def report_lines(md: Metadata, report: UnitReport) -> tuple[list[str], list[str], list[str]]:

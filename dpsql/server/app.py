@@ -30,6 +30,7 @@ from dpsql.backends.types import fill_column_types
 from dpsql.dbapi import same_file
 from dpsql.errors import ProgrammingError
 from dpsql.metadata import Metadata, load_metadata
+from dpsql.metadata.unit_check import refuse_repeated_keys
 from dpsql.server.auth import AuthInfo, LoginThrottle
 from dpsql.server.cancel import CancellableBackend
 from dpsql.server.connection import ClientConnection
@@ -70,6 +71,8 @@ class Server:
         probe = open_backend(backend, database, md, spark)
         try:  # undeclared column types, once (every session would otherwise ask again)
             self.metadata = fill_column_types(md, probe)
+            # the unit paths' keys, on the data: every unit release assumes them unique
+            refuse_repeated_keys(md, lambda sql: probe.execute(probe.compile(sql))[0])
         finally:
             probe.close()
         #: the catalog queries' shadow databases, one per analyst, shared by their connections

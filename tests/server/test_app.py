@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import random
 import signal
 import subprocess
 import sys
@@ -11,9 +12,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
+from dpsql.accounting import Ledger
+from dpsql.errors import ProgrammingError
 from dpsql.server.app import Server
 from dpsql.server.statements import StatementRunner
 from tests.server.serving import prepare
+from tests.units import tiny
 
 
 def test_runners_opened_at_the_same_moment_all_open(tmp_path: Path) -> None:
@@ -64,3 +70,27 @@ def test_sigterm_stops_the_server_and_says_so(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
     assert "dpsql: stopped" in log.read_text()
+
+
+def test_a_unit_path_key_that_repeats_on_the_data_stops_the_server_before_it_serves(
+        tmp_path: Path) -> None:
+    # the #17 audit: a `to` key that is not unique was caught by `metadata check` only, and
+    # queries still ran on it; every unit release assumes each row belongs to one unit
+    rows = tiny.random_database(random.Random(3))
+    ledger = tmp_path / "ledger.sqlite"
+    Ledger(ledger).close()
+    clean = tiny.write_file(tmp_path / "clean.duckdb", rows)
+    Server(tiny.metadata(), clean, ledger).close()  # unique keys: it starts
+    order = rows["orders"][0]
+    doubled = tiny.write_file(tmp_path / "doubled.duckdb",
+                              {**rows, "orders": [*rows["orders"], (order[0], order[1] + 1, 0)]})
+    with pytest.raises(ProgrammingError) as info:
+        Server(tiny.metadata(), doubled, ledger)
+    message = info.value.message
+    assert "path key orders.o_id is not unique on the data (1 values repeat)" in message
+    assert "dpsql metadata check" in message
+    customers = [*rows["customer"], (rows["customer"][0][0], 1)]
+    twice = tiny.write_file(tmp_path / "twice.duckdb", {**rows, "customer": customers})
+    with pytest.raises(ProgrammingError, match=r"unit's id customer\.c_id is not unique .* "
+                       r"two rows of the unit table would be one unit"):
+        Server(tiny.metadata(), twice, ledger)
