@@ -3,8 +3,12 @@ exact counts on a tiny real DuckDB database."""
 
 from __future__ import annotations
 
-import duckdb
+import random
 
+import duckdb
+import pytest
+
+from dpsql.errors import ProgrammingError
 from dpsql.metadata import loads_metadata
 from dpsql.metadata.unit_check import (
     KeyCheck,
@@ -13,9 +17,11 @@ from dpsql.metadata.unit_check import (
     key_sql,
     orphan_sql,
     reaching_sql,
+    refuse_repeated_keys,
     report_lines,
 )
 from tests.metadata.unit_db import METADATA, make_db
+from tests.units import tiny
 
 
 def _fetch(path):
@@ -132,3 +138,24 @@ def test_reaching_follows_the_whole_path(tmp_path):
             [10, 10, 11, 12]
     finally:
         con.close()
+
+
+def test_the_servers_key_check_runs_on_every_backend(make_backend, tmp_path):
+    # dpsql serve compiles the key checks for its backend (Spark reads DuckDB's SQL transpiled)
+    rows = tiny.random_database(random.Random(3))
+    for name, customers, refused in (
+            ("clean", rows["customer"], None),
+            ("twice", [*rows["customer"], (rows["customer"][0][0], 1)], "customer.c_id")):
+        path = tiny.write_file(tmp_path / f"{name}.duckdb", {**rows, "customer": customers})
+        backend = make_backend(path, tiny.metadata())
+        try:
+            def fetch(sql: str, backend=backend) -> list[tuple]:
+                return backend.execute(backend.compile(sql))[0]
+
+            if refused is None:
+                refuse_repeated_keys(tiny.metadata(), fetch)
+            else:
+                with pytest.raises(ProgrammingError, match=f"id {refused} is not unique"):
+                    refuse_repeated_keys(tiny.metadata(), fetch)
+        finally:
+            backend.close()
