@@ -178,11 +178,14 @@ def _typed_comparisons(node: exp.Expression, operand_type: OperandType, *, lists
     """``(comparison, operand, other operand, the operand type's SQL, an example of it)`` for
     every comparison in ``node``'s scope that sets an operand whose type
     (:func:`operand_types`) casts a string (:data:`_EXAMPLES`) against another operand:
-    binary comparisons either way round, and with ``lists`` each value of an IN list or
-    BETWEEN as well."""
+    binary comparisons either way round, a simple CASE's operand against each WHEN value, and
+    with ``lists`` each value of an IN list or BETWEEN as well."""
     for inner in scope_nodes(node):
         if isinstance(inner, _COMPARISONS):
             pairs = [(inner.this, inner.expression), (inner.expression, inner.this)]
+        elif isinstance(inner, exp.Case) and inner.this is not None:
+            # a simple CASE compares its operand with each WHEN value, one by one, as x = v
+            pairs = [(inner.this, branch.this) for branch in inner.args.get("ifs") or []]
         elif lists and isinstance(inner, exp.Between):
             pairs = [(inner.this, inner.args["low"]), (inner.this, inner.args["high"])]
         elif lists and isinstance(inner, exp.In):

@@ -90,11 +90,29 @@ def _boolean_operands(node: exp.Expression) -> list[exp.Expression]:
         return [node.left, node.right]
     if isinstance(node, exp.Not):
         return [node.this]
-    if isinstance(node, exp.If):  # also each WHEN of a CASE
-        return [node.this]
+    if isinstance(node, exp.If):  # also each WHEN of a searched CASE
+        # a simple CASE's WHEN (CASE x WHEN v ...) holds a value compared with x, not a
+        # condition (QA round 6: CASE s WHEN 'a' was cast to BOOLEAN and matched nothing)
+        return [] if _simple_case_branch(node) else [node.this]
     if isinstance(node, exp.Is) and isinstance(node.expression, exp.Boolean):
         return [node.this]
     return []
+
+
+def _simple_case_branch(node: exp.Expression) -> bool:
+    """Whether ``node`` is a WHEN branch of a simple CASE (``CASE x WHEN v THEN ...``)."""
+    parent = node.parent
+    return (isinstance(node, exp.If) and isinstance(parent, exp.Case)
+            and parent.this is not None and node.arg_key == "ifs")
+
+
+def simple_case_comparisons(node: exp.Case) -> list[exp.EQ]:
+    """The comparisons ``x = v`` a simple CASE makes, one per WHEN value (copies, for judging
+    them: DuckDB casts as it would for ``x = v``)."""
+    if node.this is None:
+        return []
+    return [exp.EQ(this=copy_tree(node.this), expression=copy_tree(branch.this))
+            for branch in node.args.get("ifs") or []]
 
 
 def can_fail(node: exp.Expression, column_kind: ColumnKind) -> bool:
@@ -110,6 +128,9 @@ def can_fail(node: exp.Expression, column_kind: ColumnKind) -> bool:
         return False
     if isinstance(node, _COMPARISONS):
         return not (is_key_equality(node) or comparison_is_total(node, column_kind))
+    if isinstance(node, exp.Case) and any(
+            can_fail(eq, column_kind) for eq in simple_case_comparisons(node)):
+        return True  # a WHEN value the operand's type cannot read fails once a row comes
     if (isinstance(node, _ARITHMETIC) and not isinstance(node, exp.TryCast)) or (
             isinstance(node, exp.Func) and not isinstance(node, _SAFE_FUNCS)):
         return True  # (TRY_CAST is a Cast in sqlglot, but yields NULL instead of failing)

@@ -73,6 +73,9 @@ ORACLES = [
     ("SELECT COUNT(*) FROM t WHERE CASE WHEN t.flag THEN TRUE ELSE FALSE END", ()),
     ("SELECT COUNT(*) FROM (SELECT flag AS f FROM t) d WHERE d.f", ()),
     ("SELECT COUNT(*) FROM t WHERE t.id > 0 AND ?", ("x",)),
+    # a simple CASE compares its operand with each WHEN value, as t.n = t.s would
+    ("SELECT COUNT(*) FROM t WHERE CASE t.n WHEN t.s THEN TRUE ELSE FALSE END", ()),
+    ("SELECT SUM(CASE t.n WHEN 7 THEN 1 WHEN t.s THEN 2 ELSE 0 END) FROM t", ()),
 ]
 
 
@@ -104,6 +107,19 @@ def test_a_string_cast_condition_keeps_its_meaning(pair):
     # 'true'/'false' strings still count as before; only the failing 'x' becomes NULL
     a, b = same_outcome(pair, METADATA, "SELECT COUNT(*) FROM t WHERE t.flag")
     assert a[1] == b[1] == [(15,)]
+
+
+@pytest.mark.parametrize(("sql", "count"), [
+    ("SELECT COUNT(*) FROM t WHERE CASE t.s WHEN '1' THEN TRUE ELSE FALSE END", 6),
+    ("SELECT COUNT(*) FROM t WHERE CASE t.n WHEN 3 THEN TRUE ELSE FALSE END", 6),
+    ("SELECT SUM(CASE t.s WHEN '2' THEN 1 WHEN '4' THEN 10 ELSE 0 END) FROM t", 66),
+    ("SELECT COUNT(*) FROM t WHERE CASE t.n WHEN 1 THEN t.b ELSE FALSE END", 2),
+])
+def test_a_simple_case_compares_its_operand_with_its_when_values(pair, sql, count):
+    # QA round 6: the WHEN values were read as conditions (cast to BOOLEAN: '1' matched
+    # nothing, 3 became TRUE, compared as n = 1)
+    a, b = same_outcome(pair, METADATA, sql)
+    assert a == b == ("ok", [(count,)])
 
 
 # ----------------------------------------------------------------------------- class 10
