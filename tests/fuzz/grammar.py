@@ -54,6 +54,9 @@ class Query:
     #: False when the released group labels are themselves chosen by noise (top-k by COUNT(*),
     #: Report Noisy Max): then only the number of rows must not differ
     labels: bool = True
+    #: True when the rows are ordered by a noisy value (ORDER BY a released count): the set of
+    #: labels must not differ, their order is noise
+    noisy_order: bool = False
 
 
 def _col(draw, alias: str = "t", kinds: tuple[str, ...] | None = None) -> tuple[str, str]:
@@ -84,6 +87,10 @@ def _value(draw, params: list[Any], alias: str = "t", depth: int = 0) -> str:
     if choice == 6:
         return f"COALESCE({inner}, {_value(draw, params, alias, depth + 1)})"
     if choice == 7:
+        if draw(st.booleans()):  # a simple CASE: its operand compared with the WHEN value
+            when = _value(draw, params, alias, depth + 1)
+            return (f"CASE {inner} WHEN {when} THEN {_value(draw, params, alias, depth + 1)} "
+                    f"ELSE {_value(draw, params, alias, depth + 1)} END")
         cond = _predicate(draw, params, alias, depth + 1)
         return f"CASE WHEN {cond} THEN {inner} ELSE {_value(draw, params, alias, depth + 1)} END"
     if choice == 8:
@@ -345,9 +352,10 @@ def _keyed_counts(draw, params: list[Any]) -> Query:
                                   "LEAST(COUNT(u.n), 3)"]))  # the last: bins 0..3
     sql = (f"SELECT d.c, COUNT(*) AS m FROM (SELECT t.{key} AS k, {count} AS c FROM {source} "
            f"GROUP BY t.{key}) d GROUP BY d.c")
-    if draw(st.booleans()):
+    ordered = draw(st.booleans())
+    if ordered:
         sql += " ORDER BY m DESC, d.c"
-    return Query(sql, params)
+    return Query(sql, params, noisy_order=ordered)
 
 
 @st.composite

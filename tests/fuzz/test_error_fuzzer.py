@@ -126,7 +126,11 @@ def outcome(engine: Session, query: Query, epsilon: float) -> tuple[str, object]
     if not query.labels:  # top-k: the labels are chosen by noise, their number is public
         return "ok", len(result.rows)
     # the grammar puts the group key first; its labels come from the declared domain alone
-    return "ok", [row[0] for row in result.rows] if " GROUP BY " in query.sql else None
+    if " GROUP BY " not in query.sql:
+        return "ok", None
+    labels = [row[0] for row in result.rows]
+    # ordered by a released count, the order is the noise's (the exact counts under zero noise)
+    return "ok", sorted(labels, key=repr) if query.noisy_order else labels
 
 
 def _exact(engine: Session, query: Query) -> tuple[list[float], list[np.ndarray]]:
