@@ -30,7 +30,12 @@ from dpsql.execute.typed import finish as finish_rows
 from dpsql.noise.plan import draws_with_delta, plan_noise, split_budget
 from dpsql.prepared import checked_params
 from dpsql.release.record import Release, Result, combined_record
-from dpsql.rewrite.literal_casts import check_parameter_casts, parameter_types_of
+from dpsql.rewrite.literal_casts import (
+    analyst_query,
+    check_parameter_casts,
+    check_query_literals,
+    parameter_types,
+)
 from dpsql.sample_aggregate.prepared import PreparedSampleAggregate
 from dpsql.sample_aggregate.prepared import compute as sample_compute
 from dpsql.sample_aggregate.release import plan_release
@@ -82,7 +87,7 @@ class OtherReleases:
             raise ProgrammingError(
                 f"the query has {prepared.n_params} parameter marker(s) '?' but {len(values)} "
                 "parameter(s) were given")
-        self._check_parameter_casts(sql, values)
+        self._check_casts(sql, values)
         parts = prepared.parts
         if not prepared.public and budget is None:
             raise missing_epsilon()
@@ -127,20 +132,24 @@ class OtherReleases:
             curve=release_curve([p for part in plans for p in part],
                                 with_mu=charge is not None))
 
-    def _check_parameter_casts(self, sql: str, values: list[Any]) -> None:
-        """A string bound to a ``?`` that a comparison sets against a typed column, refused
-        before the charge when the column's type cannot read it (as the main path does,
-        dpsql.rewrite.literal_casts), read from the analyst's qualified query: only when a
-        string is bound (the query is parsed once more, literal_casts.parameter_types_of)."""
+    def _check_casts(self, sql: str, values: list[Any]) -> None:
+        """A string literal, or a string bound to a ``?``, that a comparison sets against an
+        operand whose type cannot read it, refused before the charge (as the main path does,
+        dpsql.rewrite.literal_casts), read from the analyst's whole qualified query: a release
+        block's outer query is post-processing, run after the charge."""
+        query = analyst_query(sql, self.metadata)
+        if query is None:
+            return
+        check_query_literals(query, self.metadata)
         if any(isinstance(v, str) for v in values):
-            check_parameter_casts(parameter_types_of(sql, self.metadata), values)
+            check_parameter_casts(parameter_types(query, self.metadata), values)
 
     def _run_sample_aggregate(self, prepared: PreparedSampleAggregate, sql: str,
                               params: Sequence[Any] | None, budget: Budget | None) -> Result:
         """Steps 3-10 for SAMPLE_AGGREGATE (dpsql.sample_aggregate): every refusal (epsilon,
         mechanism, bounds, the binder) before the charge; a fresh block key per release."""
         values = prepared.checked_params(params)
-        self._check_parameter_casts(sql, values)
+        self._check_casts(sql, values)
         outputs, record = plan_release(prepared.plan, budget, prepared.fingerprint)
         assert budget is not None  # plan_release refuses a missing epsilon
         # Laplace reads epsilon alone (record delta 0); the Gaussian is calibrated at delta
@@ -162,7 +171,7 @@ class OtherReleases:
         """Steps 3-10 for MIN / MAX / quantiles and top-k (dpsql.execute.selection): the same
         order as :meth:`run` (refusals, then the charge, then the one private read)."""
         values = checked_params(prepared.plan, params)
-        self._check_parameter_casts(sql, values)
+        self._check_casts(sql, values)
         if budget is None:
             raise missing_epsilon()
         check_selection_budget(budget)

@@ -11,19 +11,24 @@ the column and an example of the type (SQLSTATE 22007 for a date or time, 22P02 
 PostgreSQL: dpsql.server.sqlstates).
 
 The compared operand's type is read from the SQL and the metadata alone (:func:`operand_types`):
-a declared column; a CAST or TRY_CAST (its target type); or a column of a CTE or derived table
-whose projection is one of those, followed through nested CTEs. Contract: the refusal reads the
-SQL text and the declared column types (public metadata) alone, and its test is DuckDB's own
-cast of the literal, ``TRY_CAST(literal AS type)``, on a private in-memory connection that holds
-no data. A literal that casts is left to the totality rules as before (nothing new is proved
-total here: these types serve this check only, never a totality rule). Operands of unknown type
-(undeclared columns, other expressions such as ``d + 1``, a CTE column computed or read through
-a set operation), and a literal of an IN list or BETWEEN beside a typed constant (compared in
-their common type) are not checked: they stay TRY-wrapped, answered as no match where they
-cannot be cast. A string bound to a ``?`` that a
-binary comparison sets against a typed column is checked the same way before the charge
+a declared column; a CAST or TRY_CAST (its target type); a date part, EXTRACT or DATE_TRUNC of
+one, COUNT, MIN / MAX of one, SUM / AVG (some number), each typed as DuckDB types it (a test
+asks DuckDB's ``typeof``); or a column of a CTE or derived table whose projection is one of
+those, followed through nested CTEs. The operand may be either side of a comparison, or a
+simple CASE's operand against each WHEN value. Contract: the refusal reads the SQL text and the
+declared column types (public metadata) alone, and its test is DuckDB's own cast of the
+literal, ``TRY_CAST(literal AS type)``, on a private in-memory connection that holds no data.
+A literal that casts is left to the totality rules as before (nothing new is proved total
+here: these types serve this check only, never a totality rule). Operands of unknown type
+(undeclared columns, other expressions such as ``d + 1`` or ``COALESCE(d, ..)``, a CTE column
+read through a set operation), and a literal of an IN list or BETWEEN beside a typed constant
+(compared in their common type) are not checked: they stay TRY-wrapped, answered as no match
+where they cannot be cast. The whole query as written is checked before the charge, HAVING and
+a release block's outer query included (their comparisons run in post-processing, after it:
+dpsql.rewrite.totality.check_literals_pass; :func:`check_query_literals`). A string bound to a
+``?`` set against such an operand is checked the same way before the charge
 (:func:`parameter_types`, :func:`check_parameter_casts`; for release blocks, selections and
-sample-and-aggregate from the analyst's own query, :func:`parameter_types_of`).
+sample-and-aggregate from the analyst's own query, :func:`analyst_query`).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ _EXAMPLES = {
     **dict.fromkeys((T.DATE, T.DATE32), "'2024-01-31'"),
     **dict.fromkeys((T.TIME, T.TIMETZ, T.TIME_NS), "'12:00:00'"),
     T.BOOLEAN: "'true'",
+    T.UUID: "'123e4567-e89b-12d3-a456-426614174000'",
     **dict.fromkeys(exp.DataType.NUMERIC_TYPES, "'42'"),
 }
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
@@ -94,8 +100,21 @@ def _checked(node: exp.Expression, literal: exp.Expression) -> bool:
 #: the declared type (SQL text) of a compared operand, or None when unknown
 OperandType = Callable[[exp.Expression], "str | None"]
 
-#: how many CTE or derived-table projections :func:`operand_types` follows from one operand
+#: how many CTE or derived-table projections (or function arguments) :func:`operand_types`
+#: follows from one operand
 _MAX_HOPS = 16
+#: expressions whose DuckDB result type is known from the SQL alone, for this check only
+#: (``tests/rewrite/test_literal_casts.py`` asks DuckDB's own ``typeof`` for each): date parts
+#: and COUNT are BIGINT; MIN / MAX keep their argument's type; SUM / AVG are some
+#: number (DOUBLE stands for it: only a string no number reads is refused); DATE_TRUNC of a
+#: DATE or TIMESTAMP is a TIMESTAMP (QA round 6: date_trunc('month', d) = '2024-03' matched
+#: nothing, charged)
+_BIGINT_RESULTS = (exp.Year, exp.Month, exp.Day, exp.Quarter, exp.Week, exp.DayOfWeek,
+                   exp.DayOfYear, exp.Count)
+_SAME_TYPE_AGGREGATES = (exp.Min, exp.Max)
+_NUMBER_AGGREGATES = (exp.Sum, exp.Avg)
+_TRUNCATIONS = (exp.TimestampTrunc, exp.DateTrunc)
+_TRUNCATED = (T.DATE, T.TIMESTAMP, T.TIMESTAMPNTZ)  # sqlglot reads TIMESTAMP as either
 
 
 def operand_types(select: exp.Select, metadata: Metadata | None,
@@ -113,7 +132,20 @@ def _operand_type(operand: exp.Expression, select: exp.Select, metadata: Metadat
     node = operand.unnest()
     if isinstance(node, exp.Cast):  # TRY_CAST too: its value is of the target type
         return node.to.sql(dialect="duckdb")
-    if not isinstance(node, exp.Column) or hops > _MAX_HOPS:
+    if hops > _MAX_HOPS:
+        return None
+    if isinstance(node, _BIGINT_RESULTS):
+        return "BIGINT"
+    if isinstance(node, exp.Extract):  # EXTRACT(part FROM ..): BIGINT but for two parts
+        return "DOUBLE" if node.name.upper() in ("EPOCH", "JULIAN") else "BIGINT"
+    if isinstance(node, _SAME_TYPE_AGGREGATES):
+        return _operand_type(node.this, select, metadata, ctes, hops + 1)
+    if isinstance(node, _NUMBER_AGGREGATES):
+        return "DOUBLE"  # some number: a string no number reads fails in any numeric type
+    if isinstance(node, _TRUNCATIONS):
+        inner = normalise(_operand_type(node.this, select, metadata, ctes, hops + 1))
+        return "TIMESTAMP" if inner is not None and inner.this in _TRUNCATED else None
+    if not isinstance(node, exp.Column):
         return None
     declared = column_types(select, metadata, ctes)(node)
     if declared is not None:
@@ -227,8 +259,8 @@ ParameterType = tuple[int, str, str]
 
 
 def parameter_types(query: exp.Expression, metadata: Metadata) -> tuple[ParameterType, ...]:
-    """The ``?`` a binary comparison sets against a typed column (``d >= ?`` of a DATE ``d``):
-    a string bound there is cast to the column's type once a row reaches it, so
+    """The ``?`` a binary comparison sets against a typed operand (``d >= ?`` of a DATE ``d``,
+    :func:`operand_types`): a string bound there is cast to that type once a row reaches it, so
     :func:`check_parameter_casts` checks it before any charge, as a literal is. The analysed
     query and the metadata alone (memoised with the prepared query)."""
     if query.find(exp.Placeholder) is None:
@@ -255,14 +287,21 @@ def check_parameter_casts(types: tuple[ParameterType, ...], values: list[object]
                            type_sql, example, "bind")
 
 
-def parameter_types_of(sql: str, metadata: Metadata) -> tuple[ParameterType, ...]:
-    """:func:`parameter_types` of the analyst's ``sql`` itself, for the requests whose prepared
+def analyst_query(sql: str, metadata: Metadata) -> exp.Expression | None:
+    """The analyst's ``sql`` parsed and qualified as a whole, for the requests whose prepared
     form keeps no single analysed query (release blocks, selections, sample-and-aggregate):
-    parsed and qualified with every aggregate and the SAMPLE_AGGREGATE wrapper allowed (the
-    request's own analysis already judged them); () when it does not parse."""
+    every aggregate and the SAMPLE_AGGREGATE wrapper allowed (the request's own analysis
+    already judged them); None when it does not parse."""
     try:
-        query = parse_query(sql, metadata, allow_top_star=True, extra_funcs=(exp.AggFunc,),
-                            extra_anonymous=frozenset({WRAPPER}))
+        return parse_query(sql, metadata, allow_top_star=True, extra_funcs=(exp.AggFunc,),
+                           extra_anonymous=frozenset({WRAPPER}))
     except Error:
-        return ()
-    return parameter_types(query, metadata)
+        return None
+
+
+def check_query_literals(query: exp.Expression, metadata: Metadata) -> None:
+    """:func:`check_literal_casts` on every SELECT of ``query`` (a release block's outer query
+    is post-processing, run after the charge: it is checked here, before)."""
+    ctes = frozenset(cte.alias_or_name.lower() for cte in query.find_all(exp.CTE))
+    for select in query.find_all(exp.Select):
+        check_literal_casts(select, operand_types(select, metadata, ctes))

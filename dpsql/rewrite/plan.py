@@ -40,7 +40,7 @@ from dpsql.rewrite.not_in import not_in_as_not_exists, null_safe_not_in
 from dpsql.rewrite.ordered import order_inner_aggregates
 from dpsql.rewrite.parameters import bind_params, number_parameters, used_params
 from dpsql.rewrite.post import NOISY_TABLE, OutputSpec, build_post, fast_order, fast_path
-from dpsql.rewrite.totality import make_total_pass
+from dpsql.rewrite.totality import check_literals_pass, make_total_pass
 from dpsql.units.flat_counts import flat_unit_ids
 from dpsql.units.multi_rewrite import guarded_flat
 from dpsql.units.rewrite import one_row_levels, unit_contributions
@@ -60,12 +60,15 @@ def exact_shape(query: exp.Select, *, ctx: RewriteContext) -> exp.Select:
 
 Pass = Callable[..., exp.Expression]
 
-#: The exact query's passes, in order. Totality and NOT IN semantics apply to CTE bodies too,
+#: The exact query's passes, in order. Literals are checked on the query as written (HAVING and
+#: the post-processed outer query included) before its shape is cut. Totality and NOT IN
+#: semantics apply to CTE bodies too,
 #: so they run before the select list is replaced; the null-safe NOT IN form needs to know
 #: which comparisons totality left plain; domains read the clamps pass's outer tables; under a
 #: privacy unit, each unit's contribution is bounded last (the identity without a unit).
 PASSES: tuple[Pass, ...] = (
     number_parameters,
+    check_literals_pass,
     exact_shape,
     not_in_as_not_exists,
     make_total_pass,

@@ -229,6 +229,18 @@ def total_query(query: exp.Expression, metadata: Metadata | None = None,
             group.set("expressions", [make_total(e, kind) for e in group.expressions])
 
 
+def check_literals_pass(query: exp.Expression, *, ctx: RewriteContext) -> exp.Expression:
+    """Pass: :func:`check_literal_casts` on every SELECT of the analyst's query as written,
+    before :func:`exact_shape` moves HAVING, ORDER BY and the outer query of a release block
+    into post-processing, which runs after the charge (QA round 6: ``HAVING COUNT(*) >
+    'lots'`` was charged, then failed there). :func:`total_query` checks again what the exact
+    query keeps (and sample-and-aggregate's inner query)."""
+    ctes = ctx.cte_names()
+    for select in query.find_all(exp.Select):
+        check_literal_casts(select, operand_types(select, ctx.metadata, ctes))
+    return query
+
+
 def make_total_pass(query: exp.Expression, *, ctx: RewriteContext) -> exp.Expression:
     """Pass: :func:`total_query` (in place; CTE bodies included)."""
     total_query(query, ctx.metadata, ctx.cte_names())

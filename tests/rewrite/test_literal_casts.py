@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import random
 
+import duckdb
 import pytest
 
 from dpsql.errors import DataError
@@ -18,9 +19,10 @@ from tests.neighbours import outcome, write_database
 from tests.shop_fixture import ZeroNoise
 from tests.units import tiny
 
-SCHEMA = ["CREATE TABLE v (d DATE, n INTEGER, s VARCHAR, x DECIMAL(10, 2), t TIMESTAMP)"]
-ROWS = {"v": [(f"2023-01-{1 + i % 28:02d}", i, "a", 1.5, f"2023-01-01 0{i % 10}:00:00")
-              for i in range(30)]}
+SCHEMA = ["CREATE TABLE v (d DATE, n INTEGER, s VARCHAR, x DECIMAL(10, 2), t TIMESTAMP, "
+          "u UUID)"]
+ROWS = {"v": [(f"2023-01-{1 + i % 28:02d}", i, "a", 1.5, f"2023-01-01 0{i % 10}:00:00",
+               f"123e4567-e89b-12d3-a456-4266141740{i:02d}") for i in range(30)]}
 METADATA = loads_metadata("""
 tables:
   v:
@@ -30,6 +32,7 @@ tables:
       s: {type: VARCHAR}
       x: {type: "DECIMAL(10,2)"}
       t: {type: TIMESTAMP}
+      u: {type: UUID}
 """)
 
 REFUSED = {
@@ -59,6 +62,17 @@ REFUSED = {
     # a column list renames the projections: w.n is v.d
     "WITH w(d, n) AS (SELECT v.n, v.d FROM v) SELECT COUNT(*) FROM w WHERE n = 'x'":
         ("'x'", "w.n", "22007"),
+    # QA round 6: a UUID column, a date part or truncation, an aggregate (in HAVING, or
+    # through a CTE's column), whose types the SQL alone gives
+    "SELECT COUNT(*) FROM v WHERE u = 'not-a-uuid'": ("'not-a-uuid'", "v.u", "22P02"),
+    "SELECT COUNT(*) FROM v WHERE date_trunc('month', d) = '2023-01'":
+        ("'2023-01'", "DATE_TRUNC('MONTH', v.d)", "22007"),
+    "SELECT COUNT(*) FROM v WHERE YEAR(d) = '2023x'": ("'2023x'", "YEAR(v.d)", "22P02"),
+    "SELECT COUNT(*) FROM v WHERE EXTRACT(month FROM t) > 'may'":
+        ("'may'", "EXTRACT(MONTH FROM v.t)", "22P02"),
+    "SELECT COUNT(*) FROM v HAVING COUNT(*) > 'lots'": ("'lots'", "COUNT(*)", "22P02"),
+    "WITH c AS (SELECT COUNT(*) AS k FROM v) SELECT c.k FROM c WHERE c.k > 'lots'":
+        ("'lots'", "c.k", "22P02"),
 }
 
 ANSWERED = {  # DuckDB reads these literals (its own cast decides), or nothing is cast
@@ -74,6 +88,9 @@ ANSWERED = {  # DuckDB reads these literals (its own cast decides), or nothing i
     "WITH w AS (SELECT v.d + 1 AS d FROM v) SELECT COUNT(*) FROM w WHERE d >= 'x'": 0,
     "WITH w AS (SELECT v.d FROM v UNION ALL SELECT v.d FROM v) "
     "SELECT COUNT(*) FROM w WHERE d >= 'x'": 0,
+    "SELECT COUNT(*) FROM v WHERE date_trunc('month', d) = '2023-01-01'": 30,
+    "SELECT COUNT(*) FROM v WHERE YEAR(d) = '2023' AND EXTRACT(epoch FROM t) > '1e3'": 30,
+    "SELECT COUNT(*) FROM v WHERE u = '123e4567-e89b-12d3-a456-426614174001'": 1,
 }
 
 
@@ -112,8 +129,13 @@ def test_a_literal_duckdb_reads_is_answered(databases, sql):
 def test_the_refusal_is_not_charged(databases, tmp_path):
     with charging_session(databases[0], METADATA, tmp_path / "ledger.sqlite",
                           sampler=ZeroNoise()) as session:
-        with pytest.raises(DataError):
-            session.run("SELECT COUNT(*) FROM v WHERE d >= '2023-13-01'", [], epsilon=0.5)
+        for sql in ("SELECT COUNT(*) FROM v WHERE d >= '2023-13-01'",
+                    # compared in post-processing, after the charge: checked before it
+                    "SELECT COUNT(*) FROM v HAVING COUNT(*) > 'lots'",
+                    "WITH c AS (SELECT COUNT(*) AS k FROM v) SELECT c.k FROM c "
+                    "WHERE c.k > 'lots'"):
+            with pytest.raises(DataError):
+                session.run(sql, [], epsilon=0.5)
         assert charged(session) == []
         session.run("SELECT COUNT(*) FROM v WHERE d >= '2023-12-01'", [], epsilon=0.5)
         assert len(charged(session)) == 1
@@ -125,6 +147,34 @@ def test_under_a_privacy_unit_too(tmp_path, sql):
     path = tiny.write_file(tmp_path / "shop.duckdb", tiny.random_database(random.Random(5)))
     kind, message = outcome(path, tiny.metadata(), sql)
     assert kind == "DataError" and "cannot be read as type INT" in message, message
+
+
+@pytest.mark.parametrize(("expression", "argument"), [
+    ("YEAR(v)", "DATE"), ("MONTH(v)", "TIMESTAMP"), ("DAY(v)", "DATE"), ("QUARTER(v)", "DATE"),
+    ("DAYOFWEEK(v)", "DATE"),
+    ("EXTRACT(year FROM v)", "DATE"), ("EXTRACT(epoch FROM v)", "TIMESTAMP"),
+    ("EXTRACT(julian FROM v)", "DATE"), ("EXTRACT(second FROM v)", "TIMESTAMP"),
+    ("DATE_TRUNC('month', v)", "DATE"), ("DATE_TRUNC('day', v)", "TIMESTAMP"),
+    ("COUNT(*)", "INTEGER"), ("MIN(v)", "DATE"), ("MAX(v)", "DECIMAL(10,2)"),
+])
+def test_the_types_read_from_the_sql_are_duckdbs_own(expression, argument):
+    # literal_casts' table of result types, against DuckDB's typeof on one row of the type
+    from sqlglot import exp
+
+    from dpsql.analysis.keytypes import normalise
+    from dpsql.analysis.parse import parse_query
+    from dpsql.rewrite.literal_casts import operand_types
+
+    md = loads_metadata(f"tables:\n  t:\n    columns:\n      v: {{type: '{argument}'}}\n")
+    query = parse_query(f"SELECT {expression} FROM t", md, extra_funcs=(exp.AggFunc,))
+    claimed = operand_types(query, md, frozenset())(query.expressions[0].unalias())
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t (v {argument})")
+    value = {"DATE": "'2024-01-31'", "TIMESTAMP": "'2024-01-31 10:00:00'"}.get(argument, "1")
+    con.execute(f"INSERT INTO t VALUES ({value})")
+    (actual,) = con.execute(f"SELECT typeof({expression}) FROM t").fetchone()
+    assert claimed is not None and isinstance(query, exp.Select)
+    assert normalise(claimed).sql(dialect="duckdb") == normalise(actual).sql(dialect="duckdb")
 
 
 def test_a_type_duckdb_cannot_name_refuses_nothing():
