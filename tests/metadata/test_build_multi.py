@@ -76,7 +76,7 @@ def test_a_table_linked_to_no_unit_is_marked_and_the_draft_does_not_load(tmp_pat
                                                        "supplier.s_suppkey"])
     note = block(text, "orders")
     assert note.startswith("NO PATH to any privacy unit (customer, supplier) found")
-    assert "o_custkey -> customer.c_custkey (1 of 4 values not found)" in note
+    assert "o_custkey -> customer.c_custkey (1 of 4 rows not found)" in note
     assert "\n    unit:" not in text.split("  orders:\n", 1)[1].split("\n  supplier:", 1)[0]
     with pytest.raises(ProgrammingError, match="table 'orders': has no path to any privacy "
                                                "unit"):
@@ -92,7 +92,7 @@ def test_orphans_leave_a_link_undecided(tmp_path):
                                                        "supplier.s_suppkey"])
     note = block(text, "lineitem")
     assert note.startswith("UNDECIDED: its column names say its rows also link to customer")
-    assert "l_orderkey -> orders.o_orderkey (1 of 5 values not found)" in note
+    assert "l_orderkey -> orders.o_orderkey (1 of 5 rows not found)" in note
     assert note.endswith("Proposed: unit: {supplier: l_suppkey}")
     with pytest.raises(ProgrammingError, match="table 'lineitem': has no path to any privacy"):
         loads_metadata(text)
@@ -128,7 +128,7 @@ def test_values_none_of_which_are_found_are_a_coincidence(tmp_path):
                                                        "supplier.s_suppkey"])
     note = block(text, "lineitem")
     assert note.startswith("Not linked to the unit customer")
-    assert "l_orderkey -> orders.o_orderkey (4 of 4 values not found)" in note
+    assert "l_orderkey -> orders.o_orderkey (4 of 4 rows not found)" in note
     assert paths(loads_metadata(text))["lineitem"] == {"supplier": UnitPath("l_suppkey")}
 
 
@@ -142,7 +142,7 @@ def test_a_unit_tables_orphaned_link_is_kept(tmp_path):
                           unit=["customer.c_custkey", "orders.o_orderkey"])
     note = block(text, "orders")
     assert note.startswith("ORPHANS: its column names say it links to customer")
-    assert "o_custkey -> customer.c_custkey (1 of 4 values not found)" in note
+    assert "o_custkey -> customer.c_custkey (1 of 4 rows not found)" in note
     assert "\n    unit: {customer: o_custkey}\n" in text
     assert "the orphans" not in block(text, "lineitem")
     assert block(text, "lineitem").startswith("CONFLICT")
