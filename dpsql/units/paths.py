@@ -227,7 +227,8 @@ class _Prover:
             for node in extended:
                 for table in node.find_all(exp.Table):
                     if not self._table(table).public:
-                        raise self.refuse.outer_join(side, self._table(table).name)
+                        raise self.refuse.outer_join(side, self._table(table).name,
+                                                     _as_inner(join))
 
     # -- classes --------------------------------------------------------------------------
 
@@ -396,3 +397,13 @@ def unit_source(query: exp.Select, metadata: Metadata, among: tuple[str, ...] = 
     if not prover.refs:
         raise prover.refuse("the query reads no private table")  # public queries never get here
     return prover.source()
+
+
+def _as_inner(join: exp.Join) -> str | None:
+    """The analyst's outer ``join`` written as an inner JOIN (its own table and ON), or None
+    without an ON (the refusal then shows a path instead)."""
+    on = join.args.get("on")
+    if on is None:
+        return None
+    return f"JOIN {join.this.sql(dialect='duckdb')} ON {on.sql(dialect='duckdb')}"
+

@@ -101,16 +101,20 @@ class Refusals:
         """The refusal of ``what``, its example join touching ``table`` when one does."""
         return kind(refusal_text(what, self.unit, self.among, fix_text(self.joins, table)))
 
-    def outer_join(self, side: str, table: str) -> UnsupportedConstructError:
+    def outer_join(self, side: str, table: str, inner: str | None = None
+                   ) -> UnsupportedConstructError:
         """``side`` (LEFT, RIGHT, FULL) JOIN null-extends the private ``table``: refused
         whatever its ON, even along a unit path (the proof ties rows to a unit through
         equalities that hold in every joined row: an outer join's ON does not, on the rows it
-        null-extends). The fix is an inner join, which the example shows along a path."""
+        null-extends). The fix is an inner join: ``inner``, the query's own join written so
+        (QA round 6: a path example named tables the query does not read), else one along a
+        path."""
         on = next((text for tables, text in self.joins
                    if table in tables and tables[0] != tables[1]), None)
+        example = inner or (f"JOIN {table} ON {on}" if on else None)
         return UnsupportedConstructError(refusal_text(
             f"{side} JOIN null-extends the private table {table}",
             self.unit, self.among,
             "dpsql proves the unit of each row only through inner joins, so an outer join may "
             "null-extend public tables only, even along a unit path; write it as an inner JOIN"
-            f"{f' (e.g. JOIN {table} ON {on})' if on else ''}"))
+            f"{f' (e.g. {example})' if example else ''}"))

@@ -69,11 +69,13 @@ tables:
 
 
 @pytest.mark.parametrize("sql, table, example", [
-    # already joined along the path: "join along the paths" would be wrong advice
+    # already joined along the path: "join along the paths" would be wrong advice; the fix is
+    # the query's own join made inner (QA round 6: a path example named tables it does not
+    # read)
     ("SELECT COUNT(*) FROM items i LEFT JOIN orders o ON i.i_order = o.o_id", "orders",
-     "JOIN orders ON items.i_order = orders.o_id"),
+     "JOIN orders AS o ON i.i_order = o.o_id"),
     ("SELECT COUNT(*) FROM regions r LEFT JOIN customer c ON c.region = r.r", "customer",
-     "JOIN customer ON orders.o_cust = customer.c_id"),
+     "JOIN customer AS c ON c.region = r.r"),
 ])
 def test_the_outer_join_refusal_says_what_it_refuses_and_the_fix(sql, table, example):
     text = _refusal(sql, tiny.metadata())
@@ -90,7 +92,7 @@ def test_the_outer_join_fix_is_accepted():
                     tiny.metadata())
 
 
-def test_the_outer_join_refusal_without_a_path_join_has_no_example():
+def test_the_outer_join_refusal_without_a_path_join_shows_the_querys_own_join():
     md = loads_metadata("""
 privacy_unit: {table: people, column: pid}
 tables:
@@ -98,4 +100,4 @@ tables:
   towns: {public: true, columns: {t: {type: INTEGER}}}
 """, "<people>")
     text = _refusal("SELECT COUNT(*) FROM towns t LEFT JOIN people p ON p.town = t.t", md)
-    assert text.endswith("write it as an inner JOIN")
+    assert text.endswith("write it as an inner JOIN (e.g. JOIN people AS p ON p.town = t.t)")
