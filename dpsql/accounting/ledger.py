@@ -229,8 +229,10 @@ class Ledger(AnalystBook, AuditBook):
                     f"this query needs epsilon={_eps_float(eps)!r}, delta={_delta_float(dlt)!r} "
                     f"but only epsilon={_eps_float(max(0, eps_total - eps_spent))!r}, "
                     f"delta={_delta_float(max(0, dlt_total - dlt_spent))!r} remain"
-                    f"{_overspent(eps_total, dlt_total, eps_spent, dlt_spent)}. "
-                    "Nothing was charged; ask for a smaller epsilon/delta or a larger budget."
+                    + (f"{over}. Nothing was charged; the data owner must raise the budget."
+                       if (over := _overspent(eps_total, dlt_total, eps_spent, dlt_spent))
+                       else ". Nothing was charged; ask for a smaller epsilon/delta or a "
+                       "larger budget.")
                 )
             cursor = conn.execute(
                 """INSERT INTO charges (database, analyst, fingerprint, epsilon, delta,

@@ -66,8 +66,9 @@ def fill_column_types(metadata: Metadata, backend: Backend) -> Metadata:
                          else "the database stores it as")
                 raise ProgrammingError(
                     f"metadata declares {table.name}.{col.name} as type {col.type}, but "
-                    f"{where} {db_type}: correct type: in the metadata (or remove it to use "
-                    f"{'the file' if table.source else 'the database'}'s type)"
+                    f"{where} {db_type}: write type: {db_type} for it in the metadata (or "
+                    f"remove its type: to use {'the file' if table.source else 'the database'}"
+                    "'s); types must match exactly here, widths included"
                 )
         tables[key] = dataclasses.replace(table, columns=columns)
     if not changed:

@@ -120,10 +120,24 @@ def set_budget(ledger: str | None, analyst: str, database: str | None, metadata:
         f"delta {status.delta_total!r}, {_filter_name(status)} (spent so far: epsilon "
         f"{status.epsilon_spent!r}, delta {status.delta_spent!r})"
     )
-    if status.epsilon_spent > status.epsilon_total or status.delta_spent > status.delta_total:
-        click.echo("warning: the total is below what was already spent, so every query is "
-                   "refused until the total is raised or the spending reset ('dpsql budget "
+    over = _overspent(status)
+    if over:
+        click.echo(f"warning: the {over} total is below what was already spent, so every "
+                   "query is refused until it is raised or the spending reset ('dpsql budget "
                    "reset')", err=True)
+
+
+def _overspent(status: BudgetStatus) -> str:
+    """Which totals ('epsilon', 'delta', 'epsilon and delta') are below their spending, or ''."""
+    return " and ".join(name for name, spent, total in (
+        ("epsilon", status.epsilon_spent, status.epsilon_total),
+        ("delta", status.delta_spent, status.delta_total)) if spent > total)
+
+
+def _over_note(status: BudgetStatus) -> str:
+    """``budget show``'s words for totals set below the spending (every query refused)."""
+    over = _overspent(status)
+    return f"  (the {over} total is below the spending: every query is refused)" if over else ""
 
 
 def _filter_name(status: BudgetStatus) -> str:
@@ -213,7 +227,8 @@ def _status_text(
         f"filter:    {_filter_name(status)}",
         f"spent:     epsilon {status.epsilon_spent!r}  delta {status.delta_spent!r}"
         f"  ({len(status.history)} charges{'' if status.filter == 'basic' else ', summed'})",
-        f"remaining: epsilon {status.epsilon_remaining!r}  delta {status.delta_remaining!r}",
+        f"remaining: epsilon {status.epsilon_remaining!r}  delta {status.delta_remaining!r}"
+        + _over_note(status),
     ]
     view = _filter_view(status)
     if status.filter != "basic":

@@ -48,6 +48,7 @@ _UNIT_KEY_ALIASES = {
     "max_partitions_contributed": "max_groups",     # PipelineDP
     "max_contributions_per_partition": "max_rows_per_group",  # PipelineDP
     "max_contributions": "max_contribution",        # PipelineDP
+    "max_rows": "max_rows_per_group",               # short for it (the fuzzy match: max_groups)
 }
 _LEVELS_KEYS = ("base",)
 _PATH_KEYS = ("via", "to")

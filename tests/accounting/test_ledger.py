@@ -172,6 +172,8 @@ def test_a_total_lowered_below_the_spending_says_so_when_it_refuses(ledger):
         spend(ledger, 1.0)
     assert "the delta spent so far (1e-07) is above its total (0.0)" in str(info.value)
     assert "epsilon spent" not in str(info.value)
+    # a smaller request cannot help: the owner must raise the budget
+    assert str(info.value).endswith("the data owner must raise the budget.")
     assert ledger.status(DB, "alice").epsilon_spent == 1.0  # nothing charged
 
 

@@ -223,4 +223,5 @@ def test_a_declared_type_a_csv_source_contradicts_names_the_file(tmp_path):
         backend.close()
     message = str(info.value)
     assert f"DuckDB reads it from {csv} as BIGINT" in message
-    assert "the file's type" in message and "database" not in message
+    assert "write type: BIGINT for it in the metadata (or remove its type: to use the file's)" \
+        in message and "database" not in message

@@ -98,7 +98,10 @@ def test_setting_a_total_below_the_spending_warns(ledger):
     assert "warning" not in run(*args, "--epsilon", "2").output
     lowered = run(*args, "--epsilon", "0.25")
     assert lowered.exit_code == 0
-    assert "warning: the total is below what was already spent" in lowered.output
+    assert "warning: the epsilon total is below what was already spent" in lowered.output
+    shown = run("budget", "show", "--ledger", ledger, "--analyst", "alice", "--database",
+                "shop.duckdb")
+    assert "(the epsilon total is below the spending: every query is refused)" in shown.output
 
 
 def test_reset_keeps_the_history(ledger):

@@ -261,6 +261,7 @@ def test_refusals_name_the_problem_and_the_line(tmp_path, old, new, message, lin
     ("max_partitions_contributed", "max_groups"),
     ("max_contributions_per_partition", "max_rows_per_group"),
     ("Max_Contributions", "max_contribution"),
+    ("max_rows", "max_rows_per_group"),              # QA round 6: fuzzy matched max_groups
 ])
 def test_another_systems_key_name_is_refused_naming_ours(tmp_path, other, ours):
     # refused, never read as an alias; the hint is dpsql's key, not the fuzzy match (which
