@@ -15,8 +15,8 @@ Rule 2 (dpsql.rewrite.literal_casts.operand_types, rewrite.plan.check_literals_p
 (a) the DataError reads only SQL, metadata and parameters; (b) nothing is charged; (c) no
 valid query DuckDB answers is refused. (a), (b) HELD: EXTRACT, DATE_TRUNC, COUNT/SUM/AVG in
 HAVING, CTE column lists (renaming and swapping names), nested and shadowing CTEs, correlated
-EXISTS, a simple CASE's operand, on a database, its neighbour and an empty one at max_freq 1
-and 10^6 (deep: also none), a real ledger untouched. (c) reported BROKEN, decided as
+EXISTS, a simple CASE's operand, on a database, its neighbour and an empty one at max_freq
+10^6 (deep: also none, 1 and 30), a real ledger untouched. (c) reported BROKEN, decided as
 intended: SUM of an INTEGER or HUGEINT column is typed DOUBLE, so a literal DuckDB's HUGEINT
 sum reads but DOUBLE does not
 (``HAVING SUM(n) > '0x10'``, ``'0b11'``) is refused, while plain DuckDB answers
@@ -315,7 +315,7 @@ def worlds(tmp_path_factory, pairs) -> dict[str, Path]:
             "empty": write_database(folder / "empty.duckdb", SCHEMA, {})}
 
 
-@pytest.mark.parametrize("max_freq", [None, 1, 30, 10**6] if DEEP else [1, 10**6])
+@pytest.mark.parametrize("max_freq", [None, 1, 30, 10**6] if DEEP else [10**6])
 def test_the_refusal_reads_only_the_sql(worlds, max_freq):
     md = _metadata(max_freq)
     for sql in REFUSED:
@@ -460,10 +460,10 @@ def _chain(path: Path, rng: random.Random, n: int = 300) -> None:
                             [(i, ref(p, p / 2)) for i in range(1, rows + 1)])
 
 
-@pytest.mark.parametrize("seed", range(25) if DEEP else [2, 11, 20])
+@pytest.mark.parametrize("seed", range(25) if DEEP else [11])
 def test_build_orphans_equal_checks_rows_of_no_unit(tmp_path, seed):
-    # seeds 2, 11, 20: rows of no unit through a chain's target (labs, results) and direct
-    # orphans of visits; the proposal loads
+    # seed 11 (deep: 25 seeds; 2 and 20 alike): rows of no unit through a chain's target
+    # (labs, results) and direct orphans of visits; the proposal loads
     path = tmp_path / "chain.duckdb"
     _chain(path, random.Random(seed))
     text = build_metadata(path, unit="patients.patient_id")
