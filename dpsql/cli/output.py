@@ -86,14 +86,17 @@ def release_line(release: Any, remaining: tuple[float, float] | None = None) -> 
     """One line: what the query spent, the budget left, publishable 95% intervals, the public
     noise scales, and why a column has none when the record says (its ``accuracy_note``)."""
     parts = [f"spent epsilon={release.epsilon:g} delta={release.delta:g}"]
-    if getattr(release, "cached", False):
+    free = bool(getattr(release, "free", False))
+    if free:  # public tables only: no noise, so no interval to show (QA round 6: "n ±0")
+        parts[0] = "public tables only: exact, spent nothing"
+    elif getattr(release, "cached", False):
         parts[0] = "cached answer, spent nothing"
     if remaining is not None:
         parts.append(f"remaining epsilon={remaining[0]:g} delta={remaining[1]:g}")
     if getattr(release, "privacy_unit", None):
         parts.append(f"privacy unit {release.privacy_unit}")
     widths = [f"{c.name} ±{c.half_width_95:.4g}" for c in release.columns
-              if c.half_width_95 is not None]
+              if c.half_width_95 is not None and not free]
     # R2T (a privacy unit without GROUP BY): an interval from the noisy levels, not +-
     widths += [f"{c.name} in [{c.interval_95[0]:.6g}, {c.interval_95[1]:.6g}]"
                for c in release.columns if getattr(c, "interval_95", None) is not None]
@@ -102,6 +105,9 @@ def release_line(release: Any, remaining: tuple[float, float] | None = None) -> 
     scales = _public_scales(release.columns)
     if scales:
         parts.append("noise scale: " + ", ".join(scales))
+    threshold = getattr(release, "selection_threshold", None)
+    if threshold is not None:  # public: from epsilon, delta and the owner's bounds
+        parts.append(f"groups kept past threshold {threshold:g} (partition selection)")
     from dpsql.release.record import NOT_PUBLISHABLE
 
     # why a column has no interval (smoothed noise, arithmetic of R2T releases), or what an R2T

@@ -1,6 +1,7 @@
 """dpsql/release/record.py: the release record says what was spent, and never a data-dependent
 scale."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,19 @@ def test_a_public_release_is_exact_and_free():
     assert record.free and record.mechanism == "exact"
     assert (record.epsilon, record.delta) == (0.0, 0.0)
     assert [c.half_width_95 for c in record.columns] == [0.0, 0.0]
+    # the footer says so, rather than "n ±0, s ±0" (QA round 6)
+    from dpsql.cli.output import release_line
+
+    assert release_line(record) == "public tables only: exact, spent nothing"
+
+
+def test_the_footer_names_a_partition_selections_public_threshold():
+    from dpsql.cli.output import release_line
+
+    record, _ = _record("SELECT COUNT(*) AS n FROM orders", FLEX, Budget(0.5))
+    selected = dataclasses.replace(record, selection_threshold=13)
+    assert release_line(selected).endswith("groups kept past threshold 13 (partition selection)")
+    assert "threshold" not in release_line(record)
 
 
 def test_columns_split_the_budget_and_it_sums_back():
