@@ -107,8 +107,8 @@ _MAX_HOPS = 16
 #: (``tests/rewrite/test_literal_casts.py`` asks DuckDB's own ``typeof`` for each): date parts
 #: and COUNT are BIGINT; MIN / MAX keep their argument's type; SUM / AVG are some
 #: number (DOUBLE stands for it: only a string no number reads is refused); DATE_TRUNC of a
-#: DATE or TIMESTAMP is a TIMESTAMP (QA round 6: date_trunc('month', d) = '2024-03' matched
-#: nothing, charged)
+#: DATE or TIMESTAMP is a TIMESTAMP, of a TIMESTAMPTZ a TIMESTAMPTZ (QA round 6:
+#: date_trunc('month', d) = '2024-03' matched nothing, charged)
 _BIGINT_RESULTS = (exp.Year, exp.Month, exp.Day, exp.Quarter, exp.Week, exp.DayOfWeek,
                    exp.DayOfYear, exp.Count)
 _SAME_TYPE_AGGREGATES = (exp.Min, exp.Max)
@@ -144,6 +144,8 @@ def _operand_type(operand: exp.Expression, select: exp.Select, metadata: Metadat
         return "DOUBLE"  # some number: a string no number reads fails in any numeric type
     if isinstance(node, _TRUNCATIONS):
         inner = normalise(_operand_type(node.this, select, metadata, ctes, hops + 1))
+        if inner is not None and inner.this == T.TIMESTAMPTZ:
+            return "TIMESTAMPTZ"  # the time zone stays
         return "TIMESTAMP" if inner is not None and inner.this in _TRUNCATED else None
     if not isinstance(node, exp.Column):
         return None

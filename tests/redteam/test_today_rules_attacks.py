@@ -26,7 +26,7 @@ same refusal everywhere, uncharged; and dpsql's post-processing reads the noisy 
 so without the refusal the query would fail after the charge. Every EXTRACT part (31 parts x
 DATE/TIMESTAMPTZ/TIME) agrees with DuckDB. Misses noted (answered, not refused, where plain
 DuckDB raises on rows): SUM of a DECIMAL or integer compared with 'inf' / 'nan' / '1e400'
-(DOUBLE reads them), DATE_TRUNC of a TIMESTAMPTZ, a column read through UNION ALL.
+(DOUBLE reads them), a column read through UNION ALL (DATE_TRUNC of a TIMESTAMPTZ: checked since).
 
 Rule 3 (dpsql.metadata.unit_check.refuse_repeated_keys, dpsql serve). Claim: every repeated
 key a unit release relies on is refused (unit id, every ``to`` column, several units), clean

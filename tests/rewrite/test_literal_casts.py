@@ -155,6 +155,7 @@ def test_under_a_privacy_unit_too(tmp_path, sql):
     ("EXTRACT(year FROM v)", "DATE"), ("EXTRACT(epoch FROM v)", "TIMESTAMP"),
     ("EXTRACT(julian FROM v)", "DATE"), ("EXTRACT(second FROM v)", "TIMESTAMP"),
     ("DATE_TRUNC('month', v)", "DATE"), ("DATE_TRUNC('day', v)", "TIMESTAMP"),
+    ("DATE_TRUNC('hour', v)", "TIMESTAMPTZ"),
     ("COUNT(*)", "INTEGER"), ("MIN(v)", "DATE"), ("MAX(v)", "DECIMAL(10,2)"),
 ])
 def test_the_types_read_from_the_sql_are_duckdbs_own(expression, argument):
@@ -170,7 +171,8 @@ def test_the_types_read_from_the_sql_are_duckdbs_own(expression, argument):
     claimed = operand_types(query, md, frozenset())(query.expressions[0].unalias())
     con = duckdb.connect()
     con.execute(f"CREATE TABLE t (v {argument})")
-    value = {"DATE": "'2024-01-31'", "TIMESTAMP": "'2024-01-31 10:00:00'"}.get(argument, "1")
+    value = {"DATE": "'2024-01-31'", "TIMESTAMP": "'2024-01-31 10:00:00'",
+             "TIMESTAMPTZ": "'2024-01-31 10:00:00+00'"}.get(argument, "1")
     con.execute(f"INSERT INTO t VALUES ({value})")
     (actual,) = con.execute(f"SELECT typeof({expression}) FROM t").fetchone()
     assert claimed is not None and isinstance(query, exp.Select)
