@@ -178,7 +178,8 @@ def release_record(prepared: PreparedSelection, budget: Budget, n_bins: int) -> 
         else:
             plan = _count_plan(query, shares[1])
             width = mechanisms.laplace_half_width(plan.scale, CONFIDENCE, cells=max(k, 1)) + 0.5
-            columns.append(ColumnRelease(name, "discrete_laplace", shares[1], 0.0, width))
+            columns.append(ColumnRelease(name, "discrete_laplace", shares[1], 0.0, width,
+                                         noise_scale=plan.scale if plan.pure else None))
             mechanism = f"discrete_laplace+{REPORT_NOISY_MAX}"
     return Release(math.fsum(shares), 0.0, mechanism, tuple(columns), prepared.fingerprint)
 

@@ -192,6 +192,9 @@ def test_top_k_is_the_largest_counts_when_noise_is_negligible(session):
     assert (key.mechanism, key.epsilon, key.half_width_95) == ("report_noisy_max", HUGE / 2,
                                                                None)
     assert (count.mechanism, count.epsilon) == ("discrete_laplace", HUGE / 2)
+    # the count's public scale, as any pure count's (QA round 6: the footer showed none): a
+    # changed row (dpsql's relation) moves the histogram by 2 in L1, at epsilon HUGE / 2
+    assert count.noise_scale == pytest.approx(2 / (HUGE / 2)) and key.noise_scale is None
 
 
 def test_record_names_the_exponential_mechanism_and_the_grid(session):
