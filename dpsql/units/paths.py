@@ -350,7 +350,8 @@ class _Prover:
             r = outside[0]
             raise self.refuse(f"a row of {r.table.name} ({r.alias}) may belong to another unit "
                                "than the rows counted (a result row would belong to two units)",
-                               table=r.table.name)
+                               table=r.table.name, example=_same_unit_example(
+                                   [refs[i] for i in sorted(group)], r))
         return tokens
 
     def source(self) -> UnitSource:
@@ -406,4 +407,20 @@ def _as_inner(join: exp.Join) -> str | None:
     if on is None:
         return None
     return f"JOIN {join.this.sql(dialect='duckdb')} ON {on.sql(dialect='duckdb')}"
+
+
+def _same_unit_example(counted: list[_Ref], other: _Ref) -> str | None:
+    """``a.x = b.y`` tying ``other``'s rows to a counted table's unit when both hold the unit's
+    id directly (a direct path, or the unit table's own id: QA round 6, ``orders o JOIN
+    recommendations r ON o.product_id = r.product_id`` is fixed by ``o.customer_id =
+    r.customer_id``, not by a path to a table it does not read); None otherwise. The query's
+    aliases and the public metadata alone."""
+    path = other.table.unit
+    if path is None or not path.direct:
+        return None
+    for ref in counted:
+        mine = ref.table.unit
+        if mine is not None and mine.direct and not ref.table.public:
+            return f"{ref.alias}.{mine.column} = {other.alias}.{path.column}"
+    return None
 

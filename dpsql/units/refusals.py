@@ -63,11 +63,13 @@ def _example(joins: tuple[PathJoin, ...], table: str | None) -> str:
     return f", e.g. {chosen[0]}" if chosen else ""
 
 
-def fix_text(joins: tuple[PathJoin, ...] = (), table: str | None = None) -> str:
-    """What every refusal of the proof asks for, its example from ``joins`` (preferring one
-    that touches ``table``)."""
+def fix_text(joins: tuple[PathJoin, ...] = (), table: str | None = None,
+             example: str | None = None) -> str:
+    """What every refusal of the proof asks for, its example ``example`` or else one from
+    ``joins`` (preferring one that touches ``table``)."""
+    shown = f", e.g. {example}" if example else _example(joins, table)
     return ("every private table the query reads must belong to the same unit as the rows it "
-            f"counts (join the tables along their unit paths{_example(joins, table)})")
+            f"counts (join the tables along their unit paths{shown})")
 
 
 def refusal_text(what: str, unit: str | None = None, among: tuple[str, ...] = (),
@@ -97,9 +99,12 @@ class Refusals:
 
     def __call__(self, what: str,
                  kind: type[UnsupportedConstructError] = UnsupportedConstructError,
-                 table: str | None = None) -> UnsupportedConstructError:
-        """The refusal of ``what``, its example join touching ``table`` when one does."""
-        return kind(refusal_text(what, self.unit, self.among, fix_text(self.joins, table)))
+                 table: str | None = None, example: str | None = None
+                 ) -> UnsupportedConstructError:
+        """The refusal of ``what``: its example ``example`` (the query's own tables, when the
+        proof has one), else a path join touching ``table`` when one does."""
+        return kind(refusal_text(what, self.unit, self.among,
+                                 fix_text(self.joins, table, example)))
 
     def outer_join(self, side: str, table: str, inner: str | None = None
                    ) -> UnsupportedConstructError:

@@ -95,8 +95,8 @@ def test_a_refusal_on_a_units_view_is_worded_once_naming_that_unit(tmp_path):
     assert str(err.value) == (
         f"under the privacy unit supplier.s_id (one of customer and supplier), {what}: every "
         "private table the query reads must belong to the same unit as the rows it counts "
-        "(join the tables along their unit paths, e.g. items.i_supp = supplier.s_id)")
+        "(join the tables along their unit paths, e.g. a.i_supp = b.i_supp)")
     assert type(err.value) is UnsupportedConstructError
     assert str(err.value) == refusal_text(
         what, "supplier.s_id", ("customer", "supplier"),
-        fix_text(path_joins(unit_view(md, "supplier")), "items"))
+        fix_text(path_joins(unit_view(md, "supplier")), "items", "a.i_supp = b.i_supp"))

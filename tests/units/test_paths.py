@@ -164,5 +164,5 @@ def test_a_refusal_of_the_proof_reaches_the_analyst_whole_and_uncharged(session)
         "under the privacy unit, a row of orders (b) may belong to another unit than the rows "
         "counted (a result row would belong to two units): every private table the query reads "
         "must belong to the same unit as the rows it counts (join the tables along their unit "
-        "paths, e.g. items.i_order = orders.o_id)")
+        "paths, e.g. a.o_cust = b.o_cust)")
     assert charged(session) == []
