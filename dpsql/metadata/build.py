@@ -353,7 +353,7 @@ def _profile_column(
 ) -> tuple[dict, list[str]]:
     col = quote_ident(name)
     numeric = _is_numeric(duck_type)
-    day = duck_type == "DATE"
+    day = duck_type in ("DATE", "TIMESTAMP")  # both take day bounds (Column.date_bounds)
     minmax = "min(v), max(v)" if numeric or day else "NULL, NULL"
     # One grouped scan per column: the largest group is mf(a) (NULL is a group, as in SQL's
     # GROUP BY), the number of groups is the number of distinct values, and min/max over the
@@ -372,9 +372,11 @@ def _profile_column(
         if ok_lo and ok_hi:
             notes.append(f"bounds: {_flow([lo, hi])}  # observed min/max: review before use")
     if day and isinstance(lo, _dt.date) and isinstance(hi, _dt.date):
-        # day bounds: the bins of date parts grouped by (dpsql.analysis.derived_keys)
-        notes.append(f"bounds: {_flow([lo.isoformat(), hi.isoformat()])}  # observed first/last "
-                     "day: set the period the data may cover, not the data's own")
+        # day bounds: the bins of date parts grouped by (dpsql.analysis.derived_keys); a
+        # TIMESTAMP's are its first and last days (QA round 6: none were drafted)
+        first, last = (v.date() if isinstance(v, _dt.datetime) else v for v in (lo, hi))
+        notes.append(f"bounds: {_flow([first.isoformat(), last.isoformat()])}  # observed "
+                     "first/last day: set the period the data may cover, not the data's own")
     if not is_public and 0 < n_distinct <= domain_max:
         values = [
             v

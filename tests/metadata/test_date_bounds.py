@@ -70,3 +70,20 @@ def test_metadata_build_suggests_day_bounds_as_a_comment():
     assert "# bounds: ['2020-01-02', '2021-03-04']  # observed first/last day" in text
     accepted = loads_metadata(text.replace("# bounds:", "bounds:"))
     assert accepted.tables["o"].columns["day"].date_bounds == (D(2020, 1, 2), D(2021, 3, 4))
+
+
+def test_metadata_build_suggests_a_timestamps_day_bounds_too():
+    # QA round 6: a TIMESTAMP column got no drafted bounds; its first and last days, which the
+    # metadata accepts as a TIMESTAMP's date bounds
+    import duckdb
+
+    from dpsql.metadata.build import build_metadata
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE o AS SELECT * FROM (VALUES (TIMESTAMP '2021-03-04 23:59:59'), "
+                "(TIMESTAMP '2020-01-02 00:00:01'), (NULL)) t(seen)")
+    text = build_metadata(con)
+    con.close()
+    assert "# bounds: ['2020-01-02', '2021-03-04']  # observed first/last day" in text
+    accepted = loads_metadata(text.replace("# bounds:", "bounds:"))
+    assert accepted.tables["o"].columns["seen"].date_bounds == (D(2020, 1, 2), D(2021, 3, 4))
