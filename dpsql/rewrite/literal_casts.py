@@ -120,9 +120,10 @@ _TRUNCATED = (T.DATE, T.TIMESTAMP, T.TIMESTAMPNTZ)  # sqlglot reads TIMESTAMP as
 def operand_types(select: exp.Select, metadata: Metadata | None,
                   ctes: frozenset[str]) -> OperandType:
     """The type of an operand in ``select``'s scope, for this check only (module contract): a
-    declared column (:func:`column_types`), a CAST's target type, or a CTE's or derived
-    table's column whose projection is one of those, followed from the scope that projects
-    it. None for anything else (unknown: not checked)."""
+    declared column (:func:`column_types`), a CAST's target type, a date part, DATE_TRUNC or
+    aggregate of those (:data:`_BIGINT_RESULTS` and the tables beside it), or a CTE's or
+    derived table's column whose projection is one of those, followed from the scope that
+    projects it. None for anything else (unknown: not checked)."""
     return lambda operand: _operand_type(operand, select, metadata, ctes, 0)
 
 
