@@ -56,34 +56,22 @@ def test_bad_day_bounds_are_refused(spec, words):
         assert word in str(err.value), str(err.value)
 
 
-def test_metadata_build_suggests_day_bounds_as_a_comment():
+@pytest.mark.parametrize("first, last", [
+    ("DATE '2020-01-02'", "DATE '2021-03-04'"),
+    # QA round 6: a TIMESTAMP column got no drafted bounds; its first and last days, which
+    # the metadata accepts as a TIMESTAMP's date bounds
+    ("TIMESTAMP '2020-01-02 00:00:01'", "TIMESTAMP '2021-03-04 23:59:59'"),
+])
+def test_metadata_build_suggests_day_bounds_as_a_comment(first, last):
     import duckdb
 
     from dpsql.metadata.build import build_metadata
 
     con = duckdb.connect()
-    con.execute("CREATE TABLE o AS SELECT * FROM (VALUES (DATE '2021-03-04'), "
-                "(DATE '2020-01-02'), (NULL)) t(day)")
+    con.execute(f"CREATE TABLE o AS SELECT * FROM (VALUES ({last}), ({first}), (NULL)) t(day)")
     text = build_metadata(con)
     con.close()
     assert loads_metadata(text).tables["o"].columns["day"].date_bounds is None
     assert "# bounds: ['2020-01-02', '2021-03-04']  # observed first/last day" in text
     accepted = loads_metadata(text.replace("# bounds:", "bounds:"))
     assert accepted.tables["o"].columns["day"].date_bounds == (D(2020, 1, 2), D(2021, 3, 4))
-
-
-def test_metadata_build_suggests_a_timestamps_day_bounds_too():
-    # QA round 6: a TIMESTAMP column got no drafted bounds; its first and last days, which the
-    # metadata accepts as a TIMESTAMP's date bounds
-    import duckdb
-
-    from dpsql.metadata.build import build_metadata
-
-    con = duckdb.connect()
-    con.execute("CREATE TABLE o AS SELECT * FROM (VALUES (TIMESTAMP '2021-03-04 23:59:59'), "
-                "(TIMESTAMP '2020-01-02 00:00:01'), (NULL)) t(seen)")
-    text = build_metadata(con)
-    con.close()
-    assert "# bounds: ['2020-01-02', '2021-03-04']  # observed first/last day" in text
-    accepted = loads_metadata(text.replace("# bounds:", "bounds:"))
-    assert accepted.tables["o"].columns["seen"].date_bounds == (D(2020, 1, 2), D(2021, 3, 4))
