@@ -72,7 +72,12 @@ from dpsql.release.record import (
     Result,
     release_record,
 )
-from dpsql.rewrite.literal_casts import check_parameter_casts, parameter_types
+from dpsql.rewrite.literal_casts import (
+    analyst_query,
+    check_parameter_casts,
+    check_query_literals,
+    parameter_types,
+)
 from dpsql.rewrite.plan import plan_execution
 from dpsql.rewrite.post import post_processing_sql
 from dpsql.sample_aggregate.analysis import mentions_wrapper
@@ -150,14 +155,14 @@ class Session(OtherReleases):
             return hit
         if mentions_wrapper(sql):  # the analyst asked for sample-and-aggregate
             sampled = prepare_sample_aggregate(sql, self.metadata, self.backend)
-            return self._remember(sql, sampled)
+            return self._remember(sql, self._literals_checked(sql, sampled))
         chosen = prepare_selection(sql, self.metadata, self.backend, self._stored, fingerprint)
         if chosen is not None:  # MIN / MAX / quantiles, top-k (dpsql.execute.selection)
-            return self._remember(sql, chosen)
+            return self._remember(sql, self._literals_checked(sql, chosen))
         request = analyze_request(sql, self.metadata)
         if isinstance(request, BlockQuery):
             blocks = prepare_blocks(request, self.backend, self.metadata, self._stored)
-            return self._remember(sql, blocks)
+            return self._remember(sql, self._literals_checked(sql, blocks))
         analysis = request
         plan = plan_execution(analysis, self.metadata, self._stored)
         # The generated SQL is a normal form of the qualified query: fingerprint it rather
@@ -167,6 +172,16 @@ class Session(OtherReleases):
             fingerprint(f"{plan.normal_form}\n{plan.post_sql or ''}"), column_sources(analysis),
             output_rules(analysis, self.metadata), parameter_types(analysis.query, self.metadata))
         return self._remember(sql, prepared)
+
+    def _literals_checked(self, sql: str, prepared: AnyPrepared) -> AnyPrepared:
+        """``prepared`` once the analyst's whole query passed the literal check, for the
+        kinds whose prepared form keeps no single analysed query (a release block's outer
+        query is post-processing, run after the charge): once per text, with the rest of the
+        preparation (the main path's runs in its rewrite, dpsql.rewrite.plan)."""
+        query = analyst_query(sql, self.metadata)
+        if query is not None:
+            check_query_literals(query, self.metadata)
+        return prepared
 
     def _remember(self, sql: str, prepared: AnyPrepared) -> AnyPrepared:
         self._prepared[sql] = prepared

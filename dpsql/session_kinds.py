@@ -30,12 +30,7 @@ from dpsql.execute.typed import finish as finish_rows
 from dpsql.noise.plan import draws_with_delta, plan_noise, split_budget
 from dpsql.prepared import checked_params
 from dpsql.release.record import Release, Result, combined_record
-from dpsql.rewrite.literal_casts import (
-    analyst_query,
-    check_parameter_casts,
-    check_query_literals,
-    parameter_types,
-)
+from dpsql.rewrite.literal_casts import analyst_query, check_parameter_casts, parameter_types
 from dpsql.sample_aggregate.prepared import PreparedSampleAggregate
 from dpsql.sample_aggregate.prepared import compute as sample_compute
 from dpsql.sample_aggregate.release import plan_release
@@ -133,15 +128,14 @@ class OtherReleases:
                                 with_mu=charge is not None))
 
     def _check_casts(self, sql: str, values: list[Any]) -> None:
-        """A string literal, or a string bound to a ``?``, that a comparison sets against an
-        operand whose type cannot read it, refused before the charge (as the main path does,
-        dpsql.rewrite.literal_casts), read from the analyst's whole qualified query: a release
-        block's outer query is post-processing, run after the charge."""
-        query = analyst_query(sql, self.metadata)
-        if query is None:
+        """A string bound to a ``?`` that a comparison sets against an operand whose type
+        cannot read it, refused before the charge (as the main path does,
+        dpsql.rewrite.literal_casts), read from the analyst's whole qualified query: only when
+        a string is bound (parsed once more; the literals were checked in ``prepare``)."""
+        if not any(isinstance(v, str) for v in values):
             return
-        check_query_literals(query, self.metadata)
-        if any(isinstance(v, str) for v in values):
+        query = analyst_query(sql, self.metadata)
+        if query is not None:
             check_parameter_casts(parameter_types(query, self.metadata), values)
 
     def _run_sample_aggregate(self, prepared: PreparedSampleAggregate, sql: str,
