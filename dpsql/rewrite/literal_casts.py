@@ -10,19 +10,18 @@ noisy 0). :func:`check_literal_casts` refuses it instead, with DataError naming 
 the column and an example of the type (SQLSTATE 22007 for a date or time, 22P02 else, as
 PostgreSQL: dpsql.server.sqlstates).
 
-The compared operand's type is read from the SQL and the metadata alone (:func:`operand_types`):
-a declared column; a CAST or TRY_CAST (its target type); a date part, EXTRACT or DATE_TRUNC of
-one, COUNT, MIN / MAX of one, SUM / AVG (some number), each typed as DuckDB types it (a test
-asks DuckDB's ``typeof``); or a column of a CTE or derived table whose projection is one of
-those, followed through nested CTEs. The operand may be either side of a comparison, or a
-simple CASE's operand against each WHEN value. Contract: the refusal reads the SQL text and the
+The compared operand's type is read from the SQL and the metadata alone
+(dpsql.rewrite.operand_types: declared columns, CASTs, date parts and truncations, aggregates,
+arithmetic and COALESCE-like functions of those, CTE, derived-table and set-operation columns,
+each typed as DuckDB types it). The operand may be either side of a comparison, or a simple
+CASE's operand against each WHEN value. Contract: the refusal reads the SQL text and the
 declared column types (public metadata) alone, and its test is DuckDB's own cast of the
 literal, ``TRY_CAST(literal AS type)``, on a private in-memory connection that holds no data.
 A literal that casts is left to the totality rules as before (nothing new is proved total
 here: these types serve this check only, never a totality rule). Operands of unknown type
-(undeclared columns, other expressions such as ``d + 1`` or ``COALESCE(d, ..)``, a CTE column
-read through a set operation), and a literal of an IN list or BETWEEN beside a typed constant
-(compared in their common type) are not checked: they stay TRY-wrapped, answered as no match
+(undeclared columns, other functions, a window), and a literal of an IN list or BETWEEN
+beside a typed constant (compared in their common type) are not checked: they stay
+TRY-wrapped, answered as no match
 where they cannot be cast. The whole query as written is checked before the charge, HAVING and
 a release block's outer query included (their comparisons run in post-processing, after it:
 dpsql.rewrite.totality.check_literals_pass; :func:`check_query_literals`). A string bound to a
@@ -33,8 +32,7 @@ sample-and-aggregate from the analyst's own query, :func:`analyst_query`).
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import lru_cache
 
 import duckdb
@@ -44,8 +42,9 @@ from dpsql.analysis.keytypes import normalise
 from dpsql.analysis.parse import parse_query
 from dpsql.errors import DataError, Error
 from dpsql.metadata import Metadata
+from dpsql.rewrite.operand_types import OperandType, data_free_answer, operand_types
 from dpsql.rewrite.parameters import PARAM_PREFIX, number_parameters
-from dpsql.rewrite.safe_compare import column_types, enclosing_select, scope_nodes, scope_sources
+from dpsql.rewrite.safe_compare import scope_nodes
 from dpsql.sample_aggregate.analysis import WRAPPER
 
 T = exp.DataType.Type
@@ -62,24 +61,15 @@ _EXAMPLES = {
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
                 exp.NullSafeNEQ)
 
-_lock = threading.Lock()
-_connection: duckdb.DuckDBPyConnection | None = None
-
 
 @lru_cache(maxsize=4096)
 def casts(text: str, type_sql: str) -> bool:
     """Whether DuckDB casts the string ``text`` to ``type_sql`` (one data-free query per
     literal and type, remembered); True when DuckDB cannot name the type (nothing refused)."""
-    global _connection
-    with _lock:
-        if _connection is None:
-            _connection = duckdb.connect(":memory:")
-        try:
-            row = _connection.execute(f"SELECT TRY_CAST($1 AS {type_sql}) IS NOT NULL",
-                                      [text]).fetchone()
-        except duckdb.Error:  # a type name DuckDB does not take here: unknown, not refused
-            return True
-    return bool(row and row[0])
+    try:
+        return bool(data_free_answer(f"SELECT TRY_CAST($1 AS {type_sql}) IS NOT NULL", [text]))
+    except duckdb.Error:  # a type name DuckDB does not take here: unknown, not refused
+        return True
 
 
 def _checked(node: exp.Expression, literal: exp.Expression) -> bool:
@@ -95,116 +85,6 @@ def _checked(node: exp.Expression, literal: exp.Expression) -> bool:
     return all(isinstance(o.unnest(), exp.Null)
                or (isinstance(o.unnest(), exp.Literal) and o.unnest().is_string)
                for o in others if o is not literal)
-
-
-#: the declared type (SQL text) of a compared operand, or None when unknown
-OperandType = Callable[[exp.Expression], "str | None"]
-
-#: how many CTE or derived-table projections (or function arguments) :func:`operand_types`
-#: follows from one operand
-_MAX_HOPS = 16
-#: expressions whose DuckDB result type is known from the SQL alone, for this check only
-#: (``tests/rewrite/test_literal_casts.py`` asks DuckDB's own ``typeof`` for each): date parts
-#: and COUNT are BIGINT; MIN / MAX keep their argument's type; SUM / AVG are some
-#: number (DOUBLE stands for it: only a string no number reads is refused); DATE_TRUNC of a
-#: DATE or TIMESTAMP is a TIMESTAMP, of a TIMESTAMPTZ a TIMESTAMPTZ (QA round 6:
-#: date_trunc('month', d) = '2024-03' matched nothing, charged)
-_BIGINT_RESULTS = (exp.Year, exp.Month, exp.Day, exp.Quarter, exp.Week, exp.DayOfWeek,
-                   exp.DayOfYear, exp.Count)
-_SAME_TYPE_AGGREGATES = (exp.Min, exp.Max)
-_NUMBER_AGGREGATES = (exp.Sum, exp.Avg)
-_TRUNCATIONS = (exp.TimestampTrunc, exp.DateTrunc)
-_TRUNCATED = (T.DATE, T.TIMESTAMP, T.TIMESTAMPNTZ)  # sqlglot reads TIMESTAMP as either
-
-
-def operand_types(select: exp.Select, metadata: Metadata | None,
-                  ctes: frozenset[str]) -> OperandType:
-    """The type of an operand in ``select``'s scope, for this check only (module contract): a
-    declared column (:func:`column_types`), a CAST's target type, a date part, DATE_TRUNC or
-    aggregate of those (:data:`_BIGINT_RESULTS` and the tables beside it), or a CTE's or
-    derived table's column whose projection is one of those, followed from the scope that
-    projects it. None for anything else (unknown: not checked)."""
-    return lambda operand: _operand_type(operand, select, metadata, ctes, 0)
-
-
-def _operand_type(operand: exp.Expression, select: exp.Select, metadata: Metadata | None,
-                  ctes: frozenset[str], hops: int) -> str | None:
-    """:func:`operand_types` of ``operand`` in ``select``, ``hops`` projections followed."""
-    node = operand.unnest()
-    if isinstance(node, exp.Cast):  # TRY_CAST too: its value is of the target type
-        return node.to.sql(dialect="duckdb")
-    if hops > _MAX_HOPS:
-        return None
-    if isinstance(node, _BIGINT_RESULTS):
-        return "BIGINT"
-    if isinstance(node, exp.Extract):  # EXTRACT(part FROM ..): BIGINT but for two parts
-        return "DOUBLE" if node.name.upper() in ("EPOCH", "JULIAN") else "BIGINT"
-    if isinstance(node, _SAME_TYPE_AGGREGATES):
-        return _operand_type(node.this, select, metadata, ctes, hops + 1)
-    if isinstance(node, _NUMBER_AGGREGATES):
-        return "DOUBLE"  # some number: a string no number reads fails in any numeric type
-    if isinstance(node, _TRUNCATIONS):
-        inner = normalise(_operand_type(node.this, select, metadata, ctes, hops + 1))
-        if inner is not None and inner.this == T.TIMESTAMPTZ:
-            return "TIMESTAMPTZ"  # the time zone stays
-        return "TIMESTAMP" if inner is not None and inner.this in _TRUNCATED else None
-    if not isinstance(node, exp.Column):
-        return None
-    declared = column_types(select, metadata, ctes)(node)
-    if declared is not None:
-        return declared
-    projected = _projection(select, node)
-    if projected is None:
-        return None
-    body, projection = projected
-    return _operand_type(projection, body, metadata, ctes, hops + 1)
-
-
-def _projection(scope: exp.Select, column: exp.Column
-                ) -> tuple[exp.Select, exp.Expression] | None:
-    """(the body, its projection) that a CTE or derived table ``scope`` (or a SELECT it is a
-    subquery of) reads under ``column``'s table alias projects as ``column``; None when the
-    alias names anything else, or the body is not one SELECT (a set operation types its
-    columns by every branch)."""
-    body = _aliased_body(scope, column.table)
-    if not isinstance(body, exp.Select):
-        return None
-    for projection in body.expressions:
-        if projection.alias_or_name.lower() == column.name.lower():
-            return body, projection.unalias()
-    return None
-
-
-def _aliased_body(scope: exp.Select, alias: str) -> exp.Expression | None:
-    """The query behind ``alias`` in the innermost scope naming it, from ``scope`` outwards
-    (as :func:`column_types` resolves aliases): a derived table's own query, or the CTE the
-    name refers to (the nearest WITH defining it); None for a base table or anything else."""
-    select: exp.Select | None = scope
-    while select is not None:
-        for source in scope_sources(select):
-            if source.alias_or_name != alias:
-                continue
-            if isinstance(source, exp.Subquery):
-                return source.this
-            if isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier):
-                return _cte_body(select, source.name)
-            return None
-        select = enclosing_select(select)
-    return None
-
-
-def _cte_body(node: exp.Expression, name: str) -> exp.Expression | None:
-    """The body of the CTE ``name`` visible from ``node``: the nearest enclosing WITH that
-    defines it; None when none does (a base table)."""
-    ancestor: exp.Expression | None = node
-    while ancestor is not None:
-        with_ = ancestor.args.get("with_") if isinstance(ancestor, exp.Query) else None
-        if with_ is not None:
-            for cte in with_.expressions:
-                if cte.alias_or_name.lower() == name.lower():
-                    return cte.this
-        ancestor = ancestor.parent
-    return None
 
 
 def _typed_comparisons(node: exp.Expression, operand_type: OperandType, *, lists: bool

@@ -171,6 +171,9 @@ REFUSED = [
     # a simple CASE compares its operand with each WHEN value (QA round 6: the values were
     # read as conditions, cast to BOOLEAN)
     "SELECT COUNT(*) FROM v WHERE CASE d WHEN 'bad' THEN TRUE ELSE FALSE END",
+    # computed operands, typed by DuckDB's binder on no data (dpsql.rewrite.operand_types)
+    "SELECT COUNT(*) FROM v WHERE COALESCE(d, DATE '2023-01-01') = 'bad'",
+    "SELECT COUNT(*) FROM v WHERE d + 1 = 'bad'",
 ]
 
 
@@ -224,8 +227,6 @@ def test_a_list_of_string_literals_keeps_the_columns_type(worlds):
 
 MISSED = [  # literals the check does not see: answered as no match, alike everywhere (noted)
     ("SELECT COUNT(*) FROM v WHERE 'bad' IN (d)", []),
-    ("SELECT COUNT(*) FROM v WHERE COALESCE(d, DATE '2023-01-01') = 'bad'", []),
-    ("SELECT COUNT(*) FROM v WHERE d + 1 = 'bad'", []),
     # beside a typed constant, an IN list or BETWEEN compares in the operands' common type:
     # not checked (the fix the red team proposed typed analyst constants on a second
     # connection; the maintainer kept the check to string-literal lists)
