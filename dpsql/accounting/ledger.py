@@ -19,7 +19,7 @@ from dpsql.accounting.audit import CACHE_UPSERT, AuditBook, insert_event, to_jso
 from dpsql.accounting.curves import PrivacyCurve
 from dpsql.accounting.filters import BudgetFilter
 from dpsql.accounting.principal import database_identity, now, principal
-from dpsql.accounting.status import BudgetStatus, Charge
+from dpsql.accounting.status import BudgetStatus, Charge, overspent_totals
 from dpsql.accounting.units import _delta_float, _delta_units, _eps_float, _eps_units
 from dpsql.errors import BudgetExhaustedError, OperationalError, ProgrammingError
 
@@ -395,16 +395,12 @@ class Ledger(AnalystBook, AuditBook):
 
 
 def _overspent(eps_total: int, dlt_total: int, eps_spent: int, dlt_spent: int) -> str:
-    """Words for a total set below what was already spent (``dpsql budget set`` allows it and
-    blocks every further charge of that kind), so the refusal of a query that needs none of
-    it says why; '' otherwise. Amounts in the ledger's whole units."""
+    """Words for a total set below what was already spent (:func:`overspent_totals`), so the
+    refusal of a query that needs none of it says why; '' otherwise."""
     over = [f"{name} spent so far ({spent!r}) is above its total ({total!r})"
-            for name, spent, total in (
-                ("epsilon", _eps_float(eps_spent), _eps_float(eps_total)),
-                ("delta", _delta_float(dlt_spent), _delta_float(dlt_total)))
-            if spent > total]
+            for name, spent, total in overspent_totals(eps_total, dlt_total, eps_spent,
+                                                       dlt_spent)]
     if not over:
         return ""
     return (" (the " + " and the ".join(over) + ": the budget was set below the spending, "
             "so no query is charged until the data owner raises it or resets the spending)")
-

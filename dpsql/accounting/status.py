@@ -14,8 +14,18 @@ from dataclasses import dataclass, field
 from dpsql.accounting.composition import CompositionReport, compose
 from dpsql.accounting.units import _delta_float, _eps_float
 
-__all__ = ["BudgetStatus", "Charge"]
+__all__ = ["BudgetStatus", "Charge", "overspent_totals"]
 
+
+def overspent_totals(eps_total: int, dlt_total: int, eps_spent: int, dlt_spent: int
+                     ) -> list[tuple[str, float, float]]:
+    """(name, spent, total) of each total set below what was already spent (``dpsql budget
+    set`` allows it; every further charge of that kind is then refused), amounts given in the
+    ledger's exact whole units and returned as floats."""
+    return [(name, spent, total) for name, spent, total, over in (
+        ("epsilon", _eps_float(eps_spent), _eps_float(eps_total), eps_spent > eps_total),
+        ("delta", _delta_float(dlt_spent), _delta_float(dlt_total), dlt_spent > dlt_total))
+        if over]
 
 
 @dataclass(frozen=True)
@@ -96,6 +106,16 @@ class BudgetStatus:
         if self._units is not None:
             return _delta_float(max(0, self._units[1] - self._units[3]))
         return max(0.0, self.delta_total - self.delta_spent)
+
+    @property
+    def overspent(self) -> tuple[str, ...]:
+        """The totals ('epsilon', 'delta') set below their spending (:func:`overspent_totals`;
+        floats compared when built by hand)."""
+        if self._units is not None:
+            return tuple(name for name, _, _ in overspent_totals(*self._units))
+        return tuple(name for name, spent, total in (
+            ("epsilon", self.epsilon_spent, self.epsilon_total),
+            ("delta", self.delta_spent, self.delta_total)) if spent > total)
 
     def composition(self, delta_prime: float = 1e-6) -> CompositionReport:
         """All composition bounds of this history at slack ``delta_prime`` (:func:`compose`)."""

@@ -120,23 +120,16 @@ def set_budget(ledger: str | None, analyst: str, database: str | None, metadata:
         f"delta {status.delta_total!r}, {_filter_name(status)} (spent so far: epsilon "
         f"{status.epsilon_spent!r}, delta {status.delta_spent!r})"
     )
-    over = _overspent(status)
+    over = " and ".join(status.overspent)
     if over:
         click.echo(f"warning: the {over} total is below what was already spent, so every "
                    "query is refused until it is raised or the spending reset ('dpsql budget "
                    "reset')", err=True)
 
 
-def _overspent(status: BudgetStatus) -> str:
-    """Which totals ('epsilon', 'delta', 'epsilon and delta') are below their spending, or ''."""
-    return " and ".join(name for name, spent, total in (
-        ("epsilon", status.epsilon_spent, status.epsilon_total),
-        ("delta", status.delta_spent, status.delta_total)) if spent > total)
-
-
 def _over_note(status: BudgetStatus) -> str:
     """``budget show``'s words for totals set below the spending (every query refused)."""
-    over = _overspent(status)
+    over = " and ".join(status.overspent)
     return f"  (the {over} total is below the spending: every query is refused)" if over else ""
 
 

@@ -357,3 +357,14 @@ def test_status_reports_composition(ledger):
     assert report.basic.epsilon == 10.0
     assert report.advanced.epsilon == pytest.approx(6.3082, abs=1e-4)
     assert report.kov_optimal.epsilon == pytest.approx(4.8)
+
+
+def test_the_status_names_the_totals_below_the_spending(ledger):
+    # BudgetStatus.overspent, read by `dpsql budget set` / `show`: the exact units compared
+    ledger.set_budget(DB, "alice", 3.0, 1e-6)
+    for _ in range(300):
+        spend(ledger, 0.01)
+    assert ledger.status(DB, "alice").overspent == ()  # 300 x 0.01 is exactly 3.0, not above
+    spend(ledger, 0.0, 1e-7)
+    ledger.set_budget(DB, "alice", 2.0, 0.0)
+    assert ledger.status(DB, "alice").overspent == ("epsilon", "delta")
