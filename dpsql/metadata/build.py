@@ -326,9 +326,9 @@ def _build(
         for name, note in missing.items():
             table_notes.setdefault(name, []).extend(note)
         unit_header = [
-            "Unit paths are proposals (a column named like a key, at least 99% of its non-NULL",
-            "values found there; ORPHANS notes the rest): review them, and check them with",
-            "`dpsql metadata check -m FILE -d DATABASE`.",
+            "Unit paths are proposals (a column named like a key; at least 99% of the rows with a",
+            "value in it reach a unit through it; ORPHANS notes the rest): review them, and check",
+            "them with `dpsql metadata check -m FILE -d DATABASE`.",
         ]
     header = [
         f"dpsql metadata drafted by `dpsql metadata build` from {origin}.",

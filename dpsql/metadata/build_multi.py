@@ -5,7 +5,8 @@ The draft declares ``privacy_unit`` as the list of the unit tables, in the order
 first entry carries the bounds, :mod:`dpsql.metadata.unit_multi`), and maps each private table
 onto its path to each unit table it links to. Each unit's paths are proposed exactly as one
 unit's are (:func:`dpsql.metadata.build_units.find_paths`: a column named like a key, at least
-99% of its non-NULL values found there, never the data alone), one unit at a time over every
+99% of the rows with a value in it reaching a unit through it, never the data alone), one unit
+at a time over every
 private table; a written path with orphans gets the same ``ORPHANS`` note as under one unit.
 
 Precondition: ``md`` is the profiled draft (types and max frequencies), the ``units`` are
