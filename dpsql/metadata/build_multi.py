@@ -6,8 +6,8 @@ first entry carries the bounds, :mod:`dpsql.metadata.unit_multi`), and maps each
 onto its path to each unit table it links to. Each unit's paths are proposed exactly as one
 unit's are (:func:`dpsql.metadata.build_units.find_paths`: a column named like a key, at least
 99% of the rows with a value in it reaching a unit through it, never the data alone), one unit
-at a time over every
-private table; a written path with orphans gets the same ``ORPHANS`` note as under one unit.
+at a time over every private table; a written path with orphans gets the same ``ORPHANS``
+note as under one unit.
 
 Precondition: ``md`` is the profiled draft (types and max frequencies), the ``units`` are
 distinct tables being described, none public.
