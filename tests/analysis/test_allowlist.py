@@ -63,3 +63,31 @@ def test_a_given_node_list_is_what_is_checked():
     check_allowed(query, METADATA, nodes=[query])  # only the SELECT itself: allowed
     with pytest.raises(UnsupportedConstructError):
         check_allowed(query, METADATA, nodes=list(query.walk()))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "QA7: a refused DuckDB function is named by sqlglot's internal name (strftime -> "
+    "TIME_TO_STR, regexp_matches -> REGEXP_LIKE, make_date -> DATE_FROM_PARTS, isodow -> "
+    "DAYOFWEEK_ISO, weekofyear -> WEEK_OF_YEAR, lpad -> PAD), not the one the analyst wrote"))
+@pytest.mark.parametrize(("call", "name"), [
+    ("strftime(CAST(quantity AS DATE), '%Y') = '2024'", "strftime"),
+    ("regexp_matches(CAST(quantity AS VARCHAR), '1')", "regexp_matches"),
+    ("make_date(2024, 1, quantity) = DATE '2024-01-01'", "make_date"),
+    ("lpad(CAST(quantity AS VARCHAR), 3, '0') = '001'", "lpad"),
+])
+def test_a_refused_function_is_named_as_written(call, name):
+    with pytest.raises(UnsupportedConstructError) as refused:
+        check_allowed(parse_sql(f"SELECT COUNT(*) FROM orders WHERE {call}"), METADATA)
+    assert f"{name}()" in str(refused.value).lower()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "QA7: DuckDB built-ins sqlglot does not know (date_part, age, prefix, suffix) are refused "
+    "as if they were macros or user functions: 'dpsql only runs built-in deterministic scalar "
+    "functions ... (no macros or user functions)', though they are built-in"))
+def test_a_refused_builtin_is_not_called_a_macro_or_user_function():
+    with pytest.raises(UnsupportedConstructError) as refused:
+        check_allowed(parse_sql(
+            "SELECT COUNT(*) FROM orders WHERE date_part('week', CAST(quantity AS DATE)) = 1"),
+            METADATA)
+    assert "user functions" not in str(refused.value)
