@@ -109,8 +109,13 @@ class BudgetStatus:
 
     @property
     def overspent(self) -> tuple[str, ...]:
-        """The totals ('epsilon', 'delta') set below their spending (:func:`overspent_totals`;
-        floats compared when built by hand)."""
+        """The totals set below their spending, so that every query is refused: ('epsilon',
+        'delta') under basic composition (:func:`overspent_totals`; floats compared when built
+        by hand); under a Rényi, zCDP or GDP filter, which alone admits a charge there (the
+        summed epsilon may pass its total while queries still fit: QA round 7), ('filter',)
+        when the filter's spending is above its total."""
+        if self.filter != "basic":
+            return ("filter",) if self.filter_spent > self.filter_total else ()
         if self._units is not None:
             return tuple(name for name, _, _ in overspent_totals(*self._units))
         return tuple(name for name, spent, total in (
