@@ -227,20 +227,21 @@ def test_the_databases_reach_the_bound_and_hold_nulls():
     assert moved == {0.0, 1.0}
 
 
-def test_not_in_with_null_ids_is_run_with_not_exists_semantics():
+def test_not_in_with_null_ids_never_depends_on_the_body():
     """The NULL-id trap: under SQL's NOT IN, a NULL-id customer passes iff the body is empty,
     so removing the one unit with orders would let every NULL-id row in (3 rows, not 1).
-    dpsql runs NOT IN as NOT EXISTS: the NULL-id rows pass in both neighbours -- and, as the
-    rows of no unit, the same in both, are counted in full (all 3: no clamp to C = 1 row, as
-    before the rows of no unit were uncapped; the move is still 0)."""
+    dpsql answers a NULL probe NULL whatever the body holds (dpsql.rewrite.not_in; it once
+    kept it, as NOT EXISTS does, until QA round 7): the NULL-id rows fail in both neighbours,
+    and the move is 0."""
     md = tiny.metadata()
     sql = "SELECT COUNT(*) FROM customer c WHERE c.c_id NOT IN (SELECT o.o_cust FROM orders o)"
     db = {"customer": [(None, 1), (None, 1), (None, 1), (1, 1)], "orders": [(1, 1, 0)],
           "items": [], "regions": [(1,), (2,)]}
     plan = plan_execution(analyze_request(sql, md), md)
-    assert "IS NULL OR" in plan.exact_sql
-    assert tiny.world(db).execute(plan.exact_sql).fetchall() == [(3,)]
-    assert tiny.world(remove(db, 1)).execute(plan.exact_sql).fetchall() == [(3,)]
+    assert "IS NULL THEN NULL" in plan.exact_sql
+    # no row passes in either neighbour (the exact query's total over no row is NULL)
+    assert tiny.world(db).execute(plan.exact_sql).fetchall() == [(None,)]
+    assert tiny.world(remove(db, 1)).execute(plan.exact_sql).fetchall() == [(None,)]
     # plain SQL would have moved by 3
     assert tiny.world(db).execute(sql).fetchall() == [(0,)]
     assert tiny.world(remove(db, 1)).execute(sql).fetchall() == [(3,)]
