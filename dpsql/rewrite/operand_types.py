@@ -1,7 +1,8 @@
-"""The type of a compared operand, read from the SQL and the public metadata alone, for
-dpsql.rewrite.literal_casts' check only (a string literal its type cannot read is refused
-before any charge). Nothing here proves anything total: these types serve that check, never a
-totality rule.
+"""The type of an operand, read from the SQL and the public metadata alone, for
+dpsql.rewrite.literal_casts' check (a string literal its type cannot read is refused before
+any charge) and dpsql.rewrite.set_operations (a set operation's branches cast to their common
+type with TRY_CAST). Nothing here proves anything total: a type found here only decides a
+refusal or adds a TRY_CAST, never leaves an expression unwrapped.
 
 Contract of :func:`operand_types`: the type DuckDB gives the operand, or None (unknown: the
 check then leaves the literal to TRY, as before). It reads the SQL text and the declared
@@ -12,9 +13,13 @@ its type). Typed are:
 - a declared column; a CAST or TRY_CAST (its target type);
 - a date part, EXTRACT or DATE_TRUNC of one; COUNT, MIN / MAX of one, SUM / AVG (some number:
   DOUBLE stands for it; a release's noisy SUM is a DOUBLE in post-processing);
-- arithmetic, COALESCE, NULLIF, ABS, ROUND, FLOOR, CEIL, GREATEST and LEAST of typed operands
-  and constants (``d + 1`` is a DATE, ``d + INTERVAL 1 DAY`` a TIMESTAMP: DuckDB's own
-  binder decides, so its promotion rules need no table here);
+- arithmetic, the allow-listed scalar functions (COALESCE, NULLIF, ABS, ROUND, LENGTH, UPPER,
+  DATE_ADD, CASE, ...) and conditions of typed operands and constants (``d + 1`` is a DATE,
+  ``d + INTERVAL 1 DAY`` a TIMESTAMP: DuckDB's own binder decides, so its promotion rules need
+  no table here); an INTERVAL is a constant only of a literal (``INTERVAL (n) DAY`` reads a
+  column and is unknown: the red team's break, which sent it to the binder as written);
+- with ``exact`` (dpsql.rewrite.set_operations), SUM and AVG as the exact query computes them
+  (the binder: HUGEINT for an INTEGER's SUM), not the released DOUBLE;
 - a column of a CTE or derived table whose projection is one of those, followed through
   nested CTEs, and through a set operation (UNION, INTERSECT, EXCEPT, by position) as the
   common type of every branch's projection, again DuckDB's.
@@ -36,7 +41,8 @@ from dpsql.analysis.keytypes import normalise
 from dpsql.metadata import Metadata
 from dpsql.rewrite.safe_compare import column_types, enclosing_select, scope_sources
 
-__all__ = ["OperandType", "bound_type", "data_free_answer", "operand_types"]
+__all__ = ["OperandType", "bound_type", "branches", "common_type", "data_free_answer",
+           "operand_types"]
 
 T = exp.DataType.Type
 
@@ -57,13 +63,23 @@ _SAME_TYPE_AGGREGATES = (exp.Min, exp.Max)
 _NUMBER_AGGREGATES = (exp.Sum, exp.Avg)
 _TRUNCATIONS = (exp.TimestampTrunc, exp.DateTrunc)
 _TRUNCATED = (T.DATE, T.TIMESTAMP, T.TIMESTAMPNTZ)  # sqlglot reads TIMESTAMP as either
-#: computed expressions DuckDB's binder types from their operands' types (a positive list:
-#: no subquery, window or aggregate reaches :func:`bound_type`)
+#: computed expressions DuckDB's binder types from their operands' types: arithmetic, the
+#: allow-listed deterministic scalar functions (dpsql.analysis.allowlist) and conditions (a
+#: positive list: no subquery, window or aggregate reaches :func:`bound_type`)
 _COMPUTED = (exp.Paren, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod,
              exp.Coalesce, exp.Nullif, exp.Abs, exp.Round, exp.Floor, exp.Ceil, exp.Greatest,
-             exp.Least)
-#: constants inside a computed expression, passed to the binder as written
-_CONSTANTS = (exp.Literal, exp.Null, exp.Boolean, exp.Interval)
+             exp.Least, exp.Sqrt, exp.Ln, exp.Log, exp.Exp, exp.Pow, exp.Sign, exp.Upper,
+             exp.Lower, exp.Length, exp.Substring, exp.Trim, exp.Concat, exp.DPipe, exp.Left,
+             exp.Right, exp.StrPosition, exp.StartsWith, exp.DateAdd, exp.DateSub,
+             exp.DateDiff, exp.Case, exp.If, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
+             exp.NullSafeEQ, exp.NullSafeNEQ, exp.And, exp.Or, exp.Not, exp.Is, exp.Like,
+             exp.ILike, exp.Between, exp.In)
+#: aggregates the binder types exactly (SUM of an INTEGER is a HUGEINT) when ``exact``: the
+#: type DuckDB computes in the exact query (a released SUM is a DOUBLE in post-processing)
+_EXACT_AGGREGATES = (exp.Sum, exp.Avg)
+#: constants inside a computed expression, passed to the binder as written (an INTERVAL only
+#: of a literal: ``INTERVAL (n) DAY`` reads a column; the red team's break)
+_CONSTANTS = (exp.Literal, exp.Null, exp.Boolean, exp.Var)
 
 _lock = threading.Lock()
 _connection: duckdb.DuckDBPyConnection | None = None
@@ -94,14 +110,15 @@ def bound_type(expression_sql: str) -> str | None:
 
 
 def operand_types(select: exp.Select, metadata: Metadata | None,
-                  ctes: frozenset[str]) -> OperandType:
+                  ctes: frozenset[str], *, exact: bool = False) -> OperandType:
     """The type of an operand in ``select``'s scope (module contract), or None (unknown);
-    ``ctes`` the query's CTE names."""
-    return lambda operand: _operand_type(operand, select, metadata, ctes, 0)
+    ``ctes`` the query's CTE names. ``exact``: SUM and AVG typed as DuckDB computes them in
+    the exact query (HUGEINT, DECIMAL(38, s) or DOUBLE), not as a released value's DOUBLE."""
+    return lambda operand: _operand_type(operand, select, metadata, ctes, 0, exact)
 
 
 def _operand_type(operand: exp.Expression, select: exp.Select, metadata: Metadata | None,
-                  ctes: frozenset[str], hops: int) -> str | None:
+                  ctes: frozenset[str], hops: int, exact: bool = False) -> str | None:
     """:func:`operand_types` of ``operand`` in ``select``, ``hops`` projections followed."""
     node = operand.unnest()
     if isinstance(node, exp.Cast):  # TRY_CAST too: its value is of the target type
@@ -113,17 +130,17 @@ def _operand_type(operand: exp.Expression, select: exp.Select, metadata: Metadat
     if isinstance(node, exp.Extract):  # EXTRACT(part FROM ..): BIGINT but for two parts
         return "DOUBLE" if node.name.upper() in ("EPOCH", "JULIAN") else "BIGINT"
     if isinstance(node, _SAME_TYPE_AGGREGATES):
-        return _operand_type(node.this, select, metadata, ctes, hops + 1)
-    if isinstance(node, _NUMBER_AGGREGATES):
+        return _operand_type(node.this, select, metadata, ctes, hops + 1, exact)
+    if isinstance(node, _NUMBER_AGGREGATES) and not exact:
         return "DOUBLE"  # some number: a string no number reads fails in any numeric type
     if isinstance(node, _TRUNCATIONS):
-        inner = normalise(_operand_type(node.this, select, metadata, ctes, hops + 1))
+        inner = normalise(_operand_type(node.this, select, metadata, ctes, hops + 1, exact))
         if inner is not None and inner.this == T.TIMESTAMPTZ:
             return "TIMESTAMPTZ"  # the time zone stays
         return "TIMESTAMP" if inner is not None and inner.this in _TRUNCATED else None
-    if isinstance(node, _COMPUTED):
+    if isinstance(node, _COMPUTED) or (exact and isinstance(node, _EXACT_AGGREGATES)):
         return _computed_type(node, lambda leaf: _operand_type(leaf, select, metadata, ctes,
-                                                                hops + 1))
+                                                                hops + 1, exact))
     if not isinstance(node, exp.Column):
         return None
     declared = column_types(select, metadata, ctes)(node)
@@ -132,9 +149,9 @@ def _operand_type(operand: exp.Expression, select: exp.Select, metadata: Metadat
     projected = _projections(select, node)
     if not projected:
         return None
-    types = [_operand_type(projection, body, metadata, ctes, hops + 1)
+    types = [_operand_type(projection, body, metadata, ctes, hops + 1, exact)
              for body, projection in projected]
-    return _common_type(types)
+    return common_type(types)
 
 
 def _computed_type(node: exp.Expression, leaf_type: OperandType) -> str | None:
@@ -148,7 +165,7 @@ def _computed_type(node: exp.Expression, leaf_type: OperandType) -> str | None:
             return None
         typed.append(found)
     for leaf, dtype in zip(_leaves(copy), typed, strict=True):
-        leaf.replace(exp.cast(exp.null(), dtype))
+        leaf.replace(exp.cast(exp.null(), dtype))  # each leaf a typed NULL: no data, no column
     return bound_type(copy.sql(dialect="duckdb"))
 
 
@@ -159,14 +176,27 @@ def _leaves(node: exp.Expression) -> list[exp.Expression]:
     stack = [node]
     while stack:
         inner = stack.pop()
-        if isinstance(inner, _COMPUTED):
+        if isinstance(inner, (*_COMPUTED, *_EXACT_AGGREGATES)):
             stack.extend(reversed(list(inner.iter_expressions())))
-        elif not isinstance(inner, _CONSTANTS):
+        elif not _constant(inner):
             leaves.append(inner)
     return leaves
 
 
-def _common_type(types: list[str | None]) -> str | None:
+def _constant(node: exp.Expression) -> bool:
+    """Whether ``node`` goes to the binder as written: a literal, NULL, TRUE/FALSE, a keyword
+    (a date part), or an INTERVAL of a (signed) literal."""
+    if isinstance(node, exp.Interval):
+        value = node.this.unnest() if node.this is not None else None
+        if isinstance(value, exp.Neg):
+            value = value.this
+        return isinstance(value, exp.Literal) and all(
+            isinstance(part, (exp.Var, exp.Literal)) for part in node.iter_expressions()
+            if part is not node.this)
+    return isinstance(node, _CONSTANTS)
+
+
+def common_type(types: list[str | None]) -> str | None:
     """The type DuckDB gives a set operation's column whose branches have ``types`` (None if
     any is unknown): asked of a data-free UNION ALL of typed NULLs."""
     if any(t is None or normalise(t) is None for t in types):
@@ -177,12 +207,12 @@ def _common_type(types: list[str | None]) -> str | None:
 
 @lru_cache(maxsize=1024)
 def _union_type(types: tuple[str, ...]) -> str | None:
-    """:func:`_common_type` of declared types (DuckDB SQL), remembered."""
+    """:func:`common_type` of declared types (DuckDB SQL), remembered."""
     if len(types) == 1:
         return types[0]
-    branches = " UNION ALL ".join(f"SELECT CAST(NULL AS {t}) AS c" for t in types)
+    union = " UNION ALL ".join(f"SELECT CAST(NULL AS {t}) AS c" for t in types)
     try:
-        answer = data_free_answer(f"SELECT typeof(c) FROM ({branches})", [])
+        answer = data_free_answer(f"SELECT typeof(c) FROM ({union})", [])
     except duckdb.Error:
         return None
     return answer if isinstance(answer, str) else None
@@ -196,27 +226,27 @@ def _projections(scope: exp.Select, column: exp.Column
     branch (as SQL names a set operation's columns); empty when the alias names anything else,
     or the columns cannot be matched (a star, BY NAME, branches of other widths)."""
     body = _aliased_body(scope, column.table)
-    branches = _branches(body) if body is not None else None
-    if not branches:
+    selects = branches(body) if body is not None else None
+    if not selects:
         return []
-    names = [p.alias_or_name.lower() for p in branches[0].expressions]
+    names = [p.alias_or_name.lower() for p in selects[0].expressions]
     if column.name.lower() not in names or any(
             len(b.expressions) != len(names) or any(isinstance(p, exp.Star) for p in b.expressions)
-            for b in branches):
+            for b in selects):
         return []
     position = names.index(column.name.lower())
-    return [(b, b.expressions[position].unalias()) for b in branches]
+    return [(b, b.expressions[position].unalias()) for b in selects]
 
 
-def _branches(body: exp.Expression) -> list[exp.Select] | None:
+def branches(body: exp.Expression) -> list[exp.Select] | None:
     """The SELECTs of a query, in order: itself, or every branch of a set operation (None for
     anything else, or a set operation BY NAME, which matches columns by name)."""
     if isinstance(body, exp.Subquery):  # a parenthesised branch
-        return _branches(body.this)
+        return branches(body.this)
     if isinstance(body, exp.Select):
         return [body]
     if isinstance(body, exp.SetOperation) and not body.args.get("by_name"):
-        left, right = _branches(body.this), _branches(body.expression)
+        left, right = branches(body.this), branches(body.expression)
         return None if left is None or right is None else left + right
     return None
 

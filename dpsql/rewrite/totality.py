@@ -45,6 +45,7 @@ from dpsql.rewrite.safe_compare import (
     constant_kind,
     fold_date_intervals,
 )
+from dpsql.rewrite.set_operations import cast_set_operations
 
 AGGREGATES = (exp.Count, exp.Sum, exp.Avg)
 #: (unary minus too: -x overflows on the least integer of x's type; a negated literal is a
@@ -212,6 +213,7 @@ def total_query(query: exp.Expression, metadata: Metadata | None = None,
     ``ctes``: :func:`cte_names` of ``query``, when the caller knows them.
     """
     ctes = cte_names(query) if ctes is None else ctes
+    cast_set_operations(query, metadata, ctes)  # before TRY hides the branches' types
     for select in list(query.find_all(exp.Select)):
         kind = column_kinds(select, metadata, ctes)
         check_literal_casts(select, operand_types(select, metadata, ctes))

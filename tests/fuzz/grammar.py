@@ -192,8 +192,14 @@ def _source(draw, params: list[Any]) -> tuple[str, str]:
         by_name = draw(st.sampled_from(["", " BY NAME"]))  # class 5
         cols = ", ".join(COLUMNS)
         swapped = ", ".join(f"{c}" for c in reversed(list(COLUMNS)))
-        other = cols if not by_name else swapped
-        return f"(SELECT {cols} FROM t UNION ALL{by_name} SELECT {other} FROM t) d", "d"
+        # rotated: each position's branches of other types (INTEGER beside DATE, ...), which
+        # DuckDB casts to their common type row by row (dpsql.rewrite.set_operations)
+        turn = draw(st.integers(0, len(COLUMNS) - 1))
+        rotated = ", ".join(list(COLUMNS)[turn:] + list(COLUMNS)[:turn])
+        other = swapped if by_name else rotated
+        # a condition on the second branch: whether any row reaches its casts depends on data
+        where = f" WHERE {_predicate(draw, params)}" if draw(st.booleans()) else ""
+        return f"(SELECT {cols} FROM t UNION ALL{by_name} SELECT {other} FROM t{where}) d", "d"
     if choice == 5:
         return f"t WHERE t.id IN (SELECT u.id FROM u{_subquery_modifier(draw, params)})", "t"
     if choice == 6:
