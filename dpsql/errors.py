@@ -37,7 +37,12 @@ class DatabaseError(Error):
 
 
 class DataError(DatabaseError):
-    """Problems with processed data (PEP 249)."""
+    """Problems with processed data (PEP 249). ``sqlstate``: the server's code when the raiser
+    knows a finer one than 22000 (dpsql.rewrite.literal_casts: 22007 for a date or time
+    literal, 22P02 else -- set from the type, never read from the message, which quotes the
+    analyst's words)."""
+
+    sqlstate: str | None = None
 
 
 class OperationalError(DatabaseError):

@@ -58,6 +58,9 @@ _EXAMPLES = {
     T.UUID: "'123e4567-e89b-12d3-a456-426614174000'",
     **dict.fromkeys(exp.DataType.NUMERIC_TYPES, "'42'"),
 }
+#: the types whose unreadable literal is PostgreSQL's 22007 (invalid datetime format)
+_TEMPORAL = frozenset({*exp.DataType.TEMPORAL_TYPES, T.DATE, T.DATE32, T.TIME, T.TIMETZ,
+                       T.TIME_NS})
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
                 exp.NullSafeNEQ)
 
@@ -117,9 +120,15 @@ def _typed_comparisons(node: exp.Expression, operand_type: OperandType, *, lists
 
 
 def _refusal(what: str, comparison: str, type_sql: str, example: str, verb: str) -> DataError:
-    """The DataError naming ``what`` cannot be read, the comparison and a value to use."""
-    return DataError(f"{what} cannot be read as type {type_sql}, so {comparison} would be "
-                     f"NULL on every row: {verb} a value of type {type_sql} such as {example}")
+    """The DataError naming ``what`` cannot be read, the comparison and a value to use; its
+    SQLSTATE from the type, as PostgreSQL's (a date or time: 22007, invalid datetime format;
+    else 22P02, invalid text representation), not from the analyst's words."""
+    dtype = normalise(type_sql)
+    refusal = DataError(f"{what} cannot be read as type {type_sql}, so {comparison} would be "
+                        f"NULL on every row: {verb} a value of type {type_sql} such as "
+                        f"{example}")
+    refusal.sqlstate = "22007" if dtype is not None and dtype.this in _TEMPORAL else "22P02"
+    return refusal
 
 
 def check_literal_casts(node: exp.Expression, operand_type: OperandType) -> None:

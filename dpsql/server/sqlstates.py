@@ -42,11 +42,7 @@ def sqlstate(exc: BaseException) -> str:
             return "42P01"
         return "42000"
     if isinstance(exc, errors.DataError):
-        text = str(exc)
-        if "cannot be read as type" in text:  # dpsql.rewrite.literal_casts, as PostgreSQL
-            dated = any(word in text for word in ("DATE", "TIME"))
-            return "22007" if dated else "22P02"
-        return "22000"
+        return exc.sqlstate or "22000"
     if isinstance(exc, errors.OperationalError):
         return "58000"
     if isinstance(exc, duckdb.Error):  # a catalog query the shadow schema cannot answer
