@@ -16,6 +16,7 @@ from dpsql.analysis.parse import DIALECT
 from dpsql.errors import ProgrammingError
 from dpsql.execute.blocks import PreparedBlocks
 from dpsql.execute.exact import CompiledPlan
+from dpsql.execute.public import PreparedPublic
 from dpsql.execute.selection import PreparedSelection
 from dpsql.noise.plan import is_public_query
 from dpsql.release.record import ColumnSource
@@ -63,7 +64,8 @@ class Prepared:
 #: what Session.prepare gives: one release, several (aggregates in CTEs / subqueries), a
 #: selection (MIN / MAX / quantiles, top-k: dpsql.execute.selection), or a sample-and-aggregate
 #: release (dpsql.sample_aggregate)
-AnyPrepared = Prepared | PreparedBlocks | PreparedSelection | PreparedSampleAggregate
+AnyPrepared = (Prepared | PreparedBlocks | PreparedSelection | PreparedSampleAggregate
+               | PreparedPublic)
 
 
 def fingerprint(sql: str) -> str:

@@ -44,7 +44,7 @@ from dpsql.backends.base import Backend
 from dpsql.backends.stored import StoredFacts
 from dpsql.backends.types import fill_column_types
 from dpsql.budget import Budget, missing_epsilon
-from dpsql.errors import OperationalError, ProgrammingError, QueryCancelledError
+from dpsql.errors import Error, OperationalError, ProgrammingError, QueryCancelledError
 from dpsql.execute.blocks import PreparedBlocks, prepare_blocks
 from dpsql.execute.exact import (
     CompiledPlan,
@@ -57,6 +57,7 @@ from dpsql.execute.exact import (
 from dpsql.execute.layout import Domains, selected_bins
 from dpsql.execute.post import PostProcessor, Rows, gc_paused
 from dpsql.execute.post_check import check_rows, measurement_dtypes
+from dpsql.execute.public import PreparedPublic, prepare_public, run_public
 from dpsql.execute.selection import PreparedSelection, prepare_selection
 from dpsql.execute.typed import annotate, release_notes
 from dpsql.metadata import Metadata
@@ -153,16 +154,28 @@ class Session(OtherReleases):
         if hit is not None:
             self._prepared.move_to_end(sql)
             return hit
+        try:
+            return self._remember(sql, self._prepare_private(sql))
+        except Error:
+            # refused (the SQL and the metadata decide): a query of public tables only runs as
+            # written, exact and free (dpsql.execute.public); anything else keeps the refusal
+            public = prepare_public(sql, self.metadata, self.backend, fingerprint(sql))
+            if public is None:
+                raise
+            return self._remember(sql, public)
+
+    def _prepare_private(self, sql: str) -> AnyPrepared:
+        """:meth:`prepare`'s private pipeline (raises its refusal)."""
         if mentions_wrapper(sql):  # the analyst asked for sample-and-aggregate
             sampled = prepare_sample_aggregate(sql, self.metadata, self.backend)
-            return self._remember(sql, self._literals_checked(sql, sampled))
+            return self._literals_checked(sql, sampled)
         chosen = prepare_selection(sql, self.metadata, self.backend, self._stored, fingerprint)
         if chosen is not None:  # MIN / MAX / quantiles, top-k (dpsql.execute.selection)
-            return self._remember(sql, self._literals_checked(sql, chosen))
+            return self._literals_checked(sql, chosen)
         request = analyze_request(sql, self.metadata)
         if isinstance(request, BlockQuery):
             blocks = prepare_blocks(request, self.backend, self.metadata, self._stored)
-            return self._remember(sql, self._literals_checked(sql, blocks))
+            return self._literals_checked(sql, blocks)
         analysis = request
         plan = plan_execution(analysis, self.metadata, self._stored)
         # The generated SQL is a normal form of the qualified query: fingerprint it rather
@@ -171,7 +184,7 @@ class Session(OtherReleases):
             analysis, compile_plan(self.backend, plan),
             fingerprint(f"{plan.normal_form}\n{plan.post_sql or ''}"), column_sources(analysis),
             output_rules(analysis, self.metadata), parameter_types(analysis.query, self.metadata))
-        return self._remember(sql, prepared)
+        return prepared
 
     def _literals_checked(self, sql: str, prepared: AnyPrepared) -> AnyPrepared:
         """``prepared`` once the analyst's whole query passed the literal check, for the
@@ -208,6 +221,8 @@ class Session(OtherReleases):
             return self._run_selection(prepared, sql, params, budget)
         if isinstance(prepared, PreparedSampleAggregate):
             return self._run_sample_aggregate(prepared, sql, params, budget)
+        if isinstance(prepared, PreparedPublic):
+            return run_public(self.backend, prepared, params)
         values = checked_params(prepared.plan, params)
         check_parameter_casts(prepared.param_types, values)
         if prepared.public:

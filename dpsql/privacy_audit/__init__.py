@@ -46,6 +46,7 @@ from dpsql.backends.replay import ReplayBackend
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.execute.blocks import PreparedBlocks
 from dpsql.execute.exact import read_exact
+from dpsql.execute.public import PreparedPublic
 from dpsql.execute.selection import PreparedSelection
 from dpsql.metadata import Metadata
 from dpsql.noise.mechanisms import Sampler
@@ -113,6 +114,10 @@ def _exact_vector(session: Session, sql: str, params: Sequence[Any], epsilon: fl
         raise NotSupportedError(
             "the audit runs ordinary releases only, not SAMPLE_AGGREGATE queries (their "
             "2(hi - lo)/m bound is checked by dpsql's brute-force and statistical tests)")
+    if isinstance(prepared, PreparedPublic):
+        raise NotSupportedError(
+            "the query reads public tables only: it is answered exactly and spends nothing, "
+            "so there is no privacy loss to audit")
     if isinstance(prepared, PreparedBlocks):
         noiseless = Session(session.metadata, session.backend, sampler=_Noiseless())
         try:
@@ -139,7 +144,9 @@ def _exact_vector(session: Session, sql: str, params: Sequence[Any], epsilon: fl
 
 
 def _rows_by_key(session: Session, sql: str, rows: list[tuple]) -> dict[tuple, tuple]:
-    columns = session.prepare(sql).analysis.columns
+    prepared = session.prepare(sql)
+    assert not isinstance(prepared, PreparedPublic)  # refused by _exact_vector first
+    columns = prepared.analysis.columns
     keys = [i for i, c in enumerate(columns) if c.kind == "group_key"]
     if not keys:
         return {(i,): row for i, row in enumerate(rows)}

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpsql import errors
 from dpsql.analysis.hygiene import check_size
+from dpsql.execute.public import PreparedPublic
 from dpsql.server import pgtypes, wire
 from dpsql.server.catalog import parse_session_command
 from dpsql.server.placeholders import count_markers, to_qmark
@@ -137,7 +138,9 @@ class ExtendedQuery:
             loop = asyncio.get_running_loop()
             prepared = await loop.run_in_executor(self.server.executor, runner.session.prepare,
                                                   text)
-            return [wire.Field(c.name, pgtypes.TEXT) for c in prepared.analysis.columns]
+            names = (prepared.names if isinstance(prepared, PreparedPublic)
+                     else [c.name for c in prepared.analysis.columns])
+            return [wire.Field(name, pgtypes.TEXT) for name in names]
         answer = await self._run(statement.sql, nulls)
         return fields_of(answer, [0])
 

@@ -87,6 +87,21 @@ def test_psycopg_query_of_several_releases_is_charged_once(server: ServerProcess
     assert _charges(server, "alice") == before + 1
 
 
+def test_a_public_query_the_pipeline_refuses_runs_exactly_and_free(server: ServerProcess
+                                                                     ) -> None:
+    # dpsql.execute.public (QA round 7): MAX beside COUNT over public products, prepared
+    # (psycopg's extended protocol describes it first), with a parameter; nothing charged
+    before = _charges(server, "bob")
+    with psycopg.connect(server.dsn("bob"), autocommit=True) as conn:
+        cur = conn.execute("SELECT category, COUNT(*) AS n, MAX(price) AS top FROM products "
+                           "WHERE price > %s GROUP BY category ORDER BY category", [0],
+                           prepare=True)
+        assert [d.name for d in cur.description] == ["category", "n", "top"]
+        rows = cur.fetchall()
+        assert rows and all(isinstance(n, int) and n > 0 for _, n, _ in rows)
+    assert _charges(server, "bob") == before
+
+
 @pytest.mark.parametrize(("sql", "code"), [
     ("SELECT * FROM orders", "0A000"),
     ("SELEC COUNT(*) FROM orders", "42601"),
