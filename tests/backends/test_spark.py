@@ -565,3 +565,29 @@ def test_the_cases_left_out_on_spark_send_the_same_exact_sql(shop):
 
     for left_out, stand_in in SAME_EXACT_SQL.items():
         assert sent(left_out) == sent(stand_in)
+
+
+@pytest.mark.spark
+def test_the_day_of_the_week_is_duckdbs(spark, tmp_path):
+    # dpsql.backends.spark_sql._day_of_week: Spark's DAYOFWEEK counts Sunday as 1, DuckDB's
+    # dayofweek and EXTRACT(dow ...) as 0 (README: GROUP BY EXTRACT(dow FROM d)), so every
+    # answer grouped or filtered by it was one day off on Spark; isodow counts Monday as 1
+    from tests.recording import spark_backend_class
+
+    path = tmp_path / "week.duckdb"
+    with writing(path) as con:  # a fortnight: each weekday twice
+        con.execute("CREATE TABLE t AS SELECT DATE '2024-01-07' + i::INTEGER AS d "
+                    "FROM range(14) r(i)")
+    sql = ("SELECT EXTRACT(dow FROM d) AS a, dayofweek(d) AS b, EXTRACT(isodow FROM d) AS c, "
+           "isodow(d) AS e, EXTRACT(dayofweek FROM d) AS f FROM t ORDER BY d")
+    with writing(path) as con:
+        expected = con.execute(sql).fetchall()
+    assert expected[0] == (0, 0, 7, 7, 0) and expected[1] == (1, 1, 1, 1, 1)  # Sunday, Monday
+    metadata = loads_metadata("tables:\n  t:\n    columns:\n      d: {type: DATE}\n")
+    sources = export_parquet(path, tmp_path / "pq")
+    sparkb = spark_backend_class(recording=False)(with_sources(metadata, sources), spark)
+    try:
+        rows, _ = sparkb.execute(sparkb.compile(sql))
+        assert [tuple(r) for r in rows] == expected
+    finally:
+        sparkb.close()
