@@ -15,9 +15,9 @@ session configuration that goes with it):
   (:mod:`dpsql.backends.spark_quantiles`); other argument types fail closed;
 * floating-point aggregates ordered by their arguments (sample-and-aggregate's) become folds over
   their sorted values (:mod:`dpsql.backends.spark_ordered`);
-* the day of the week is DuckDB's: ``dayofweek(d)`` and ``EXTRACT(dow FROM d)`` count from
-  Sunday = 0 there and from Sunday = 1 in Spark, ``isodow`` / ``EXTRACT(isodow ...)`` from
-  Monday = 1 (:func:`_day_of_week`; Spark answered one more, the QA round's finding).
+* scalar functions and operators Spark computes differently under the same name (the day of
+  the week, ``log``, division by zero, ``substring``, ``date_diff``, ...) are rewritten to
+  DuckDB's values first (:mod:`dpsql.backends.spark_functions`).
 
 A construct that cannot be expressed faithfully raises NotSupportedError before anything runs.
 """
@@ -32,6 +32,7 @@ from sqlglot.errors import ErrorLevel, SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.schema import MappingSchema
 
+from dpsql.backends.spark_functions import duckdb_functions
 from dpsql.backends.spark_ordered import translate_ordered
 from dpsql.backends.spark_quantiles import translate_quantiles
 from dpsql.errors import NotSupportedError
@@ -54,41 +55,6 @@ _UNTRAPPED_DATE_FUNCTIONS: tuple[type[exp.Expression], ...] = (
     exp.DateAdd, exp.DateSub, exp.AddMonths, exp.TimestampAdd, exp.TimestampSub,
     exp.DatetimeAdd, exp.DatetimeSub, exp.TsOrDsAdd, exp.TimeAdd, exp.TimeSub,
 )
-
-
-#: EXTRACT parts naming the day of the week counted from Sunday = 0 (DuckDB) / 1 (Spark)
-_SUNDAY_FIRST = frozenset({"DOW", "DAYOFWEEK"})
-
-
-def _day_of_week(tree: exp.Expression) -> exp.Expression:
-    """DuckDB's day-of-week numbers on Spark (module docstring): Spark's ``DAYOFWEEK(x)`` is
-    1 (Sunday) .. 7, DuckDB's 0 .. 6, and ISO's 1 (Monday) .. 7 is ``(DAYOFWEEK(x) + 5) % 7 +
-    1`` there."""
-    def spark_dow(x: exp.Expression) -> exp.Expression:
-        return exp.Anonymous(this="DAYOFWEEK", expressions=[x])
-
-    def iso(x: exp.Expression) -> exp.Expression:
-        return exp.Paren(this=exp.Add(this=exp.Mod(this=exp.Paren(this=exp.Add(
-            this=spark_dow(x), expression=exp.Literal.number(5))),
-            expression=exp.Literal.number(7)), expression=exp.Literal.number(1)))
-
-    def sunday_zero(x: exp.Expression) -> exp.Expression:
-        return exp.Paren(this=exp.Sub(this=spark_dow(x), expression=exp.Literal.number(1)))
-
-    def translate(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.DayOfWeekIso):
-            return iso(node.this)
-        if isinstance(node, exp.DayOfWeek):
-            return sunday_zero(node.this)
-        if isinstance(node, exp.Extract):
-            part = node.this.name.upper() if isinstance(node.this, (exp.Var, exp.Literal)) else ""
-            if part in _SUNDAY_FIRST:
-                return sunday_zero(node.expression)
-            if part == "ISODOW":
-                return iso(node.expression)
-        return node
-
-    return tree.transform(translate)
 
 
 def _post_order(node: exp.Expression) -> list[exp.Expression]:
@@ -203,7 +169,7 @@ def to_spark_sql(sql: str, schema: MappingSchema | Mapping[str, Mapping[str, str
     try:
         tree = sqlglot.parse_one(sql, read=SOURCE_DIALECT)
         tree = translate_quantiles(_exact_sums(translate_ordered(_translate_try(
-            _day_of_week(tree))), schema))
+            duckdb_functions(tree, schema))), schema))
         tree = _sorted_on_one_partition(tree)
         return tree.sql(dialect=TARGET_DIALECT, comments=False,
                         unsupported_level=ErrorLevel.RAISE)
