@@ -10,6 +10,7 @@ through ``duckdb.connect(path)``; on leaving, the file is detached, and dpsql op
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -23,6 +24,7 @@ from dpsql.duckdb_files import opened
 def writing(path: str | os.PathLike) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection whose default database is the DuckDB file ``path`` (created if missing),
     detached on exit. Do not close it."""
+    forget_backends(path)  # a cached read-only backend of the file would block the write
     with opened(path) as con:
         yield con
 
@@ -30,8 +32,45 @@ def writing(path: str | os.PathLike) -> Iterator[duckdb.DuckDBPyConnection]:
 @contextmanager
 def reading(path: str | os.PathLike) -> Iterator[duckdb.DuckDBPyConnection]:
     """:func:`writing`, the file attached read-only."""
+    forget_backends(path)
     with opened(path, read_only=True) as con:
         yield con
+
+
+#: most backends :func:`cached_backend` keeps open (least recently used closed first)
+_MAX_OPEN = 32
+_OPEN: OrderedDict[tuple[Any, ...], tuple[Any, Any]] = OrderedDict()
+
+
+def cached_backend(path: str | os.PathLike, metadata: Any) -> Any:
+    """A dpsql DuckDBBackend of the file ``path`` under ``metadata``, opened once per file
+    version and metadata object and kept (opening one costs ~10 ms, and the neighbouring-world
+    tests ask thousands of queries of a few files: tests/neighbours.outcome). The key holds the
+    file's identity and modification time, so a file written again is opened again; a file
+    :func:`writing` or :func:`reading` opens is closed here first."""
+    from dpsql.backends.duckdb import DuckDBBackend
+
+    real = os.path.realpath(path)
+    stat = os.stat(real)
+    key = (real, id(metadata), stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    hit = _OPEN.get(key)
+    if hit is not None:
+        _OPEN.move_to_end(key)
+        return hit[0]
+    forget_backends(real)
+    backend = DuckDBBackend(real, metadata)
+    _OPEN[key] = (backend, metadata)  # the metadata kept alive: its id stays its own
+    while len(_OPEN) > _MAX_OPEN:
+        _, (old, _) = _OPEN.popitem(last=False)
+        old.close()
+    return backend
+
+
+def forget_backends(path: str | os.PathLike) -> None:
+    """Close every :func:`cached_backend` of the file ``path``."""
+    real = os.path.realpath(path)
+    for key in [k for k in _OPEN if k[0] == real]:
+        _OPEN.pop(key)[0].close()
 
 
 #: rows per INSERT of :func:`insert_many` (a statement's parameters stay in the thousands)

@@ -16,7 +16,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import Error
 from dpsql.metadata import Metadata
 from dpsql.session import Session
-from tests.db_files import insert_many, writing
+from tests.db_files import cached_backend, insert_many, writing
 from tests.shop_fixture import ZeroNoise
 
 Rows = dict[str, Sequence[tuple[Any, ...]]]
@@ -48,9 +48,11 @@ def engine(path: Path, metadata: Metadata) -> Session:
 
 def outcome(path: Path, metadata: Metadata, sql: str, params: Sequence[Any] = (), *,
             epsilon: float = 1.0, delta: float = 1e-6) -> tuple[str, Any]:
-    """What an analyst sees for ``sql`` on ``path``: ("ok", rows) or (class, message)."""
+    """What an analyst sees for ``sql`` on ``path``: ("ok", rows) or (class, message); a
+    new Session each time, over the file's cached backend (tests.db_files.cached_backend)."""
+    session = Session(metadata, cached_backend(path, metadata), sampler=ZeroNoise())
     try:
-        result = engine(path, metadata).run(sql, list(params), epsilon=epsilon, delta=delta)
+        result = session.run(sql, list(params), epsilon=epsilon, delta=delta)
     except Error as err:
         return type(err).__name__, str(err)
     return "ok", result.rows
