@@ -56,7 +56,9 @@ _DAY_LEVEL_PARTS = frozenset({
     "CENTURY", "CENTURIES", "MILLENNIUM", "MILLENNIA", "ERA", "JULIAN",
 })
 #: functions of a date that read only its day
-_DAY_FUNCTIONS = (exp.Year, exp.Month, exp.Quarter, exp.Day, exp.DayOfWeek)
+_DAY_FUNCTIONS = (exp.Year, exp.Month, exp.Quarter, exp.Day, exp.DayOfWeek, exp.DayOfWeekIso,
+                  exp.DayOfYear, exp.Week, exp.WeekOfYear, exp.Monthname, exp.Dayname,
+                  exp.LastDay)
 _DAY_TYPES = frozenset({exp.DataType.Type.DATE, exp.DataType.Type.DATE32})
 _TIMESTAMP_TYPES = frozenset({
     exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPNTZ, exp.DataType.Type.DATETIME,

@@ -8,6 +8,8 @@ Each rewrite below is an expression of the same operands that Spark evaluates to
 
 * the day of the week: DuckDB's ``dayofweek`` / ``EXTRACT(dow ...)`` count from Sunday = 0,
   Spark's ``DAYOFWEEK`` from Sunday = 1; ISO's Monday = 1 is ``(DAYOFWEEK(x) + 5) % 7 + 1``;
+  ``week`` is ``WEEKOFYEAR`` (ISO in both); ``monthname`` / ``dayname`` are written in full
+  (``DATE_FORMAT``: Spark's own are abbreviated);
 * ``log(x)`` is base 10 in DuckDB and natural in Spark; ``ln``, ``log`` of 0 are -inf and of a
   negative number NaN in DuckDB, NULL in Spark;
 * ``/`` is IEEE division in DuckDB: ``x / 0`` is +-inf, or NaN for ``0 / 0``, where Spark gives
@@ -234,6 +236,11 @@ def duckdb_functions(tree: exp.Expression, schema: MappingSchema) -> exp.Express
             part = node.this.name.upper()
             if part in _SUNDAY_FIRST or part == "ISODOW":
                 return _day_of_week(node.expression, iso=part == "ISODOW")
+        if isinstance(node, exp.Week):  # ISO week in both; Spark has no WEEK()
+            return _call("WEEKOFYEAR", node.this)
+        if isinstance(node, (exp.Monthname, exp.Dayname)):  # Spark's are abbreviated
+            pattern = "MMMM" if isinstance(node, exp.Monthname) else "EEEE"
+            return _call("DATE_FORMAT", node.this, exp.Literal.string(pattern))
         if isinstance(node, exp.Ln):
             return _logarithm(node.this, "LN")
         if isinstance(node, exp.Log):

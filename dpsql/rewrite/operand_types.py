@@ -58,7 +58,8 @@ _MAX_HOPS = 16
 #: DATE_TRUNC of a DATE or TIMESTAMP is a TIMESTAMP, of a TIMESTAMPTZ a TIMESTAMPTZ (QA round
 #: 6: date_trunc('month', d) = '2024-03' matched nothing, charged)
 _BIGINT_RESULTS = (exp.Year, exp.Month, exp.Day, exp.Quarter, exp.Week, exp.DayOfWeek,
-                   exp.DayOfYear, exp.Count)
+                   exp.DayOfYear, exp.WeekOfYear, exp.DayOfWeekIso, exp.Hour, exp.Minute,
+                   exp.Second, exp.Count)
 _SAME_TYPE_AGGREGATES = (exp.Min, exp.Max)
 _NUMBER_AGGREGATES = (exp.Sum, exp.Avg)
 _TRUNCATIONS = (exp.TimestampTrunc, exp.DateTrunc)
@@ -73,7 +74,8 @@ _COMPUTED = (exp.Paren, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv,
              exp.Right, exp.StrPosition, exp.StartsWith, exp.DateAdd, exp.DateSub,
              exp.DateDiff, exp.Case, exp.If, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
              exp.NullSafeEQ, exp.NullSafeNEQ, exp.And, exp.Or, exp.Not, exp.Is, exp.Like,
-             exp.ILike, exp.Between, exp.In)
+             exp.ILike, exp.Between, exp.In, exp.Monthname, exp.Dayname, exp.LastDay,
+             exp.Replace, exp.Reverse, exp.Contains)
 #: aggregates the binder types exactly (SUM of an INTEGER is a HUGEINT) when ``exact``: the
 #: type DuckDB computes in the exact query (a released SUM is a DOUBLE in post-processing)
 _EXACT_AGGREGATES = (exp.Sum, exp.Avg)

@@ -90,6 +90,13 @@ def _days(first: str, last: str) -> list[datetime.date]:
     ("EXTRACT(year FROM ts)", [2020]),
     ("CAST(ts AS DATE)", _days("2020-01-01", "2020-01-03")),
     ("date_trunc('day', ts)", [datetime.datetime(2020, 1, d) for d in (1, 2, 3)]),
+    # QA round 7's functions: names and ISO parts of a day, of a DATE or a TIMESTAMP
+    ("isodow(d)", list(range(1, 8))),
+    ("week(d)", list(range(1, 54))),
+    ("dayname(ts)", ["Friday", "Thursday", "Wednesday"]),
+    ("monthname(d)", sorted(["January", "February", "March", "April", "May", "June", "July",
+                             "August", "September", "October", "November", "December"])),
+    ("last_day(ts)", [datetime.date(2020, 1, 31)]),
 ])
 def test_date_parts_range_over_the_days_in_the_bounds(key, expected):
     assert bins(f"SELECT {key} AS k, COUNT(*) AS n FROM e GROUP BY k") == expected
@@ -200,6 +207,7 @@ def test_histogram_sensitivity_is_unchanged():
     ("SELECT x + ?, COUNT(*) FROM e GROUP BY 1", ["parameter"]),
     ("SELECT EXTRACT(hour FROM ts), COUNT(*) FROM e GROUP BY 1", ["time of day"]),
     ("SELECT ts, COUNT(*) FROM e GROUP BY 1", ["time of day"]),
+    ("SELECT hour(ts), COUNT(*) FROM e GROUP BY 1", ["time of day"]),
     ("SELECT YEAR(nd), COUNT(*) FROM e GROUP BY 1", ["type is unknown", "DATE"]),
     ("SELECT CASE WHEN w > 1 THEN w END, COUNT(*) FROM e GROUP BY 1", ["e.w"]),
     ("SELECT COUNT(*) FROM e GROUP BY COUNT(*)", ["cannot contain an aggregate"]),

@@ -62,6 +62,10 @@ EXPRESSIONS = [
     "CAST(t.x AS INTEGER)", "CAST(t.s AS INTEGER)", "CAST(t.m AS VARCHAR)",
     "CAST(t.d AS VARCHAR)", "CAST(t.ts AS DATE)", "t.s LIKE 'h%'", "t.s ILIKE 'H%'",
     "t.i BETWEEN 0 AND 5", "t.x IN (2.5, 0.0)", "CASE WHEN t.i > 0 THEN t.x ELSE t.y END",
+    "dayofyear(t.d)", "week(t.d)", "weekofyear(t.ts)", "isodow(t.ts)", "hour(t.ts)",
+    "minute(t.ts)", "second(t.ts)", "monthname(t.d)", "dayname(t.ts)", "last_day(t.d)",
+    "last_day(t.ts)", "replace(t.s, 'l', 'L')", "replace(t.s, '', 'x')", "reverse(t.s)",
+    "contains(t.s, 'l')", "contains(t.s, '')",
 ]
 
 

@@ -82,7 +82,9 @@ def _value(draw, params: list[Any], alias: str = "t", depth: int = 0) -> str:
         op = draw(st.sampled_from(["+", "-", "*", "/", "//", "%"]))
         return f"({inner} {op} {_value(draw, params, alias, depth + 1)})"
     if choice == 5:
-        fn = draw(st.sampled_from(["UPPER", "LOWER", "LENGTH", "ABS", "YEAR", "TRIM", "SIGN"]))
+        fn = draw(st.sampled_from(["UPPER", "LOWER", "LENGTH", "ABS", "YEAR", "TRIM", "SIGN",
+                                   "REVERSE", "DAYOFYEAR", "MONTHNAME", "HOUR", "ISODOW",
+                                   "LAST_DAY"]))
         return f"{fn}({inner})"
     if choice == 6:
         return f"COALESCE({inner}, {_value(draw, params, alias, depth + 1)})"
@@ -251,7 +253,8 @@ def _computed_key(draw, alias: str) -> tuple[str, str]:
         f"EXTRACT(dow FROM {a}.d) * 10 + EXTRACT(quarter FROM {a}.d)", f"CAST({a}.d AS DATE)",
         f"UPPER({a}.g)", f"{a}.pid % 2", f"CAST({a}.h AS INTEGER) + 1", f"SUBSTRING({a}.h, 1, 1)",
         f"CASE WHEN {cond} THEN 'x' ELSE 'y' END", f"CASE WHEN {cond} THEN 1 END",
-        f"{a}.pid + YEAR({a}.d)", f"{a}.n % 2", f"{a}.d",
+        f"{a}.pid + YEAR({a}.d)", f"{a}.n % 2", f"{a}.d", f"DAYNAME({a}.d)", f"WEEK({a}.d)",
+        f"REPLACE({a}.g, 'a', 'b')",
     ]))
     return key, draw(st.sampled_from([key, "1"]))
 

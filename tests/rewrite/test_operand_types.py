@@ -59,6 +59,10 @@ def _same(claimed: str | None, actual: str) -> bool:
     ("FLOOR(v)", "DOUBLE"), ("CEIL(v)", "DECIMAL(10,2)"), ("GREATEST(v, 1)", "BIGINT"),
     ("LEAST(v, '2024-01-01')", "DATE"), ("YEAR(v) + 1", "DATE"), ("CAST(v AS INT) + 1", "VARCHAR"),
     ("DATE_ADD(v, INTERVAL 1 DAY)", "DATE"), ("UPPER(v) || 'x'", "VARCHAR"),
+    ("HOUR(v)", "TIMESTAMP"), ("SECOND(v)", "TIMESTAMP"), ("WEEKOFYEAR(v)", "DATE"),
+    ("ISODOW(v)", "DATE"), ("DAYOFYEAR(v)", "DATE"), ("WEEK(v)", "DATE"),
+    ("MONTHNAME(v)", "DATE"), ("LAST_DAY(v)", "TIMESTAMP"), ("REVERSE(v)", "VARCHAR"),
+    ("CONTAINS(v, 'a')", "VARCHAR"), ("REPLACE(v, 'a', 'b')", "VARCHAR"),
     ("LENGTH(v) * 2", "VARCHAR"), ("CASE WHEN v > 1 THEN v ELSE 0.5 END", "INTEGER"),
     ("v BETWEEN 1 AND 2", "BIGINT"), ("POW(v, 2)", "INTEGER"), ("DATE_DIFF('day', v, v)", "DATE"),
 ])
