@@ -59,6 +59,12 @@ _ALLOWED_FUNCS: tuple[type[exp.Expression], ...] = (
     exp.Contains,
 )
 
+#: allowed functions DuckDB calls with one argument, which sqlglot may read with more
+_ONE_ARGUMENT: tuple[type[exp.Expression], ...] = (
+    exp.DayOfYear, exp.Week, exp.WeekOfYear, exp.DayOfWeekIso, exp.Hour, exp.Minute,
+    exp.Second, exp.Monthname, exp.Dayname, exp.LastDay, exp.Reverse,
+)
+
 #: Aggregates released through COUNT / SUM measurements (dpsql.analysis.aggregates): only in the
 #: outermost SELECT, whose aggregates are measured; a subquery's or CTE's aggregates run inside
 #: the exact query, where no totality rule covers them yet.
@@ -208,6 +214,13 @@ def _check_function(node: exp.Func) -> None:
             f"nondeterministic function {written_name(node)}() is not allowed: remove it "
             "(dpsql adds all randomness itself)"
         )
+    if isinstance(node, _ONE_ARGUMENT) and any(
+            value is not None for key, value in node.args.items() if key != "this"):
+        # sqlglot reads more arguments than DuckDB takes (dayname(d, 1) as strftime '%a',
+        # last_day(d, 'week')) and would run a query DuckDB refuses (the public-path red team)
+        raise UnsupportedConstructError(
+            f"function {written_name(node)}() takes one argument: write "
+            f"{written_name(node).lower()}(x)")
     if isinstance(node, _ALLOWED_FUNCS):
         return
     if isinstance(node, exp.AggFunc):

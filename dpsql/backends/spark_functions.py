@@ -25,7 +25,8 @@ Each rewrite below is an expression of the same operands that Spark evaluates to
   Jan 31 to Feb 1), whole parts elapsed in Spark.
 
 What cannot be made faithful fails closed (NotSupportedError, before anything runs): a
-floating-point number cast to text (Java writes 1.0E300 where DuckDB writes 1e+300).
+floating-point number cast to text (Java writes 1.0E300 where DuckDB writes 1e+300), and
+``reverse`` (Spark reverses code points, DuckDB whole characters: the public-path red team).
 """
 
 from __future__ import annotations
@@ -212,6 +213,12 @@ def _date_diff(node: exp.DateDiff) -> exp.Expression:
                             "minute, second")
 
 
+def _reverse(node: exp.Reverse) -> exp.Expression:
+    raise NotSupportedError(
+        "reverse() reverses code points on Spark and whole characters in DuckDB (an accent or a "
+        "flag emoji differs): use the DuckDB backend")
+
+
 def _cast(node: exp.Cast) -> exp.Expression:
     to = node.args.get("to")
     if (isinstance(to, exp.DataType) and to.is_type(*_TEXT) and _floating(node.this)):
@@ -262,6 +269,8 @@ def duckdb_functions(tree: exp.Expression, schema: MappingSchema) -> exp.Express
             return _date_diff(node)
         if isinstance(node, exp.Cast):
             return _cast(node)
+        if isinstance(node, exp.Reverse):
+            return _reverse(node)
         return node
 
     return tree.transform(translate, copy=False)

@@ -466,11 +466,9 @@ def test_new_functions_in_where_give_duckdbs_answer(worlds, sql):
         [tuple(float(v or 0) for v in r) for r in exact], (rows, exact)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BREAK: sqlglot's extra arguments are accepted and rewritten although DuckDB refuses "
-    "them: dayname(d, 1) / monthname(d, true) run as strftime '%a' / '%b' (DuckDB: Binder "
-    "Error, no 2-argument dayname), last_day(d, 'week') runs as an end-of-week expression "
-    "(DuckDB: no 2-argument last_day); plain DuckDB's answer is an error, dpsql's a release"))
+# BREAK, fixed (dpsql.analysis.allowlist._ONE_ARGUMENT): sqlglot's extra arguments were
+# accepted and rewritten although DuckDB refuses them: dayname(d, 1) / monthname(d, true) ran as
+# strftime '%a' / '%b', last_day(d, 'week') as an end-of-week expression
 @pytest.mark.parametrize("sql", [
     "SELECT COUNT(*) AS n FROM orders WHERE dayname(d, 1) = 'Mon'",
     "SELECT COUNT(*) AS n FROM orders WHERE monthname(d, true) = 'Jan'",
@@ -480,7 +478,8 @@ def test_arguments_duckdb_refuses_are_refused(worlds, sql):
     with (duckdb.connect(str(worlds["typical"]), read_only=True) as plain,
           pytest.raises(duckdb.BinderException)):
         plain.execute(sql)
-    assert outcome(worlds["typical"], METADATA, sql, epsilon=1e9)[0] != "ok"
+    kind, message = outcome(worlds["typical"], METADATA, sql, epsilon=1e9)
+    assert kind == "UnsupportedConstructError" and "takes one argument" in message, message
 
 
 # -- Spark ------------------------------------------------------------------------------
@@ -492,7 +491,6 @@ _SPARK_ROWS = [(1, "e\u0301x", datetime.date(2021, 1, 3), datetime.datetime(2021
 _SPARK_HELD = ["week(t.d)", "weekofyear(t.ts)", "dayname(t.d)", "monthname(t.ts)",
                "isodow(t.d)", "dayofyear(t.ts)", "last_day(t.ts)", "hour(t.d)", "second(t.ts)",
                "minute(t.ts)", "contains(t.s, 'e')", "replace(t.s, 'e', '')"]
-_SPARK_BROKEN = ["reverse(t.s)", "dayname(t.d, 1)", "monthname(t.d, true)"]
 
 
 def _spark_vs_duckdb(spark, exprs):
@@ -523,15 +521,15 @@ def test_new_functions_on_spark_are_duckdbs(spark):
     assert _spark_vs_duckdb(spark, _SPARK_HELD) == {}
 
 
-@pytest.mark.spark
-@pytest.mark.skipif(not DEEP, reason="DPSQL_REDTEAM_DEEP=1: one Spark query (~10 s)")
-@pytest.mark.xfail(strict=True, reason=(
-    "BREAK (Spark): reverse('e\u0301x') is 'x\u0301e' on Spark (code points) but 'xe\u0301' "
-    "in DuckDB (grapheme clusters; a flag emoji's two regional indicators are swapped, "
-    "another flag); dayname(d, 1) / monthname(d, true) are full names on Spark "
-    "(spark_functions drops the abbreviation flag) and 'Sun' / 'Jan' on DuckDB"))
-def test_reverse_and_abbreviated_names_on_spark_are_duckdbs(spark):
-    assert _spark_vs_duckdb(spark, _SPARK_BROKEN) == {}
+# BREAK (Spark), fixed: reverse('e\u0301x') was 'x\u0301e' on Spark (code points) but 'xe\u0301'
+# in DuckDB (grapheme clusters; a flag emoji's regional indicators swapped): reverse now fails
+# closed on Spark (dpsql.backends.spark_functions); the abbreviated names are refused above
+def test_reverse_fails_closed_on_spark():
+    from dpsql.backends.spark_sql import to_spark_sql
+    from dpsql.errors import NotSupportedError
+
+    with pytest.raises(NotSupportedError, match="code points"):
+        to_spark_sql("SELECT reverse(t.s) FROM t AS t", {"t": {"s": "VARCHAR"}})
 
 
 def test_the_extreme_world_really_fails_in_plain_duckdb(worlds):
