@@ -136,8 +136,7 @@ class ExtendedQuery:
         if parse_session_command(statement.sql) is None and not runner.is_catalog(statement.sql):
             text, _ = to_qmark(statement.sql, nulls)
             loop = asyncio.get_running_loop()
-            prepared = await loop.run_in_executor(self.server.executor, runner.session.prepare,
-                                                  text)
+            prepared = await loop.run_in_executor(self.server.executor, runner.prepared, text)
             names = (prepared.names if isinstance(prepared, PreparedPublic)
                      else [c.name for c in prepared.analysis.columns])
             return [wire.Field(name, pgtypes.TEXT) for name in names]

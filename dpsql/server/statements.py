@@ -26,6 +26,7 @@ from dpsql.accounting.analysts import AnalystAccount
 from dpsql.analysis.hygiene import check_size
 from dpsql.budget import CALIBRATIONS, MECHANISMS, MissingEpsilonError
 from dpsql.errors import NotSupportedError, ProgrammingError
+from dpsql.prepared import AnyPrepared
 from dpsql.release.record import Release
 from dpsql.server.cancel import CancellableBackend
 from dpsql.server.catalog import (
@@ -147,12 +148,7 @@ class StatementRunner:
 
     def _private(self, sql: str, params: list[Any]) -> Answer:
         text, values = to_qmark(sql, params)
-        prepared = self.session.prepare(text)
-        denied = sorted(prepared.tables - set(self.visible_tables))  # memoised per text
-        if denied:
-            raise AccessDenied(
-                f"permission denied for table {', '.join(denied)}: the data owner has not "
-                f"granted analyst {self.analyst!r} access to it")
+        self.prepared(text)  # refused before it runs when it reads an ungranted table
         epsilon, delta = self.budget()
         try:
             result = self.session.run(text, values, epsilon=epsilon, delta=delta,
@@ -168,6 +164,18 @@ class StatementRunner:
                 "default (dpsql analyst set NAME --default-epsilon E)") from None
         return Answer(f"SELECT {len(result.rows)}", result.names, result.types, result.rows,
                       result.release, release_notice(result.release))
+
+    def prepared(self, text: str) -> AnyPrepared:
+        """``text`` (qmark SQL) prepared by the session, refused (AccessDenied) when it reads a
+        table the analyst was not granted: before it runs, and before a Describe names its
+        columns (the public-path red team: Describe told an ungranted public table's columns)."""
+        prepared = self.session.prepare(text)
+        denied = sorted(prepared.tables - set(self.visible_tables))  # memoised per text
+        if denied:
+            raise AccessDenied(
+                f"permission denied for table {', '.join(denied)}: the data owner has not "
+                f"granted analyst {self.analyst!r} access to it")
+        return prepared
 
     def budget(self) -> tuple[float | None, float]:
         """This statement's (epsilon, delta): the session's SET values, else the analyst's

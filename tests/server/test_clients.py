@@ -102,6 +102,23 @@ def test_a_public_query_the_pipeline_refuses_runs_exactly_and_free(server: Serve
     assert _charges(server, "bob") == before
 
 
+def test_describe_refuses_an_ungranted_table_before_naming_its_columns(server: ServerProcess
+                                                                         ) -> None:
+    # the public-path red team: a statement's Describe prepared it and sent its column names
+    # before the grant check (bob may read orders and products only)
+    from psycopg.pq import DiagnosticField, ExecStatus
+
+    with psycopg.connect(server.dsn("bob"), autocommit=True) as conn:
+        pg = conn.pgconn
+        parsed = pg.prepare(b"s1", b"SELECT COUNT(*) AS n FROM customers")
+        if parsed.status == ExecStatus.COMMAND_OK:
+            described = pg.describe_prepared(b"s1")
+        else:
+            described = parsed
+        assert described.status == ExecStatus.FATAL_ERROR
+        assert described.error_field(DiagnosticField.SQLSTATE) == b"42501"
+
+
 @pytest.mark.parametrize(("sql", "code"), [
     ("SELECT * FROM orders", "0A000"),
     ("SELEC COUNT(*) FROM orders", "42601"),
