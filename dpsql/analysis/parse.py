@@ -25,6 +25,7 @@ from sqlglot.schema import MappingSchema
 
 from dpsql.analysis import hygiene
 from dpsql.analysis.allowlist import DEFAULT_SCHEMAS, check_allowed
+from dpsql.analysis.constant_subqueries import inline_constant_subqueries
 from dpsql.analysis.outputs import rename_duplicate_outputs
 from dpsql.analysis.syntax import syntax_error
 from dpsql.errors import ProgrammingError, UnsupportedQueryError
@@ -253,6 +254,9 @@ def parse_query(sql: str, metadata: Metadata, *, allow_top_star: bool = False,
     nodes = list(qualified.walk())
     _drop_annotations(nodes)  # what qualify left
     hygiene.check_columns_resolved(qualified, nodes)
+    if qualified.find(exp.Subquery, exp.In) is not None:
+        inline_constant_subqueries(qualified)
+        nodes = list(qualified.walk())
     hygiene.check_join_order(nodes)
     rename_duplicate_outputs(qualified, nodes)  # as DuckDB binds them (analysis/outputs.py)
     if top_star:

@@ -131,6 +131,11 @@ def _predicate(draw, params: list[Any], alias: str = "t", depth: int = 0) -> str
     if choice == 7:
         items = ", ".join(draw(st.lists(st.sampled_from(
             [lit for lits in LITERALS.values() for lit in lits]), min_size=1, max_size=3)))
+        if draw(st.booleans()):  # one constant as a subquery (dpsql.analysis.constant_subqueries)
+            a, kind = _col(draw, alias)
+            one = draw(st.sampled_from(LITERALS[kind]))
+            return draw(st.sampled_from([f"{a} IN (SELECT {one})", f"{a} = (SELECT {one})",
+                                         f"{a} NOT IN (SELECT {one})"]))
         return f"{_col(draw, alias)[0]} IN ({items})"
     if choice == 8:
         a, _ = _col(draw, alias)
