@@ -44,22 +44,25 @@ _OPEN: OrderedDict[tuple[Any, ...], tuple[Any, Any]] = OrderedDict()
 
 def cached_backend(path: str | os.PathLike, metadata: Any) -> Any:
     """A dpsql DuckDBBackend of the file ``path`` under ``metadata``, opened once per file
-    version and metadata object and kept (opening one costs ~10 ms, and the neighbouring-world
-    tests ask thousands of queries of a few files: tests/neighbours.outcome). The key holds the
-    file's identity and modification time, so a file written again is opened again; a file
-    :func:`writing` or :func:`reading` opens is closed here first."""
+    version and metadata (compared by content) and kept: opening one costs ~10 ms, and the
+    neighbouring-world tests ask thousands of queries of a few files (tests.neighbours.outcome).
+    The key holds the file's identity and modification time, so a file written again is opened
+    again (its older backends closed); a file :func:`writing` or :func:`reading` opens is
+    closed here first."""
     from dpsql.backends.duckdb import DuckDBBackend
 
     real = os.path.realpath(path)
     stat = os.stat(real)
-    key = (real, id(metadata), stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    # by the metadata's content: helpers build an equal Metadata for every query
+    key = (real, repr(metadata), stat.st_ino, stat.st_mtime_ns, stat.st_size)
     hit = _OPEN.get(key)
     if hit is not None:
         _OPEN.move_to_end(key)
         return hit[0]
-    forget_backends(real)
+    for stale in [k for k in _OPEN if k[0] == real and k[2:] != key[2:]]:
+        _OPEN.pop(stale)[0].close()  # an older version of the file
     backend = DuckDBBackend(real, metadata)
-    _OPEN[key] = (backend, metadata)  # the metadata kept alive: its id stays its own
+    _OPEN[key] = (backend, metadata)
     while len(_OPEN) > _MAX_OPEN:
         _, (old, _) = _OPEN.popitem(last=False)
         old.close()

@@ -46,13 +46,18 @@ def engine(path: Path, metadata: Metadata) -> Session:
     return Session(metadata, DuckDBBackend(path, metadata), sampler=ZeroNoise())
 
 
+def cached_engine(path: Path, metadata: Metadata) -> Session:
+    """A new Session (zero noise) over the file's cached backend
+    (tests.db_files.cached_backend): for helpers that ask many queries of a few files."""
+    return Session(metadata, cached_backend(path, metadata), sampler=ZeroNoise())
+
+
 def outcome(path: Path, metadata: Metadata, sql: str, params: Sequence[Any] = (), *,
             epsilon: float = 1.0, delta: float = 1e-6) -> tuple[str, Any]:
     """What an analyst sees for ``sql`` on ``path``: ("ok", rows) or (class, message); a
     new Session each time, over the file's cached backend (tests.db_files.cached_backend)."""
-    session = Session(metadata, cached_backend(path, metadata), sampler=ZeroNoise())
     try:
-        result = session.run(sql, list(params), epsilon=epsilon, delta=delta)
+        result = cached_engine(path, metadata).run(sql, list(params), epsilon=epsilon, delta=delta)
     except Error as err:
         return type(err).__name__, str(err)
     return "ok", result.rows

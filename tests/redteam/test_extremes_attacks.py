@@ -68,7 +68,7 @@ from dpsql.errors import Error
 from dpsql.metadata import Metadata, loads_metadata
 from dpsql.units import multi_execute
 from tests.db_files import insert_many, writing
-from tests.neighbours import engine, neighbour_pair, write_database
+from tests.neighbours import cached_engine, neighbour_pair, write_database
 from tests.units import tiny_multi
 
 DEEP = os.environ.get("DPSQL_REDTEAM_DEEP") == "1"
@@ -122,7 +122,7 @@ def outcome(path: Path, md: Metadata, sql: str, params: list[Any] | None = None,
             epsilon: float = 1.0, delta: float = 1e-6) -> tuple[str, Any]:
     """("ok", rows) or (class, message); a non-PEP 249 exception is an outcome too, marked."""
     try:
-        result = engine(path, md).run(sql, list(params or []), epsilon=epsilon, delta=delta)
+        result = cached_engine(path, md).run(sql, list(params or []), epsilon=epsilon, delta=delta)
     except Error as err:
         return type(err).__name__, str(err)
     except Exception as err:  # the attack: anything not PEP 249
@@ -323,7 +323,7 @@ def test_two_units_at_a_huge_epsilon_agree_on_neighbours(multi_pair):
 def gaussian_outcome(path: Path, md: Metadata, sql: str, epsilon: float,
                      delta: float) -> tuple[str, Any]:
     try:
-        result = engine(path, md).run(sql, [], epsilon=epsilon, delta=delta,
+        result = cached_engine(path, md).run(sql, [], epsilon=epsilon, delta=delta,
                                       mechanism="gaussian")
     except Error as err:
         return type(err).__name__, str(err)
