@@ -57,8 +57,13 @@ def cached_backend(path: str | os.PathLike, metadata: Any) -> Any:
     key = (real, repr(metadata), stat.st_ino, stat.st_mtime_ns, stat.st_size)
     hit = _OPEN.get(key)
     if hit is not None:
-        _OPEN.move_to_end(key)
-        return hit[0]
+        try:  # still open (a test may have closed its session's backend)
+            hit[0]._con.execute("SELECT 1")
+        except duckdb.Error:
+            _OPEN.pop(key)
+        else:
+            _OPEN.move_to_end(key)
+            return hit[0]
     for stale in [k for k in _OPEN if k[0] == real and k[2:] != key[2:]]:
         _OPEN.pop(stale)[0].close()  # an older version of the file
     backend = DuckDBBackend(real, metadata)
