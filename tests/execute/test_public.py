@@ -99,3 +99,23 @@ def test_a_query_reading_a_private_table_keeps_its_refusal(session, sql, error):
 def test_parameters_are_counted(session):
     with pytest.raises(ProgrammingError, match="1 parameter marker"):
         session.run("SELECT MAX(population) FROM regions WHERE region = ?", [])
+
+
+@pytest.mark.spark
+def test_the_public_path_runs_on_spark_too(spark, database, tmp_path):
+    # compiled by the Spark backend (DuckDB SQL translated), parameters bound there
+    from dpsql.backends.spark import SparkBackend
+    from dpsql.session import Session
+    from tests.recording import export_parquet, with_sources
+
+    backend = SparkBackend(with_sources(METADATA, export_parquet(database, tmp_path / "pq")),
+                           spark)
+    try:
+        session = Session(METADATA, backend, sampler=ZeroNoise())
+        result = session.run("SELECT MAX(population) AS m, COUNT(*) AS n FROM regions "
+                             "WHERE population > ?", [0])
+        assert result.rows == [(32, 2)] and result.release.free
+        with pytest.raises(UnsupportedQueryError):  # a private table keeps its refusal
+            session.run("SELECT MAX(v.spend) AS m, COUNT(*) AS n FROM visits v", epsilon=1.0)
+    finally:
+        backend.close()
