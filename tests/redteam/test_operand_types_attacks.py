@@ -11,11 +11,12 @@ on a real row, and no literal is refused that DuckDB reads in the real compariso
 in clean PEP 249 errors; (e) the server's SQLSTATE and nothing charged.
 
 Result (report: /work/briefs/redteam-operand-types-report.md): (a), (b) and the binder typing of
-(c) held; three strict xfails: (c) SUM of an integer column stands as DOUBLE, so an exact SUM
-of a derived table compared with '0x10' (HUGEINT reads hex) is refused; (d) an INTERVAL's
-operand (a column, a subquery) reaches the data-free connection as written; (e) the SQLSTATE
-is chosen by a word of the literal's own text. One incidental break outside the rule: a UNION
-ALL of a DATE and an INTEGER column fails on a row and answers on an empty table.
+(c) held. Breaks: (c) SUM of an integer column stands as DOUBLE, so an exact SUM of a derived
+table compared with '0x10' (HUGEINT reads hex) is refused -- still a strict xfail; fixed since
+(their tests now pass): (d) an INTERVAL's operand (a column, a subquery) reached the data-free
+connection as written; (e) the SQLSTATE was chosen by a word of the literal's own text; and an
+incidental break outside the rule, a UNION ALL of a DATE and an INTEGER column failing on a row
+and answering on an empty table (dpsql.rewrite.set_operations).
 ``DPSQL_REDTEAM_DEEP=1``: 3000 random expressions (default 120), more tiny databases, max_freq
 variants.
 """

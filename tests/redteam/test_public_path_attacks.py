@@ -19,10 +19,10 @@ Claims attacked (brief /work/briefs/redteam-public-path.md):
 
 Result (report: /work/briefs/redteam-public-path-report.md): (1) held everywhere attacked.
 (2) privacy held (last_day's overflow is made total; bins are data-independent); two
-correctness breaks, strict xfails: sqlglot's extra arguments (``dayname(d, 1)``,
-``monthname(d, true)``, ``last_day(d, 'week')``) are accepted and rewritten although DuckDB
-refuses them, and on Spark ``dayname/monthname(d, 1)`` are full names (the abbreviation flag
-is dropped) and ``reverse`` reverses code points where DuckDB reverses grapheme clusters.
+correctness breaks, both fixed since (their tests now pass): sqlglot's extra arguments
+(``dayname(d, 1)``, ``monthname(d, true)``, ``last_day(d, 'week')``) were accepted and
+rewritten although DuckDB refuses them (now refused), and on Spark ``reverse`` reversed code
+points where DuckDB reverses grapheme clusters (now refused on Spark).
 
 ``DPSQL_REDTEAM_DEEP=1`` adds the real server (dpsql serve + psycopg, grants) and one Spark
 query; by default everything runs in-process on DuckDB (~3 s).
