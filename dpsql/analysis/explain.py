@@ -19,6 +19,7 @@ from dpsql.analysis.blocks import BlockQuery, analyze_request
 from dpsql.analysis.elastic import analyze
 from dpsql.analysis.model import Derivation, QueryAnalysis
 from dpsql.analysis.parse import DIALECT
+from dpsql.analysis.public_only import public_query
 from dpsql.analysis.selection_aggregates import analyze_selection
 from dpsql.analysis.selection_explain import selection_lines, selection_report
 from dpsql.analysis.unit_explain import unit_lines
@@ -143,6 +144,12 @@ def _plans(analysis: QueryAnalysis, budget: Budget, distance: int
     return plan_noise(analysis, budget, distance=distance), None
 
 
+#: what explain says of a query the private rules refuse but that reads public tables only
+#: (dpsql.execute.public runs it as written)
+PUBLIC_NOTE = ("public tables only: the private rules refuse this query, so it runs as "
+               "written, exact and free (no noise, no budget)")
+
+
 def explain(
     sql: str,
     metadata: Metadata | str | os.PathLike,
@@ -157,6 +164,17 @@ def explain(
     ``smooth_sensitivity`` None and ``delta`` 0. Errors raise the dpsql exception classes.
     """
     md = _load(metadata)
+    try:
+        return _report(sql, md, epsilon, delta, distance)
+    except Error:
+        if public_query(sql, md) is None:
+            raise
+        return {"public": True, "epsilon": 0.0, "delta": 0.0, "note": PUBLIC_NOTE}
+
+
+def _report(sql: str, md: Metadata, epsilon: float, delta: float, distance: int
+            ) -> dict[str, Any]:
+    """:func:`explain` through the private pipeline (raises its refusal)."""
     if mentions_wrapper(sql):  # dpsql.sample_aggregate
         return explain_sample_aggregate(sql, md, epsilon)
     chosen = analyze_selection(sql, md)
@@ -217,6 +235,16 @@ def explain_text(
     """A readable derivation: the relational tree with stabilities and max frequencies, then
     each measurement's ES, smoothing scan, S and noise scale."""
     md = _load(metadata)
+    try:
+        return _text(sql, md, epsilon, delta, distance)
+    except Error:
+        if public_query(sql, md) is None:
+            raise
+        return PUBLIC_NOTE
+
+
+def _text(sql: str, md: Metadata, epsilon: float, delta: float, distance: int) -> str:
+    """:func:`explain_text` through the private pipeline (raises its refusal)."""
     if mentions_wrapper(sql):  # dpsql.sample_aggregate
         return explain_sample_aggregate_text(sql, md, epsilon)
     chosen = analyze_selection(sql, md)

@@ -38,7 +38,6 @@ class PreparedPublic:
     n_params: int
     fingerprint: str
     tables: frozenset[str]  #: what the query reads (a server checks its grants)
-    public: bool = True
 
 
 def prepare_public(sql: str, metadata: Metadata, backend: Backend,

@@ -196,3 +196,18 @@ def test_two_phases_are_explained_with_the_final_query():
     # a query no rule covers is refused with the single-release analysis's own message
     with pytest.raises(Exception, match="neither aggregated nor a GROUP BY key"):
         dpsql.explain("SELECT order_id FROM orders", FLEX, epsilon=1.0, delta=1e-8)
+
+
+def test_a_refused_query_of_public_tables_is_explained_as_run_as_written():
+    # dpsql.execute.public runs it; explain said the private rule's refusal (needs bounds)
+    from dpsql.analysis.explain import PUBLIC_NOTE, explain
+    from dpsql.metadata import loads_metadata
+
+    md = loads_metadata("tables:\n  p:\n    public: true\n    columns:\n"
+                        "      price: {type: DOUBLE}\n  o:\n    columns:\n"
+                        "      price: {type: DOUBLE}\n")
+    assert explain_text("SELECT AVG(price) FROM p", md, epsilon=1.0, delta=0.0) == PUBLIC_NOTE
+    report = explain("SELECT AVG(price) FROM p", md, epsilon=1.0, delta=0.0)
+    assert report["public"] is True and report["epsilon"] == 0.0
+    with pytest.raises(MissingMetricError):  # a private table keeps the private refusal
+        explain_text("SELECT AVG(price) FROM o", md, epsilon=1.0, delta=0.0)
