@@ -379,6 +379,8 @@ def queries(draw) -> Query:
         return _sample_aggregate(draw, params)
     if draw(st.integers(0, 15)) == 0:  # issue #15: a histogram of per-key counts (Q13)
         return _keyed_counts(draw, params)
+    if draw(st.integers(0, 15)) == 0:  # the public-only path (dpsql.execute.public)
+        return _public_only(draw, params)
     source, alias = _source(draw, params)
     aggregates = draw(st.lists(st.sampled_from([
         "COUNT(*)", "COUNT(A.s)", "SUM(A.n)", "SUM(A.dec)", "AVG(A.x)", "COUNT(DISTINCT A.id)",
@@ -463,6 +465,27 @@ def queries(draw) -> Query:
     # qmark order follows the text; _value appended in generation order, which is text order
     # except inside the WITH (generated first, also first in the text)
     return Query(sql, params, draw(st.sampled_from(["laplace", "laplace", "gaussian"])), labels)
+
+
+def _public_only(draw, params: list[Any]) -> Query:
+    """A query the private rules refuse over the public table p (MAX beside COUNT, AVG without
+    bounds, a public scalar subquery: run as written, exact), or the same reaching into the
+    private t (refused alike, or released privately): never an answer that reads t's rows."""
+    head = draw(st.sampled_from([
+        "SELECT MAX(p.pid) AS m, COUNT(*) AS n FROM p",
+        "SELECT p.name, MIN(p.pid) AS m, AVG(p.pid) AS a FROM p",
+        "SELECT (SELECT MAX(q.pid) FROM p AS q) AS m, COUNT(*) AS n FROM p",
+    ]))
+    where = draw(st.sampled_from([
+        "", " WHERE p.pid > ?", " WHERE p.name <> 'two'",
+        " WHERE p.pid IN (SELECT t.pid FROM t)",  # a private read: never the public path
+        " WHERE EXISTS (SELECT 1 FROM t WHERE t.pid = p.pid)",
+        " WHERE p.pid IN (SELECT 1)",
+    ]))
+    if "?" in where:
+        params.append(draw(st.sampled_from([0, 1, 2])))
+    group = " GROUP BY p.name" if "p.name," in head else ""
+    return Query(f"{head}{where}{group}", params, "laplace")
 
 
 @st.composite
