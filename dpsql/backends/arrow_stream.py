@@ -93,13 +93,22 @@ class _Objects:
         return np.ma.MaskedArray(data, mask=mask) if mask.any() else data
 
 
-def read_columns(reader: Iterable[Any], schema: Any) -> list[np.ndarray]:
+def read_columns(reader: Iterable[Any], schema: Any, max_rows: int | None = None
+                 ) -> list[np.ndarray]:
     """The numpy columns of a record batch ``reader`` whose schema is ``schema`` (module
-    contract)."""
+    contract). ``max_rows``: stop reading once more than that many rows arrived (the batch
+    that passes it is kept whole, so the columns then hold more than ``max_rows`` rows, at
+    most one batch more; the caller discards them): a guard on memory and time that leaves
+    the query free of a LIMIT, which costs DuckDB its parallel result collection (~20 ms of
+    ~190 on TPC-H Q7's flat read over two units)."""
     columns: list[_Numbers | _Objects] = [
         _Numbers(np.dtype(t.to_pandas_dtype()), FIRST_ROWS) if _numeric(t) else _Objects()
         for t in schema.types]
+    rows = 0
     for batch in reader:
         for column, values in zip(columns, batch.columns, strict=True):
             column.add(values)
+        rows += batch.num_rows
+        if max_rows is not None and rows > max_rows:
+            break
     return [column.array() for column in columns]

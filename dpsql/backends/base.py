@@ -65,13 +65,17 @@ class Backend(Protocol):
         ...
 
     def execute_flat_columns(
-        self, compiled: str, params: Mapping[str, Any] | None = None
+        self, compiled: str, params: Mapping[str, Any] | None = None,
+        max_rows: int | None = None
     ) -> tuple[list[np.ndarray], list[str]]:
         """:meth:`execute_columns` for a long result of unit ids and DOUBLE values (the flat
         read over two privacy units, dpsql.units.multi_rewrite, and its grouped fallback: both
         read through here, so they code the ids alike): the same rows, the same values, in
         whatever order; a NULL masked; the ids' values as numbers or Python objects, exact
-        (no two distinct ids equal, as a double would make DECIMAL ids past 2^53)."""
+        (no two distinct ids equal, as a double would make DECIMAL ids past 2^53).
+        ``max_rows`` (the flat reads' guard): a result of more rows may be returned cut, but
+        still longer than ``max_rows`` (the caller discards it and reads the fallback), so
+        the read stops early instead of holding every row."""
         ...
 
     def table_schema(self, table: str) -> dict[str, str]:

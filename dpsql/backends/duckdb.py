@@ -217,14 +217,17 @@ class DuckDBBackend:
         return self._run(compiled, params, lambda cur: list(cur.fetchnumpy().values()))
 
     def execute_flat_columns(
-        self, compiled: str, params: Mapping[str, Any] | None = None
+        self, compiled: str, params: Mapping[str, Any] | None = None,
+        max_rows: int | None = None
     ) -> tuple[list[np.ndarray], list[str]]:
         """As :meth:`execute_columns`, for the flat read of a release over two privacy units
         (millions of rows of unit ids and DOUBLE values) and its grouped fallback, every id
         exact (``fetchnumpy`` gives DECIMAL and HUGEINT as doubles): the relation's Arrow
         record batches,
         streamed while the query runs (dpsql.backends.arrow_stream: about half the time of
-        ``fetchnumpy``'s materialise-then-convert on TPC-H Q7 over two units)."""
+        ``fetchnumpy``'s materialise-then-convert on TPC-H Q7 over two units). Past
+        ``max_rows`` the stream stops (dpsql.backends.arrow_stream.read_columns) and the
+        reader is closed, which ends the query."""
 
         def stream() -> tuple[list[np.ndarray], list[str]]:
             # a relation needs the connection free: a one-row read (fetchone) leaves its
@@ -233,9 +236,12 @@ class DuckDBBackend:
             rel = self._con.sql(compiled, params=dict(params) if params else None)
             reader = rel.to_arrow_reader(BATCH_ROWS)
             try:
-                return read_columns(reader, reader.schema), [str(t) for t in rel.types]
+                return (read_columns(reader, reader.schema, max_rows),
+                        [str(t) for t in rel.types])
             except OSError as err:  # DuckDB's error after the reader was made: _stream_error
                 raise _stream_error(err) from None
+            finally:
+                reader.close()
 
         return self._guarded(stream)
 

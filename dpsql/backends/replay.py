@@ -22,12 +22,13 @@ class ReplayBackend:
         self.cache: dict[tuple, tuple[list, list]] = {}
         self.executions = 0
 
-    def _replay(self, method: str, sql: str, params: Mapping[str, Any] | None):
+    def _replay(self, method: str, sql: str, params: Mapping[str, Any] | None,
+                *more: Any):
         # lists (inlined public domains) as tuples, to be hashable
         key = (method, sql, tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
-                                         for k, v in (params or {}).items())))
+                                         for k, v in (params or {}).items())), more)
         if key not in self.cache:
-            self.cache[key] = getattr(self.inner, method)(sql, params)
+            self.cache[key] = getattr(self.inner, method)(sql, params, *more)
             self.executions += 1
         out, types = self.cache[key]
         return list(out), list(types)
@@ -38,8 +39,9 @@ class ReplayBackend:
     def execute_columns(self, sql: str, params: Mapping[str, Any] | None = None):
         return self._replay("execute_columns", sql, params)
 
-    def execute_flat_columns(self, sql: str, params: Mapping[str, Any] | None = None):
-        return self._replay("execute_flat_columns", sql, params)
+    def execute_flat_columns(self, sql: str, params: Mapping[str, Any] | None = None,
+                             max_rows: int | None = None):
+        return self._replay("execute_flat_columns", sql, params, max_rows)
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)

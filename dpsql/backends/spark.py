@@ -371,10 +371,14 @@ class SparkBackend:
         return columns_of(rows, len(types)), types
 
     def execute_flat_columns(
-        self, sql: str, params: Mapping[str, Any] | None = None
+        self, sql: str, params: Mapping[str, Any] | None = None,
+        max_rows: int | None = None
     ) -> tuple[list[np.ndarray], list[str]]:
         """:meth:`execute_columns` (Spark is not columnar: the engine runs the grouped
-        fallback instead of a flat read, dpsql.units.multi_execute)."""
+        fallback instead of a flat read, dpsql.units.multi_execute); ``max_rows`` collects at
+        most one row more than it."""
+        if max_rows is not None:
+            sql = f"SELECT * FROM ({sql}) AS __flat LIMIT {int(max_rows) + 1}"
         return self.execute_columns(sql, params)
 
     def close(self) -> None:

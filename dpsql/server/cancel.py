@@ -90,10 +90,11 @@ class CancellableBackend:
         self._check()
         return out
 
-    def execute_flat_columns(self, compiled: str, params: Mapping[str, Any] | None = None
+    def execute_flat_columns(self, compiled: str, params: Mapping[str, Any] | None = None,
+                             max_rows: int | None = None
                              ) -> tuple[list[np.ndarray], list[str]]:
         self._check()
-        out = self.inner.execute_flat_columns(compiled, params)
+        out = self.inner.execute_flat_columns(compiled, params, max_rows)
         self._check()
         return out
 

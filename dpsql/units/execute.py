@@ -76,7 +76,8 @@ def read_truncated_parts(backend: Backend, compiled: CompiledPlan, params: Seque
             # one id per row, counted in numpy: cheaper than grouping many units in the
             # database, and the same histogram (dpsql.units.flat_counts); past its guard the
             # histogram query runs
-            (ids,), _ = backend.execute_flat_columns(compiled.fallback[0], bindings)
+            (ids,), _ = backend.execute_flat_columns(compiled.fallback[0], bindings,
+                                                      FLAT_ROWS)
             if ids.shape[0] <= FLAT_ROWS:
                 return truncated_parts(histogram_of_ids(ids), release)
             del ids

@@ -7,8 +7,8 @@ is a hash aggregate as costly as the join itself (TPC-H Q12 under orders: 6M lin
 (Arrow, one BIGINT column) and counting the ids with ``np.bincount`` costs less there.
 
 :func:`flat_unit_ids` derives that read from the histogram query: the per-unit query's FROM and
-WHERE with ``__u`` alone selected and no GROUP BY, behind dpsql's row guard
-(dpsql.units.multi_rewrite.limited: at most FLAT_ROWS + 1 rows). The plan carries it beside
+WHERE with ``__u`` alone selected and no GROUP BY, read behind dpsql's row guard (the
+backend's stream stops past FLAT_ROWS rows, dpsql.units.execute). The plan carries it beside
 the histogram query (dpsql.rewrite.plan.ExecutionPlan.fallback_sql), compiled while
 preparing. dpsql.units.execute runs it only on a columnar backend (DuckDB), only when the
 unit's ids span more than :data:`MANY_UNITS` values (``many_units``: where DuckDB's perfect
@@ -40,8 +40,6 @@ def flat_unit_ids(histogram_sql: str, release: UnitRelease | None) -> str | None
     """The guarded flat read (DuckDB text) of a one-unit release whose one part is a
     ``COUNT(*)`` (module docstring); None for any other query. From the SQL and the metadata
     only (so memoised: a query prepared again parses nothing here)."""
-    from dpsql.units.multi_rewrite import limited
-
     if release is None or release.more or not counts_only(release) or len(release.parts) != 1:
         return None
     tree = sqlglot.parse_one(histogram_sql, read="duckdb")
@@ -60,4 +58,4 @@ def flat_unit_ids(histogram_sql: str, release: UnitRelease | None) -> str | None
     flat = inner.copy()
     flat.set("expressions", [flat.expressions[0]])
     flat.set("group", None)
-    return limited(flat.sql("duckdb"))
+    return flat.sql("duckdb")

@@ -133,9 +133,11 @@ def read_pair_truncated(backend: Backend, compiled: CompiledPlan, params: Sequen
     # Python tuple per row), and only up to its guard: past it, or on Spark, the plan's
     # fallback groups the rows in the database with the same capacities, the same levels
     if compiled.fallback is None or backend.columnar:
-        columns, _ = backend.execute_flat_columns(compiled.exact, bindings)
-        if (compiled.fallback is None
-                or columns[0].shape[0] <= flat_guard(len(columns), FLAT_ROWS)):
+        # the flat read's columns: the two ids and each SUM part's values (multi_rewrite)
+        guard = (None if compiled.fallback is None else
+                 flat_guard(2 + sum(not p.integer for p in release.parts), FLAT_ROWS))
+        columns, _ = backend.execute_flat_columns(compiled.exact, bindings, guard)
+        if guard is None or columns[0].shape[0] <= guard:
             both = _neither(columns)  # once: the flow reads the rest, c_NULL these
             return (pair_levels(_without(columns, both), release),
                     _in_full(columns, release, both))
@@ -143,6 +145,7 @@ def read_pair_truncated(backend: Backend, compiled: CompiledPlan, params: Sequen
     # the fallback's ids read as the flat read reads them (DuckDB: Arrow, every id type exact;
     # fetchnumpy gave DECIMAL / HUGEINT ids as doubles, merging ids past 2^53 in one read only:
     # a removal across FLAT_ROWS could then raise a level, the red team's break)
+    assert compiled.fallback is not None  # a flat read past its guard, or a Spark backend
     *grouped, totals = compiled.fallback  # multi_rewrite.guarded_flat: then neither_totals
     levels = fallback_levels(
         (backend.execute_flat_columns(sql, bindings)[0] for sql in grouped), release)

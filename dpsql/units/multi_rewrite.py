@@ -23,10 +23,11 @@ flooring); for a SUM each row's capacity is floored at level j's step delta_j
 delta_j = tau_j 2^-30 per row (a bias, as the pairs' flooring per pair): less than tau_j / 128
 per level up to 2^23 rows, tau_j / 16 up to the flat read's 2^26.
 
-dpsql.units.multi_execute reads at most :func:`flat_guard` + 1 rows (:func:`limited`: its guard,
-not the analyst's LIMIT; the plan's exact query, :func:`guarded_flat`; :data:`FLAT_ROWS` with up
-to three columns), and only from a backend that fetches columns natively (DuckDB; Spark would
-collect them as Python tuples: it runs the fallback at once, the same levels). More rows (the
+dpsql.units.multi_execute reads at most :func:`flat_guard` rows (:data:`FLAT_ROWS` with up to
+three columns: the backend's stream stops past it, dpsql.backends.base.execute_flat_columns; a
+LIMIT in the SQL would cost DuckDB its parallel result collection), and only from a backend
+that fetches columns natively (DuckDB; Spark would collect them as Python tuples: it runs the
+fallback at once, the same levels). More rows (the
 fallback, :func:`regrouped`, compiled while preparing too) are grouped in the database, with
 **the same capacities**: per pair, each COUNT(*) part's row count, and for each SUM part one
 column ``__p<i>_<j>`` per level, the sum over the pair's rows of the very integers the flat
@@ -154,10 +155,10 @@ def is_flat(exact_sql: str) -> bool:
 
 def guarded_flat(exact_sql: str, release: UnitRelease | None, exponents: dict[int, int]
                  ) -> tuple[str, tuple[str, ...]] | None:
-    """For an executed query in the flat form (its final DuckDB text): the query returning at
-    most FLAT_ROWS + 1 of its rows (:func:`limited`) and the grouped fallback's queries
-    (:func:`regrouped`, then :func:`neither_totals`), all run with the same parameters; None
-    for any other query. All are the plan's, compiled while preparing
+    """For an executed query in the flat form (its final DuckDB text): the flat query itself
+    (read behind :func:`flat_guard` by dpsql.units.multi_execute) and the grouped fallback's
+    queries (:func:`regrouped`, then :func:`neither_totals`), all run with the same
+    parameters; None for any other query. All are the plan's, compiled while preparing
     (dpsql.rewrite.plan.ExecutionPlan). ``exponents``: the clamps pass's k per SUM."""
     if release is None or not release.more or not is_flat(exact_sql):
         return None
@@ -169,18 +170,8 @@ def _guarded_flat(exact_sql: str, release: UnitRelease, exponents: tuple[tuple[i
                   ) -> tuple[str, tuple[str, ...]]:
     """:func:`guarded_flat`'s texts, memoised (from the SQL and the metadata only: a query
     prepared again parses nothing here)."""
-    return limited(exact_sql), (*regrouped(exact_sql, release),
-                                neither_totals(exact_sql, release, dict(exponents)))
-
-
-def limited(flat_sql: str) -> str:
-    """The flat query (its DuckDB text) returning at most :func:`flat_guard` + 1 rows (dpsql's
-    guard, not the analyst's LIMIT: all rows are used, or none and :func:`regrouped` runs)."""
-    tree = sqlglot.parse_one(flat_sql, read="duckdb")
-    names = [e.alias_or_name for e in tree.expressions]
-    sub = exp.alias_(exp.Subquery(this=tree), "__f", table=True)
-    return exp.select(*[exp.column(n, "__f") for n in names]).from_(sub).limit(
-        flat_guard(len(names)) + 1).sql("duckdb")
+    return exact_sql, (*regrouped(exact_sql, release),
+                       neither_totals(exact_sql, release, dict(exponents)))
 
 
 #: the most capacity columns one fallback query returns beside the two ids (a SUM part has one

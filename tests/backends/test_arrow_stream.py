@@ -138,3 +138,20 @@ def test_a_row_failing_mid_stream_is_an_operational_error_naming_only_its_class(
     with pytest.raises(OperationalError, match=r"could not run the query \(\w+\)") as info:
         backend.execute_flat_columns(sql)
     assert "id-" not in str(info.value) and "25000" not in str(info.value)
+
+
+# -- the flat reads' row guard (dpsql.units.multi_execute: max_rows, no LIMIT in the SQL) -------
+
+
+def test_a_read_past_max_rows_stops_with_more_rows_than_it(backend, monkeypatch):
+    """The stream stops at the batch that passes ``max_rows``: longer than the guard (so the
+    caller's ``<= guard`` check sends it to the fallback), yet not the whole result; and the
+    connection serves the next query."""
+    monkeypatch.setattr("dpsql.backends.duckdb.BATCH_ROWS", 1000)
+    got, _ = backend.execute_flat_columns("SELECT i FROM range(1000000) r(i)", max_rows=2500)
+    assert 2500 < got[0].shape[0] < 1_000_000
+    assert np.unique(got[0]).size == got[0].shape[0]  # rows of the result, each once
+    whole, _ = backend.execute_flat_columns("SELECT i FROM range(3000) r(i)", max_rows=3000)
+    assert sorted(whole[0].tolist()) == list(range(3000))  # at the guard: every row
+    got, _ = backend.execute_flat_columns("SELECT i FROM t WHERE i < 2")  # still usable
+    assert sorted(got[0].tolist()) == [0, 1]

@@ -162,12 +162,13 @@ def recorded(backend: Any, monkeypatch: Any) -> list[str]:
     for name in ("execute", "execute_columns", "execute_flat_columns"):
         execute = getattr(backend, name)
 
-        def recording(sql: str, params: Any = None, execute: Any = execute) -> Any:
+        def recording(sql: str, params: Any = None, *more: Any, execute: Any = execute
+                      ) -> Any:
             if not depth[0]:
                 ran.append(sql)
             depth[0] += 1
             try:
-                return execute(sql, params)
+                return execute(sql, params, *more)
             finally:
                 depth[0] -= 1
 
