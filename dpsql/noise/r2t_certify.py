@@ -220,6 +220,27 @@ def _side_loads(codes: np.ndarray, values: np.ndarray, integer: bool, low: float
     return count, exact_sums(codes, values, count.size, int(top), most)
 
 
+#: results per block of :func:`floored_total`: its scratch (512 KiB) stays in a core's cache
+_BLOCK = 1 << 16
+
+
+def floored_total(p: Pairs, tau: float, delta: float) -> int:
+    """A SUM level's capacities summed over every result, exactly: the sum of :func:`level_caps`'
+    ``s = floor(min(psi, tau) / delta)``. Block by block (:data:`_BLOCK` results), so ``psi``
+    is read once and each block's ``s`` stays in cache (the whole-array passes write and read
+    ``s`` three times: on TPC-H Q7 over two units ~6 -> ~3.5 ms a level). Each block's sum is
+    exact as :func:`all_light`'s was: float64 when every partial sum of the whole is an
+    integer below 2^53, else in int64 (each ``s`` below 2^31); blocks add as Python ints."""
+    exact_float = p.mass * 2.0 / delta < 2**53
+    scratch = p.buffer("s", np.float64)
+    total = 0
+    for start in range(0, p.values.size, _BLOCK):
+        block = p.values[start:start + _BLOCK]
+        s, _ = level_caps(block, tau, delta, False, scratch[:block.size], p.top)
+        total += int(s.sum()) if exact_float else int(s.astype(np.int64).sum())
+    return total
+
+
 def all_light(p: Pairs, tau: float, delta: float) -> int | None:
     """OPT when every unit's real load is at most tau (module docstring, 1), else None."""
     if not p.a.size:
@@ -230,10 +251,7 @@ def all_light(p: Pairs, tau: float, delta: float) -> int | None:
         if delta != 1:
             return None
         return p.total  # every psi <= its unit's load <= tau: s = psi
-    s, _ = level_caps(p.values, tau, delta, False, p.buffer("s", np.float64), p.top)
-    if p.mass * 2.0 / delta < 2**53:  # every partial sum an integer below 2^53: exact
-        return int(s.sum())
-    return int(s.astype(np.int64).sum())
+    return floored_total(p, tau, delta)
 
 
 def _spread_into(x: np.ndarray, y: np.ndarray, s: np.ndarray, cap: int, load_x: np.ndarray,

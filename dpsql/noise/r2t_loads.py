@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from dpsql.noise.r2t_certify import Pairs, exact_sums, level_caps
+from dpsql.noise.r2t_certify import Pairs, exact_sums, floored_total, level_caps
 
 __all__ = ["closed_mostly_light", "saturated_by_loads"]
 
@@ -36,6 +36,13 @@ def saturated_by_loads(p: Pairs, tau: float, delta: float) -> int | None:
     for x, load_x, count_x, y, load_y, count_y, ny, present_y in (
             (p.a, p.load_a, p.count_a, p.b, p.load_b, p.count_b, p.nb, p.present_b),
             (p.b, p.load_b, p.count_b, p.a, p.load_a, p.count_a, p.na, p.present_a)):
+        # each Y unit's ``low`` below is at most its own lowered load over delta (what is
+        # left out is >= 0, and so is count_y - left_rows; float rounding is monotone): a
+        # present Y unit below cap by that alone fails the certificate, so this side is not
+        # worth the pass over every result that finds the unsure X units' rows
+        margin = (count_y + 2) * 2.0**-51
+        if not np.all((load_y * (1.0 - margin) / delta >= cap) | (count_y == 0)):
+            continue
         # an X unit is surely light when its float64 load, raised by its sum's margin
         # (Pairs.light), is at most tau; the others' results are left out of the flow
         unsure = load_x * (1.0 + (count_x + 1) * 2.0**-51) > tau
@@ -49,7 +56,6 @@ def saturated_by_loads(p: Pairs, tau: float, delta: float) -> int | None:
             left_rows = np.bincount(y[rows], minlength=ny)
         # each Y unit's light-X load, lowered by both float sums' margins (each within
         # (n + 1) 2^-52 of its value relatively, n <= count_y), less one step per result
-        margin = (count_y + 2) * 2.0**-51
         light_load = load_y * (1.0 - margin) - left_out * (1.0 + margin)
         low = (light_load / delta - (count_y - left_rows)) * (1.0 - 2.0**-50)
         if np.all((low >= cap) | (count_y == 0)):
@@ -74,12 +80,11 @@ def closed_mostly_light(p: Pairs, tau: float, delta: float) -> int | None:
         unsure = load_y * (1.0 + (count_y + 1) * 2.0**-51) > tau
         if int(count_y[unsure].sum()) * 8 > y.size:  # many: full()'s per-unit sums
             continue
-        s, _ = level_caps(p.values, tau, delta, False, p.buffer("s", np.float64), p.top)
-        total = (int(s.sum()) if p.mass * 2.0 / delta < 2**53  # integers below 2^53: exact
-                 else int(s.astype(np.int64).sum()))
+        total = floored_total(p, tau, delta)  # every result's capacity, summed exactly
         if unsure.any():
             rows = np.flatnonzero(unsure[y])
-            sums = exact_sums(y[rows], s[rows], ny, cap, most_y)
+            s, _ = level_caps(p.values[rows], tau, delta, False, top=p.top)
+            sums = exact_sums(y[rows], s, ny, cap, most_y)
             total += int(np.minimum(sums, cap).sum()) - int(sums.sum())
         return total
     return None

@@ -214,3 +214,24 @@ def test_q7s_shape_is_certified_from_the_loads():
     got = closed_mostly_light(pairs, tau, level_step(tau, False))
     assert got is not None and got == reference(a, b, psi, tau, False)
     assert saturated_by_loads(pairs, tau, level_step(tau, False)) is None  # none saturates
+
+
+@pytest.mark.parametrize("huge", [False, True])
+def test_floored_total_is_every_capacity_summed_exactly_block_by_block(huge, monkeypatch):
+    """floored_total (all_light's and closed_mostly_light's sum of a SUM level's capacities)
+    over several blocks, the last one short, equals the capacities summed as Python ints:
+    when every partial sum is a float64 integer below 2^53, and (``huge``: some psi of 2^40
+    and more, the mass past it) through int64."""
+    monkeypatch.setattr(r2t_certify, "_BLOCK", 7)
+    rng = np.random.default_rng(11)
+    values = np.floor(rng.random(100) * 4096) / 64
+    if huge:
+        values[::3] *= 2.0**40
+    a = rng.integers(0, 5, values.size)
+    b = rng.integers(0, 6, values.size)
+    p = Pairs.of(a, b, values, False)
+    for tau in (0.75, 30.0, 63.5, 70.0):
+        delta = level_step(tau, False)
+        want = sum(math.floor(min(v, tau) / delta) for v in values.tolist())
+        assert (p.mass * 2.0 / delta < 2**53) != huge
+        assert r2t_certify.floored_total(p, tau, delta) == want, tau
