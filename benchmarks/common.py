@@ -98,13 +98,21 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - start, out
 
 
-def interleaved(fns: Mapping[str, Callable[[], Any]], runs: int) -> dict[str, list[float]]:
-    """Seconds of ``runs`` calls of each function after one untimed warm-up of each; the
-    calls are interleaved and their order rotates each round, so all see the same cache state
-    and the same background load."""
+#: the most rounds :func:`interleaved` runs to fill its ``min_seconds``
+MAX_ROUNDS = 301
+
+
+def interleaved(fns: Mapping[str, Callable[[], Any]], runs: int, min_seconds: float = 0.0
+                ) -> dict[str, list[float]]:
+    """Seconds of ``runs`` calls of each function after one warm-up of each (not counted);
+    the calls are interleaved and their order rotates each round, so all see the same cache
+    state and the same background load. ``min_seconds``: more rounds (up to
+    :data:`MAX_ROUNDS`) when ``runs`` rounds would take less, as the warm-up round timed
+    them: a few-millisecond query's median over 7 runs moved by 10% from run to run."""
     names = list(fns)
-    for name in names:
-        fns[name]()
+    warm = sum(timed(fns[name])[0] for name in names)
+    if min_seconds > 0 and warm > 0:
+        runs = max(runs, min(MAX_ROUNDS, math.ceil(min_seconds / warm)))
     times: dict[str, list[float]] = {name: [] for name in names}
     for i in range(runs):
         for name in names[i % len(names):] + names[: i % len(names)]:

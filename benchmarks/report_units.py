@@ -53,7 +53,8 @@ def r2t_md(data: dict[str, Any]) -> list[str]:
         "for counts, the histogram of the units' contributions, its levels evaluated in "
         "Python) against the same SQL on "
         "raw DuckDB, "
-        f"interleaved, medians (goal <= {s['time_ratio_target']:g}x; the CPU ratio is the "
+        "interleaved, medians of 7 runs or as many as fill a second, up to 301 "
+        f"(goal <= {s['time_ratio_target']:g}x; the CPU ratio is the "
         "process's CPU time, DuckDB's threads included: the work, without the wait for a core "
         "on a loaded machine).",
         "",
