@@ -35,6 +35,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from dpsql.accounting import Ledger
 from dpsql.accounting.curves import PrivacyCurve, release_curve
 from dpsql.analysis.blocks import BlockQuery, analyze_request
@@ -67,6 +69,7 @@ from dpsql.noise.apply import noisy_values
 from dpsql.noise.partition import SelectionPlan, plan_with_selection, select_noisy
 from dpsql.noise.plan import NoisePlan, draws_with_delta, plan_noise
 from dpsql.prepared import AnyPrepared, Prepared, checked_params, column_sources, fingerprint
+from dpsql.release.avg_rows import with_row_intervals
 from dpsql.release.cache import cache_entry, cache_key, load_payload
 from dpsql.release.record import (
     Release,
@@ -85,7 +88,7 @@ from dpsql.sample_aggregate.analysis import mentions_wrapper
 from dpsql.sample_aggregate.prepared import PreparedSampleAggregate, prepare_sample_aggregate
 from dpsql.session_kinds import OtherReleases
 from dpsql.units.execute import r2t_bins
-from dpsql.units.record import with_intervals, with_two_stage_note
+from dpsql.units.record import two_stage_note, with_intervals, with_two_stage_note
 
 
 @dataclass(frozen=True)
@@ -338,9 +341,17 @@ class Session(OtherReleases):
             noisy = [counts if selection is not None and j == selection.shared and
                      counts is not None else noisy_values(bins.exact[j], plans[j], self._sampler)
                      for j in range(plan.n_measurements)]
-            return self._post.rows(plan, bins, noisy, values,
-                                   lambda: post_processing_sql(prepared.analysis),
-                                   prepared.outputs, raw_counts=raw_counts)
+            # a grouped AVG's per-row interval reads each row's noisy SUM and COUNT
+            averages: list[tuple[np.ndarray, np.ndarray]] | None = (
+                [] if plan.avg_intervals else None)
+            out = self._post.rows(plan, bins, noisy, values,
+                                  lambda avg=(): post_processing_sql(prepared.analysis, avg),
+                                  prepared.outputs, raw_counts=raw_counts, averages=averages)
+            if averages:
+                finish.append(lambda r: with_row_intervals(
+                    r, plan.avg_intervals, averages, plans, domains.n_bins,
+                    two_stage_note(unit)))
+            return out
 
         return self._charged(record, values, charge, sql, cache_key, compute, finish,
                              curve=release_curve(plans, selection,

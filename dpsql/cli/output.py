@@ -66,6 +66,26 @@ def render_rows(names: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, *
                     tablefmt="simple", floatfmt="g", disable_numparse=True)
 
 
+def with_row_intervals(names: Sequence[str], rows: Sequence[Sequence[Any]], release: Any
+                       ) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """The rows with each per-row 95% interval of the record (a grouped AVG's,
+    dpsql.release.avg_rows) as two columns after its own, ``<name> low95`` and
+    ``<name> high95``: what a terminal shows of it (the driver's rows stay the query's)."""
+    intervals = [getattr(c, "row_intervals_95", None) for c in release.columns]
+    if not any(intervals) or len(intervals) != len(names):
+        return list(names), [tuple(r) for r in rows]
+    out_names: list[str] = []
+    for name, rows_of in zip(names, intervals, strict=True):
+        out_names += [name, f"{name} low95", f"{name} high95"] if rows_of else [name]
+    out_rows = []
+    for i, row in enumerate(rows):
+        cells: list[Any] = []
+        for value, rows_of in zip(row, intervals, strict=True):
+            cells += [value, *rows_of[i]] if rows_of else [value]
+        out_rows.append(tuple(cells))
+    return out_names, out_rows
+
+
 def _public_scales(columns: Any) -> list[str]:
     """Each column's public noise scale, as the record carries it (only for pure releases: a
     smoothed scale is data-dependent and never recorded): the Laplace b or Gaussian sigma of

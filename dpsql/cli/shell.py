@@ -37,7 +37,7 @@ from dpsql.cli.options import (
     metadata_option,
     raw_option,
 )
-from dpsql.cli.output import release_line, render_rows, row_count
+from dpsql.cli.output import release_line, render_rows, row_count, with_row_intervals
 from dpsql.cli.script import Statement, script_items, statement_complete
 from dpsql.errors import Error
 
@@ -114,7 +114,8 @@ class Shell:
             release = cur.release
         finally:
             cur.close()
-        self.show_result(render_rows(names, rows, self.fmt, expanded=self.expanded))
+        shown, cells = with_row_intervals(names, rows, release)
+        self.show_result(render_rows(shown, cells, self.fmt, expanded=self.expanded))
         status = self.budget_status()
         remaining = (status.epsilon_remaining, status.delta_remaining) if status else None
         # Footers go to standard error in every format: the data stay alone on standard

@@ -50,24 +50,35 @@ class PostProcessor:
         return self._connection().cursor()
 
     def rows(self, plan: ExecutionPlan, bins: Bins, noisy: list[np.ndarray],
-             params: Sequence[Any], post_sql: Callable[[], tuple[str, tuple[int, ...]]],
-             rules: Sequence[OutputRule] = (), *, raw_counts: bool = False) -> Rows:
+             params: Sequence[Any], post_sql: Callable[..., tuple[str, tuple[int, ...]]],
+             rules: Sequence[OutputRule] = (), *, raw_counts: bool = False,
+             averages: list[tuple[np.ndarray, np.ndarray]] | None = None) -> Rows:
         """The analyst's result: names, type names, rows, each column finished by its rule in
         ``rules`` (dpsql.execute.typed: counts clamped unless ``raw_counts``, sums rounded).
         ``post_sql`` builds the SQL to fall back on when the plan holds none (rarely needed:
-        only when the numpy path cannot order the keys)."""
+        only when the numpy path cannot order the keys); called with the plan's
+        ``avg_intervals`` when ``averages`` is asked for. ``averages``: a list that gets, per
+        entry of ``plan.avg_intervals``, the noisy SUM and COUNT of each result row, in the
+        rows' order (dpsql.release.avg_rows)."""
         if plan.fast_path is not None:
-            out = fast_post_process(plan, bins, noisy, rules, raw_counts=raw_counts)
+            out = fast_post_process(plan, bins, noisy, rules, raw_counts=raw_counts,
+                                    averages=averages)
             if out is not None:
                 return out
-        return finish(self._sql_rows(plan, bins, noisy, params, post_sql), rules,
+        return finish(self._sql_rows(plan, bins, noisy, params, post_sql, averages), rules,
                       raw_counts=raw_counts)
 
     def _sql_rows(self, plan: ExecutionPlan, bins: Bins, noisy: list[np.ndarray],
-                  params: Sequence[Any], post_sql: Callable[[], tuple[str, tuple[int, ...]]]
-                  ) -> Rows:
-        """The plan's post-processing SQL over the noisy table."""
-        if plan.post_sql is not None:
+                  params: Sequence[Any], post_sql: Callable[..., tuple[str, tuple[int, ...]]],
+                  averages: list[tuple[np.ndarray, np.ndarray]] | None = None) -> Rows:
+        """The plan's post-processing SQL over the noisy table; with ``averages``, the SQL
+        that also selects each AVG's SUM and COUNT, stripped from the rows into it."""
+        hidden = 2 * len(plan.avg_intervals) if averages is not None else 0
+        if hidden and plan.avg_post_sql is not None:
+            sql, positions = plan.avg_post_sql, plan.post_params
+        elif hidden:
+            sql, positions = post_sql(plan.avg_intervals)
+        elif plan.post_sql is not None:
             sql, positions = plan.post_sql, plan.post_params
         else:
             sql, positions = post_sql()
@@ -80,6 +91,13 @@ class PostProcessor:
                 types = [str(d[1]) for d in result.description]
         finally:
             cur.close()
+        if hidden:
+            assert averages is not None
+            extra = [r[-hidden:] for r in rows]
+            for k in range(0, hidden, 2):
+                averages.append((np.array([e[k] for e in extra], dtype=np.float64),
+                                 np.array([e[k + 1] for e in extra], dtype=np.float64)))
+            rows, types = [r[:-hidden] for r in rows], types[:-hidden]
         return plan.output_names, tuple(types), rows
 
     def over_tables(self, tables: Sequence[tuple[str, tuple[str, tuple[int, ...]], Bins,
@@ -148,11 +166,12 @@ def _post_errors() -> Iterator[None]:
 
 
 def fast_post_process(plan: ExecutionPlan, bins: Bins, noisy: list[np.ndarray],
-                      rules: Sequence[OutputRule] = (), *, raw_counts: bool = False
+                      rules: Sequence[OutputRule] = (), *, raw_counts: bool = False,
+                      averages: list[tuple[np.ndarray, np.ndarray]] | None = None
                       ) -> Rows | None:
     """Pick (and order) output columns with numpy: the post-processing that needs no SQL;
     each column then finished by its rule (dpsql.execute.typed.finish_columns, before the
-    rows are built).
+    rows are built). ``averages``: as :meth:`PostProcessor.rows`'.
 
     Returns None when an ORDER BY cannot be evaluated here (a NULL or mixed-type group key),
     and the caller runs the post-processing SQL instead.
@@ -188,6 +207,10 @@ def fast_post_process(plan: ExecutionPlan, bins: Bins, noisy: list[np.ndarray],
                 sort_keys.append(-values if descending else values)
         order = sort_order(sort_keys[::-1], bins.n_bins)
         columns = [None if c is None else c[order] for c in columns]
+    if averages is not None:
+        for average in plan.avg_intervals:
+            parts = (noisy[average.total], noisy[average.count])
+            averages.append(parts if order is None else (parts[0][order], parts[1][order]))
     filled = [bins.key(spec.index, order) if c is None else c
               for c, spec in zip(columns, plan.fast_path, strict=True)]
     out_types, finished = finish_columns(types, filled, rules, raw_counts=raw_counts)

@@ -48,6 +48,10 @@ class ColumnRelease:
     #: R2T columns (a privacy unit, no GROUP BY: dpsql.units): a 95% interval computed from
     #: the noisy levels alone (post-processing; dpsql.noise.r2t says what it covers)
     interval_95: tuple[float, float] | None = None
+    #: a grouped AVG (pure SUM and COUNT, GROUP BY): each result row's 95% interval, in the
+    #: rows' order, all rows together (dpsql.release.avg_rows: from the row's noisy SUM and
+    #: COUNT and their public half-widths: post-processing)
+    row_intervals_95: tuple[tuple[float, float], ...] | None = None
     #: the public noise scale of a column that is one pure measurement (Laplace b, or the
     #: Gaussian's sigma); for R2T, the scale of each level's draw (``level_scales``: of its
     #: increment when the levels are noised increments, dpsql.noise.r2t)
@@ -169,20 +173,37 @@ def _post_processing(parts: list[NoisePlan]) -> str | None:
     return None
 
 
+def measurement_half_width(p: NoisePlan, confidence: float, cells: int) -> float | None:
+    """The half-width of one measurement's error at ``confidence`` over ``cells`` bins at once,
+    or None when it is not publishable: not pure (smoothed), R2T (its interval comes from its
+    noisy levels), or released exactly (scale 0). Laplace: ``b ln(cells / beta)``
+    (:func:`dpsql.noise.mechanisms.laplace_half_width`) plus 1/2 for an integer count's
+    discrete noise or the grid step g of a snapped sum; Gaussian: the sigma^2-subgaussian
+    tail (:func:`dpsql.noise.gaussian.gaussian_half_width`) plus g/2 of snapping for sums.
+    Public: the plan's scale and grid are functions of public parameters when it is pure."""
+    if not p.pure or p.r2t is not None or not p.scale > 0:
+        return None
+    if p.sigma is not None:
+        snap = 0.0 if p.measurement.integer else (p.granularity or 0.0) / 2.0
+        return gaussian.gaussian_half_width(p.scale, confidence, cells=max(cells, 1)) + snap
+    width = mechanisms.laplace_half_width(p.scale, confidence, cells=max(cells, 1))
+    return width + (0.5 if p.measurement.integer else (p.granularity or 0.0))
+
+
 def _gaussian_accuracy(p: NoisePlan, n_bins: int) -> tuple[float, dict[str, Any]]:
     """(95% half-width over all bins, the Gaussian record fields) of a column that is one bare
     pure Gaussian measurement (for any other column sigma is not the column's own, so only the
     calibration is recorded). The noise is g N_Z(0, sigma^2) (g = 1 for counts): sigma^2-subgaussian
     (:func:`dpsql.noise.gaussian.gaussian_half_width`), plus at most g/2 of snapping for sums;
     an integer count's error needs no rounding term."""
-    sigma = p.scale  # sigma in value units (sigma * grid for sums)
-    snap = 0.0 if p.measurement.integer else (p.granularity or 0.0) / 2.0
     beta = 1.0 - CONFIDENCE
     fields: dict[str, Any] = {
-        "calibration": p.calibration, "sigma": sigma,
-        "accuracy_alpha": gaussian.gaussian_half_width(sigma, CONFIDENCE) + snap,
+        "calibration": p.calibration, "sigma": p.scale,  # in value units (sigma * grid)
+        "accuracy_alpha": measurement_half_width(p, CONFIDENCE, 1),
         "accuracy_beta": round(beta, 12)}
-    return gaussian.gaussian_half_width(sigma, CONFIDENCE, cells=max(n_bins, 1)) + snap, fields
+    width = measurement_half_width(p, CONFIDENCE, n_bins)
+    assert width is not None  # a pure Gaussian measurement
+    return width, fields
 
 
 def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ...],
@@ -221,10 +242,8 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
         elif single and parts[0].sigma is not None and col.bare_aggregate:
             width, extra = _gaussian_accuracy(parts[0], n_bins)
         elif single and col.bare_aggregate:
-            p = parts[0]
-            width = mechanisms.laplace_half_width(p.scale, CONFIDENCE, cells=max(n_bins, 1))
             # discrete counts: integer error <= alpha + 1/2; sums: <= alpha + grid step
-            width += 0.5 if p.measurement.integer else (p.granularity or 0.0)
+            width = measurement_half_width(parts[0], CONFIDENCE, n_bins)
         if single and col.bare_aggregate and parts[0].r2t is None and parts[0].scale > 0:
             extra["noise_scale"] = parts[0].scale  # pure: a function of public parameters
         calibrations = sorted({p.calibration for p in parts if p.calibration})

@@ -39,7 +39,15 @@ from dpsql.rewrite.domains import domain_relations, relation_sql
 from dpsql.rewrite.not_in import not_in_as_not_exists, null_safe_not_in
 from dpsql.rewrite.ordered import order_inner_aggregates
 from dpsql.rewrite.parameters import bind_params, number_parameters, used_params
-from dpsql.rewrite.post import NOISY_TABLE, OutputSpec, build_post, fast_order, fast_path
+from dpsql.rewrite.post import (
+    NOISY_TABLE,
+    AvgInterval,
+    OutputSpec,
+    avg_intervals,
+    build_post,
+    fast_order,
+    fast_path,
+)
 from dpsql.rewrite.totality import check_literals_pass, make_total_pass
 from dpsql.units.flat_counts import flat_unit_ids
 from dpsql.units.multi_rewrite import guarded_flat
@@ -121,6 +129,11 @@ class ExecutionPlan:
     #: query a plan may run, so reaching it (which depends on the data) can never meet a
     #: compile error.
     fallback_sql: tuple[str, ...] | None = None
+    #: the output columns that are a bare AVG, for their per-row intervals
+    #: (dpsql.release.avg_rows; none under DISTINCT), and ``post_sql`` with each one's noisy
+    #: SUM and COUNT after the columns (None without ``post_sql``; dpsql.rewrite.post)
+    avg_intervals: tuple[AvgInterval, ...] = ()
+    avg_post_sql: str | None = None
 
     def exact_bindings(self, params: Sequence[Any]) -> dict[str, Any]:
         """Every named parameter ``exact_sql`` takes, from the analyst's qmark ``params``."""
@@ -238,6 +251,9 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
     # an ORDER BY over group-key values that do not sort in Python, NULL or mixed types).
     post_sql = (None if fast is not None
                 else build_post(analysis, query).sql(dialect=DIALECT, copy=False))
+    averages = avg_intervals(analysis, query)
+    avg_post_sql = (None if post_sql is None or not averages
+                    else build_post(analysis, query, averages).sql(dialect=DIALECT, copy=False))
     exact_sql, fallback_sql = exact.bins_sql, None
     flat = guarded_flat(exact_sql, analysis.unit, ctx.sum_exponents)
     if flat is not None:
@@ -263,4 +279,6 @@ def plan_execution(analysis: QueryAnalysis, metadata: Metadata | None = None,
         selected=selected,
         domains_fixed=ctx.domains_fixed and exact.domain_sql is not None,
         fallback_sql=fallback_sql,
+        avg_intervals=averages,
+        avg_post_sql=avg_post_sql,
     )

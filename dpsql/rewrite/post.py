@@ -30,6 +30,17 @@ class OutputSpec:
     bounds: tuple[float, float] | None = None
 
 
+@dataclass(frozen=True)
+class AvgInterval:
+    """An output column that is a bare AVG, for its per-row interval (dpsql.release.avg_rows):
+    where it is and which noisy measurements it is computed from."""
+
+    position: int  #: the output column
+    total: int  #: its SUM measurement
+    count: int  #: its COUNT measurement
+    bounds: tuple[float, float]  #: the argument's clamp bounds [l, u]
+
+
 def _replacement_map(analysis: QueryAnalysis) -> dict[str, exp.Expression]:
     """SQL text of a key / aggregate in the analyst's query -> its noisy column."""
     repl: dict[str, exp.Expression] = {}
@@ -128,11 +139,30 @@ def _to_noisy(node: exp.Expression, analysis: QueryAnalysis, repl) -> exp.Expres
     return copy_tree(node).transform(transform)
 
 
-def build_post(analysis: QueryAnalysis, query: exp.Select) -> exp.Select:
-    """The analyst's outer SELECT, evaluated over NOISY_TABLE."""
+def avg_intervals(analysis: QueryAnalysis, query: exp.Select) -> tuple[AvgInterval, ...]:
+    """The output columns that are a bare ``AVG(x)``, each with its SUM and COUNT: what a
+    per-row interval reads. None under DISTINCT, whose rows are the distinct output values
+    (a row's noisy SUM and COUNT beside them would make two equal averages two rows)."""
+    if query.args.get("distinct") is not None:
+        return ()
+    out = []
+    for position, col in enumerate(analysis.columns):
+        inner = col.node.this if isinstance(col.node, exp.Alias) else col.node
+        if col.kind != "group_key" and col.function == "AVG" and isinstance(inner, exp.Avg):
+            out.append(AvgInterval(position, *_avg_parts(analysis, inner)))
+    return tuple(out)
+
+
+def build_post(analysis: QueryAnalysis, query: exp.Select,
+               avg: Sequence[AvgInterval] = ()) -> exp.Select:
+    """The analyst's outer SELECT, evaluated over NOISY_TABLE; after its columns, each of
+    ``avg``'s noisy SUM and COUNT (``__avg_s<k>``, ``__avg_c<k>``: the caller strips them)."""
     repl = _replacement_map(analysis)
-    post = exp.select(*[_to_noisy(e, analysis, repl) for e in query.expressions]).from_(
-        NOISY_TABLE)
+    hidden = [exp.alias_(exp.column(f"__m{m}"), f"__avg_{side}{k}")
+              for k, spec in enumerate(avg)
+              for side, m in (("s", spec.total), ("c", spec.count))]
+    post = exp.select(*[_to_noisy(e, analysis, repl) for e in query.expressions],
+                      *hidden).from_(NOISY_TABLE)
     having = query.args.get("having")
     if having is not None:
         post = post.where(_to_noisy(having.this, analysis, repl))
@@ -187,12 +217,14 @@ def fast_order(analysis: QueryAnalysis, query: exp.Select) -> tuple[tuple[int, b
     return tuple(terms)
 
 
-def post_processing_sql(analysis: QueryAnalysis) -> tuple[str, tuple[int, ...]]:
+def post_processing_sql(analysis: QueryAnalysis, avg: Sequence[AvgInterval] = ()
+                        ) -> tuple[str, tuple[int, ...]]:
     """The post-processing SQL over NOISY_TABLE and the parameters it uses (what
-    ``ExecutionPlan.post_sql`` holds when there is no fast path)."""
+    ``ExecutionPlan.post_sql`` holds when there is no fast path); with ``avg``, each one's
+    SUM and COUNT after the columns (:func:`build_post`)."""
     query = number_parameters(analysis.query)
     assert isinstance(query, exp.Select)
-    sql = build_post(analysis, query).sql(dialect=DIALECT, copy=False)
+    sql = build_post(analysis, query, avg).sql(dialect=DIALECT, copy=False)
     return sql, used_params(sql)
 
 

@@ -14,6 +14,7 @@ import pytest
 from dpsql.accounting import Ledger
 from dpsql.backends import ledger_identity
 from dpsql.metadata import load_metadata
+from dpsql.release.avg_rows import GROUPED_AVG
 from tests.server.serving import PASSWORDS, ServerProcess, launch, prepare
 
 # one xdist worker runs this module: its server process is
@@ -84,3 +85,26 @@ def test_a_query_without_epsilon_says_how_a_session_sets_one(server: ServerProce
                         match=r"SET dpsql\.epsilon = 0\.1") as caught):
         conn.execute("SELECT COUNT(*) FROM orders")  # bob has no default epsilon
     assert "cursor.execute" not in str(caught.value)
+
+
+def test_psycopg_reads_a_grouped_avgs_interval_per_row(server: ServerProcess) -> None:
+    """Under the unit a grouped AVG is the two-stage's noisy SUM over noisy COUNT per group;
+    its record in the NOTICE detail carries one 95% interval per row, in the rows' order
+    (dpsql.release.avg_rows), each holding its row's value, with the words for what it
+    covers."""
+    details: list[str] = []
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: details.append(d.message_detail or ""))
+        cur = conn.cursor()
+        cur.execute("SET dpsql.epsilon = 2")
+        cur.execute("SELECT status, AVG(order_cost) AS a FROM orders GROUP BY status "
+                    "ORDER BY a DESC")
+        rows = cur.fetchall()
+    column = json.loads(details[-1])["columns"][1]
+    intervals = column["row_intervals_95"]
+    assert len(intervals) == len(rows) > 1
+    for (_, value), (low, high) in zip(rows, intervals, strict=True):
+        assert 0 <= low <= high <= 500
+        assert value is None or low <= value <= high
+    assert column["accuracy_note"].endswith(GROUPED_AVG)
+    assert "covers the noise, not this truncation" in column["accuracy_note"]

@@ -164,3 +164,30 @@ def test_json_output_has_numbers_for_typed_sums(capsys, tmp_path):
     ((s, q),) = json.loads(capsys.readouterr().out)["rows"]
     assert isinstance(s, float) and isinstance(q, int)
     assert abs(s - 1.25) < 10 and abs(q - 3) < 10  # scale 0.2 per sum: fails w.p. e^-50
+
+
+def test_a_grouped_avg_shows_its_interval_per_row(run):
+    """Each row of a grouped AVG gets its 95% interval as two columns beside the value
+    (dpsql.cli.output.with_row_intervals), in the table and in CSV; the JSON output carries
+    the record's ``row_intervals_95`` itself."""
+    code, out, err = run("-e", "1", "--format", "csv",
+                         "SELECT sex, AVG(age) AS a FROM people GROUP BY sex ORDER BY a")
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert header == "sex,a,a low95,a high95"
+    assert len(rows) == 2
+    for line in rows:
+        _, value, low, high = (float(x) for x in line.split(","))
+        assert 0 <= low <= value <= high <= 100
+    assert "a: 95% interval per row (all rows together)" in err
+    code, out, _ = run("-e", "1", "--format", "table", "SELECT sex, AVG(age) AS a FROM people "
+                       "GROUP BY sex")
+    assert code == 0 and "a low95" in out.splitlines()[0]
+    code, out, _ = run("-e", "1", "--format", "json", "SELECT sex, AVG(age) AS a FROM people "
+                       "GROUP BY sex")
+    doc = json.loads(out)
+    assert doc["columns"] == ["sex", "a"]  # the data are the query's
+    intervals = doc["release"]["columns"][1]["row_intervals_95"]
+    assert len(intervals) == len(doc["rows"]) == 2
+    for (_, value), (low, high) in zip(doc["rows"], intervals, strict=True):
+        assert low <= value <= high

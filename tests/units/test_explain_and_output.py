@@ -11,6 +11,7 @@ import pytest
 from dpsql.analysis.explain import explain, explain_text
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.cli.output import release_line
+from dpsql.release.avg_rows import GROUPED_AVG
 from dpsql.release.record import NOT_PUBLISHABLE, R2T_AVG, ColumnRelease, Release
 from dpsql.server.statements import release_notice
 from tests.db_files import writing
@@ -163,12 +164,12 @@ def test_a_grouped_release_says_its_values_are_of_what_the_units_keep(tmp_path):
     assert all(c.accuracy_note.startswith(note) for c in values), values
     assert "the 95% interval covers the noise, not this truncation" in values[0].accuracy_note
     assert values[0].half_width_95 is not None  # the noise's interval stays
-    # the AVG (noisy SUM / noisy COUNT per group) has no half-width, and its note says so
-    # rather than speak of an interval it lacks (the audit of #17)
+    # the AVG (noisy SUM / noisy COUNT per group) has no half-width: a 95% interval per row
+    # instead (dpsql.release.avg_rows), and its note says so
     avg = values[2]
     assert avg.half_width_95 is None and avg.interval_95 is None
-    assert "95% interval covers" not in avg.accuracy_note
-    assert "no interval: computed from several noisy measurements" in avg.accuracy_note
+    assert avg.row_intervals_95 is not None and len(avg.row_intervals_95) == len(result.rows)
+    assert avg.accuracy_note.endswith(GROUPED_AVG)
     line = release_line(result.release)
     assert f"n, s: {note}" in line and f"a: {note}" in line
     # the footer shows the public noise scales the record carries (issue #17: the shell shows

@@ -1,0 +1,205 @@
+"""dpsql.release.avg_rows: a grouped AVG's 95% interval per result row, through the engine
+(fast and SQL post-processing, ORDER BY, HAVING, LIMIT, partition selection, a privacy unit's
+two-stage, the answer cache) and its arithmetic. Coverage is tests/statistical's
+test_grouped_avg_interval.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget import Budget
+from dpsql.metadata import Column, Domain, Metadata, Table
+from dpsql.noise import mechanisms
+from dpsql.noise.plan import plan_noise
+from dpsql.release.avg_rows import GROUPED_AVG, MEASUREMENT_CONFIDENCE, row_intervals
+from dpsql.release.record import measurement_half_width
+from dpsql.rewrite.post import AvgInterval
+from dpsql.session import Session
+from dpsql.units.avg import ratio_interval
+from tests.db_files import writing
+from tests.ledgers import charging_session
+from tests.units import tiny
+
+BOUNDS = (0.0, 10.0)
+
+
+def _metadata() -> Metadata:
+    return Metadata({"t": Table("t", {
+        "g": Column("g", type="INTEGER", releasable=True, domain=Domain(values=(1, 2, 3, 4))),
+        "x": Column("x", type="DOUBLE", bounds=BOUNDS),
+        "y": Column("y", type="INTEGER", bounds=(0, 5))})})
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    path = tmp_path_factory.mktemp("avg-rows") / "t.duckdb"
+    with writing(path) as con:
+        con.execute("CREATE TABLE t (g INTEGER, x DOUBLE, y INTEGER)")
+        rows = [(1 + i % 3, float(i % 11), i % 6) for i in range(600)]  # group 4 is empty
+        con.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
+    backend = DuckDBBackend(str(path), _metadata())
+    yield Session(_metadata(), backend)
+    backend.close()
+
+
+def _checked(result, column: str) -> tuple[tuple[float, float], ...]:
+    """The column's row intervals, after checking each holds its row's AVG (a noisy COUNT
+    >= 1 makes the released ratio a point of the interval's box: it must lie inside)."""
+    position = result.names.index(column)
+    record = result.release.columns[position]
+    intervals = record.row_intervals_95
+    assert intervals is not None and len(intervals) == len(result.rows)
+    assert record.accuracy_note.startswith(GROUPED_AVG)
+    for row, (low, high) in zip(result.rows, intervals, strict=True):
+        assert BOUNDS[0] <= low <= high <= BOUNDS[1]
+        if row[position] is not None:
+            assert low <= row[position] <= high, (row, low, high)
+    return intervals
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT g, AVG(x) AS a FROM t GROUP BY g",  # fast path
+    "SELECT g, AVG(x) AS a FROM t GROUP BY g ORDER BY a DESC",  # fast path, ordered
+    "SELECT g, AVG(x) AS a, COUNT(*) AS n FROM t GROUP BY g HAVING COUNT(*) > 100 "
+    "ORDER BY a LIMIT 2",  # the post-processing SQL
+    "SELECT AVG(x) AS a, g, AVG(y) AS b FROM t GROUP BY g ORDER BY g DESC",  # two AVGs
+    "SELECT g, AVG(x) + 0 AS s, AVG(x) AS a FROM t GROUP BY g LIMIT 3",
+])
+def test_each_rows_interval_holds_its_own_average(session, sql):
+    result = session.run(sql, epsilon=1.0)
+    intervals = _checked(result, "a")
+    if "AVG(y)" in sql:
+        _checked(result, "b")
+    if "+ 0" in sql:  # arithmetic of an AVG: no interval
+        assert result.release.columns[result.names.index("s")].row_intervals_95 is None
+    assert len(set(intervals)) == len(intervals)  # each row its own
+
+
+def test_rows_reordered_by_the_average_keep_their_own_intervals(session):
+    """The same release read twice in two orders would need the same noise: instead, one
+    release's rows sorted by the AVG must carry intervals sorted with them (each still holds
+    its own value, and their midpoints follow the values' order roughly, never a fixed
+    per-group order)."""
+    result = session.run("SELECT g, AVG(x) AS a FROM t GROUP BY g ORDER BY a", epsilon=50.0)
+    intervals = _checked(result, "a")
+    values = [r[1] for r in result.rows if r[1] is not None]
+    assert values == sorted(values)
+    assert len(intervals) == 4
+
+
+def test_no_row_intervals_under_distinct(session):
+    result = session.run("SELECT DISTINCT AVG(x) AS a FROM t GROUP BY g", epsilon=1.0)
+    assert result.release.columns[0].row_intervals_95 is None
+    result = session.run("SELECT AVG(x) AS a FROM t", epsilon=1.0)  # no GROUP BY: one row
+    assert len(_checked(result, "a")) == 1
+
+
+def test_the_interval_is_the_ratio_range_over_both_97_5_percent_half_widths():
+    """row_intervals by hand: half-widths at 97.5% over the release's cells (Laplace's b
+    ln(cells / 0.025) plus 1/2 for a count, plus the grid step for a sum)."""
+    md = _metadata()
+    session = Session(md, DuckDBBackend(None, md))
+    prepared = session.prepare("SELECT g, AVG(x) AS a FROM t GROUP BY g")
+    plans = plan_noise(prepared.analysis, Budget(1.0, 0.0))
+    (spec,) = prepared.plan.avg_intervals
+    assert spec == AvgInterval(1, spec.total, spec.count, BOUNDS)
+    totals, counts = np.array([100.0, -3.0, 50.0]), np.array([20.0, 0.0, 1.0])
+    got = row_intervals(spec, plans, 4, totals, counts)
+    h_s = mechanisms.laplace_half_width(plans[spec.total].scale, MEASUREMENT_CONFIDENCE,
+                                        cells=4) + plans[spec.total].granularity
+    h_c = mechanisms.laplace_half_width(plans[spec.count].scale, MEASUREMENT_CONFIDENCE,
+                                        cells=4) + 0.5
+    assert h_s == measurement_half_width(plans[spec.total], MEASUREMENT_CONFIDENCE, 4)
+    assert h_c == measurement_half_width(plans[spec.count], MEASUREMENT_CONFIDENCE, 4)
+    assert got == tuple(ratio_interval((s - h_s, s + h_s), (c - h_c, c + h_c), BOUNDS)
+                        for s, c in zip(totals, counts, strict=True))
+    assert math.isclose(MEASUREMENT_CONFIDENCE, 0.975)
+    session.close()
+
+
+def test_a_privacy_units_two_stage_says_what_the_interval_does_not_cover(tmp_path):
+    path = tiny.write_file(tmp_path / "shop.duckdb", {
+        "customer": [(c, 1 + c % 2) for c in range(1, 41)],
+        "orders": [(o, 1 + o % 40, o % 7) for o in range(1, 121)],
+        "items": [(1 + i % 120, i % 5, 1 + i % 3) for i in range(300)],
+        "regions": [(1,), (2,)]})
+    md = tiny.metadata(max_groups=3, max_rows_per_group=4)
+    backend = DuckDBBackend(str(path), md)
+    try:
+        result = Session(md, backend).run(
+            "SELECT kind, AVG(qty) AS a FROM items GROUP BY kind", epsilon=2.0)
+        column = result.release.columns[1]
+        assert column.row_intervals_95 is not None and len(column.row_intervals_95) == 3
+        assert "covers the noise, not this truncation" in column.accuracy_note
+        for row, (low, high) in zip(result.rows, column.row_intervals_95, strict=True):
+            assert tiny.QTY_BOUNDS[0] <= low <= high <= tiny.QTY_BOUNDS[1]
+            assert row[1] is None or low <= row[1] <= high
+    finally:
+        backend.close()
+
+
+def test_a_cached_repeat_returns_the_same_intervals(tmp_path):
+    path = tmp_path / "t.duckdb"
+    with writing(path) as con:
+        con.execute("CREATE TABLE t AS SELECT (1 + i % 3)::INTEGER AS g, (i % 11)::DOUBLE AS x, "
+                    "(i % 6)::INTEGER AS y FROM range(300) r(i)")
+    with charging_session(path, _metadata(), tmp_path / "ledger.sqlite") as session:
+        first = session.run("SELECT g, AVG(x) AS a FROM t GROUP BY g", epsilon=1.0)
+        again = session.run("SELECT g, AVG(x) AS a FROM t GROUP BY g", epsilon=1.0)
+        assert again.release.cached and again.rows == first.rows
+        assert [tuple(i) for i in again.release.columns[1].row_intervals_95] == list(
+            first.release.columns[1].row_intervals_95)
+
+
+def test_a_smoothed_release_gets_no_row_interval(tmp_path):
+    """A join of private tables: the SUM's and COUNT's scales are smoothed (data-dependent),
+    so no half-width, hence no row interval, may be published."""
+    md = Metadata({
+        "t": Table("t", {
+            "g": Column("g", type="INTEGER", releasable=True, domain=Domain(values=(1, 2))),
+            "k": Column("k", type="INTEGER", max_freq=3),
+            "x": Column("x", type="DOUBLE", bounds=BOUNDS)}),
+        "u": Table("u", {"k": Column("k", type="INTEGER", max_freq=2)})})
+    path = tmp_path / "j.duckdb"
+    with writing(path) as con:
+        con.execute("CREATE TABLE t AS SELECT (1 + i % 2)::INTEGER AS g, (i % 50)::INTEGER AS k, "
+                    "(i % 11)::DOUBLE AS x FROM range(150) r(i)")
+        con.execute("CREATE TABLE u AS SELECT (i % 50)::INTEGER AS k FROM range(100) r(i)")
+    backend = DuckDBBackend(str(path), md)
+    try:
+        result = Session(md, backend).run(
+            "SELECT t.g, AVG(t.x) AS a FROM t JOIN u ON t.k = u.k GROUP BY t.g",
+            epsilon=1.0, delta=1e-6)
+        column = result.release.columns[1]
+        assert column.row_intervals_95 is None
+        assert column.accuracy_note == "accuracy not publishable: data-dependent noise"
+    finally:
+        backend.close()
+
+
+def test_an_order_the_numpy_path_cannot_sort_falls_back_to_sql_with_the_intervals(tmp_path):
+    """Keys of mixed types do not sort in Python: the fast path gives up and the plan's SQL,
+    built then with the AVG's SUM and COUNT after the columns, orders the rows; each row keeps
+    its own interval."""
+    md = Metadata({"t": Table("t", {
+        "g": Column("g", type="VARCHAR", releasable=True,
+                    domain=Domain(values=("b", None, "a"))),
+        "x": Column("x", type="DOUBLE", bounds=BOUNDS)})})
+    path = tmp_path / "n.duckdb"
+    with writing(path) as con:
+        con.execute("CREATE TABLE t AS SELECT CASE i % 3 WHEN 0 THEN 'a' WHEN 1 THEN 'b' END "
+                    "AS g, (i % 11)::DOUBLE AS x FROM range(300) r(i)")
+    backend = DuckDBBackend(str(path), md)
+    try:
+        session = Session(md, backend)
+        prepared = session.prepare("SELECT g, AVG(x) AS a FROM t GROUP BY g ORDER BY g")
+        assert prepared.plan.fast_path is not None and prepared.plan.avg_post_sql is None
+        result = session.run("SELECT g, AVG(x) AS a FROM t GROUP BY g ORDER BY g", epsilon=1.0)
+        assert [r[0] for r in result.rows] == ["a", "b", None]
+        _checked(result, "a")
+    finally:
+        backend.close()
