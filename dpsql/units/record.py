@@ -24,10 +24,10 @@ def two_stage_note(release: UnitRelease | None, interval: bool = True) -> str | 
     """The words for a GROUP BY's noisy columns under a privacy unit (the two-stage, whose
     kappa and C truncate a unit that reaches more), or None for every other release (R2T has
     its own; a derived table grouped by the unit and the unit table alone keep every unit whole,
-    dpsql.units.analysis). ``interval``: whether the column has a 95% half-width to qualify;
-    a column computed from several measurements (an AVG: noisy SUM / noisy COUNT per group,
-    whose error varies by group) has none, and the words say so and where to find one.
-    Public: the owner's bounds alone."""
+    dpsql.units.analysis). ``interval``: whether the column has a 95% interval to qualify (a
+    half-width; a bare AVG's per row, dpsql.release.avg_rows); other columns computed from
+    several measurements (a variance, arithmetic of aggregates, a DISTINCT of AVGs) have none,
+    and the words say so and where to find one. Public: the owner's bounds alone."""
     if release is None or release.r2t or release.derived or release.alone:
         return None
     u = release.unit
@@ -35,8 +35,8 @@ def two_stage_note(release: UnitRelease | None, interval: bool = True) -> str | 
             f"{u.max_rows_per_group} row(s)' worth per group, so low where a unit reaches more")
     if interval:
         return kept + "; the 95% interval covers the noise, not this truncation"
-    return kept + ("; no interval: computed from several noisy measurements per group (an "
-                   "AVG is noisy SUM / noisy COUNT: select those for their 95% intervals)")
+    return kept + ("; no interval: computed from several noisy measurements per group "
+                   "(select them for their 95% intervals; a bare AVG gets one per row)")
 
 
 def with_two_stage_note(record: Release, release: UnitRelease | None) -> Release:

@@ -138,6 +138,14 @@ def test_a_privacy_units_two_stage_says_what_the_interval_does_not_cover(tmp_pat
         for row, (low, high) in zip(result.rows, column.row_intervals_95, strict=True):
             assert tiny.QTY_BOUNDS[0] <= low <= high <= tiny.QTY_BOUNDS[1]
             assert row[1] is None or low <= row[1] <= high
+        # a variance has no interval: its words say so, and where one is
+        result = Session(md, backend).run(
+            "SELECT kind, STDDEV(qty) AS sd FROM items GROUP BY kind", epsilon=2.0)
+        column = result.release.columns[1]
+        assert column.row_intervals_95 is None and column.half_width_95 is None
+        assert column.accuracy_note.endswith(
+            "no interval: computed from several noisy measurements per group (select them for "
+            "their 95% intervals; a bare AVG gets one per row)")
     finally:
         backend.close()
 
