@@ -13,7 +13,10 @@ fills types from the database and rejects any key still untyped.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
+
+from sqlglot import exp
 
 from dpsql.analysis.blocks import BlockQuery, analyze_request
 from dpsql.analysis.elastic import analyze
@@ -28,7 +31,9 @@ from dpsql.errors import Error
 from dpsql.metadata import Metadata
 from dpsql.noise.partition import EXPLAIN_SIZES, SelectionPlan, describe, plan_with_selection
 from dpsql.noise.plan import NoisePlan, plan_noise, split_budget
-from dpsql.release.record import r2t_note
+from dpsql.release.avg_rows import MEASUREMENT_CONFIDENCE
+from dpsql.release.record import measurement_half_width, r2t_note
+from dpsql.rewrite.post import avg_intervals
 from dpsql.sample_aggregate.analysis import mentions_wrapper
 from dpsql.sample_aggregate.explain import (
     explain_sample_aggregate,
@@ -270,11 +275,29 @@ def _text(sql: str, md: Metadata, epsilon: float, delta: float, distance: int) -
     return "\n".join(lines)
 
 
+def _avg_lines(analysis: QueryAnalysis, plans: Sequence[NoisePlan]) -> list[str]:
+    """Which output columns get a 95% interval per row (a bare AVG of pure measurements:
+    dpsql.release.avg_rows), from the SQL and the plans' public parameters."""
+    if not isinstance(analysis.query, exp.Select):
+        return []
+    out = []
+    for spec in avg_intervals(analysis, analysis.query):
+        if any(measurement_half_width(plans[i], MEASUREMENT_CONFIDENCE, 1) is None
+               for i in (spec.total, spec.count)):
+            continue
+        low, high = spec.bounds
+        out.append(f"  {analysis.columns[spec.position].name}: noisy SUM / noisy COUNT per "
+                   f"row, within [{low:g}, {high:g}]; a 95% interval per row, the ratio's "
+                   "range over their 97.5% half-widths (post-processing of the release)")
+    return ["", "output intervals:", *out] if out else []
+
+
 def _analysis_lines(analysis: QueryAnalysis, epsilon: float, delta: float,
                     distance: int) -> list[str]:
     """The derivation of one release (see :func:`explain_text`)."""
     if analysis.unit is not None:
-        return unit_lines(analysis, *_plans(analysis, Budget(epsilon, delta), 0), epsilon)
+        plans, selection = _plans(analysis, Budget(epsilon, delta), 0)
+        return unit_lines(analysis, plans, selection, epsilon) + _avg_lines(analysis, plans)
     plans, selection = _plans(analysis, Budget(epsilon, delta), distance)
     lines = ["query (qualified):", "  " + analysis.query.sql(dialect=DIALECT), "",
              "relational tree (S(k): stability at distance k):"]
@@ -322,7 +345,7 @@ def _analysis_lines(analysis: QueryAnalysis, epsilon: float, delta: float,
                 f"    pure (ES does not depend on k): Laplace scale ES/epsilon = {p.scale:.12g}  "
                 f"(epsilon {p.epsilon:g}, delta 0)"
             )
-    return lines
+    return lines + _avg_lines(analysis, plans)
 
 
 def _selection_lines(plan: SelectionPlan) -> list[str]:

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from dpsql.analysis.explain import explain_text
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.budget import Budget
 from dpsql.metadata import Column, Domain, Metadata, Table
@@ -211,3 +212,17 @@ def test_an_order_the_numpy_path_cannot_sort_falls_back_to_sql_with_the_interval
         _checked(result, "a")
     finally:
         backend.close()
+
+
+def test_explain_names_the_columns_with_a_row_interval():
+    text = explain_text("SELECT g, AVG(x) AS a, AVG(x) * 2 AS b FROM t GROUP BY g", _metadata(),
+                        epsilon=1.0, delta=0.0)
+    assert "output intervals:\n  a: noisy SUM / noisy COUNT per row, within [0, 10]" in text
+    assert "  b:" not in text.split("output intervals:")[1]
+    md = tiny.metadata(max_groups=3, max_rows_per_group=2)
+    grouped = explain_text("SELECT kind, AVG(qty) AS a FROM items GROUP BY kind", md,
+                           epsilon=1.0, delta=0.0)
+    assert "output intervals:\n  a: noisy SUM / noisy COUNT per row, within [0, 4]" in grouped
+    # R2T (a unit, no GROUP BY): its own interval from the noisy levels, not this one
+    r2t = explain_text("SELECT AVG(qty) AS a FROM items", md, epsilon=1.0, delta=0.0)
+    assert "output intervals:" not in r2t
