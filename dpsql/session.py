@@ -348,9 +348,12 @@ class Session(OtherReleases):
                                   lambda avg=(): post_processing_sql(prepared.analysis, avg),
                                   prepared.outputs, raw_counts=raw_counts, averages=averages)
             if averages:
+                # all rows together: union-bounded over every bin, or, under partition
+                # selection, over every kept group (their number is the selection's output;
+                # the record's own half-widths there are per group)
+                cells = bins.n_bins if selection is not None else domains.n_bins
                 finish.append(lambda r: with_row_intervals(
-                    r, plan.avg_intervals, averages, plans, domains.n_bins,
-                    two_stage_note(unit)))
+                    r, plan.avg_intervals, averages, plans, cells, two_stage_note(unit)))
             return out
 
         return self._charged(record, values, charge, sql, cache_key, compute, finish,

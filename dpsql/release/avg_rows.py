@@ -9,9 +9,10 @@ each has a public half-width at any confidence (:func:`dpsql.release.record
 Nothing but released values and public parameters is read, and nothing is charged.
 
 What it covers. ``h_S`` and ``h_C`` are the half-widths at 97.5% over all the release's bins
-at once (the cells the record's own half-widths are union-bounded over: every group, or one
-per group under partition selection), so with probability >= 95% (union bound over the two
-measurements; no independence needed) every row's exact SUM and COUNT lie in their boxes
+at once (every group; under partition selection every kept group -- their number is the
+selection's output, and the two measurements' noise is drawn apart from it -- where the
+record's own half-widths are per group), so with probability >= 95% (union bound over the
+two measurements; no independence needed) every row's exact SUM and COUNT lie in their boxes
 together. On that event each row whose exact COUNT is at least 1 has its exact average -- of
 the values clamped into [l, u], as released: under a privacy unit the two-stage's truncated
 SUM and COUNT, so the interval covers the noise, not that truncation -- inside its interval.
@@ -46,8 +47,8 @@ def row_intervals(spec: AvgInterval, plans: Sequence[NoisePlan], cells: int,
                   ) -> tuple[tuple[float, float], ...] | None:
     """Each row's interval (module docstring) from its noisy SUM ``totals[i]`` and COUNT
     ``counts[i]`` (in the rows' order), or None when either measurement has no public
-    half-width (smoothed, R2T, or exact). ``cells``: the bins the release's half-widths are
-    union-bounded over (the record's ``n_bins``)."""
+    half-width (smoothed, R2T, or exact). ``cells``: the bins the rows' half-widths are
+    union-bounded over (the release's bins; its kept groups under partition selection)."""
     h_total = measurement_half_width(plans[spec.total], MEASUREMENT_CONFIDENCE, cells)
     h_count = measurement_half_width(plans[spec.count], MEASUREMENT_CONFIDENCE, cells)
     if h_total is None or h_count is None:

@@ -15,6 +15,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.budget import Budget
 from dpsql.metadata import Column, Domain, Metadata, Table
 from dpsql.noise import mechanisms
+from dpsql.noise.partition import plan_with_selection
 from dpsql.noise.plan import plan_noise
 from dpsql.release.avg_rows import GROUPED_AVG, MEASUREMENT_CONFIDENCE, row_intervals
 from dpsql.release.record import measurement_half_width
@@ -226,3 +227,35 @@ def test_explain_names_the_columns_with_a_row_interval():
     # R2T (a unit, no GROUP BY): its own interval from the noisy levels, not this one
     r2t = explain_text("SELECT AVG(qty) AS a FROM items", md, epsilon=1.0, delta=0.0)
     assert "output intervals:" not in r2t
+
+
+def test_partition_selected_rows_are_union_bounded_over_the_kept_groups(tmp_path):
+    """Under partition selection the record's half-widths are per group (n_bins 1), but a
+    row interval claims all rows together: its SUM's and COUNT's half-widths are over the
+    kept groups (QA of #17: with 300 kept groups, 62 of 100 releases missed some row when
+    they were per group). The bare SUM and COUNT are the AVG's own measurements, so each
+    row's interval can be rebuilt from them."""
+    md = Metadata({"t": Table("t", {
+        "c": Column("c", type="INTEGER", releasable=True, partition_selection=True),
+        "x": Column("x", type="DOUBLE", bounds=BOUNDS)})})
+    path = tmp_path / "p.duckdb"
+    with writing(path) as con:
+        con.execute("CREATE TABLE t AS SELECT (i % 40)::INTEGER AS c, (i % 13)::DOUBLE AS x "
+                    "FROM range(40 * 400) r(i)")
+    backend = DuckDBBackend(str(path), md)
+    try:
+        session = Session(md, backend)
+        sql = "SELECT c, AVG(x) AS a, SUM(x) AS s, COUNT(x) AS n FROM t GROUP BY c"
+        result = session.run(sql, epsilon=3.0, delta=1e-6, raw_counts=True)
+        assert len(result.rows) == 40  # every group of 400 rows is kept
+        intervals = _checked(result, "a")
+        prepared = session.prepare(sql)
+        plans, _ = plan_with_selection(prepared.analysis, Budget(3.0, 1e-6))
+        (spec,) = prepared.plan.avg_intervals
+        h_s, h_c = (measurement_half_width(plans[m], MEASUREMENT_CONFIDENCE, 40)
+                    for m in (spec.total, spec.count))
+        assert h_s > measurement_half_width(plans[spec.total], MEASUREMENT_CONFIDENCE, 1)
+        for (_, _, s, n), (low, high) in zip(result.rows, intervals, strict=True):
+            assert (low, high) == ratio_interval((s - h_s, s + h_s), (n - h_c, n + h_c), BOUNDS)
+    finally:
+        backend.close()
