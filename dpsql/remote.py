@@ -65,7 +65,7 @@ def _release_of(detail: str | None) -> Release | None:
         return None
     try:
         data = json.loads(detail)
-        columns = tuple(ColumnRelease(**c) for c in data.pop("columns"))
+        columns = tuple(ColumnRelease.from_json(c) for c in data.pop("columns"))
         return Release(columns=columns, **data)
     except (ValueError, TypeError, KeyError):
         return None

@@ -170,22 +170,10 @@ def load_payload(payload: bytes) -> Result:
     # every cache hit); bytes that are not ASCII raise ValueError, a damaged entry
     doc = json.loads(payload.decode("ascii"))
     rel = dict(doc["release"])
-    rel["columns"] = tuple(ColumnRelease(**_column_fields(c)) for c in rel["columns"])
+    rel["columns"] = tuple(ColumnRelease.from_json(c) for c in rel["columns"])
     release = Release(**rel, cached=True)
     rows = [tuple(_decode(v) for v in row) for row in doc["rows"]]
     return Result(tuple(doc["names"]), tuple(doc["types"]), rows, release)
-
-
-def _column_fields(doc: dict[str, Any]) -> dict[str, Any]:
-    """A column record's fields as JSON gave them, with its tuples (JSON arrays, read as
-    lists) tuples again: a cached repeat's record equals (and hashes as) the first's."""
-    out = dict(doc)
-    for name in ("interval_95", "level_scales"):
-        if out.get(name) is not None:
-            out[name] = tuple(out[name])
-    if out.get("row_intervals_95") is not None:
-        out["row_intervals_95"] = tuple(tuple(pair) for pair in out["row_intervals_95"])
-    return out
 
 
 def cache_entry(key: str | None, result: Result) -> tuple[str, bytes] | None:

@@ -67,6 +67,20 @@ class ColumnRelease:
     grid_step: float | None = None
 
 
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ColumnRelease:
+        """A column record as JSON gave it (the answer cache's payload, the server's NOTICE),
+        with its tuples (JSON arrays, read as lists) tuples again: it equals (and hashes as)
+        the record it was written from."""
+        out = dict(doc)
+        for name in ("interval_95", "level_scales"):
+            if out.get(name) is not None:
+                out[name] = tuple(out[name])
+        if out.get("row_intervals_95") is not None:
+            out["row_intervals_95"] = tuple(tuple(pair) for pair in out["row_intervals_95"])
+        return cls(**out)
+
+
 #: the record's words for a column whose noise scale is data-dependent (smoothed)
 NOT_PUBLISHABLE = "accuracy not publishable: data-dependent noise"
 #: the record's words for an AVG under R2T (:func:`r2t_note`; its interval_95 is

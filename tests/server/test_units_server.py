@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+import dpsql
 from dpsql.accounting import Ledger
 from dpsql.backends import ledger_identity
 from dpsql.metadata import load_metadata
@@ -108,3 +109,19 @@ def test_psycopg_reads_a_grouped_avgs_interval_per_row(server: ServerProcess) ->
         assert value is None or low <= value <= high
     assert column["accuracy_note"].endswith(GROUPED_AVG)
     assert "covers the noise, not this truncation" in column["accuracy_note"]
+
+
+def test_the_remote_driver_reads_the_row_intervals_as_the_record_holds_them(
+        server: ServerProcess) -> None:
+    """dpsql.connect(url): the record rebuilt from the NOTICE keeps its tuples (JSON gives
+    lists), one (low, high) per row, each holding its row's AVG."""
+    with dpsql.connect(server.url(), epsilon=2.0) as conn:
+        cur = conn.cursor()
+        cur.execute("SELECT status, AVG(order_cost) AS a FROM orders GROUP BY status")
+        rows = cur.fetchall()
+        intervals = cur.release.columns[1].row_intervals_95
+    assert isinstance(intervals, tuple) and all(isinstance(i, tuple) for i in intervals)
+    assert len(intervals) == len(rows)
+    for (_, value), (low, high) in zip(rows, intervals, strict=True):
+        assert value is None or low <= value <= high
+    hash(cur.release)  # a frozen record, tuples all through
