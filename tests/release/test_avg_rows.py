@@ -6,6 +6,8 @@ test_grouped_avg_interval.py."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -34,6 +36,19 @@ def _metadata() -> Metadata:
         "g": Column("g", type="INTEGER", releasable=True, domain=Domain(values=(1, 2, 3, 4))),
         "x": Column("x", type="DOUBLE", bounds=BOUNDS),
         "y": Column("y", type="INTEGER", bounds=(0, 5))})})
+
+
+@contextmanager
+def _session_over(path, md: Metadata, *creates: str) -> Iterator[Session]:
+    """A session over a new DuckDB file at ``path`` made by the ``creates`` statements."""
+    with writing(path) as con:
+        for sql in creates:
+            con.execute(sql)
+    backend = DuckDBBackend(str(path), md)
+    try:
+        yield Session(md, backend)
+    finally:
+        backend.close()
 
 
 @pytest.fixture(scope="module")
@@ -175,21 +190,17 @@ def test_a_smoothed_release_gets_no_row_interval(tmp_path):
             "k": Column("k", type="INTEGER", max_freq=3),
             "x": Column("x", type="DOUBLE", bounds=BOUNDS)}),
         "u": Table("u", {"k": Column("k", type="INTEGER", max_freq=2)})})
-    path = tmp_path / "j.duckdb"
-    with writing(path) as con:
-        con.execute("CREATE TABLE t AS SELECT (1 + i % 2)::INTEGER AS g, (i % 50)::INTEGER AS k, "
-                    "(i % 11)::DOUBLE AS x FROM range(150) r(i)")
-        con.execute("CREATE TABLE u AS SELECT (i % 50)::INTEGER AS k FROM range(100) r(i)")
-    backend = DuckDBBackend(str(path), md)
-    try:
-        result = Session(md, backend).run(
+    with _session_over(
+            tmp_path / "j.duckdb", md,
+            "CREATE TABLE t AS SELECT (1 + i % 2)::INTEGER AS g, (i % 50)::INTEGER AS k, "
+            "(i % 11)::DOUBLE AS x FROM range(150) r(i)",
+            "CREATE TABLE u AS SELECT (i % 50)::INTEGER AS k FROM range(100) r(i)") as session:
+        result = session.run(
             "SELECT t.g, AVG(t.x) AS a FROM t JOIN u ON t.k = u.k GROUP BY t.g",
             epsilon=1.0, delta=1e-6)
         column = result.release.columns[1]
         assert column.row_intervals_95 is None
         assert column.accuracy_note == "accuracy not publishable: data-dependent noise"
-    finally:
-        backend.close()
 
 
 def test_an_order_the_numpy_path_cannot_sort_falls_back_to_sql_with_the_intervals(tmp_path):
@@ -200,20 +211,15 @@ def test_an_order_the_numpy_path_cannot_sort_falls_back_to_sql_with_the_interval
         "g": Column("g", type="VARCHAR", releasable=True,
                     domain=Domain(values=("b", None, "a"))),
         "x": Column("x", type="DOUBLE", bounds=BOUNDS)})})
-    path = tmp_path / "n.duckdb"
-    with writing(path) as con:
-        con.execute("CREATE TABLE t AS SELECT CASE i % 3 WHEN 0 THEN 'a' WHEN 1 THEN 'b' END "
-                    "AS g, (i % 11)::DOUBLE AS x FROM range(300) r(i)")
-    backend = DuckDBBackend(str(path), md)
-    try:
-        session = Session(md, backend)
+    with _session_over(
+            tmp_path / "n.duckdb", md,
+            "CREATE TABLE t AS SELECT CASE i % 3 WHEN 0 THEN 'a' WHEN 1 THEN 'b' END AS g, "
+            "(i % 11)::DOUBLE AS x FROM range(300) r(i)") as session:
         prepared = session.prepare("SELECT g, AVG(x) AS a FROM t GROUP BY g ORDER BY g")
         assert prepared.plan.fast_path is not None and prepared.plan.avg_post_sql is None
         result = session.run("SELECT g, AVG(x) AS a FROM t GROUP BY g ORDER BY g", epsilon=1.0)
         assert [r[0] for r in result.rows] == ["a", "b", None]
         _checked(result, "a")
-    finally:
-        backend.close()
 
 
 def test_explain_names_the_columns_with_a_row_interval():
@@ -239,13 +245,10 @@ def test_partition_selected_rows_are_union_bounded_over_the_kept_groups(tmp_path
     md = Metadata({"t": Table("t", {
         "c": Column("c", type="INTEGER", releasable=True, partition_selection=True),
         "x": Column("x", type="DOUBLE", bounds=BOUNDS)})})
-    path = tmp_path / "p.duckdb"
-    with writing(path) as con:
-        con.execute("CREATE TABLE t AS SELECT (i % 40)::INTEGER AS c, (i % 13)::DOUBLE AS x "
-                    "FROM range(40 * 400) r(i)")
-    backend = DuckDBBackend(str(path), md)
-    try:
-        session = Session(md, backend)
+    with _session_over(
+            tmp_path / "p.duckdb", md,
+            "CREATE TABLE t AS SELECT (i % 40)::INTEGER AS c, (i % 13)::DOUBLE AS x "
+            "FROM range(40 * 400) r(i)") as session:
         sql = "SELECT c, AVG(x) AS a, SUM(x) AS s, COUNT(x) AS n FROM t GROUP BY c"
         result = session.run(sql, epsilon=3.0, delta=1e-6, raw_counts=True)
         assert len(result.rows) == 40  # every group of 400 rows is kept
@@ -258,5 +261,3 @@ def test_partition_selected_rows_are_union_bounded_over_the_kept_groups(tmp_path
         assert h_s > measurement_half_width(plans[spec.total], MEASUREMENT_CONFIDENCE, 1)
         for (_, _, s, n), (low, high) in zip(result.rows, intervals, strict=True):
             assert (low, high) == ratio_interval((s - h_s, s + h_s), (n - h_c, n + h_c), BOUNDS)
-    finally:
-        backend.close()
