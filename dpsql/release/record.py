@@ -66,7 +66,6 @@ class ColumnRelease:
     #: dpsql.execute.selection): the grid's step (public: from the declared bounds)
     grid_step: float | None = None
 
-
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ColumnRelease:
         """A column record as JSON gave it (the answer cache's payload, the server's NOTICE),

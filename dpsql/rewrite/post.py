@@ -141,7 +141,7 @@ def _to_noisy(node: exp.Expression, analysis: QueryAnalysis, repl) -> exp.Expres
 
 def avg_intervals(analysis: QueryAnalysis, query: exp.Select) -> tuple[AvgInterval, ...]:
     """The output columns that are a bare ``AVG(x)``, each with its SUM and COUNT: what a
-    per-row interval reads. None under DISTINCT, whose rows are the distinct output values
+    per-row interval reads. None (empty) under DISTINCT, whose rows are the distinct output values
     (a row's noisy SUM and COUNT beside them would make two equal averages two rows)."""
     if query.args.get("distinct") is not None:
         return ()
