@@ -90,10 +90,11 @@ def test_a_sum_beyond_2_1020_is_no_data_dependent_error(tmp_path):
 
 
 @pytest.mark.spark
-@pytest.mark.xfail(strict=True, reason="known difference (issue #17, open): the two-stage "
-                   "keeps each unit's groups by hash(hash(unit id, keys)), and DuckDB's hash "
-                   "is not Spark's; each backend's choice is deterministic and within the "
-                   "bound, but the two release different groups")
+@pytest.mark.xfail(strict=True, reason="known difference (docs/privacy.md, Spark's "
+                   "'Known difference'): the two-stage keeps each unit's groups by "
+                   "hash(hash(unit id, keys)), and DuckDB's hash is not Spark's; each "
+                   "backend's choice is deterministic and within the bound, but the two "
+                   "release different groups")
 def test_two_stage_keeps_the_same_groups_on_spark_and_duckdb(tmp_path, spark):
     """Not a float matter, found on the way: with max_groups 1, a person with visits in groups
     1 and 2 is kept in the group whose (id, keys) hash lowest (dpsql.units.rewrite._two_stage),
