@@ -56,7 +56,8 @@ def command() -> None:
                "relative path is relative to the metadata file). Default: ledger.sqlite.")
 @click.option("--analyst-schema", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the analyst-facing schema here (no max frequencies, row counts, "
-                   "paths); write it again with `metadata analyst-schema` after the review.")
+                   "source paths or ledger; the privacy unit and its paths are kept); write "
+                   "it again with `metadata analyst-schema` after the review.")
 @backend_options
 def build(
     database: str | None,

@@ -95,3 +95,21 @@ tables:
     right = write(tmp_path, text % "pid", "right.yaml")
     assert main(["metadata", "check", "-m", str(right)]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_build_help_says_the_analyst_schema_keeps_the_unit_paths(tmp_path, capsys):
+    # audit of #17: the help said the analyst schema had no "paths", while it keeps the
+    # privacy unit and every table's path to it (README, "Metadata"); it drops source paths
+    db = make_db(tmp_path, "DELETE FROM orders WHERE o_custkey IS NULL OR o_custkey = 9;"
+                           "DELETE FROM lineitem WHERE l_orderkey IS NULL OR l_orderkey = 99;")
+    out, schema = tmp_path / "m.yaml", tmp_path / "analyst.yaml"
+    assert main(["metadata", "build", "-d", str(db), "--public", "nation", "--public",
+                 "supplier", "--unit", "customer.c_custkey", "-o", str(out),
+                 "--analyst-schema", str(schema)]) == 0
+    assert load_metadata(schema).table("lineitem").unit == load_metadata(out).table(
+        "lineitem").unit == UnitPath("l_orderkey", "orders", "o_orderkey")
+    capsys.readouterr()
+    assert main(["metadata", "build", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "no max frequencies, row counts, source paths or ledger" in help_text
+    assert "the privacy unit and its paths are kept" in help_text
