@@ -16,10 +16,13 @@ in c_custkey, and mean nothing of the kind):
   names, or a link the owner must look at.
 
 Direct paths (the column holds the unit's id) are tried first, for every table; then, in
-rounds, paths via a key column (unique: max frequency 1) of a table that already has one, until
-no table gains a path. A table with no proposal gets a comment saying so, with the name matches
-the data refuted; the draft then does not load until the owner declares its path or makes it
-public (a privacy decision the draft never makes).
+rounds, paths via a key column of a table that already has one, until no table gains a path.
+A key column is unique (max frequency 1) and named like a key (:func:`key_like`: ``..id``,
+``..key``, ``..uuid``, ``.._no``, ``.._code``, ...): a unique free-text column is not one
+(TPC-H SF1's c_comment and s_comment, unique in their tables, share one value, which made a
+two-unit draft link customer to supplier). A table with no proposal gets a comment saying
+so, with the name matches the data refuted; the draft then does not load until the owner
+declares its path or makes it public (a privacy decision the draft never makes).
 """
 
 from __future__ import annotations
@@ -117,6 +120,20 @@ def _kind(type_text: str) -> str:
     if upper in _STRINGS:
         return "string"
     return upper
+
+
+#: the endings of a key's name (:func:`key_like`)
+_KEY_ENDINGS = ("id", "key", "uuid", "guid")
+_KEY_WORDS = {"no", "nr", "num", "number", "code", "pk", "ref"}
+
+
+def key_like(name: str) -> bool:
+    """Whether a unique column's name says it is a key another table may reference: its stem
+    is a generic key name, ends like one (``custkey``, ``customer_id``, ``userid``), or its
+    last word is one (``order_no``, ``account_code``). Public: the name alone."""
+    lower = name.lower()
+    return (_stem(lower) in _GENERIC or lower.endswith(_KEY_ENDINGS)
+            or lower.rpartition("_")[2] in _KEY_WORDS)
 
 
 def names_match(column: str, key: str, key_table: str) -> bool:
@@ -273,11 +290,12 @@ def unit_target(unit: str, columns: Mapping[str, Sequence[str]],
 
 def candidates(md: Metadata, table_sql: Mapping[str, str]) -> list[Candidate]:
     """The private tables of the profiled draft ``md``, with their key columns (max frequency
-    1); ``table_sql`` names each table in SQL."""
+    1, named like a key: :func:`key_like`); ``table_sql`` names each table in SQL."""
     return [
         Candidate(t.name, table_sql[t.name],
                   {c.name: c.type or "" for c in t.columns.values()},
-                  tuple(c.name for c in t.columns.values() if c.max_freq == 1))
+                  tuple(c.name for c in t.columns.values()
+                        if c.max_freq == 1 and key_like(c.name)))
         for t in md.tables.values() if not t.public
     ]
 

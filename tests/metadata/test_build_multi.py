@@ -63,6 +63,32 @@ def test_customer_and_supplier_give_r2ts_relations(tmp_path):
     assert block(text, "lineitem") == "" and block(text, "supplier") == ""
 
 
+def test_a_unique_free_text_column_shared_once_links_no_unit_table_to_another(tmp_path):
+    """The acceptance audit of #17: on TPC-H SF1 one customer comment equals a supplier
+    comment. Both columns are unique in their tables, so they passed as keys, and the value
+    found once made customer -> supplier a dirty link: the README's two-unit draft did not
+    load. A key is unique AND named like one (build_units.key_like)."""
+    path = tmp_path / "two.duckdb"
+    with writing(path) as con:
+        con.execute("CREATE TABLE customer AS SELECT i AS c_custkey, 'note ' || i AS c_comment "
+                    "FROM range(1, 201) t(i)")
+        con.execute("CREATE TABLE supplier AS SELECT i AS s_suppkey, CASE i WHEN 3 THEN "
+                    "'note 7' ELSE 'text ' || i END AS s_comment FROM range(1, 21) t(i)")
+        con.execute("CREATE TABLE orders AS SELECT i AS o_orderkey, 1 + i % 200 AS o_custkey "
+                    "FROM range(1, 1001) t(i)")
+        con.execute("CREATE TABLE lineitem AS SELECT 1 + i % 1000 AS l_orderkey, "
+                    "1 + i % 20 AS l_suppkey FROM range(1, 3001) t(i)")
+    text = build_metadata(str(path), unit=["customer.c_custkey", "supplier.s_suppkey"])
+    assert "comment" not in "".join(line for line in text.splitlines() if "unit:" in line)
+    assert paths(loads_metadata(text)) == {
+        "customer": {"customer": UnitPath("c_custkey")},
+        "lineitem": {"customer": UnitPath("l_orderkey", "orders", "o_orderkey"),
+                     "supplier": UnitPath("l_suppkey")},
+        "orders": {"customer": UnitPath("o_custkey")},
+        "supplier": {"supplier": UnitPath("s_suppkey")},
+    }
+
+
 def test_one_unit_in_a_list_is_the_one_unit_draft(tmp_path):
     db = make_db(tmp_path)
     assert (build_metadata(db, public=["nation"], unit=["customer.c_custkey"])
