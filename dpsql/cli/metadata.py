@@ -227,6 +227,19 @@ def check(ctx: click.Context, path: Path | None, metadata: Path | None,
                        "needs 'sample_aggregate: {by: ...}' naming the table's own unit column "
                        "(a direct 'unit:' path); every such query over it is refused",
                        err=True)
+    if unit is not None and database is None:
+        # the declared types of each path's two columns (dpsql.units.identity): what every
+        # query under the unit would refuse, said before any is asked (with -d, on the types
+        # a session reads, below)
+        from dpsql.metadata.unit_multi import all_units, unit_view
+        from dpsql.units.identity import path_type_mismatches
+
+        mismatches = [m for u in all_units(md)
+                      for m in path_type_mismatches(unit_view(md, u.table))]
+        for message in dict.fromkeys(mismatches):
+            click.echo(f"error: {message}", err=True)
+        if mismatches:
+            ctx.exit(1)
     if database is None:
         return
     if unit is None:

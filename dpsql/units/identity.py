@@ -15,7 +15,12 @@ naming the column and the fix unless
   compares INTERVALs normalised -- '1 month' = '30 days' --, a collation merges case variants,
   an unknown type proves nothing), and
 * every via column is injectively comparable with the key it points to
-  (:func:`dpsql.analysis.keytypes.comparable`), so the lookup compares stored values.
+  (:func:`dpsql.analysis.keytypes.comparable`), so the lookup compares stored values; and every
+  direct path's column with the unit's id column, so the id one table stores is the id the
+  unit table stores (a VARCHAR '01' is not the BIGINT 1: found by the acceptance audit of #17).
+
+:func:`path_type_mismatches` is the second and third checks on declared types alone (``dpsql
+metadata check`` without a database reports them; an undeclared type is not compared there).
 
 It reads the metadata alone (types filled from the database by the session), whatever the
 query.
@@ -63,15 +68,37 @@ def check_path_types(metadata: Metadata) -> None:
                 "distinct values (a collation, -0.0 = 0.0 in floating point): two units could "
                 "be counted as one. Store unit ids and the keys paths point to as integers, "
                 "DECIMAL, dates, UUIDs or strings without a collation")
-    for t in metadata.tables.values():  # the executed lookups compare these exactly
-        if t.unit is not None and t.unit.to_table is not None:
+    mismatches = path_type_mismatches(metadata, unknown=True)
+    if mismatches:
+        raise UnsupportedConstructError(mismatches[0])
+
+
+def path_type_mismatches(metadata: Metadata, *, unknown: bool = False) -> list[str]:
+    """Each path whose two columns' types do not compare stored values exactly (module
+    docstring): a via column and the key it points to, a direct path's column and the unit's
+    id column. ``unknown``: an unknown type is a mismatch too (the session's check, on types
+    filled from the database); else such a pair is not compared (declared types alone)."""
+    unit = metadata.privacy_unit
+    assert unit is not None
+    out = []
+    for t in metadata.tables.values():
+        if t.unit is None or t.name == unit.table:
+            continue
+        column = t.columns.get(t.unit.column)
+        if t.unit.to_table is not None:  # the executed lookups compare these exactly
             assert t.unit.to_column is not None
-            via = t.columns.get(t.unit.column)
-            key = metadata.table(t.unit.to_table).columns.get(t.unit.to_column)
-            types = (via.type if via else None, key.type if key else None)
-            if comparable(*types) is not True:
-                raise UnsupportedConstructError(
-                    f"the unit path {t.name}.{t.unit.column} -> {t.unit.to_table}."
-                    f"{t.unit.to_column} compares {types[0] or 'an unknown type'} with "
-                    f"{types[1] or 'an unknown type'}: declare both columns with the same "
-                    "type (or integer types), so the lookup compares stored values exactly")
+            target = metadata.table(t.unit.to_table).columns.get(t.unit.to_column)
+            what = "the lookup compares stored values exactly"
+            other = f"{t.unit.to_table}.{t.unit.to_column}"
+        else:
+            target = metadata.table(unit.table).columns.get(unit.column)
+            what = "each row's unit id is one the unit table stores"
+            other = f"{unit.table}.{unit.column} (the unit's id)"
+        types = (column.type if column else None, target.type if target else None)
+        verdict = comparable(*types)
+        if verdict is False or (unknown and verdict is None):
+            out.append(
+                f"the unit path {t.name}.{t.unit.column} -> {other} compares "
+                f"{types[0] or 'an unknown type'} with {types[1] or 'an unknown type'}: "
+                f"declare both columns with the same type (or integer types), so {what}")
+    return out

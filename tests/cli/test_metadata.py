@@ -112,13 +112,17 @@ def test_check_reads_sources_declared_in_the_metadata(tmp_path, capsys):
 
 
 def test_check_names_the_failing_check(tmp_path, capsys):
+    # a direct path stored as VARCHAR against BIGINT unit ids: its check query once failed
+    # as "the database could not run the query"; since the acceptance audit of #17 the
+    # types are compared first (dpsql.units.identity), so the check names the path and fix
     db = make_db(tmp_path, "ALTER TABLE orders ALTER o_custkey TYPE VARCHAR;"
                            "UPDATE orders SET o_custkey = 'x' WHERE o_custkey = '9';")
     md = write(tmp_path, METADATA)
     assert main(["metadata", "check", "-m", str(md), "-d", str(db)]) == 1
     err = capsys.readouterr().err
-    assert "error: checking path orders.o_custkey -> customer.c_custkey failed: the database " \
-           "could not run the query" in err
+    assert "error: the unit path orders.o_custkey -> customer.c_custkey (the unit's id) " \
+           "compares VARCHAR with BIGINT: declare both columns with the same type" in err
+    assert "could not run the query" not in err
 
 
 def test_check_names_a_path_comparing_two_types_before_running_it(tmp_path, capsys):

@@ -113,3 +113,16 @@ def test_build_help_says_the_analyst_schema_keeps_the_unit_paths(tmp_path, capsy
     help_text = " ".join(capsys.readouterr().out.split())
     assert "no max frequencies, row counts, source paths or ledger" in help_text
     assert "the privacy unit and its paths are kept" in help_text
+
+
+def test_check_without_a_database_reports_mismatched_path_types(tmp_path, capsys):
+    """The acceptance audit of #17: a via path from a BIGINT column to a VARCHAR key passed
+    `dpsql metadata check` without -d (every query refused it later)."""
+    md = write(tmp_path, tiny_multi.YAML.format(gs=8, grid="").replace(
+        "i_order: {type: INTEGER", "i_order: {type: VARCHAR"))
+    assert main(["metadata", "check", "-m", str(md)]) == 1
+    err = capsys.readouterr().err
+    assert ("error: the unit path items.i_order -> orders.o_id compares VARCHAR with INTEGER"
+            in err)
+    assert main(["metadata", "check", "-m", str(write(
+        tmp_path, tiny_multi.YAML.format(gs=8, grid=""), "ok.yaml"))]) == 0

@@ -250,7 +250,7 @@ def test_neither_units_sum_past_the_largest_double_reads_alike():
 ONE_YAML = """
 privacy_unit: {{table: customer, column: c_id, max_contribution: 8}}
 tables:
-  customer: {{columns: {{c_id: {{type: INTEGER}}}}}}
+  customer: {{columns: {{c_id: {{type: "{t}"}}}}}}
   orders: {{unit: o_cust, columns: {{o_id: {{type: INTEGER}}, o_cust: {{type: "{t}"}},
             amount: {{type: INTEGER, bounds: [-3, 5]}}}}}}
   items:
@@ -313,7 +313,8 @@ def one_world(rng: random.Random, convert: Any) -> World:
     items = [(rng.choice(keys), rng.randint(0, 5), rng.randint(1, 3))
              for _ in range(rng.randint(0, 25))]
     typed = [(o, None if c is None else convert(c), a) for o, c, a in orders]
-    return {"customer": [(c,) for c in cs], "orders": typed, "items": items,
+    # the unit's ids stored as its paths store them (dpsql.units.identity)
+    return {"customer": [(convert(c),) for c in cs], "orders": typed, "items": items,
             "stock": [(k,) for k in range(-1, 4)]}
 
 
@@ -335,7 +336,7 @@ def test_flat_unit_ids_accepts_only_plain_row_counts():
 def test_flat_count_reads_the_histogram_rows_for_every_id_type(kind):
     t, convert = ID_KINDS[kind]
     md = loads_metadata(ONE_YAML.format(t=t), "<one-unit shop>")
-    schema = {"customer": ["c_id INTEGER"],
+    schema = {"customer": [f"c_id {t}"],
               "orders": ["o_id INTEGER", f"o_cust {t}", "amount INTEGER"],
               "items": ["i_order INTEGER", "qty INTEGER", "kind INTEGER"],
               "stock": ["k INTEGER"]}

@@ -10,6 +10,7 @@ from dpsql.analysis.blocks import analyze_request
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import UnsupportedConstructError
 from dpsql.metadata import UnitPath
+from dpsql.units.identity import path_type_mismatches
 from tests.ledgers import charged, ledger_session, open_ledger
 from tests.shop_fixture import ZeroNoise
 from tests.units import tiny
@@ -109,6 +110,27 @@ def test_a_path_comparing_different_types_is_refused():
     md = dataclasses.replace(md, tables=tables)
     with pytest.raises(UnsupportedConstructError, match="compares VARCHAR with INTEGER"):
         analyze_request("SELECT COUNT(*) FROM orders", md)
+
+
+def test_a_direct_paths_type_must_compare_with_the_unit_ids():
+    """The acceptance audit of #17: a direct path's column of another type than the unit's id
+    (BIGINT ids stored as VARCHAR there) was never compared: a row's unit id is then not one
+    the unit table stores ('01' is not 1). Refused from the metadata alone, and `dpsql
+    metadata check` says so without a database."""
+    md = tiny.metadata()
+    orders = md.tables["orders"]
+    o_cust = dataclasses.replace(orders.columns["o_cust"], type="VARCHAR")
+    tables = dict(md.tables)
+    tables["orders"] = dataclasses.replace(orders, columns={**orders.columns, "o_cust": o_cust})
+    md = dataclasses.replace(md, tables=tables)
+    with pytest.raises(UnsupportedConstructError, match=r"orders\.o_cust -> customer\.c_id "
+                       r"\(the unit's id\) compares VARCHAR with INTEGER"):
+        analyze_request("SELECT COUNT(*) FROM orders", md)
+    assert path_type_mismatches(md) == [
+        "the unit path orders.o_cust -> customer.c_id (the unit's id) compares VARCHAR with "
+        "INTEGER: declare both columns with the same type (or integer types), so each row's "
+        "unit id is one the unit table stores"]
+    assert path_type_mismatches(tiny.metadata()) == []
 
 
 def test_a_private_table_without_a_path_is_refused():
