@@ -94,12 +94,23 @@ def _public_scales(columns: Any) -> list[str]:
     for c in columns:
         levels = getattr(c, "level_scales", None)
         scale = getattr(c, "noise_scale", None)
+        parts = getattr(c, "component_scales", None)
         if levels:
-            out.append(f"{c.name} {c.mechanism} {min(levels):.4g} to {max(levels):.4g} over "
-                       f"{len(levels)} levels")
+            out.append(f"{c.name} {c.mechanism} {_range(levels)}")
         elif scale:
             out.append(f"{c.name} {c.mechanism} {scale:.4g}")
+        elif parts and any(max(scales) > 0 for _, scales in parts):
+            # a column of several measurements (an AVG: its SUM's and its COUNT's)
+            out.append(f"{c.name} from " + " and ".join(
+                f"{label} {_range(scales)}" for label, scales in parts))
     return out
+
+
+def _range(scales: Any) -> str:
+    """One scale, or R2T's levels' range."""
+    if len(scales) == 1:
+        return f"{scales[0]:.4g}"
+    return f"{min(scales):.4g} to {max(scales):.4g} over {len(scales)} levels"
 
 
 def release_line(release: Any, remaining: tuple[float, float] | None = None) -> str:
@@ -127,7 +138,9 @@ def release_line(release: Any, remaining: tuple[float, float] | None = None) -> 
         parts.append("noise scale: " + ", ".join(scales))
     threshold = getattr(release, "selection_threshold", None)
     if threshold is not None:  # public: from epsilon, delta and the owner's bounds
-        parts.append(f"groups kept past threshold {threshold:g} (partition selection)")
+        selection = getattr(release, "selection_scale", None)
+        noise = f", Laplace scale {selection:.4g}" if selection else ""
+        parts.append(f"groups kept past threshold {threshold:g} (partition selection{noise})")
     from dpsql.release.record import NOT_PUBLISHABLE
 
     # why a column has no interval (smoothed noise, arithmetic of R2T releases), or what an R2T

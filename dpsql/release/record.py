@@ -65,6 +65,10 @@ class ColumnRelease:
     #: a value chosen by the exponential mechanism over a public grid (MIN / MAX / quantiles,
     #: dpsql.execute.selection): the grid's step (public: from the declared bounds)
     grid_step: float | None = None
+    #: a column computed from several pure measurements (an AVG, a variance, arithmetic): each
+    #: measurement's label and public noise scales (one Laplace b or Gaussian sigma; R2T's per
+    #: level), as ``noise_scale`` / ``level_scales`` give a bare one's
+    component_scales: tuple[tuple[str, tuple[float, ...]], ...] | None = None
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ColumnRelease:
@@ -77,6 +81,9 @@ class ColumnRelease:
                 out[name] = tuple(out[name])
         if out.get("row_intervals_95") is not None:
             out["row_intervals_95"] = tuple(tuple(pair) for pair in out["row_intervals_95"])
+        if out.get("component_scales") is not None:
+            out["component_scales"] = tuple((label, tuple(scales))
+                                            for label, scales in out["component_scales"])
         return cls(**out)
 
 
@@ -105,6 +112,9 @@ class Release:
     selection_epsilon: float = 0.0
     selection_delta: float = 0.0
     selection_threshold: int | None = None
+    #: the selection's public Laplace scale b (None without one, or for the optimal
+    #: selection, which draws no noise of its own)
+    selection_scale: float | None = None
     #: which selection mechanism drew the groups: "laplace_thresholding" or "optimal
     #: (Desfontaines et al. 2022)" (a privacy unit with max_groups 1, no threshold then)
     selection_mechanism: str | None = None
@@ -186,6 +196,14 @@ def _post_processing(parts: list[NoisePlan]) -> str | None:
     return None
 
 
+def _scales(p: NoisePlan) -> tuple[float, ...]:
+    """A pure measurement's public noise scales: R2T's per level, else its one scale (0 when
+    released exactly)."""
+    if p.r2t is not None:
+        return tuple(x for part in p.r2t for x in part.scales)
+    return (p.scale,)
+
+
 def measurement_half_width(p: NoisePlan, confidence: float, cells: int) -> float | None:
     """The half-width of one measurement's error at ``confidence`` over ``cells`` bins at once,
     or None when it is not publishable: not pure (smoothed), R2T (its interval comes from its
@@ -259,9 +277,11 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
             width = measurement_half_width(parts[0], CONFIDENCE, n_bins)
         if single and col.bare_aggregate and parts[0].r2t is None and parts[0].scale > 0:
             extra["noise_scale"] = parts[0].scale  # pure: a function of public parameters
+        elif not (single and col.bare_aggregate) and all(p.pure for p in parts):
+            extra["component_scales"] = tuple((p.measurement.label, _scales(p)) for p in parts)
         calibrations = sorted({p.calibration for p in parts if p.calibration})
-        if calibrations and not extra:  # AVG, arithmetic: sigma is not the column's
-            extra = {"calibration": "+".join(calibrations)}
+        if calibrations and "calibration" not in extra:  # AVG, arithmetic: sigma is not
+            extra["calibration"] = "+".join(calibrations)  # the column's own
         if not all(p.pure for p in parts):
             extra["accuracy_note"] = NOT_PUBLISHABLE
         out.append(ColumnRelease(col.name, mech, math.fsum(p.epsilon for p in parts),
@@ -289,6 +309,7 @@ def release_record(columns: tuple[ColumnSource, ...], plans: tuple[NoisePlan, ..
         selection_epsilon=selection.epsilon,
         selection_delta=selection.delta,
         selection_threshold=selection.threshold,
+        selection_scale=selection.scale,
         selection_mechanism=selection.mechanism,
         privacy_unit=unit,
     )

@@ -254,7 +254,9 @@ def test_partition_selected_rows_are_union_bounded_over_the_kept_groups(tmp_path
         assert len(result.rows) == 40  # every group of 400 rows is kept
         intervals = _checked(result, "a")
         prepared = session.prepare(sql)
-        plans, _ = plan_with_selection(prepared.analysis, Budget(3.0, 1e-6))
+        plans, selection = plan_with_selection(prepared.analysis, Budget(3.0, 1e-6))
+        # the record carries the selection's public scale (the footer shows it)
+        assert result.release.selection_scale == selection.scale and selection.scale > 0
         (spec,) = prepared.plan.avg_intervals
         h_s, h_c = (measurement_half_width(plans[m], MEASUREMENT_CONFIDENCE, 40)
                     for m in (spec.total, spec.count))

@@ -99,6 +99,11 @@ def test_the_footer_names_a_partition_selections_public_threshold():
     selected = dataclasses.replace(record, selection_threshold=13)
     assert release_line(selected).endswith("groups kept past threshold 13 (partition selection)")
     assert "threshold" not in release_line(record)
+    # and its public noise scale when it draws one (the acceptance audit of #17: a key-only
+    # SELECT DISTINCT showed the threshold alone)
+    scaled = dataclasses.replace(selected, selection_scale=2.5)
+    assert release_line(scaled).endswith(
+        "groups kept past threshold 13 (partition selection, Laplace scale 2.5)")
 
 
 def test_columns_split_the_budget_and_it_sums_back():

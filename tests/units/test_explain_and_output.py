@@ -173,11 +173,15 @@ def test_a_grouped_release_says_its_values_are_of_what_the_units_keep(tmp_path):
     line = release_line(result.release)
     assert f"n, s: {note}" in line and f"a: {note}" in line
     # the footer shows the public noise scales the record carries (issue #17: the shell shows
-    # the unit and the public noise scale), the COUNT's and SUM's, not the AVG's
+    # the unit and the public noise scale): the COUNT's and SUM's, and the AVG's two
+    # measurements' (the acceptance audit of #17: the AVG had none)
     assert values[0].noise_scale and values[1].noise_scale and avg.noise_scale is None
     n, total = values[0], values[1]
+    (sum_label, (sum_scale,)), (count_label, (count_scale,)) = avg.component_scales
+    assert sum_label == "SUM(items.qty)" and count_label == "COUNT(items.qty)"
     assert (f"noise scale: n {n.mechanism} {n.noise_scale:.4g}, "
-            f"s {total.mechanism} {total.noise_scale:.4g};") in line
+            f"s {total.mechanism} {total.noise_scale:.4g}, a from SUM(items.qty) "
+            f"{sum_scale:.4g} and COUNT(items.qty) {count_scale:.4g};") in line
     _, detail = release_notice(result.release)
     assert json.loads(detail)["columns"][1]["accuracy_note"].startswith(note)
     # R2T (no GROUP BY) keeps its own words: a bare COUNT has none
