@@ -101,13 +101,17 @@ def test_shapes_the_row_level_rules_refuse_stay_refused(sql):
         analyze_request(sql, tiny.metadata())
 
 
-def test_a_path_comparing_different_types_is_refused():
+def _retyped(table: str, column: str, type_: str):
+    """tiny.metadata() with ``table.column`` declared as ``type_``."""
     md = tiny.metadata()
-    items = md.tables["items"]
-    i_order = dataclasses.replace(items.columns["i_order"], type="VARCHAR")
-    tables = dict(md.tables)
-    tables["items"] = dataclasses.replace(items, columns={**items.columns, "i_order": i_order})
-    md = dataclasses.replace(md, tables=tables)
+    t = md.tables[table]
+    col = dataclasses.replace(t.columns[column], type=type_)
+    tables = {**md.tables, table: dataclasses.replace(t, columns={**t.columns, column: col})}
+    return dataclasses.replace(md, tables=tables)
+
+
+def test_a_path_comparing_different_types_is_refused():
+    md = _retyped("items", "i_order", "VARCHAR")
     with pytest.raises(UnsupportedConstructError, match="compares VARCHAR with INTEGER"):
         analyze_request("SELECT COUNT(*) FROM orders", md)
 
@@ -117,12 +121,7 @@ def test_a_direct_paths_type_must_compare_with_the_unit_ids():
     (BIGINT ids stored as VARCHAR there) was never compared: a row's unit id is then not one
     the unit table stores ('01' is not 1). Refused from the metadata alone, and `dpsql
     metadata check` says so without a database."""
-    md = tiny.metadata()
-    orders = md.tables["orders"]
-    o_cust = dataclasses.replace(orders.columns["o_cust"], type="VARCHAR")
-    tables = dict(md.tables)
-    tables["orders"] = dataclasses.replace(orders, columns={**orders.columns, "o_cust": o_cust})
-    md = dataclasses.replace(md, tables=tables)
+    md = _retyped("orders", "o_cust", "VARCHAR")
     with pytest.raises(UnsupportedConstructError, match=r"orders\.o_cust -> customer\.c_id "
                        r"\(the unit's id\) compares VARCHAR with INTEGER"):
         analyze_request("SELECT COUNT(*) FROM orders", md)
