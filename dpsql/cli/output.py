@@ -66,8 +66,8 @@ def render_rows(names: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, *
                     tablefmt="simple", floatfmt="g", disable_numparse=True)
 
 
-def with_row_intervals(names: Sequence[str], rows: Sequence[Sequence[Any]], release: Any
-                       ) -> tuple[list[str], list[tuple[Any, ...]]]:
+def with_interval_columns(names: Sequence[str], rows: Sequence[Sequence[Any]], release: Any
+                          ) -> tuple[list[str], list[tuple[Any, ...]]]:
     """The rows with each per-row 95% interval of the record (a grouped AVG's,
     dpsql.release.avg_rows) as two columns after its own, ``<name> low95`` and
     ``<name> high95``: what a terminal shows of it (the driver's rows stay the query's)."""

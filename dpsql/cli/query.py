@@ -22,7 +22,7 @@ from dpsql.cli.options import (
     metadata_option,
     raw_option,
 )
-from dpsql.cli.output import json_value, release_line, render_rows, with_row_intervals
+from dpsql.cli.output import json_value, release_line, render_rows, with_interval_columns
 from dpsql.errors import Error
 from dpsql.metadata import load_metadata
 
@@ -80,6 +80,6 @@ def command(metadata: Path, database: str | None, epsilon: float, delta: float,
                                "release": asdict(release)}, default=json_value))
     else:
         # data on standard output, footers on standard error, in every format (as psql -c)
-        click.echo(render_rows(*with_row_intervals(names, rows, release), fmt))
+        click.echo(render_rows(*with_interval_columns(names, rows, release), fmt))
         click.echo(release_line(release), err=True)
     return 0

@@ -37,7 +37,7 @@ from dpsql.cli.options import (
     metadata_option,
     raw_option,
 )
-from dpsql.cli.output import release_line, render_rows, row_count, with_row_intervals
+from dpsql.cli.output import release_line, render_rows, row_count, with_interval_columns
 from dpsql.cli.script import Statement, script_items, statement_complete
 from dpsql.errors import Error
 
@@ -114,7 +114,7 @@ class Shell:
             release = cur.release
         finally:
             cur.close()
-        shown, cells = with_row_intervals(names, rows, release)
+        shown, cells = with_interval_columns(names, rows, release)
         self.show_result(render_rows(shown, cells, self.fmt, expanded=self.expanded))
         status = self.budget_status()
         remaining = (status.epsilon_remaining, status.delta_remaining) if status else None

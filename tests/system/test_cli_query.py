@@ -168,7 +168,7 @@ def test_json_output_has_numbers_for_typed_sums(capsys, tmp_path):
 
 def test_a_grouped_avg_shows_its_interval_per_row(run):
     """Each row of a grouped AVG gets its 95% interval as two columns beside the value
-    (dpsql.cli.output.with_row_intervals), in the table and in CSV; the JSON output carries
+    (dpsql.cli.output.with_interval_columns), in the table and in CSV; the JSON output carries
     the record's ``row_intervals_95`` itself."""
     code, out, err = run("-e", "1", "--format", "csv",
                          "SELECT sex, AVG(age) AS a FROM people GROUP BY sex ORDER BY a")
